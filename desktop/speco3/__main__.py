@@ -1,0 +1,5 @@
+import sys
+
+from speco3.cli import main
+
+sys.exit(main())

@@ -1,0 +1,48 @@
+"""``spec-o3`` command line. Each area registers its sub-commands from its own module."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from speco3 import __version__
+from speco3.errors import Speco3Error
+
+# Modules with a ``register(subparsers)`` function, in help order.
+COMMAND_MODULES: list[str] = []
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="spec-o3",
+        description="Inspect FITS spectra and vet candidates with the Spec-o3 model, offline.",
+    )
+    parser.add_argument("--version", action="version", version=f"spec-o3 {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except Speco3Error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

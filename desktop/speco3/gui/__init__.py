@@ -1,0 +1,1 @@
+"""PySide6 desktop application (the only place with widgets)."""

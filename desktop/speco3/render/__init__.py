@@ -1,0 +1,1 @@
+"""speco3.render"""

@@ -1,0 +1,133 @@
+"""The `Spectrum` type: one 1D spectrum with its metadata.
+
+Wavelengths are always in Ångström, float64, ascending. ``mask`` is True where a pixel is bad.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+import numpy as np
+
+Medium = Literal["air", "vacuum", "unknown"]
+
+
+@dataclass
+class SpectrumMeta:
+    """Catalogue and provenance metadata of a spectrum. Unknown values are None."""
+
+    survey: str | None = None  # "LAMOST", "SDSS", "DESI", "generic", ...
+    data_release: str | None = None
+    object_id: str | None = None  # obsid / targetid / plate-mjd-fiber
+    ra: float | None = None
+    dec: float | None = None
+    redshift: float | None = None
+    redshift_source: str | None = None  # e.g. "LAMOST pipeline", "SPECOBJ", "redrock"
+    cls: str | None = None  # STAR / GALAXY / QSO ...
+    subclass: str | None = None
+    snr: float | None = None
+    file_name: str | None = None
+    path: str | None = None
+    hdu: str | int | None = None
+    row: int | None = None
+    index: int = 0  # position of the spectrum in its file (FILE#N)
+    format: str | None = None  # registry name of the reader
+    note: str | None = None  # e.g. "all pixels masked"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class Spectrum:
+    """One 1D spectrum.
+
+    Attributes
+    ----------
+    wavelength : ndarray of float64
+        Wavelength in Å, ascending.
+    flux : ndarray of float64
+        Flux, as stored in the file (bad pixels are not altered).
+    ivar : ndarray of float64 or None
+        Inverse variance (0 where unknown or bad), or None if the file has no error information.
+    mask : ndarray of bool
+        True where a pixel is bad.
+    flux_unit : str
+        Flux unit as given by the file ("" when unknown / arbitrary).
+    medium : {"air", "vacuum", "unknown"}
+        Wavelength medium.
+    meta : SpectrumMeta
+        Metadata.
+    """
+
+    wavelength: np.ndarray
+    flux: np.ndarray
+    ivar: np.ndarray | None = None
+    mask: np.ndarray | None = None
+    flux_unit: str = ""
+    medium: Medium = "unknown"
+    meta: SpectrumMeta = field(default_factory=SpectrumMeta)
+
+    def __post_init__(self) -> None:
+        self.wavelength = np.asarray(self.wavelength, dtype=np.float64)
+        self.flux = np.asarray(self.flux, dtype=np.float64)
+        n = self.wavelength.shape[0]
+        if self.wavelength.ndim != 1 or self.flux.shape != (n,):
+            raise ValueError(f"wavelength {self.wavelength.shape} and flux {self.flux.shape} must be 1D of equal length")
+        if self.ivar is not None:
+            self.ivar = np.asarray(self.ivar, dtype=np.float64)
+            if self.ivar.shape != (n,):
+                raise ValueError(f"ivar shape {self.ivar.shape} does not match {n} pixels")
+        if self.mask is None:
+            self.mask = np.zeros(n, dtype=bool)
+        else:
+            self.mask = np.asarray(self.mask, dtype=bool)
+            if self.mask.shape != (n,):
+                raise ValueError(f"mask shape {self.mask.shape} does not match {n} pixels")
+
+    # -- derived ---------------------------------------------------------------------------------------
+    @property
+    def n_pixels(self) -> int:
+        return int(self.wavelength.shape[0])
+
+    @property
+    def good(self) -> np.ndarray:
+        """Boolean array: pixel not masked and flux finite."""
+        return ~self.mask & np.isfinite(self.flux) & np.isfinite(self.wavelength)
+
+    @property
+    def masked_fraction(self) -> float:
+        if self.n_pixels == 0:
+            return 1.0
+        return float(1.0 - self.good.mean())
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no pixel is usable (all masked or non-finite)."""
+        return self.n_pixels == 0 or not bool(self.good.any())
+
+    @property
+    def z(self) -> float:
+        """Catalogue redshift, 0 when unknown."""
+        z = self.meta.redshift
+        return float(z) if z is not None and np.isfinite(z) else 0.0
+
+    @property
+    def name(self) -> str:
+        """Short display name: file name, plus ``#N`` for multi-spectrum files."""
+        base = self.meta.file_name or "spectrum"
+        return base if self.meta.index == 0 and not self.meta.extra.get("multi") else f"{base}#{self.meta.index}"
+
+    def rest_wavelength(self) -> np.ndarray:
+        """Wavelength divided by (1 + z) with the catalogue redshift."""
+        return self.wavelength / (1.0 + self.z)
+
+    @property
+    def sigma(self) -> np.ndarray | None:
+        """1σ error from ivar (inf where ivar ≤ 0), or None."""
+        if self.ivar is None:
+            return None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(self.ivar > 0, 1.0 / np.sqrt(np.where(self.ivar > 0, self.ivar, 1.0)), np.inf)

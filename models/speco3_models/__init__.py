@@ -1,0 +1,1 @@
+"""Model catalog, local model store, hub download and verification."""

@@ -1,0 +1,84 @@
+"""Suite-wide fixtures: sockets blocked, user folders in tmp, Qt offscreen, shared spectra location."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("SPECO3_SHARED", REPO.parent / "shared"))
+SPECTRA = SHARED / "spectra"
+
+
+class NetworkBlocked(RuntimeError):
+    """Raised when a test tries to open a network connection."""
+
+
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+_real_getaddrinfo = socket.getaddrinfo
+NETWORK_ATTEMPTS: list[str] = []
+
+
+def _is_local(address) -> bool:
+    if isinstance(address, (str, bytes)):  # AF_UNIX path
+        return True
+    host = address[0] if isinstance(address, tuple) else address
+    return str(host) in _LOOPBACK or str(host).startswith("127.")
+
+
+def _guarded_connect(self, address):
+    if self.family == socket.AF_UNIX or _is_local(address):
+        return _real_connect(self, address)
+    NETWORK_ATTEMPTS.append(repr(address))
+    raise NetworkBlocked(f"network access blocked in tests: connect to {address!r}")
+
+
+def _guarded_connect_ex(self, address):
+    if self.family == socket.AF_UNIX or _is_local(address):
+        return _real_connect_ex(self, address)
+    NETWORK_ATTEMPTS.append(repr(address))
+    raise NetworkBlocked(f"network access blocked in tests: connect to {address!r}")
+
+
+def _guarded_getaddrinfo(host, *args, **kwargs):
+    if host is None or _is_local(host):
+        return _real_getaddrinfo(host, *args, **kwargs)
+    NETWORK_ATTEMPTS.append(f"getaddrinfo({host!r})")
+    raise NetworkBlocked(f"network access blocked in tests: name lookup of {host!r}")
+
+
+socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
+socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
+socket.getaddrinfo = _guarded_getaddrinfo
+
+
+@pytest.fixture(autouse=True)
+def _user_dirs(tmp_path_factory, monkeypatch):
+    """Every test gets its own data, config and cache folders."""
+    base = tmp_path_factory.mktemp("user")
+    for name in ("DATA", "CONFIG", "CACHE"):
+        monkeypatch.setenv(f"SPECO3_{name}_DIR", str(base / name.lower()))
+    yield
+
+
+@pytest.fixture(scope="session")
+def spectra_dir() -> Path:
+    if not SPECTRA.is_dir():
+        pytest.skip(f"shared spectra not found at {SPECTRA}")
+    return SPECTRA
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"shared folder not found at {SHARED}")
+    return SHARED
