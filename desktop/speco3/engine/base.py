@@ -1,0 +1,132 @@
+"""The engine interface shared by the real llama.cpp engine and the scripted test engine.
+
+A conversation is a sequence of *parts*: text (with the chat markup written by the agent) and prepared images
+(`speco3.imaging.PreparedImage`). The engine never sees the image placeholder text: an image part stands for the
+whole ``<|vision_start|><|image_pad|><|vision_end|>`` span (mtmd adds the vision tokens itself).
+
+`generate` evaluates whatever was appended since the last call, samples until ``<|im_end|>`` (or a budget /
+cancel), commits every sampled token verbatim *including* the final ``<|im_end|>`` into the conversation, and returns
+the text without the stop token.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Literal, Union
+
+from speco3.imaging import PreparedImage
+
+Part = Union[str, PreparedImage]
+StopReason = Literal["stop", "length", "cancelled", "context_full"]
+TokenCallback = Callable[[str], None]
+
+
+@dataclass
+class EngineSettings:
+    """User-facing engine settings (persisted by the GUI, recorded with every verdict)."""
+
+    n_ctx: int = 16384
+    n_threads: int | None = None  # None: physical cores
+    n_gpu_layers: int | None = None  # None: all layers when llama.cpp supports GPU offload, else 0
+    flash_attn: bool = True
+    mmproj_on_gpu: bool = True
+    image_max_tokens: int | None = None  # cap on image tokens per image (None: processor default)
+    seed: int = 0
+    temperature: float = 0.0  # 0: greedy, as in the paper's evaluation
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens_per_turn: int = 2048
+    kv_type: Literal["f16", "f32", "q8_0"] = "f16"
+    use_mmap: bool = False  # CPU: avoids keeping the mapped file resident beside the repacked weights
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ModelInfo:
+    """What model an engine runs (recorded with every verdict)."""
+
+    model_id: str = "unknown"
+    quant: str | None = None
+    text_sha256: str | None = None
+    mmproj_sha256: str | None = None
+    text_path: str | None = None
+    mmproj_path: str | None = None
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    n_tokens: int
+    stop_reason: StopReason
+    seconds: float
+    prompt_tokens: int = 0  # text tokens evaluated for this turn
+    image_tokens: int = 0  # image tokens encoded for this turn
+    images_encoded: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.n_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class EngineStats:
+    backend: str = "CPU"
+    n_ctx: int = 0
+    kv_cells_used: int = 0
+    text_tokens_evaluated: int = 0
+    images_encoded: int = 0
+    image_tokens_encoded: int = 0
+    tokens_generated: int = 0
+    decode_tokens_per_s: float = 0.0
+    prefill_tokens_per_s: float = 0.0
+    load_seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+class Engine(ABC):
+    """Abstract inference engine. One conversation at a time; not thread-safe: one worker thread drives it."""
+
+    settings: EngineSettings
+    info: ModelInfo
+
+    @abstractmethod
+    def load(self) -> None:
+        """Load model files (idempotent). Raises `speco3.errors.ModelFileError` or `EngineError`."""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Start a new conversation (an engine may keep a cached common prefix in its KV cache)."""
+
+    @abstractmethod
+    def extend(self, parts: Sequence[Part]) -> None:
+        """Append text and image parts to the conversation (evaluated lazily or eagerly)."""
+
+    @abstractmethod
+    def generate(
+        self,
+        *,
+        max_tokens: int | None = None,
+        on_token: TokenCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> GenerationResult:
+        """Evaluate the pending parts, then sample one assistant message (see module doc)."""
+
+    @abstractmethod
+    def stats(self) -> EngineStats:
+        """Counters since load."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Free native resources."""
+
+    def __enter__(self):
+        self.load()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
