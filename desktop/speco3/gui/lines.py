@@ -1,0 +1,150 @@
+"""Line lists, telluric bands and the array helpers of the viewer (no Qt).
+
+Wavelengths are rest-frame **vacuum** Å. The viewer converts them to air (IAU/Morton 2000 formula) when the
+spectrum says its wavelengths are in air, and states the medium on screen. The agent's task library may carry its
+own line lists (attribute ``lines`` of a task); `lines_for_task` prefers those and falls back to the lists here.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Line:
+    """A spectral line or molecular band head."""
+
+    name: str
+    wavelength: float  # rest vacuum Å
+    kind: str = "line"  # "emission", "absorption", "band", "line"
+
+
+BALMER = (Line("Hα", 6564.61), Line("Hβ", 4862.68), Line("Hγ", 4341.68), Line("Hδ", 4102.89), Line("Hε", 3971.20))
+GENERIC = BALMER + (
+    Line("Ca K", 3934.78, "absorption"), Line("Ca H", 3969.59, "absorption"), Line("G band", 4305.0, "absorption"),
+    Line("Mg b", 5176.7, "absorption"), Line("Na D", 5893.0, "absorption"), Line("Ca II 8544", 8544.44, "absorption"),
+    Line("[O II]", 3728.48, "emission"), Line("[O III]", 5008.24, "emission"), Line("[N II]", 6585.27, "emission"),
+    Line("[S II]", 6718.29, "emission"),
+)
+DEFAULT_LINES: dict[str, tuple[Line, ...]] = {
+    "cv": BALMER + (Line("He II 4686", 4687.02, "emission"), Line("He I 5876", 5877.25, "emission"),
+                    Line("He I 6678", 6679.99, "emission"), Line("He I 4471", 4472.7, "emission")),
+    "carbon": (Line("C₂ 4737", 4737.0, "band"), Line("C₂ 5165", 5165.0, "band"), Line("C₂ 5636", 5636.0, "band"),
+               Line("CN 7088", 7088.0, "band"), Line("CN 7874", 7874.0, "band"), Line("CN 8067", 8067.0, "band"),
+               Line("Na D", 5893.0, "absorption")),
+    "ss": (Line("ZrO 4620", 4620.0, "band"), Line("ZrO 5298", 5298.0, "band"), Line("ZrO 5552", 5552.0, "band"),
+           Line("ZrO 6345", 6345.0, "band"), Line("ZrO 6474", 6474.0, "band"), Line("TiO 7054", 7054.0, "band")),
+    "gm": tuple(Line(f"TiO {w:.0f}", w, "band") for w in (4761.0, 4954.0, 5167.0, 5448.0, 5847.0, 6159.0, 6651.0,
+                                                           7054.0, 7589.0, 8432.0)) + (Line("Ca II 8544", 8544.44),),
+    "wd": BALMER + (Line("H8", 3890.17), Line("He I 4471", 4472.7)),
+    "generic": GENERIC,
+}
+# Telluric absorption in the observed frame (air Å): O2 B, H2O, O2 A, H2O.
+TELLURIC_BANDS: tuple[tuple[float, float, str], ...] = (
+    (6860.0, 6925.0, "O₂ B"), (7150.0, 7350.0, "H₂O"), (7590.0, 7700.0, "O₂ A"), (8120.0, 8350.0, "H₂O"),
+    (8950.0, 9800.0, "H₂O"),
+)
+
+
+def vac_to_air(wavelength: np.ndarray | float) -> np.ndarray | float:
+    """Vacuum → air wavelength (Å), IAU standard (Morton 2000), valid above 2000 Å."""
+    w = np.asarray(wavelength, dtype=float)
+    s2 = (1e4 / w) ** 2
+    n = 1 + 0.0000834254 + 0.02406147 / (130 - s2) + 0.00015998 / (38.9 - s2)
+    out = np.where(w > 2000, w / n, w)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def air_to_vac(wavelength: np.ndarray | float) -> np.ndarray | float:
+    """Air → vacuum wavelength (Å), inverse of `vac_to_air` by fixed-point iteration."""
+    w_air = np.asarray(wavelength, dtype=float)
+    w = w_air.copy()
+    for _ in range(3):
+        w = w + (w_air - np.asarray(vac_to_air(w)))
+    return float(w) if np.ndim(w) == 0 else w
+
+
+def lines_for_task(task: object | None) -> tuple[Line, ...]:
+    """Lines to mark for a task object or task id (``"cv"``, …); the generic list when nothing matches."""
+    if task is None:
+        return GENERIC
+    if isinstance(task, str):
+        return DEFAULT_LINES.get(task, GENERIC)
+    own = getattr(task, "lines", None)
+    if own:
+        out = []
+        for item in own:
+            name = getattr(item, "name", None) or (item[0] if isinstance(item, (tuple, list)) else str(item))
+            wl = getattr(item, "wavelength", None)
+            if wl is None and isinstance(item, (tuple, list)) and len(item) > 1:
+                wl = item[1]
+            if wl is not None:
+                out.append(Line(str(name), float(wl)))
+        if out:
+            return tuple(out)
+    task_id = getattr(task, "id", None) or getattr(task, "name", None)
+    return DEFAULT_LINES.get(str(task_id), GENERIC)
+
+
+# -- array helpers -------------------------------------------------------------------------------------------------
+def boxcar(flux: np.ndarray, good: np.ndarray, width: int, ivar: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Inverse-variance weighted boxcar over good pixels.
+
+    Returns the smoothed flux (NaN where the window holds no good pixel) and, when ``ivar`` is given, the 1σ error
+    of the smoothed flux.
+    """
+    weights = np.where(good, ivar if ivar is not None else 1.0, 0.0)
+    weights = np.where(np.isfinite(weights), weights, 0.0)
+    if width <= 1:
+        out = np.where(good, flux, np.nan)
+        sig = None
+        if ivar is not None:
+            with np.errstate(divide="ignore"):
+                sig = np.where(weights > 0, 1 / np.sqrt(np.where(weights > 0, weights, 1)), np.nan)
+        return out, sig
+    kernel = np.ones(int(width))
+    f = np.where(good, flux, 0.0)
+    num = np.convolve(f * weights, kernel, mode="same")
+    den = np.convolve(weights, kernel, mode="same")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(den > 0, num / den, np.nan)
+        sig = np.where(den > 0, 1 / np.sqrt(den), np.nan) if ivar is not None else None
+    return out, sig
+
+
+def robust_range(values: np.ndarray, lo: float = 0.5, hi: float = 99.5, margin: float = 0.08
+                 ) -> tuple[float, float] | None:
+    """Percentile y-range of the finite values, widened by ``margin`` of the span; None when empty."""
+    v = values[np.isfinite(values)]
+    if v.size == 0:
+        return None
+    a, b = np.percentile(v, [lo, hi])
+    span = b - a
+    if span <= 0:
+        span = abs(a) * 0.1 or 1.0
+    return float(a - margin * span), float(b + margin * span)
+
+
+def mask_runs(mask: np.ndarray, merge_gap: int = 2, max_runs: int = 300) -> list[tuple[int, int]]:
+    """Index runs ``[start, stop)`` of True values; runs closer than ``merge_gap`` are merged."""
+    if mask.size == 0 or not mask.any():
+        return []
+    m = np.concatenate([[False], mask.astype(bool), [False]])
+    d = np.diff(m.astype(np.int8))
+    starts, stops = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    runs: list[tuple[int, int]] = []
+    for s, e in zip(starts, stops, strict=True):
+        if runs and s - runs[-1][1] <= merge_gap:
+            runs[-1] = (runs[-1][0], int(e))
+        else:
+            runs.append((int(s), int(e)))
+    while len(runs) > max_runs:  # merge further rather than draw thousands of items
+        merge_gap *= 2
+        runs = mask_runs(mask, merge_gap, max_runs=10**9)
+    return runs

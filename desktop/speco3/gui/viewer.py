@@ -1,0 +1,283 @@
+"""The interactive spectrum viewer (pyqtgraph).
+
+What it draws, for the human (the model's images come from `speco3.render`, unchanged):
+
+* flux, optionally boxcar-smoothed (inverse-variance weighted, masked pixels excluded);
+* the 1σ band from ivar, masked pixels shaded red, telluric bands shaded grey (observed frame);
+* line markers of the current task class with labels that follow the redshift and the frame;
+* a y-range from robust percentiles (0.5–99.5 %) of the good pixels in the visible x-range, so noisy edges,
+  cosmic rays and masked spikes never squash the plot; mouse drag/wheel pan and zoom in wavelength;
+* a header stating object, class, z, S/N, frame and the wavelength medium (air / vacuum).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from speco3.gui.lines import (
+    TELLURIC_BANDS,
+    Line,
+    air_to_vac,
+    boxcar,
+    lines_for_task,
+    mask_runs,
+    robust_range,
+    vac_to_air,
+)
+from speco3.spectra.model import Spectrum
+
+log = logging.getLogger(__name__)
+
+SMOOTH_WIDTHS = (1, 3, 5, 9, 15, 25, 41)
+FLUX_PEN = pg.mkPen((31, 90, 200), width=1)
+SIGMA_BRUSH = pg.mkBrush(120, 150, 220, 70)
+MASK_BRUSH = pg.mkBrush(230, 60, 60, 45)
+TELLURIC_BRUSH = pg.mkBrush(120, 120, 120, 35)
+HIGHLIGHT_BRUSH = pg.mkBrush(255, 190, 0, 70)
+LINE_PEN = pg.mkPen((20, 140, 60), width=1, style=pg.QtCore.Qt.PenStyle.DashLine)
+
+
+class SpectrumViewer(QWidget):
+    """Plot of one spectrum with smoothing, error band, masks, telluric bands and line markers.
+
+    Signals
+    -------
+    viewChanged(str)
+        A one-line description of the state (frame, smoothing), for the status bar.
+    """
+
+    viewChanged = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.spectrum: Spectrum | None = None
+        self.frame = "observed"
+        self.smooth_index = 0
+        self.show_lines = True
+        self.show_sigma = True
+        self._task: object | None = "generic"
+        self._lines: tuple[Line, ...] = lines_for_task("generic")
+        self._x = self._y = self._sig = np.empty(0)
+        self._region_items: list[pg.GraphicsObject] = []
+        self._line_items: list[pg.InfiniteLine] = []
+        self.highlight: pg.LinearRegionItem | None = None
+
+        self.header = QLabel("No spectrum")
+        self.header.setObjectName("viewerHeader")
+        self.header.setWordWrap(True)
+        self.plot = pg.PlotWidget(background="w")
+        self.plot.setObjectName("spectrumPlot")
+        pi = self.plot.getPlotItem()
+        pi.showGrid(x=True, y=True, alpha=0.15)
+        pi.setLabel("left", "Flux")
+        pi.setLabel("bottom", "Wavelength (Å)")
+        self.vb = pi.getViewBox()
+        self.vb.setMouseEnabled(x=True, y=False)
+        self.vb.enableAutoRange(x=False, y=False)
+        self.vb.sigXRangeChanged.connect(self._update_y_range)
+        self.sigma_upper = pg.PlotDataItem(pen=None)
+        self.sigma_lower = pg.PlotDataItem(pen=None)
+        self.sigma_fill = pg.FillBetweenItem(self.sigma_lower, self.sigma_upper, brush=SIGMA_BRUSH)
+        self.curve = pg.PlotDataItem(pen=FLUX_PEN, autoDownsample=True, downsampleMethod="peak", clipToView=True)
+        pi.addItem(self.sigma_fill)
+        pi.addItem(self.curve)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.header)
+        layout.addWidget(self.plot, 1)
+
+    # -- public API ----------------------------------------------------------------------------------------------
+    @property
+    def smoothing(self) -> int:
+        return SMOOTH_WIDTHS[self.smooth_index]
+
+    def set_spectrum(self, spectrum: Spectrum | None, keep_range: bool = False) -> None:
+        """Show ``spectrum`` (None clears the plot)."""
+        self.spectrum = spectrum
+        self._clear_highlight()
+        self._redraw(reset_x=not keep_range)
+
+    def set_task(self, task: object | None) -> None:
+        """Mark the lines of ``task`` (a task object or id such as ``"cv"``)."""
+        self._task = task
+        self._lines = lines_for_task(task)
+        self._draw_lines()
+
+    def set_frame(self, frame: str) -> None:
+        """Switch between ``"rest"`` and ``"observed"`` wavelengths, keeping the same physical window."""
+        if frame not in ("rest", "observed") or frame == self.frame:
+            return
+        lo, hi = self.vb.viewRange()[0]
+        factor = 1.0 + (self.spectrum.z if self.spectrum else 0.0)
+        self.frame = frame
+        self._redraw(reset_x=False)
+        scale = 1 / factor if frame == "rest" else factor
+        if self.spectrum is not None:
+            self.vb.setXRange(lo * scale, hi * scale, padding=0)
+
+    def toggle_frame(self) -> None:
+        self.set_frame("rest" if self.frame == "observed" else "observed")
+
+    def smooth_more(self) -> None:
+        self.set_smoothing_index(self.smooth_index + 1)
+
+    def smooth_less(self) -> None:
+        self.set_smoothing_index(self.smooth_index - 1)
+
+    def set_smoothing_index(self, index: int) -> None:
+        self.smooth_index = int(np.clip(index, 0, len(SMOOTH_WIDTHS) - 1))
+        self._redraw(reset_x=False)
+
+    def toggle_lines(self) -> None:
+        self.show_lines = not self.show_lines
+        self._draw_lines()
+
+    def reset_zoom(self) -> None:
+        self._clear_highlight()
+        if self._x.size:
+            self.vb.setXRange(float(np.nanmin(self._x)), float(np.nanmax(self._x)), padding=0.01)
+
+    def zoom(self, factor: float) -> None:
+        """Zoom in (factor < 1) or out (factor > 1) about the centre of the visible range."""
+        lo, hi = self.vb.viewRange()[0]
+        mid, half = (lo + hi) / 2, (hi - lo) / 2 * factor
+        self.vb.setXRange(mid - half, mid + half, padding=0)
+
+    def pan(self, fraction: float) -> None:
+        lo, hi = self.vb.viewRange()[0]
+        step = (hi - lo) * fraction
+        self.vb.setXRange(lo + step, hi + step, padding=0)
+
+    def x_range(self) -> tuple[float, float]:
+        lo, hi = self.vb.viewRange()[0]
+        return float(lo), float(hi)
+
+    def y_range(self) -> tuple[float, float]:
+        lo, hi = self.vb.viewRange()[1]
+        return float(lo), float(hi)
+
+    def show_window(self, lo: float, hi: float, frame: str = "rest", label: str = "") -> None:
+        """Show the window ``[lo, hi]`` (Å in ``frame``) with the region highlighted (agent zooms are rest frame)."""
+        if self.spectrum is not None and frame != self.frame:
+            f = 1.0 + self.spectrum.z
+            lo, hi = (lo * f, hi * f) if frame == "rest" else (lo / f, hi / f)
+        self._clear_highlight()
+        self.highlight = pg.LinearRegionItem((lo, hi), movable=False, brush=HIGHLIGHT_BRUSH)
+        self.highlight.setZValue(-5)
+        if label:
+            pg.InfLineLabel(self.highlight.lines[0], label, position=0.92, anchors=[(0, 0), (0, 0)])
+        self.plot.addItem(self.highlight)
+        pad = 0.15 * (hi - lo)
+        self.vb.setXRange(lo - pad, hi + pad, padding=0)
+
+    # -- drawing -------------------------------------------------------------------------------------------------
+    def _clear_highlight(self) -> None:
+        if self.highlight is not None:
+            self.plot.removeItem(self.highlight)
+            self.highlight = None
+
+    def _redraw(self, reset_x: bool) -> None:
+        for item in self._region_items:
+            self.plot.removeItem(item)
+        self._region_items = []
+        s = self.spectrum
+        if s is None or s.n_pixels == 0:
+            self.curve.setData([], [])
+            self.sigma_upper.setData([], [])
+            self.sigma_lower.setData([], [])
+            self._x = self._y = self._sig = np.empty(0)
+            self.header.setText("No spectrum")
+            self._draw_lines()
+            return
+        x = s.rest_wavelength() if self.frame == "rest" else s.wavelength
+        good = s.good
+        y, sig = boxcar(s.flux, good, self.smoothing, s.ivar)
+        self._x, self._y = x, y
+        self._sig = sig if sig is not None else np.empty(0)
+        self.curve.setData(x, y, connect="finite")
+        if sig is not None and self.show_sigma:
+            self.sigma_upper.setData(x, np.where(np.isfinite(sig), y + sig, y), connect="finite")
+            self.sigma_lower.setData(x, np.where(np.isfinite(sig), y - sig, y), connect="finite")
+        else:
+            self.sigma_upper.setData([], [])
+            self.sigma_lower.setData([], [])
+        for a, b in mask_runs(~good):
+            lo, hi = x[a], x[min(b, len(x) - 1)]
+            self._add_region(lo - 0.5 * abs(x[min(a + 1, len(x) - 1)] - x[a]), hi, MASK_BRUSH)
+        factor = (1 + s.z) if self.frame == "rest" else 1.0
+        for lo, hi, name in TELLURIC_BANDS:
+            if s.medium == "vacuum":
+                lo, hi = float(air_to_vac(lo)), float(air_to_vac(hi))
+            region = self._add_region(lo / factor, hi / factor, TELLURIC_BRUSH)
+            pg.InfLineLabel(region.lines[0], f"⊕ {name}", position=0.04, anchors=[(0, 1), (0, 1)], color=(110, 110, 110))
+        self._draw_lines()
+        self._update_header()
+        if reset_x:
+            self.reset_zoom()
+        self._update_y_range()
+        self.viewChanged.emit(self.describe())
+
+    def _add_region(self, lo: float, hi: float, brush) -> pg.LinearRegionItem:
+        item = pg.LinearRegionItem((lo, hi), movable=False, brush=brush, pen=pg.mkPen(None))
+        item.setZValue(-10)
+        self.plot.addItem(item)
+        self._region_items.append(item)
+        return item
+
+    def _draw_lines(self) -> None:
+        for item in self._line_items:
+            self.plot.removeItem(item)
+        self._line_items = []
+        s = self.spectrum
+        if s is None or not self.show_lines:
+            return
+        factor = 1.0 if self.frame == "rest" else 1.0 + s.z
+        for i, line in enumerate(self._lines):
+            w = line.wavelength
+            if s.medium == "air":
+                w = float(vac_to_air(w))
+            item = pg.InfiniteLine(w * factor, angle=90, pen=LINE_PEN, movable=False, label=line.name,
+                                   labelOpts={"position": 0.97 - 0.06 * (i % 3), "color": (20, 120, 50),
+                                              "anchors": [(0, 0), (0, 0)]})
+            item.setZValue(-2)
+            self.plot.addItem(item)
+            self._line_items.append(item)
+
+    def _update_y_range(self, *args) -> None:
+        if not self._x.size:
+            return
+        lo, hi = self.vb.viewRange()[0]
+        sel = (self._x >= lo) & (self._x <= hi)
+        values = self._y[sel] if sel.any() else self._y
+        rng = robust_range(values)
+        if rng is not None:
+            self.vb.setYRange(*rng, padding=0)
+
+    def _update_header(self) -> None:
+        s = self.spectrum
+        if s is None:
+            return
+        m = s.meta
+        parts = [f"<b>{s.name}</b>"]
+        if m.survey:
+            parts.append(m.survey + (f" {m.data_release}" if m.data_release else ""))
+        if m.cls:
+            parts.append(f"{m.cls} {m.subclass or ''}".strip())
+        parts.append(f"z = {s.z:.5f}" + (f" ({m.redshift_source})" if m.redshift_source else ""))
+        if m.snr is not None:
+            parts.append(f"S/N {m.snr:.1f}")
+        medium = {"air": "air", "vacuum": "vacuum"}.get(s.medium, "medium unknown (lines in vacuum)")
+        parts.append(f"{self.frame} frame · wavelengths in {medium}")
+        if s.masked_fraction > 0:
+            parts.append(f"{100 * s.masked_fraction:.1f} % masked")
+        self.header.setText(" · ".join(parts))
+        self.plot.getPlotItem().setLabel("bottom", f"{'Rest' if self.frame == 'rest' else 'Observed'} wavelength (Å)")
+
+    def describe(self) -> str:
+        medium = self.spectrum.medium if self.spectrum is not None else "unknown"
+        return f"{self.frame} frame · smoothing {self.smoothing} px · {medium}"
