@@ -1,0 +1,146 @@
+"""The configurable keymap of the desktop app and its cheat sheet.
+
+Actions are named; each has one default key sequence (Qt portable text, e.g. ``"Y"``, ``"Return"``,
+``"Shift+Right"``). The user's overrides live in the settings (`AppSettings.keymap`). Keys are matched by an
+event filter of the main window, not by QShortcut, so they never fire while the vetter types in a text field.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from PySide6.QtCore import QEvent, QKeyCombination, QObject, Qt, Signal
+from PySide6.QtGui import QKeyEvent, QKeySequence
+from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QComboBox, QLineEdit, QPlainTextEdit, QTextEdit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    key: str
+    text: str
+    group: str
+
+
+ACTIONS: tuple[Action, ...] = (
+    Action("decide_yes", "Y", "Decision YES (is the target class)", "Decide"),
+    Action("decide_no", "N", "Decision NO", "Decide"),
+    Action("decide_unsure", "U", "Decision UNSURE", "Decide"),
+    Action("accept_model", "Return", "Accept the model's suggestion", "Decide"),
+    Action("flag_bad_spectrum", "1", "Flag: bad spectrum (artefacts, gaps)", "Flags"),
+    Action("flag_bad_redshift", "2", "Flag: catalogue redshift looks wrong", "Flags"),
+    Action("flag_bad_class", "3", "Flag: pipeline class looks wrong", "Flags"),
+    Action("flag_interesting", "4", "Flag: interesting / follow up", "Flags"),
+    Action("comment", "C", "Write a comment", "Flags"),
+    Action("next", "Right", "Next spectrum", "Navigate"),
+    Action("previous", "Left", "Previous spectrum", "Navigate"),
+    Action("next_undecided", "Shift+Right", "Next spectrum without a decision", "Navigate"),
+    Action("smooth_more", "D", "Smooth more (boxcar)", "View"),
+    Action("smooth_less", "S", "Smooth less", "View"),
+    Action("toggle_frame", "F", "Rest / observed frame", "View"),
+    Action("toggle_lines", "L", "Show / hide line markers", "View"),
+    Action("zoom_in", "=", "Zoom in", "View"),
+    Action("zoom_out", "-", "Zoom out", "View"),
+    Action("pan_left", "[", "Pan left", "View"),
+    Action("pan_right", "]", "Pan right", "View"),
+    Action("reset_zoom", "R", "Reset zoom", "View"),
+    Action("run_agent", "A", "Run the agent on this spectrum", "Agent"),
+    Action("cancel_agent", "Escape", "Cancel the agent run", "Agent"),
+    Action("cheat_sheet", "H", "Show / hide this cheat sheet", "Help"),
+)
+DEFAULT_KEYS: dict[str, str] = {a.name: a.key for a in ACTIONS}
+FLAG_ACTIONS = {"flag_bad_spectrum": "bad_spectrum", "flag_bad_redshift": "bad_redshift",
+                "flag_bad_class": "bad_class", "flag_interesting": "interesting"}
+
+
+def normalize(key: str) -> str:
+    """Canonical portable text of a key sequence ("" when Qt cannot parse it)."""
+    return QKeySequence(key).toString(QKeySequence.SequenceFormat.PortableText)
+
+
+class Keymap:
+    """Action ↔ key sequence, defaults plus overrides."""
+
+    def __init__(self, overrides: dict[str, str] | None = None):
+        self.keys: dict[str, str] = dict(DEFAULT_KEYS)
+        for name, key in (overrides or {}).items():
+            if name not in DEFAULT_KEYS:
+                log.warning("keymap: unknown action %r ignored", name)
+            elif not normalize(key):
+                log.warning("keymap: unparsable key %r for %s ignored", key, name)
+            else:
+                self.keys[name] = key
+        self._by_key = {normalize(k): a for a, k in self.keys.items()}
+
+    def overrides(self) -> dict[str, str]:
+        return {a: k for a, k in self.keys.items() if normalize(k) != normalize(DEFAULT_KEYS[a])}
+
+    def conflicts(self) -> list[tuple[str, str, str]]:
+        """(key, action, action) pairs bound to the same key."""
+        seen: dict[str, str] = {}
+        out = []
+        for action, key in self.keys.items():
+            k = normalize(key)
+            if k in seen:
+                out.append((k, seen[k], action))
+            seen[k] = action
+        return out
+
+    def action_for(self, event: QKeyEvent) -> str | None:
+        key = event.key()
+        if key in (Qt.Key.Key_Shift, Qt.Key.Key_Control, Qt.Key.Key_Alt, Qt.Key.Key_Meta, Qt.Key.Key_unknown):
+            return None
+        mods = event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier
+        found = self._by_key.get(self._text(mods, key))
+        if found is None and mods & Qt.KeyboardModifier.ShiftModifier and event.text() and not event.text().isalpha():
+            # Symbols typed with Shift ("?", "+") are bound without it.
+            found = self._by_key.get(self._text(mods & ~Qt.KeyboardModifier.ShiftModifier, key))
+        return found
+
+    @staticmethod
+    def _text(mods, key) -> str:
+        seq = QKeySequence(QKeyCombination(Qt.KeyboardModifier(mods), Qt.Key(key)))
+        return seq.toString(QKeySequence.SequenceFormat.PortableText)
+
+    def cheat_sheet_html(self) -> str:
+        rows, group = [], None
+        for a in ACTIONS:
+            if a.group != group:
+                group = a.group
+                rows.append(f"<tr><td colspan=2><b>{group}</b></td></tr>")
+            key = QKeySequence(self.keys[a.name]).toString(QKeySequence.SequenceFormat.NativeText)
+            rows.append(f"<tr><td><code>{key}</code>&nbsp;&nbsp;</td><td>{a.text}</td></tr>")
+        return "<table>" + "".join(rows) + "</table>"
+
+
+_TEXT_WIDGETS = (QLineEdit, QTextEdit, QPlainTextEdit, QAbstractSpinBox, QComboBox)
+
+
+class KeyFilter(QObject):
+    """Application event filter: key presses in ``window`` → ``triggered(action)``, except while typing."""
+
+    triggered = Signal(str)
+
+    def __init__(self, window, keymap: Keymap):
+        super().__init__(window)
+        self.window = window
+        self.keymap = keymap
+        self.enabled = True
+
+    def eventFilter(self, obj, event):  # noqa: N802 - Qt override
+        if not self.enabled or event.type() != QEvent.Type.KeyPress:
+            return False
+        widget = QApplication.focusWidget() or obj
+        if not hasattr(widget, "window") or widget.window() is not self.window:
+            return False
+        typing = isinstance(widget, _TEXT_WIDGETS) and not (isinstance(widget, QComboBox) and not widget.isEditable())
+        if typing and event.key() != Qt.Key.Key_Escape:
+            return False
+        action = self.keymap.action_for(event)
+        if action is None:
+            return False
+        self.triggered.emit(action)
+        return True

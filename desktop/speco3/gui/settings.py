@@ -1,0 +1,140 @@
+"""Desktop settings persisted as JSON in ``config_dir()/desktop.json`` (no Qt).
+
+Engine settings (threads, GPU layers, context, image token cap) are kept here and turned into
+`speco3.engine.base.EngineSettings` when a model is opened; the keymap stores only the user's overrides.
+A corrupt or hand-broken file never stops the app: it is moved aside and the defaults are used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from speco3.config import config_dir, data_dir
+from speco3.engine.base import EngineSettings
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "desktop.json"
+
+
+@dataclass
+class AppSettings:
+    """User settings of the desktop app.
+
+    Attributes
+    ----------
+    vetter : str
+        Name or initials recorded with every decision.
+    data_folder : str
+        Where models, the demo archive and vetting stores live ("" = the platform data folder).
+    n_threads, n_gpu_layers, n_ctx, image_max_tokens :
+        Engine settings (None = automatic).
+    model_id : str
+        Model to run ("" = the first installed one).
+    task : str
+        Task the agent panel and line markers start with.
+    keymap : dict
+        Action name → key sequence, only the user's overrides of `speco3.gui.keymap.DEFAULT_KEYS`.
+    auto_advance : bool
+        Go to the next spectrum after a decision.
+    last_archive : str
+        Archive folder opened last (reopened at start).
+    """
+
+    vetter: str = ""
+    data_folder: str = ""
+    n_threads: int | None = None
+    n_gpu_layers: int | None = None
+    n_ctx: int = 16384
+    image_max_tokens: int | None = None
+    model_id: str = ""
+    task: str = "cv"
+    keymap: dict[str, str] = field(default_factory=dict)
+    auto_advance: bool = True
+    last_archive: str = ""
+
+    # -- persistence ---------------------------------------------------------------------------------------------
+    @staticmethod
+    def path() -> Path:
+        return config_dir() / FILE_NAME
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> AppSettings:
+        """Read the settings file; defaults when it is missing, invalid JSON or of the wrong shape."""
+        path = path or cls.path()
+        if not path.is_file():
+            return cls()
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(raw, dict):
+                raise ValueError("top level is not an object")
+            return cls.from_dict(raw)
+        except (OSError, ValueError) as exc:
+            backup = path.with_name(path.name + ".bad")
+            log.warning("settings file %s unreadable (%s); using defaults, old file kept as %s", path, exc, backup)
+            with contextlib.suppress(OSError):
+                path.replace(backup)
+            return cls()
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> AppSettings:
+        """Build settings from a dict, ignoring unknown keys and values of the wrong type."""
+        out = cls()
+        for f in fields(cls):
+            if f.name not in raw:
+                continue
+            value = raw[f.name]
+            default = getattr(out, f.name)
+            if f.name == "keymap":
+                if isinstance(value, dict):
+                    out.keymap = {str(k): str(v) for k, v in value.items()}
+                continue
+            if f.name in ("n_threads", "n_gpu_layers", "image_max_tokens"):
+                ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= -1)
+            elif isinstance(default, bool):
+                ok = isinstance(value, bool)
+            elif isinstance(default, int):
+                ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+            else:
+                ok = isinstance(value, str)
+            if ok:
+                setattr(out, f.name, value)
+            else:
+                log.warning("ignoring setting %s=%r (wrong type)", f.name, value)
+        return out
+
+    def save(self, path: Path | None = None) -> Path:
+        """Write the settings atomically (temp file + rename)."""
+        path = path or self.path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".desktop-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(asdict(self), fh, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+        return path
+
+    # -- derived -------------------------------------------------------------------------------------------------
+    def resolved_data_folder(self) -> Path:
+        return Path(self.data_folder).expanduser() if self.data_folder else data_dir()
+
+    def engine_settings(self) -> EngineSettings:
+        """`EngineSettings` with the user's choices (other fields keep the engine defaults)."""
+        es = EngineSettings(n_ctx=self.n_ctx, n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
+                            image_max_tokens=self.image_max_tokens)
+        return es
+
+    def vetter_name(self) -> str:
+        """The vetter's name, falling back to the login name."""
+        if self.vetter.strip():
+            return self.vetter.strip()
+        try:
+            return os.getlogin()
+        except OSError:
+            return os.environ.get("USER") or os.environ.get("USERNAME") or "unknown"
