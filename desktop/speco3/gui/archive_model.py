@@ -1,0 +1,303 @@
+"""Table model over the archive index with lazy paging (`canFetchMore` / `fetchMore` over ``query(limit, offset)``).
+
+The model never holds more rows than the view has asked for, so an index of 100,000 spectra opens at once and
+scrolls smoothly. Filters that the index knows (survey, class, z, S/N, free text) go into the SQL query; the
+verdict-state filter needs the vetting store and is applied page by page. Sorting by the index's fields is done by
+the index; sorting by model verdict or decision materialises the filtered rows once (a deliberate user action).
+The queue of the vetting workflow is this model's row order; a candidate list replaces it with explicit entries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtGui import QBrush, QColor
+
+log = logging.getLogger(__name__)
+
+PAGE = 256
+# (field, header, index sort key or None when the index cannot sort by it)
+COLUMNS: tuple[tuple[str, str, str | None], ...] = (
+    ("name", "Spectrum", "key"),
+    ("survey", "Survey", "survey"),
+    ("cls", "Class", "cls"),
+    ("subclass", "Subclass", "subclass"),
+    ("z", "z", "z"),
+    ("snr", "S/N", "snr"),
+    ("object_id", "Object ID", "object_id"),
+    ("model", "Model", None),
+    ("decision", "Decision", None),
+)
+VERDICT_STATES = ("any", "undecided", "decided", "YES", "NO", "UNSURE", "model YES", "model NO", "no model verdict")
+_COLOURS = {"YES": QColor(40, 150, 60), "NO": QColor(190, 50, 50), "UNSURE": QColor(200, 140, 0)}
+
+StateFn = Callable[[str], tuple[str | None, str | None]]  # key -> (model verdict, human decision)
+
+
+@dataclass
+class Filters:
+    """Filters of the archive table (None = no constraint)."""
+
+    survey: str | None = None
+    cls: str | None = None
+    z_min: float | None = None
+    z_max: float | None = None
+    snr_min: float | None = None
+    text: str | None = None
+    state: str = "any"
+
+    def index_kwargs(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in ("survey", "cls", "z_min", "z_max", "snr_min", "text")}
+        return {k: v for k, v in out.items() if v not in (None, "")}
+
+
+def entry_value(entry: Any, name: str) -> Any:
+    """A display field of an index entry (tolerant to the entry's exact attribute names)."""
+    if name == "name":
+        key = getattr(entry, "key", "")
+        return getattr(entry, "name", None) or str(key).rsplit("/", 1)[-1]
+    if name == "z":
+        z = getattr(entry, "z", None)
+        return getattr(entry, "redshift", None) if z is None else z
+    return getattr(entry, name, None)
+
+
+@dataclass
+class _Source:
+    """Where rows come from: the index with filters, or an explicit list of entries."""
+
+    index: Any = None
+    filters: Filters = field(default_factory=Filters)
+    sort: str | None = None
+    descending: bool = False
+    entries: list[Any] | None = None
+    offset: int = 0  # next index offset to read
+    total: int = 0  # rows the index reports for the SQL filters
+    exhausted: bool = True
+
+
+class ArchiveTableModel(QAbstractTableModel):
+    """Lazy table of index entries; see module doc."""
+
+    def __init__(self, state_fn: StateFn | None = None, parent=None):
+        super().__init__(parent)
+        self.state_fn: StateFn = state_fn or (lambda key: (None, None))
+        self._src = _Source()
+        self._rows: list[Any] = []
+        self._state_cache: dict[str, tuple[str | None, str | None]] = {}
+        self._sort_col: int | None = None
+        self._sort_desc = False
+
+    # -- configuration ---------------------------------------------------------------------------------------
+    def set_index(self, index: Any) -> None:
+        self._src.index = index
+        self._src.entries = None
+        self.refresh()
+
+    def set_filters(self, filters: Filters) -> None:
+        self._src.filters = filters
+        self.refresh()
+
+    def set_entries(self, entries: list[Any] | None) -> None:
+        """Use an explicit entry list (a loaded candidate list) as the queue; None goes back to the index."""
+        self._src.entries = list(entries) if entries is not None else None
+        self.refresh()
+
+    @property
+    def filters(self) -> Filters:
+        return self._src.filters
+
+    @property
+    def is_candidate_list(self) -> bool:
+        return self._src.entries is not None
+
+    def refresh(self) -> None:
+        """Re-run the query from the first page (after a filter, sort or index change)."""
+        self.beginResetModel()
+        self._rows = []
+        self._state_cache.clear()
+        src = self._src
+        src.offset, src.total, src.exhausted = 0, 0, True
+        if src.entries is not None:
+            rows = [e for e in src.entries if self._state_ok(e)]
+            self._rows = self._sorted_by_state(rows) if self._state_sort() else rows
+        elif src.index is not None:
+            try:
+                src.total = int(src.index.count(**src.filters.index_kwargs()))
+            except Exception as exc:  # a bad filter value must not kill the table
+                log.warning("index count failed: %s", exc)
+                src.total = 0
+            src.exhausted = src.total == 0
+            if self._state_sort():
+                while not src.exhausted:
+                    self._read_page(PAGE * 8)
+                self._rows = self._sorted_by_state(self._rows)
+        self.endResetModel()
+        if not self._rows and self.canFetchMore(QModelIndex()):
+            self.fetchMore(QModelIndex())
+
+    def invalidate_states(self, keys: list[str] | None = None) -> None:
+        """Forget cached verdict states (all, or of ``keys``) and repaint the state columns."""
+        if keys is None:
+            self._state_cache.clear()
+            rows = range(len(self._rows))
+        else:
+            for k in keys:
+                self._state_cache.pop(k, None)
+            wanted = set(keys)
+            rows = [i for i, e in enumerate(self._rows) if e.key in wanted]
+        for r in rows:
+            self.dataChanged.emit(self.index(r, len(COLUMNS) - 2), self.index(r, len(COLUMNS) - 1))
+
+    # -- lazy paging ---------------------------------------------------------------------------------------------
+    def _read_page(self, size: int = PAGE) -> list[Any]:
+        src = self._src
+        kwargs = src.filters.index_kwargs()
+        sort_key = COLUMNS[self._sort_col][2] if self._sort_col is not None else None
+        if sort_key:
+            kwargs.update(sort=sort_key, descending=self._sort_desc)
+        try:
+            page = list(src.index.query(limit=size, offset=src.offset, **kwargs))
+        except Exception as exc:
+            log.warning("index query failed: %s", exc)
+            page = []
+        src.offset += len(page)
+        if len(page) < size or src.offset >= src.total:
+            src.exhausted = True
+        new = [e for e in page if self._state_ok(e)]
+        self._rows.extend(new)
+        return new
+
+    def canFetchMore(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> bool:  # noqa: N802, B008
+        return not parent.isValid() and self._src.entries is None and not self._src.exhausted
+
+    def fetchMore(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> None:  # noqa: N802, B008
+        if parent.isValid() or self._src.exhausted:
+            return
+        start = len(self._rows)
+        src = self._src
+        pending: list[Any] = []
+        # With a verdict-state filter a page may yield nothing: keep reading (bounded) until rows appear.
+        for _ in range(64):
+            before = len(self._rows)
+            self._read_page()
+            pending.extend(self._rows[before:])
+            if pending or src.exhausted:
+                break
+        del self._rows[start:]
+        if pending:
+            self.beginInsertRows(QModelIndex(), start, start + len(pending) - 1)
+            self._rows.extend(pending)
+            self.endInsertRows()
+
+    def fetch_all(self) -> None:
+        while self.canFetchMore():
+            self.fetchMore()
+
+    # -- verdict states ------------------------------------------------------------------------------------------
+    def state(self, key: str) -> tuple[str | None, str | None]:
+        if key not in self._state_cache:
+            try:
+                self._state_cache[key] = self.state_fn(key)
+            except Exception as exc:
+                log.warning("verdict state of %s unavailable: %s", key, exc)
+                self._state_cache[key] = (None, None)
+        return self._state_cache[key]
+
+    def _state_ok(self, entry: Any) -> bool:
+        want = self._src.filters.state
+        if want == "any":
+            return True
+        model, human = self.state(entry.key)
+        return {
+            "undecided": human is None, "decided": human is not None,
+            "YES": human == "YES", "NO": human == "NO", "UNSURE": human == "UNSURE",
+            "model YES": model == "YES", "model NO": model == "NO", "no model verdict": model is None,
+        }.get(want, True)
+
+    def _state_sort(self) -> bool:
+        return self._sort_col is not None and COLUMNS[self._sort_col][2] is None
+
+    def _sorted_by_state(self, rows: list[Any]) -> list[Any]:
+        which = 0 if COLUMNS[self._sort_col][0] == "model" else 1
+        order = {"YES": 0, "UNSURE": 1, "NO": 2, None: 3}
+        return sorted(rows, key=lambda e: order.get(self.state(e.key)[which], 3), reverse=self._sort_desc)
+
+    # -- Qt model API --------------------------------------------------------------------------------------------
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return COLUMNS[section][1]
+        return None
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid() or index.row() >= len(self._rows):
+            return None
+        entry = self._rows[index.row()]
+        name = COLUMNS[index.column()][0]
+        if name in ("model", "decision"):
+            value = self.state(entry.key)[0 if name == "model" else 1]
+            if role == Qt.ItemDataRole.DisplayRole:
+                return value or ""
+            if role == Qt.ItemDataRole.ForegroundRole and value in _COLOURS:
+                return QBrush(_COLOURS[value])
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
+            value = entry_value(entry, name)
+            if value is None:
+                return ""
+            if name == "z":
+                return f"{float(value):.5f}"
+            if name == "snr":
+                return f"{float(value):.1f}"
+            return str(value)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return str(getattr(entry, "path", "") or entry.key)
+        if role == Qt.ItemDataRole.TextAlignmentRole and name in ("z", "snr"):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
+        self._sort_col = column if 0 <= column < len(COLUMNS) else None
+        self._sort_desc = order == Qt.SortOrder.DescendingOrder
+        if self._src.entries is not None and not self._state_sort() and self._sort_col is not None:
+            name = COLUMNS[self._sort_col][0]
+
+            def keyf(e):
+                v = entry_value(e, name)
+                return (v is None, v if v is not None else 0)
+
+            self._src.entries.sort(key=keyf, reverse=self._sort_desc)
+        self.refresh()
+
+    # -- rows ----------------------------------------------------------------------------------------------------
+    def entry(self, row: int) -> Any | None:
+        return self._rows[row] if 0 <= row < len(self._rows) else None
+
+    def loaded_rows(self) -> int:
+        return len(self._rows)
+
+    def total_hint(self) -> int:
+        """Rows the index reports for the SQL filters (an upper bound when a verdict filter is active)."""
+        return len(self._rows) if self._src.entries is not None else max(self._src.total, len(self._rows))
+
+    def row_of(self, key: str, fetch_limit: int = 20000) -> int | None:
+        """Row of ``key``, fetching further pages (up to ``fetch_limit`` rows) when it is not loaded yet."""
+        start = 0
+        while True:
+            for i in range(start, len(self._rows)):
+                if self._rows[i].key == key:
+                    return i
+            start = len(self._rows)
+            if not self.canFetchMore() or len(self._rows) >= fetch_limit:
+                return None
+            self.fetchMore()
