@@ -1,0 +1,227 @@
+"""The Spec-o3 chat protocol, byte for byte (DESIGN.md §2, ``shared/protocol/``).
+
+The model was trained with verl's multi-turn tool agent on the Qwen2.5-VL chat template with one tool. This
+module holds the exact strings (system turn, tools block, tool schema, tool-response sentences), builds the
+conversation parts fed to an engine, parses what the model writes (Hermes-style ``<tool_call>`` JSON, the
+``<answer>…\\boxed{X}…</answer>`` verdict with the reward function's fallbacks), and renders a conversation as text
+with the ``<|vision_start|><|image_pad|><|vision_end|>`` placeholder for each image.
+
+Conversations are sequences of `speco3.engine.base.Part` (text or prepared image). The assistant's own text is
+kept verbatim, followed by the sampled ``<|im_end|>``; a tool turn follows that token directly (the RL form).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from speco3.engine.base import Part
+from speco3.imaging import PreparedImage
+
+logger = logging.getLogger(__name__)
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
+SYSTEM_PROMPT = "You are a helpful assistant."
+TOOL_NAME = "spectral_visualization_tool"
+
+#: The tool schema as the model saw it (no ``items`` entry: the training code's schema type dropped it).
+TOOL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": "A tool for visualizing spectral data with wavelength range zooming capabilities.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "wavelength_range": {
+                    "type": "array",
+                    "description": "Wavelength range to focus on [min_wavelength, max_wavelength] in Angstroms",
+                },
+                "label": {"type": "string", "description": "Optional label for the spectral feature being analyzed"},
+            },
+            "required": ["wavelength_range"],
+        },
+    },
+}
+#: ``tojson`` of the chat template = ``json.dumps(ensure_ascii=False)`` with default separators.
+TOOL_SCHEMA_JSON = json.dumps(TOOL_SCHEMA, ensure_ascii=False)
+
+TOOLS_BLOCK = (
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    + "\n"
+    + TOOL_SCHEMA_JSON
+    + "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
+    "</tool_call>"
+)
+SYSTEM_TURN = f"{IM_START}system\n{SYSTEM_PROMPT}{TOOLS_BLOCK}{IM_END}\n"
+GENERATION_PROMPT = f"{IM_START}assistant\n"
+TOOL_TURN_OPEN = f"{IM_START}user\n<tool_response>\n"
+TOOL_TURN_CLOSE = f"\n</tool_response>{IM_END}\n{GENERATION_PROMPT}"
+
+#: verl truncates tool-response text longer than this many characters (middle truncation).
+MAX_TOOL_RESPONSE_CHARS = 1024
+#: Version of the protocol strings; part of every task's prompt version.
+PROTOCOL_VERSION = "spec-o3-rl-1"
+
+
+def protocol_fingerprint() -> str:
+    """Digest of every protocol string that reaches the model (changes when the protocol changes)."""
+    h = hashlib.sha256()
+    for s in (PROTOCOL_VERSION, SYSTEM_TURN, GENERATION_PROMPT, TOOL_TURN_OPEN, TOOL_TURN_CLOSE):
+        h.update(s.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+# -- building the conversation ------------------------------------------------------------------------------
+def first_turn_parts(image: PreparedImage | None, task_text: str) -> list[Part]:
+    """System turn, first user turn (full-spectrum image, ``\\n``, task text) and the generation prompt."""
+    parts: list[Part] = [SYSTEM_TURN + f"{IM_START}user\n"]
+    if image is not None:
+        parts.append(image)
+    parts.append("\n" + task_text + f"{IM_END}\n{GENERATION_PROMPT}")
+    return parts
+
+
+def tool_turn_parts(image: PreparedImage | None, text: str) -> list[Part]:
+    """A tool turn appended directly after the assistant's ``<|im_end|>`` (RL form)."""
+    if image is None:
+        return [TOOL_TURN_OPEN + text + TOOL_TURN_CLOSE]
+    return [TOOL_TURN_OPEN, image, text + TOOL_TURN_CLOSE]
+
+
+def truncate_tool_text(text: str, limit: int = MAX_TOOL_RESPONSE_CHARS) -> str:
+    """verl's middle truncation of an over-long tool response."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return text[:half] + "...(truncated)..." + text[-half:]
+
+
+def render_prompt(conversation: Iterable[Part]) -> str:
+    """Text form of a conversation, each image written as ``<|vision_start|><|image_pad|><|vision_end|>``."""
+    out: list[str] = []
+    for part in conversation:
+        if isinstance(part, PreparedImage):
+            out.append(IMAGE_PLACEHOLDER)
+        elif isinstance(part, str):
+            out.append(part)
+        else:
+            raise TypeError(f"conversation part of type {type(part).__name__} (expected str or PreparedImage)")
+    return "".join(out)
+
+
+# -- parsing what the model wrote ---------------------------------------------------------------------------
+_THINK_RE = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
+_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_BOXED_RE = re.compile(r"\\boxed\{([^}]*)\}")
+
+
+def split_reasoning(text: str) -> tuple[str, str]:
+    """Split an assistant message into (reasoning inside ``<think>``, the rest)."""
+    thoughts = [m.strip() for m in _THINK_RE.findall(text)]
+    rest = _THINK_RE.sub("", text).strip()
+    return "\n\n".join(t for t in thoughts if t), rest
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    """One ``<tool_call>`` as the Hermes parser reads it: the name and the decoded arguments value."""
+
+    name: str
+    arguments: Any
+    raw: str
+
+
+def parse_tool_calls(text: str) -> list[ParsedCall]:
+    """All parsable tool calls of an assistant message, in order (the first one runs).
+
+    Like verl's Hermes parser: both tags must be present, each block must be JSON with ``name`` and
+    ``arguments``; blocks that are not are skipped (an output with none ends the episode).
+    """
+    if "<tool_call>" not in text or "</tool_call>" not in text:
+        return []
+    calls: list[ParsedCall] = []
+    for block in _TOOL_CALL_RE.findall(text):
+        try:
+            obj = json.loads(block)
+            name, arguments = obj["name"], obj["arguments"]
+        except (ValueError, KeyError, TypeError) as exc:
+            logger.info("unparsable tool call %r: %s", block[:200], exc)
+            continue
+        if not isinstance(name, str):
+            logger.info("tool call name is not a string: %r", name)
+            continue
+        calls.append(ParsedCall(name=name, arguments=arguments, raw=block))
+    return calls
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    """The verdict read from an assistant message.
+
+    Attributes
+    ----------
+    verdict : {"YES", "NO"} or None
+    method : str
+        ``"answer_boxed"`` (the trained format), ``"answer_text"`` (a YES/NO word inside ``<answer>``),
+        ``"boxed"`` (a lone ``\\boxed{}``), ``"bare"`` (an upper-case YES or NO outside the reasoning) or ``"none"``.
+    strict : bool
+        True when the message has the trained format: matched ``<think>`` tags and one ``<answer>`` with
+        ``\\boxed{YES|NO}``.
+    answer : str
+        The text inside ``<answer>`` (or the text after the reasoning when there is none).
+    """
+
+    verdict: str | None
+    method: str
+    strict: bool
+    answer: str
+
+
+def _binary(value: str) -> str | None:
+    v = value.strip().upper()
+    return v if v in ("YES", "NO") else None
+
+
+def parse_answer(text: str) -> ParsedAnswer:
+    """Read the verdict with the fallbacks of the training reward (``compute_score``), made safer for use."""
+    n_open, n_close = text.count("<think>"), text.count("</think>")
+    answers = _ANSWER_RE.findall(text)
+    think_ok = n_open == n_close and n_open > 0
+    if answers:
+        content = answers[-1].strip()
+        boxed = _BOXED_RE.search(content)
+        if boxed and _binary(boxed.group(1)):
+            strict = think_ok and len(answers) == 1 and text.count("<answer>") == 1
+            return ParsedAnswer(_binary(boxed.group(1)), "answer_boxed", strict, content)
+        if not boxed:
+            for word in ("YES", "NO"):  # the reward's order: YES first
+                if re.search(rf"\b{word}\b", content, re.IGNORECASE):
+                    return ParsedAnswer(word, "answer_text", False, content)
+    _, outside = split_reasoning(text)
+    boxed_all = [_binary(b) for b in _BOXED_RE.findall(text)]
+    found = [b for b in boxed_all if b]
+    if found:
+        return ParsedAnswer(found[-1], "boxed", False, outside)
+    # Bare words: upper case only, outside the reasoning, and only when unambiguous.
+    bare = set(re.findall(r"\b(YES|NO)\b", outside))
+    if len(bare) == 1:
+        return ParsedAnswer(bare.pop(), "bare", False, outside)
+    return ParsedAnswer(None, "none", False, answers[-1].strip() if answers else outside)
+
+
+def format_range(values: Sequence[Any], brackets: str = "()") -> str:
+    """Python's ``str`` of a tuple / list of the numbers as received (``(6500, 6600)``, ``[6500.5, 6600.0]``)."""
+    seq = tuple(values) if brackets == "()" else list(values)
+    return str(seq)

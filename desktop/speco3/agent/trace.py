@@ -1,0 +1,227 @@
+"""An auditable record of one episode: every step, the task, the spectrum, the model and the settings.
+
+`Trace.save(folder)` writes ``trace.json`` plus one PNG per image exactly as the model saw it (``00-full.png``,
+``01-zoom-6500-6600.png``, …) and ``prompt.txt`` (the conversation text with image placeholders); `Trace.load`
+reads it back. Views are stored as their range/frame/title (the spectrum is referenced by its address).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import platform
+import tempfile
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from speco3 import __version__
+from speco3.agent.protocol import render_prompt
+from speco3.agent.steps import STEP_TYPES, Outcome, PromptStep, Step, ToolStep, VerdictStep, ViewSpec
+from speco3.errors import Speco3Error
+from speco3.imaging import FACTOR, PreparedImage
+
+logger = logging.getLogger(__name__)
+
+TRACE_FORMAT = 1
+TRACE_FILE = "trace.json"
+
+
+class TraceError(Speco3Error):
+    """A trace folder cannot be read."""
+
+
+def versions() -> dict[str, str]:
+    """Versions of what produced a trace."""
+    out = {"speco3": __version__, "python": platform.python_version()}
+    for dist in ("numpy", "astropy", "llama_cpp_python"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[dist] = metadata.version(dist)
+    return out
+
+
+def spectrum_ref(spectrum) -> dict[str, Any]:
+    """What identifies a spectrum in a trace."""
+    m = spectrum.meta
+    address = f"{m.path}#{m.index}" if m.path else spectrum.name
+    return {
+        "address": address, "name": spectrum.name, "path": m.path, "index": m.index, "survey": m.survey,
+        "object_id": m.object_id, "ra": m.ra, "dec": m.dec, "redshift": m.redshift, "n_pixels": spectrum.n_pixels,
+    }
+
+
+def _image_file(step: Step, n: int) -> str:
+    if isinstance(step, ToolStep) and step.wavelength_range is not None:
+        a, b = step.wavelength_range
+        return f"{n:02d}-zoom-{a:g}-{b:g}.png"
+    return f"{n:02d}-full.png"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Outcome):
+        return value.value
+    if isinstance(value, ViewSpec):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class Trace:
+    """All steps of one episode plus its context."""
+
+    task_id: str = ""
+    task_text: str = ""
+    prompt_version: str = ""
+    spectrum: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=versions)
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    steps: list[Step] = field(default_factory=list)
+    prompt_text: str = ""
+
+    # -- building ----------------------------------------------------------------------------------
+    def add(self, step: Step) -> Step:
+        self.steps.append(step)
+        if isinstance(step, PromptStep):
+            self.task_id = self.task_id or step.task_id
+            self.task_text = self.task_text or step.task_text
+        if isinstance(step, VerdictStep) and step.extra.get("conversation"):
+            self.prompt_text = render_prompt(step.extra["conversation"])
+        return step
+
+    def record(self, steps):
+        """Pass steps through while adding them: ``for step in trace.record(run_episode(...))``."""
+        for step in steps:
+            yield self.add(step)
+
+    # -- reading -----------------------------------------------------------------------------------
+    @property
+    def final(self) -> VerdictStep | None:
+        return self.steps[-1] if self.steps and isinstance(self.steps[-1], VerdictStep) else None
+
+    @property
+    def outcome(self) -> Outcome | None:
+        return self.final.outcome if self.final else None
+
+    @property
+    def verdict(self) -> str | None:
+        return self.final.verdict if self.final else None
+
+    def tool_steps(self) -> list[ToolStep]:
+        return [s for s in self.steps if isinstance(s, ToolStep)]
+
+    def images(self) -> list[tuple[Step, PreparedImage]]:
+        """(step, image) for every image the model saw, in order."""
+        return [(s, s.image) for s in self.steps if getattr(s, "image", None) is not None]
+
+    # -- files -------------------------------------------------------------------------------------
+    def to_dict(self, image_files: dict[int, str] | None = None) -> dict[str, Any]:
+        steps = []
+        for i, step in enumerate(self.steps):
+            d: dict[str, Any] = {"kind": step.kind}
+            for f in fields(step):
+                if f.name in ("view", "image"):
+                    continue
+                value = getattr(step, f.name)
+                if f.name == "extra":
+                    value = {k: v for k, v in value.items() if k != "conversation"}
+                d[f.name] = _jsonable(value)
+            img = getattr(step, "image", None)
+            if img is not None:
+                d["image"] = {"file": (image_files or {}).get(i), "width": img.width, "height": img.height,
+                              "grid": list(img.grid), "sha256": img.sha256}
+            steps.append(d)
+        return {
+            "format": TRACE_FORMAT, "task_id": self.task_id, "task_text": self.task_text,
+            "prompt_version": self.prompt_version, "spectrum": self.spectrum, "model": self.model,
+            "settings": self.settings, "versions": self.versions, "created": self.created, "steps": steps,
+        }
+
+    def save(self, folder: str | Path) -> Path:
+        """Write ``trace.json``, the PNGs and ``prompt.txt`` into ``folder`` (created); return the JSON path."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        files: dict[int, str] = {}
+        n = 0
+        for i, step in enumerate(self.steps):
+            img = getattr(step, "image", None)
+            if img is None:
+                continue
+            name = _image_file(step, n)
+            (folder / name).write_bytes(img.png)
+            files[i] = name
+            n += 1
+        if self.prompt_text:
+            (folder / "prompt.txt").write_text(self.prompt_text, encoding="utf-8")
+        target = folder / TRACE_FILE
+        fd, tmp = tempfile.mkstemp(prefix=".trace-", suffix=".json", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(self.to_dict(files), fh, ensure_ascii=False, indent=1, allow_nan=True)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Trace:
+        """Read a trace folder written by `save`. Raises `TraceError`."""
+        folder = Path(folder)
+        path = folder / TRACE_FILE if folder.is_dir() else folder
+        folder = path.parent
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise TraceError(f"{path}: cannot read trace ({exc})") from exc
+        if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT:
+            raise TraceError(f"{path}: not a Spec-o3 trace (format {data.get('format') if isinstance(data, dict) else '?'})")
+        trace = cls(**{k: data.get(k, v) for k, v in (
+            ("task_id", ""), ("task_text", ""), ("prompt_version", ""), ("spectrum", {}), ("model", {}),
+            ("settings", {}), ("versions", {}), ("created", ""))})
+        for d in data.get("steps", []):
+            trace.steps.append(_step_from_dict(d, folder, path))
+        prompt = folder / "prompt.txt"
+        if prompt.is_file():
+            trace.prompt_text = prompt.read_text(encoding="utf-8")
+        return trace
+
+
+def _step_from_dict(d: dict, folder: Path, path: Path) -> Step:
+    cls = STEP_TYPES.get(d.get("kind"))
+    if cls is None:
+        raise TraceError(f"{path}: unknown step kind {d.get('kind')!r}")
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in d or f.name in ("view", "image"):
+            continue
+        value = d[f.name]
+        if f.name == "view_spec" and value is not None:
+            value = ViewSpec.from_dict(value)
+        elif f.name == "outcome":
+            value = Outcome(value)
+        elif f.name == "wavelength_range" and value is not None:
+            value = tuple(value)
+        kwargs[f.name] = value
+    img = d.get("image")
+    if img and img.get("file"):
+        file = folder / img["file"]
+        try:
+            png = file.read_bytes()
+        except OSError as exc:
+            raise TraceError(f"{path}: image {img['file']} missing ({exc.strerror})") from exc
+        w, h = int(img["width"]), int(img["height"])
+        kwargs["image"] = PreparedImage(png=png, width=w, height=h, grid=(w // FACTOR, h // FACTOR),
+                                        sha256=img.get("sha256", ""))
+    return cls(**kwargs)

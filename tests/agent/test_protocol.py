@@ -1,0 +1,112 @@
+"""The protocol strings against the byte-exact fixtures, and the parsers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from agent_helpers import make_spectrum, pillow_render
+
+from speco3.agent import protocol as p
+from speco3.agent.tool import invalid_range_text, no_data_text, success_text
+from speco3.imaging import prepare_image
+from speco3.spectra.view import View
+
+
+@pytest.fixture
+def image():
+    return prepare_image(pillow_render(View(make_spectrum())))
+
+
+def fixture(shared_dir, name: str) -> str:
+    return (shared_dir / "protocol" / name).read_bytes().decode("utf-8")
+
+
+def test_first_turn_bytes(shared_dir, image):
+    assert p.render_prompt(p.first_turn_parts(image, "TASK TEXT")) == fixture(shared_dir, "first_turn.txt")
+
+
+def test_tool_turn_image_bytes(shared_dir, image):
+    text = success_text((6500, 6600), "Zoom on Hα region")
+    assert p.render_prompt(p.tool_turn_parts(image, text)) == fixture(shared_dir, "tool_turn_image.txt")
+
+
+def test_tool_turn_error_bytes(shared_dir):
+    text = invalid_range_text([10000, 12000], (3700.0, 9100.0))
+    assert p.render_prompt(p.tool_turn_parts(None, text)) == fixture(shared_dir, "tool_turn_error.txt")
+
+
+def test_schema_is_the_trained_string(shared_dir):
+    first = fixture(shared_dir, "first_turn.txt")
+    assert "\n" + p.TOOL_SCHEMA_JSON + "\n" in first
+    assert '"items"' not in p.TOOL_SCHEMA_JSON
+    assert json.loads(p.TOOL_SCHEMA_JSON)["function"]["name"] == p.TOOL_NAME
+
+
+def test_response_texts():
+    assert success_text((6500, 6600), None) == "Generated spectral visualization focused on wavelength range (6500, 6600) Å."
+    assert success_text((6500.5, 6600.0), "Hα").endswith("range (6500.5, 6600.0) Å for Hα.")
+    assert no_data_text((5000, 5010)) == (
+        "Error processing spectral visualization: No data points in specified wavelength range (5000, 5010)"
+    )
+    assert invalid_range_text([1.5, 2], (3650.04, 9099.96)).endswith("range [1.5, 2] is invalid or outside the "
+                                                                   "available data range [3650.0, 9100.0].")
+
+
+def test_render_prompt_rejects_unknown_parts():
+    with pytest.raises(TypeError):
+        p.render_prompt(["a", 3])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<tool_call>\n{"name": "spectral_visualization_tool", "arguments": {"wavelength_range": [1, 2]}}\n</tool_call>',
+        '<tool_call>{"name":"spectral_visualization_tool","arguments":{"wavelength_range":[1,2]}}</tool_call>',
+        '<think>hm</think>\n<tool_call>  \n\t{ "name" : "spectral_visualization_tool" ,\n "arguments" : '
+        '{ "wavelength_range" : [ 1 , 2 ] } }  \n</tool_call>\n',
+    ],
+)
+def test_tool_call_whitespace_tolerant(text):
+    calls = p.parse_tool_calls(text)
+    assert len(calls) == 1 and calls[0].arguments == {"wavelength_range": [1, 2]}
+
+
+def test_tool_calls_skip_malformed_and_keep_order():
+    text = (
+        "<tool_call>{not json}</tool_call><tool_call>{\"name\": \"a\"}</tool_call>"
+        '<tool_call>{"name": "x", "arguments": {}}</tool_call><tool_call>{"name": "y", "arguments": {}}</tool_call>'
+    )
+    assert [c.name for c in p.parse_tool_calls(text)] == ["x", "y"]
+    assert p.parse_tool_calls('<tool_call>{"name": "x", "arguments": {}}') == []  # unclosed: no call
+
+
+@pytest.mark.parametrize(
+    "text, verdict, method, strict",
+    [
+        ("<think>a</think><answer>\\boxed{YES}, Hα in emission</answer>", "YES", "answer_boxed", True),
+        ("<think>a</think><answer>\\boxed{ no }</answer>", "NO", "answer_boxed", True),
+        ("<answer>\\boxed{YES}</answer>", "YES", "answer_boxed", False),  # no <think>: format not strict
+        ("<think>a</think><answer>yes, it is</answer>", "YES", "answer_text", False),
+        ("<think>a</think>So the answer is \\boxed{NO}.", "NO", "boxed", False),
+        ("<think>maybe YES maybe NO</think>Final: NO", "NO", "bare", False),
+        ("<think>a</think>YES or NO, hard to say", None, "none", False),
+        ("<think>no idea</think>I cannot decide.", None, "none", False),
+        ("<think>a</think><answer>\\boxed{MAYBE}</answer>", None, "none", False),
+    ],
+)
+def test_answer_fallbacks(text, verdict, method, strict):
+    a = p.parse_answer(text)
+    assert (a.verdict, a.method, a.strict) == (verdict, method, strict)
+
+
+def test_split_reasoning():
+    assert p.split_reasoning("<think> a </think>\nrest") == ("a", "rest")
+    assert p.split_reasoning("<think>unfinished") == ("unfinished", "")
+
+
+def test_truncate_tool_text():
+    long = "x" * 3000
+    out = p.truncate_tool_text(long)
+    assert out.startswith("x" * 512) and "...(truncated)..." in out and len(out) == 1024 + len("...(truncated)...")
+    assert p.truncate_tool_text("short") == "short"
