@@ -1,0 +1,268 @@
+"""The agent panel: pick task and model, run, watch the reasoning stream in, click zooms, read the verdict.
+
+The panel is a view of what `InferenceThread` reports: tokens are appended to the live transcript as they arrive;
+each tool call adds a thumbnail (label, range) to the zoom strip and a link in the transcript; clicking either
+emits ``zoomRequested(lo, hi, label)`` so the main plot shows that rest-frame window with the region highlighted.
+Without an installed model the panel explains how to get one; the demo archive offers a scripted session that is
+labelled as such in the panel, the transcript and the verdict.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import time
+
+from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QIcon, QImage, QPixmap, QTextCursor
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from speco3.gui.demo_session import SCRIPTED_LABEL
+
+log = logging.getLogger(__name__)
+
+NO_MODEL_HELP = (
+    "<b>No Spec-o3 model is installed.</b> Everything else works; to let the agent look at spectra, get a model:"
+    "<ul><li>on a connected machine: <code>spec-o3 models pull spec-o3-7b</code>, then copy the model folder;</li>"
+    "<li>from GGUF files you have: <code>spec-o3 models import TEXT.gguf MMPROJ.gguf</code>;</li>"
+    "<li>from a Hugging Face checkpoint on disk: <code>spec-o3 convert CHECKPOINT_DIR</code>.</li></ul>"
+    "Or use <i>Models → Model manager…</i>."
+)
+_VERDICT_STYLE = {"YES": "color:#1d7f36", "NO": "color:#b32d2d"}
+
+
+class AgentPanel(QWidget):
+    """See module doc.
+
+    Signals
+    -------
+    runRequested(task_id, model_id) ; cancelRequested() ; zoomRequested(lo, hi, label) ; taskChanged(task_id)
+    """
+
+    runRequested = Signal(str, str)
+    cancelRequested = Signal()
+    zoomRequested = Signal(float, float, str)
+    taskChanged = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.task_box = QComboBox(objectName="taskBox")
+        self.model_box = QComboBox(objectName="modelBox")
+        self.run_button = QPushButton("Run agent (A)", objectName="runButton")
+        self.cancel_button = QPushButton("Cancel (Esc)", objectName="cancelButton", enabled=False)
+        self.notice = QLabel(objectName="agentNotice", wordWrap=True, textFormat=Qt.TextFormat.RichText)
+        self.status = QLabel("idle", objectName="agentStatus")
+        self.transcript = QTextBrowser(objectName="transcript", openLinks=False)
+        self.zooms = QListWidget(objectName="zoomStrip")
+        self.zooms.setViewMode(QListWidget.ViewMode.IconMode)
+        self.zooms.setIconSize(QSize(150, 90))
+        self.zooms.setFlow(QListWidget.Flow.LeftToRight)
+        self.zooms.setWrapping(False)
+        self.zooms.setFixedHeight(135)
+        self.zooms.setMovement(QListWidget.Movement.Static)
+        self.verdict = QLabel("", objectName="verdictLabel", wordWrap=True, textFormat=Qt.TextFormat.RichText)
+
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Task"))
+        row.addWidget(self.task_box, 1)
+        row.addWidget(QLabel("Model"))
+        row.addWidget(self.model_box, 2)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addWidget(self.status, 1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(row)
+        layout.addLayout(buttons)
+        layout.addWidget(self.notice)
+        layout.addWidget(self.transcript, 1)
+        layout.addWidget(QLabel("Zooms (click to show on the plot)"))
+        layout.addWidget(self.zooms)
+        layout.addWidget(self.verdict)
+
+        self.run_button.clicked.connect(self._request_run)
+        self.cancel_button.clicked.connect(self.cancelRequested)
+        self.zooms.itemClicked.connect(self._zoom_item_clicked)
+        self.transcript.anchorClicked.connect(self._anchor_clicked)
+        self.task_box.currentIndexChanged.connect(lambda _i: self.taskChanged.emit(self.task_id()))
+        self._job: int | None = None
+        self._zoom_windows: list[tuple[float, float, str]] = []
+        self._t0 = 0.0
+        self._done_tokens = 0
+        self._live_chars = 0
+        self._info: dict = {}
+        self._timer = QTimer(self, interval=250)
+        self._timer.timeout.connect(self._update_status)
+
+    # -- configuration -------------------------------------------------------------------------------------------
+    def set_tasks(self, tasks: dict, current: str | None = None) -> None:
+        self.task_box.blockSignals(True)
+        self.task_box.clear()
+        for task_id, task in tasks.items():
+            self.task_box.addItem(f"{task_id} — {getattr(task, 'target_class', task_id)}", task_id)
+        if current is not None and (i := self.task_box.findData(current)) >= 0:
+            self.task_box.setCurrentIndex(i)
+        self.task_box.blockSignals(False)
+
+    def task_id(self) -> str:
+        return self.task_box.currentData() or ""
+
+    def set_models(self, models: list[tuple[str, str]], scripted_available: bool, current: str = "") -> None:
+        """``models``: (model id, display text). The scripted demo entry is added when ``scripted_available``."""
+        previous = current or self.model_id()
+        self.model_box.clear()
+        for model_id, text in models:
+            self.model_box.addItem(text, model_id)
+        if scripted_available:
+            self.model_box.addItem(f"⚠ {SCRIPTED_LABEL}", SCRIPTED_LABEL)
+        if (i := self.model_box.findData(previous)) >= 0:
+            self.model_box.setCurrentIndex(i)
+        has_any = self.model_box.count() > 0
+        self.notice.setText("" if models else NO_MODEL_HELP + (
+            f"<p>The demo archive offers a <b>{SCRIPTED_LABEL}</b> session to show the workflow.</p>"
+            if scripted_available else ""))
+        self.notice.setVisible(not models)
+        self.run_button.setEnabled(has_any and self._job is None)
+
+    def model_id(self) -> str:
+        return self.model_box.currentData() or ""
+
+    @property
+    def running(self) -> bool:
+        return self._job is not None
+
+    # -- run lifecycle (called by the main window) ---------------------------------------------------------------
+    def _request_run(self) -> None:
+        if self.model_id() and not self.running:
+            self.runRequested.emit(self.task_id(), self.model_id())
+
+    def clear(self) -> None:
+        self.transcript.clear()
+        self.zooms.clear()
+        self._zoom_windows = []
+        self.verdict.setText("")
+
+    def begin(self, job_id: int, title: str, scripted: bool) -> None:
+        self.clear()
+        self._job, self._t0, self._info = job_id, time.perf_counter(), {}
+        self._done_tokens, self._live_chars = 0, 0
+        banner = (f"<p style='background:#fff3cd;color:#7a5200'><b>⚠ {SCRIPTED_LABEL}.</b> Canned text and the demo "
+                  "catalogue's answer; the zooms are real renders.</p>") if scripted else ""
+        self.transcript.setHtml(banner + f"<p><b>{html.escape(title)}</b></p>")
+        self.run_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.status.setText("starting …")
+        self._timer.start()
+
+    def started(self, job_id: int, info: dict) -> None:
+        if job_id == self._job:
+            self._info = info
+
+    def append_tokens(self, job_id: int, text: str) -> None:
+        if job_id != self._job:
+            return
+        self._live_chars += len(text)
+        cursor = self.transcript.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertText(text)
+        self.transcript.setTextCursor(cursor)
+        self.transcript.ensureCursorVisible()
+
+    def add_step(self, job_id: int, step) -> None:
+        if job_id != self._job:
+            return
+        kind = getattr(step, "kind", "")
+        if kind == "assistant":
+            self._done_tokens += step.n_tokens
+            self._live_chars = 0
+            self._append_html("<br>")
+        elif kind == "tool":
+            self._add_zoom(step)
+        elif kind == "verdict":
+            self._show_verdict(step)
+
+    def _append_html(self, fragment: str) -> None:
+        cursor = self.transcript.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertHtml(fragment)
+        self.transcript.setTextCursor(cursor)
+
+    def _add_zoom(self, step) -> None:
+        label = step.label or "zoom"
+        rng = step.wavelength_range
+        if not step.ok or rng is None or step.image is None:
+            self._append_html(f"<p style='color:#b32d2d'>Tool error: {html.escape(step.response_text)}</p>")
+            return
+        lo, hi = float(rng[0]), float(rng[1])
+        i = len(self._zoom_windows)
+        self._zoom_windows.append((lo, hi, label))
+        image = QImage.fromData(step.image.png)
+        thumb = QPixmap.fromImage(image).scaled(150, 90, Qt.AspectRatioMode.KeepAspectRatio,
+                                                Qt.TransformationMode.SmoothTransformation)
+        item = QListWidgetItem(QIcon(thumb), f"{label}\n{lo:g}–{hi:g} Å")
+        item.setData(Qt.ItemDataRole.UserRole, i)
+        item.setToolTip(f"{label}: {lo:g}–{hi:g} Å (rest frame). Click to show on the plot.")
+        self.zooms.addItem(item)
+        self._append_html(f"<p>🔍 <a href='zoom:{i}'><b>{html.escape(label)}</b> {lo:g}–{hi:g} Å</a> "
+                          f"(rest frame)</p><br>")
+
+    def _show_verdict(self, step) -> None:
+        outcome = getattr(step.outcome, "value", str(step.outcome))
+        scripted = self._info.get("scripted")
+        who = SCRIPTED_LABEL if scripted else f"model {self._info.get('model', '?')}"
+        if step.verdict:
+            head = f"<span style='{_VERDICT_STYLE.get(step.verdict, '')};font-size:16pt'><b>{step.verdict}</b></span>"
+        else:
+            head = f"<b>no verdict</b> ({html.escape(outcome)}: {html.escape(step.detail)})"
+        evidence = "; ".join(f"{lab} {lo:g}–{hi:g} Å" for lo, hi, lab in self._zoom_windows) or "no zooms"
+        answer = html.escape(step.answer.strip())[:600] if step.answer else ""
+        self.verdict.setText(f"{head} — {html.escape(who)}<br><small>Evidence: {html.escape(evidence)}</small>"
+                             + (f"<br><small>{answer}</small>" if answer else "")
+                             + "<br><small>Suggestion only — press Enter to accept it, or decide yourself.</small>")
+
+    def finish(self, job_id: int, message: str = "") -> None:
+        if job_id != self._job:
+            return
+        self._update_status()
+        if message:
+            self._append_html(f"<p style='color:#b32d2d'>{html.escape(message)}</p>")
+        self._job = None
+        self._timer.stop()
+        self.run_button.setEnabled(self.model_box.count() > 0)
+        self.cancel_button.setEnabled(False)
+
+    def _update_status(self) -> None:
+        if self._job is None:
+            return
+        elapsed = time.perf_counter() - self._t0
+        tokens = self._done_tokens + self._live_chars // 4
+        rate = tokens / elapsed if elapsed > 0 else 0.0
+        backend = self._info.get("backend", "…")
+        self.status.setText(f"{backend} · {tokens} tokens · {rate:.1f} tok/s · {elapsed:.1f} s")
+
+    # -- zooms ---------------------------------------------------------------------------------------------------
+    def zoom_windows(self) -> list[tuple[float, float, str]]:
+        return list(self._zoom_windows)
+
+    def activate_zoom(self, i: int) -> None:
+        if 0 <= i < len(self._zoom_windows):
+            lo, hi, label = self._zoom_windows[i]
+            self.zoomRequested.emit(lo, hi, label)
+
+    def _zoom_item_clicked(self, item: QListWidgetItem) -> None:
+        self.activate_zoom(int(item.data(Qt.ItemDataRole.UserRole)))
+
+    def _anchor_clicked(self, url: QUrl) -> None:
+        text = url.toString()
+        if text.startswith("zoom:"):
+            self.activate_zoom(int(text.split(":", 1)[1]))

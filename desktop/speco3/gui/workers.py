@@ -1,0 +1,302 @@
+"""Background workers: archive indexing and the one inference thread (interactive runs and batch pre-screen).
+
+The GUI thread never blocks: every long task runs here and reports back through queued Qt signals.
+
+* `IndexWorker` scans an archive folder with its own `ArchiveIndex` connection (SQLite connections stay in
+  their thread) and reports progress; the GUI then opens its own connection for queries.
+* `InferenceThread` owns the engine (llama.cpp contexts are not thread-safe; one thread drives them). It serves
+  interactive runs first and batch items in between, so the vetter can ask the agent about the current spectrum
+  while a batch pre-screen is running. Tokens are coalesced (≈ 25 updates per second) before crossing threads.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from speco3.spectra.model import Spectrum
+
+log = logging.getLogger(__name__)
+
+EngineFactory = Callable[[], Any]  # () -> Engine (loaded lazily by the agent loop)
+
+
+def render_png(view) -> bytes:
+    """The agent's render function: the training-faithful renderer, PNG bytes."""
+    from speco3.render import render_view
+
+    return render_view(view).png
+
+
+class IndexWorker(QObject):
+    """Scan an archive folder in a QThread. Signals: progress(done, total, path), finished(root), failed(msg)."""
+
+    progress = Signal(int, int, str)
+    finished = Signal(str)
+    failed = Signal(str)
+
+    def __init__(self, root: str | Path):
+        super().__init__()
+        self.root = str(root)
+        self.cancel = threading.Event()
+
+    @Slot()
+    def run(self) -> None:
+        from speco3.spectra import ArchiveIndex
+
+        last = [0.0]
+
+        def progress(done: int, total: int, path) -> None:
+            now = time.perf_counter()
+            if now - last[0] > 0.05 or done == total:
+                last[0] = now
+                self.progress.emit(int(done), int(total), str(path))
+            if self.cancel.is_set():
+                raise InterruptedError("indexing cancelled")
+
+        try:
+            index = ArchiveIndex.for_root(self.root)
+            try:
+                index.scan(self.root, progress=progress, workers=2)
+            finally:
+                close = getattr(index, "close", None)
+                if close:
+                    close()
+        except InterruptedError:
+            self.failed.emit("indexing cancelled")
+            return
+        except Exception as exc:
+            log.exception("indexing %s failed", self.root)
+            self.failed.emit(f"indexing {self.root} failed: {exc}")
+            return
+        self.finished.emit(self.root)
+
+
+@dataclass
+class AgentJob:
+    """One agent run. ``spectrum`` or ``entry`` (loaded in the worker) must be given."""
+
+    key: str
+    task: Any
+    engine_key: str
+    engine_factory: EngineFactory
+    spectrum: Spectrum | None = None
+    entry: Any = None
+    batch: bool = False
+    scripted: bool = False
+    job_id: int = 0
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class InferenceThread(QThread):
+    """The thread that owns the engine; see module doc.
+
+    Signals
+    -------
+    started_job(job_id, key, info) ; tokens(job_id, text) ; step(job_id, step) ; finished_job(job_id, key, verdict, info)
+    failed_job(job_id, key, message) ; batch_progress(done, total) ; batch_state(state) ; engine_status(text)
+    """
+
+    started_job = Signal(int, str, object)
+    tokens = Signal(int, str)
+    step = Signal(int, object)
+    finished_job = Signal(int, str, object, object)
+    failed_job = Signal(int, str, str)
+    batch_progress = Signal(int, int)
+    batch_state = Signal(str)
+    engine_status = Signal(str)
+
+    def __init__(self, render: Callable[[Any], bytes] = render_png, parent=None):
+        super().__init__(parent)
+        self.render = render
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = False
+        self._interactive: collections.deque[AgentJob] = collections.deque()
+        self._batch: collections.deque[AgentJob] = collections.deque()
+        self._batch_total = 0
+        self._batch_done = 0
+        self._paused = False
+        self._current: AgentJob | None = None
+        self._engine = None
+        self._engine_key: str | None = None
+        self._next_id = 1
+
+    # -- GUI-thread API ------------------------------------------------------------------------------------------
+    def submit(self, job: AgentJob) -> int:
+        """Queue an interactive run (served before batch items); returns its job id."""
+        with self._lock:
+            job.job_id = self._next_id
+            self._next_id += 1
+            self._interactive.append(job)
+        self._wake.set()
+        return job.job_id
+
+    def start_batch(self, jobs: list[AgentJob]) -> None:
+        with self._lock:
+            for job in jobs:
+                job.job_id = self._next_id
+                self._next_id += 1
+                job.batch = True
+            self._batch = collections.deque(jobs)
+            self._batch_total, self._batch_done, self._paused = len(jobs), 0, False
+        self.batch_state.emit("running")
+        self.batch_progress.emit(0, len(jobs))
+        self._wake.set()
+
+    def pause_batch(self, paused: bool = True) -> None:
+        with self._lock:
+            self._paused = paused
+        self.batch_state.emit("paused" if paused else "running")
+        self._wake.set()
+
+    def cancel_batch(self) -> None:
+        with self._lock:
+            self._batch.clear()
+            self._paused = False
+            cur = self._current
+        if cur is not None and cur.batch:
+            cur.cancel.set()
+        self.batch_state.emit("cancelled")
+
+    def cancel_current(self) -> bool:
+        """Cancel the running interactive job (and queued ones); True when something was cancelled."""
+        with self._lock:
+            cur = self._current
+            queued = list(self._interactive)
+            self._interactive.clear()
+        for job in queued:
+            self.failed_job.emit(job.job_id, job.key, "cancelled before it started")
+        if cur is not None and not cur.batch:
+            cur.cancel.set()
+            return True
+        return bool(queued)
+
+    def batch_running(self) -> bool:
+        with self._lock:
+            return bool(self._batch) or (self._current is not None and self._current.batch)
+
+    def busy(self) -> bool:
+        with self._lock:
+            return self._current is not None or bool(self._interactive)
+
+    def stop(self, timeout_ms: int = 5000) -> None:
+        """Cancel everything, close the engine and end the thread."""
+        with self._lock:
+            self._stop = True
+            self._batch.clear()
+            self._interactive.clear()
+            cur = self._current
+        if cur is not None:
+            cur.cancel.set()
+        self._wake.set()
+        self.wait(timeout_ms)
+
+    # -- worker thread -------------------------------------------------------------------------------------------
+    def _next_job(self) -> AgentJob | None:
+        with self._lock:
+            if self._stop:
+                return None
+            if self._interactive:
+                self._current = self._interactive.popleft()
+            elif self._batch and not self._paused:
+                self._current = self._batch.popleft()
+            else:
+                self._current = None
+            return self._current
+
+    def run(self) -> None:  # noqa: D401 - QThread override
+        while True:
+            with self._lock:
+                if self._stop:
+                    break
+            job = self._next_job()
+            if job is None:
+                self._wake.wait(0.2)
+                self._wake.clear()
+                continue
+            try:
+                self._run_job(job)
+            except Exception as exc:  # never let the thread die
+                log.exception("agent job on %s failed", job.key)
+                self.failed_job.emit(job.job_id, job.key, f"{type(exc).__name__}: {exc}")
+            finally:
+                with self._lock:
+                    self._current = None
+                    if job.batch:
+                        self._batch_done += 1
+                        done, total, left = self._batch_done, self._batch_total, len(self._batch)
+                if job.batch:
+                    self.batch_progress.emit(done, total)
+                    if not left and done >= total:
+                        self.batch_state.emit("finished")
+        self._close_engine()
+
+    def _close_engine(self) -> None:
+        if self._engine is not None:
+            try:
+                self._engine.close()
+            except Exception:
+                log.exception("closing the engine failed")
+        self._engine, self._engine_key = None, None
+
+    def _engine_for(self, job: AgentJob):
+        if job.scripted:  # demo scripts are per spectrum; never cached
+            return job.engine_factory()
+        if self._engine_key != job.engine_key:
+            self._close_engine()
+            self.engine_status.emit(f"loading {job.engine_key} …")
+            t0 = time.perf_counter()
+            self._engine = job.engine_factory()
+            self._engine.load()
+            self._engine_key = job.engine_key
+            self.engine_status.emit(f"{job.engine_key} loaded in {time.perf_counter() - t0:.1f} s")
+        return self._engine
+
+    def _run_job(self, job: AgentJob) -> None:
+        from speco3.agent import run_episode
+
+        spectrum = job.spectrum if job.spectrum is not None else job.entry.load()
+        engine = self._engine_for(job)
+        stats = engine.stats() if hasattr(engine, "stats") else None
+        info = {"backend": getattr(stats, "backend", "?"), "model": getattr(engine.info, "model_id", "?"),
+                "quant": getattr(engine.info, "quant", None), "scripted": job.scripted,
+                "settings": engine.settings.to_dict() if hasattr(engine, "settings") else {},
+                "prompt_version": getattr(job.task, "prompt_version", None), "task": getattr(job.task, "id", None),
+                "t0": time.time()}
+        self.started_job.emit(job.job_id, job.key, info)
+        buf: list[str] = []
+        last = [time.perf_counter()]
+
+        def flush() -> None:
+            if buf:
+                self.tokens.emit(job.job_id, "".join(buf))
+                buf.clear()
+            last[0] = time.perf_counter()
+
+        def on_token(piece: str) -> None:
+            buf.append(piece)
+            if time.perf_counter() - last[0] > 0.04:
+                flush()
+
+        final = None
+        steps = []
+        for step in run_episode(engine, spectrum, job.task, self.render, cancel=job.cancel, on_token=on_token):
+            flush()
+            steps.append(step)
+            if not job.batch:
+                self.step.emit(job.job_id, step)
+            final = step
+        flush()
+        info["steps"] = steps
+        info["spectrum"] = spectrum
+        info["elapsed"] = time.time() - info["t0"]
+        self.finished_job.emit(job.job_id, job.key, final, info)
