@@ -1,0 +1,262 @@
+"""Helpers shared by the readers: header values, dispersion axes, units, error conversions."""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+from speco3.errors import SpectrumReadError
+from speco3.spectra.model import Spectrum, SpectrumMeta
+from speco3.spectra.source import Source
+
+log = logging.getLogger(__name__)
+
+#: Factor that turns a spectral-axis unit into Ångström (lower-case keys, spaces removed).
+WAVE_UNITS = {
+    "": 1.0, "a": 1.0, "aa": 1.0, "ang": 1.0, "angs": 1.0, "angstrom": 1.0, "angstroms": 1.0, "0.1nm": 1.0,
+    "nm": 10.0, "nanometer": 10.0, "nanometers": 10.0, "um": 1e4, "µm": 1e4, "micron": 1e4, "microns": 1e4,
+    "micrometer": 1e4, "micrometers": 1e4, "mum": 1e4, "m": 1e10, "meter": 1e10, "cm": 1e8, "mm": 1e7,
+}
+#: CTYPE values of axes that are not wavelengths (FITS WCS paper III spectral types).
+NON_WAVELENGTH = ("FREQ", "ENER", "WAVN", "VRAD", "VOPT", "ZOPT", "VELO", "BETA", "FELO", "VELO-LSR", "VLSR")
+LOG_CTYPES = ("WAVE-LOG", "LOG-LINEAR", "LOGLIN", "AWAV-LOG", "LOG")
+
+
+def fail(src: Source, reason: str) -> SpectrumReadError:
+    """An error naming the source (``raise fail(src, "...")``)."""
+    return SpectrumReadError(src.display, reason)
+
+
+def hstr(header: Any, key: str) -> str | None:
+    """Stripped string value of a card, or None when missing/blank."""
+    try:
+        v = header.get(key)
+    except Exception:  # malformed card
+        return None
+    if v is None:
+        return None
+    s = str(v).strip()
+    return s or None
+
+
+def hfloat(header: Any, key: str) -> float | None:
+    """Finite float value of a card (numbers or numeric strings), else None."""
+    try:
+        v = header.get(key)
+    except Exception:
+        return None
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(str(v).strip()) if isinstance(v, str) else float(v)
+    except ValueError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def hbool(header: Any, key: str) -> bool | None:
+    try:
+        v = header.get(key)
+    except Exception:
+        return None
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().upper() in ("T", "TRUE", "F", "FALSE"):
+        return v.strip().upper().startswith("T")
+    return None
+
+
+def medium_from(header: Any, default: str = "unknown") -> str:
+    """``VACUUM = T/F`` → vacuum/air; otherwise ``default``."""
+    v = hbool(header, "VACUUM")
+    if v is None:
+        return default
+    return "vacuum" if v else "air"
+
+
+def wave_unit_factor(unit: str | None) -> float | None:
+    """Multiplier to Å for a unit string, or None when it is not a length unit."""
+    if unit is None:
+        return 1.0
+    u = unit.strip().lower().replace(" ", "").replace("angstrom", "angstrom")
+    u = u.replace("å", "a").replace("\u212b", "a")
+    return WAVE_UNITS.get(u)
+
+
+def sexagesimal_or_float(value: Any, hours: bool) -> float | None:
+    """RA/Dec from a header value: degrees, or 'hh:mm:ss' / 'dd:mm:ss' strings."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) if math.isfinite(value) else None
+    s = str(value).strip()
+    m = re.fullmatch(r"([+-]?)(\d+)[: ](\d+)[: ](\d+(?:\.\d*)?)", s)
+    if not m:
+        try:
+            return float(s)
+        except ValueError:
+            return None
+    sign = -1.0 if m.group(1) == "-" else 1.0
+    deg = float(m.group(2)) + float(m.group(3)) / 60 + float(m.group(4)) / 3600
+    return sign * deg * (15.0 if hours else 1.0)
+
+
+def log_linear(n: int, c0: float, c1: float) -> np.ndarray:
+    """λ = 10^(c0 + c1·i), i = 0..n-1 (SDSS/LAMOST COEFF0/COEFF1)."""
+    return np.power(10.0, c0 + c1 * np.arange(n, dtype=np.float64))
+
+
+def wcs_axis(src: Source, header: Any, n: int, axis: int = 1) -> tuple[np.ndarray, str]:
+    """Wavelength in Å of a FITS image axis from its linear or log-linear WCS.
+
+    Handles CDELTi or CDi_i, CRPIXi, DC-FLAG=1 / WFITTYPE / CTYPE log markers, CUNITi (nm, µm → Å),
+    ``WAT1_001 units=``, and refuses non-wavelength axes (velocity, frequency) with a clear reason.
+
+    Returns
+    -------
+    wavelength : ndarray
+    medium : str
+        "air" for CTYPE 'AWAV', else from the VACUUM card, else "unknown".
+    """
+    ctype = (hstr(header, f"CTYPE{axis}") or "").upper()
+    cunit = hstr(header, f"CUNIT{axis}")
+    base = ctype.split("-")[0] if ctype else ""
+    if any(ctype == t or ctype.startswith(t + "-") or base == t for t in NON_WAVELENGTH):
+        raise fail(src, f"non-wavelength spectral axis {ctype}" + (f" ({cunit})" if cunit else ""))
+    if ctype.startswith("MULTISPE"):
+        raise fail(src, "IRAF multispec axis: not a simple linear WCS")
+    crval = hfloat(header, f"CRVAL{axis}")
+    step = hfloat(header, f"CD{axis}_{axis}")
+    if step is None:
+        step = hfloat(header, f"CDELT{axis}")
+    crpix = hfloat(header, f"CRPIX{axis}") or 1.0
+    if crval is None or step is None:
+        c0, c1 = hfloat(header, "COEFF0"), hfloat(header, "COEFF1")
+        if c0 is not None and c1 is not None:
+            return log_linear(n, c0, c1), medium_from(header)
+        raise fail(src, f"no wavelength axis: CRVAL{axis}/CDELT{axis} (or CD{axis}_{axis}) missing")
+    if step == 0:
+        raise fail(src, f"degenerate wavelength axis: CDELT{axis} = 0")
+    if cunit is None:
+        wat = hstr(header, "WAT1_001") or ""
+        m = re.search(r"units=(\S+)", wat)
+        cunit = m.group(1) if m else None
+    factor = wave_unit_factor(cunit)
+    if factor is None:
+        raise fail(src, f"spectral axis unit {cunit!r} is not a wavelength unit")
+    dcflag = hfloat(header, "DC-FLAG")
+    wfit = (hstr(header, "WFITTYPE") or "").upper()
+    is_log = dcflag == 1 or ctype in LOG_CTYPES or ctype.endswith("-LOG") or wfit == "LOG-LINEAR"
+    pix = np.arange(n, dtype=np.float64) + 1.0 - crpix
+    values = crval + pix * step
+    if is_log:
+        if crval > 10:
+            raise fail(src, f"log-linear axis flagged but CRVAL{axis}={crval} is not a log10 wavelength")
+        wave = np.power(10.0, values)
+    else:
+        wave = values
+    wave = wave * factor
+    medium = "air" if ctype.startswith("AWAV") else medium_from(header)
+    return wave, medium
+
+
+def ivar_from_sigma(sigma: np.ndarray, bad_above: float = 1e9) -> np.ndarray:
+    """1/σ² where 0 < σ < bad_above, else 0."""
+    s = np.asarray(sigma, dtype=np.float64)
+    ok = np.isfinite(s) & (s > 0) & (s < bad_above)
+    out = np.zeros_like(s)
+    out[ok] = 1.0 / (s[ok] * s[ok])
+    return out
+
+
+def ivar_from_variance(var: np.ndarray) -> np.ndarray:
+    v = np.asarray(var, dtype=np.float64)
+    ok = np.isfinite(v) & (v > 0)
+    out = np.zeros_like(v)
+    out[ok] = 1.0 / v[ok]
+    return out
+
+
+def median_snr(flux: np.ndarray, ivar: np.ndarray | None, mask: np.ndarray) -> float | None:
+    """Median of |flux|·sqrt(ivar) over good pixels (an estimate when the file states no S/N)."""
+    if ivar is None:
+        return None
+    good = ~mask & (ivar > 0) & np.isfinite(flux)
+    if not good.any():
+        return None
+    return float(np.median(np.abs(flux[good]) * np.sqrt(ivar[good])))
+
+
+def ascending(wave: np.ndarray, *arrays: np.ndarray | None) -> tuple[Any, ...]:
+    """Reorder so that the wavelength ascends (reverse for descending axes, sort otherwise)."""
+    if wave.size < 2 or bool(np.all(np.diff(wave) > 0)):
+        return (wave, *arrays)
+    order = np.arange(wave.size)[::-1] if bool(np.all(np.diff(wave) < 0)) else np.argsort(wave, kind="stable")
+    return (wave[order], *[None if a is None else a[order] for a in arrays])
+
+
+def make_spectrum(
+    wave: np.ndarray,
+    flux: np.ndarray,
+    ivar: np.ndarray | None,
+    mask: np.ndarray | None,
+    *,
+    flux_unit: str = "",
+    medium: str = "unknown",
+    meta: SpectrumMeta | None = None,
+    src: Source | None = None,
+) -> Spectrum:
+    """Build a Spectrum after checking shapes; non-finite flux or ivar ≤ 0 count as bad pixels."""
+    wave = np.asarray(wave, dtype=np.float64).ravel()
+    flux = np.asarray(flux, dtype=np.float64).ravel()
+    n = wave.size
+    for label, arr in (("flux", flux), ("ivar", ivar), ("mask", mask)):
+        if arr is not None and np.asarray(arr).size != n:
+            where = src.display if src else "<spectrum>"
+            raise SpectrumReadError(where, f"wrong shapes: {label} has {np.asarray(arr).size} values, wavelength {n}")
+    if n == 0:
+        raise SpectrumReadError(src.display if src else "<spectrum>", "spectrum has no pixels")
+    ivar = None if ivar is None else np.asarray(ivar, dtype=np.float64).ravel()
+    bad = np.zeros(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).ravel().copy()
+    bad |= ~np.isfinite(flux) | ~np.isfinite(wave)
+    if ivar is not None:
+        bad |= ~(ivar > 0)
+        ivar = np.where(np.isfinite(ivar) & (ivar > 0), ivar, 0.0)
+    wave, flux, ivar, bad = ascending(wave, flux, ivar, bad)
+    meta = meta or SpectrumMeta()
+    if meta.snr is None:
+        meta.snr = median_snr(flux, ivar, bad)
+        if meta.snr is not None:
+            meta.extra.setdefault("snr_source", "median flux*sqrt(ivar)")
+    return Spectrum(wave, flux, ivar, bad, flux_unit=flux_unit or "", medium=medium, meta=meta)  # type: ignore[arg-type]
+
+
+def col(data: Any, *names: str) -> np.ndarray | None:
+    """First column of a FITS record array whose name matches one of ``names`` (case-insensitive)."""
+    lookup = {n.lower(): n for n in data.columns.names} if hasattr(data, "columns") else {}
+    for name in names:
+        real = lookup.get(name.lower())
+        if real is not None:
+            return data[real]
+    return None
+
+
+def clean_str(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bytes):
+        v = v.decode("ascii", "replace")
+    s = str(v).strip()
+    return s or None
+
+
+def finite_or_none(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None

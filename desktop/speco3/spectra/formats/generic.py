@@ -1,0 +1,251 @@
+"""Generic readers: 1D images with a linear/log-linear WCS, and 1D binary tables.
+
+Images: λ from CRVAL1/CDELT1 (or CD1_1)/CRPIX1, log-linear when DC-FLAG=1, WFITTYPE or CTYPE1 say so; CUNIT1 or
+WAT1 units scale to Å; non-wavelength axes (VRAD, FREQ, ...) are refused. An error spectrum stored in a separate
+file with the IRAF-era suffix convention (``X_F``/``X_E``, ``X_nF``/``X_nE``, ``X_f``/``X_e``) is used as σ when it
+has the same grid. Tables: wavelength/flux/error-like columns (or VO ``TUTYPn`` spectral/flux axis utypes), vector
+columns one spectrum per row, scalar columns one spectrum per table, TUNITn nm/µm/Å.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+from astropy.io import fits
+
+from speco3.spectra._common import (
+    fail,
+    hfloat,
+    hstr,
+    ivar_from_sigma,
+    ivar_from_variance,
+    make_spectrum,
+    sexagesimal_or_float,
+    wave_unit_factor,
+    wcs_axis,
+)
+from speco3.spectra.model import SpectrumMeta
+from speco3.spectra.registry import FileContents
+from speco3.spectra.source import Source
+
+log = logging.getLogger(__name__)
+
+WAVE_COLS = ("WAVE", "WAVELENGTH", "LAMBDA", "LAM", "WAVELEN", "WAV", "AWAV", "LOGLAM", "LOGLAMBDA", "LOGWAVE")
+FLUX_COLS = ("FLUX", "SPEC", "SPECTRUM", "FLUX_DENSITY", "FLAM", "F_LAMBDA", "FLUXDENSITY", "FLUX_DENS")
+SIGMA_COLS = ("ERROR", "ERR", "ERR_FLUX", "FLUX_ERR", "FLUX_ERROR", "SIGMA", "NOISE", "UNCERTAINTY", "STAT_ERR", "E_FLUX")
+IVAR_COLS = ("IVAR", "INVVAR", "INV_VAR", "IVAR_FLUX")
+VAR_COLS = ("VAR", "VARIANCE", "FLUX_VAR")
+MASK_COLS = ("DQ", "ANDMASK", "AND_MASK", "PIXMASK", "MASK", "QUALITY")
+_SUFFIX = re.compile(r"^(?P<stem>.+_n?)(?P<kind>[FfEe])(?P<ext>\.fits?(?:\.gz)?)$")
+
+
+def object_meta(h, **kw) -> SpectrumMeta:
+    """Survey-agnostic metadata from common primary-header cards."""
+    ra_raw, dec_raw = h.get("RA", h.get("RA_TARG")), h.get("DEC", h.get("DEC_TARG"))
+    meta = SpectrumMeta(
+        survey="generic",
+        object_id=hstr(h, "OBJECT") or hstr(h, "TARGNAME") or hstr(h, "OBJNAME"),
+        ra=sexagesimal_or_float(ra_raw, hours=True),
+        dec=sexagesimal_or_float(dec_raw, hours=False),
+        redshift=hfloat(h, "REDSHIFT") if h.get("REDSHIFT") is not None else None,
+        **kw,
+    )
+    if meta.redshift is not None:
+        meta.redshift_source = "header REDSHIFT"
+    for k in ("TELESCOP", "INSTRUME", "DATE-OBS", "EXPTIME"):
+        if h.get(k) is not None:
+            meta.extra[k.lower()] = h.get(k)
+    return meta
+
+
+# -- images ----------------------------------------------------------------------------------------------
+def _image_hdu(src: Source):
+    h0 = src.hdu(0)
+    if (h0.header.get("NAXIS") or 0) >= 1 and (h0.header.get("NAXIS1") or 0) > 1:
+        return 0, h0
+    h1 = src.hdu(1)
+    if h1 is not None and isinstance(h1, fits.ImageHDU) and (h1.header.get("NAXIS") or 0) == 1:
+        return 1, h1
+    return None, None
+
+
+def identify_image(src: Source) -> bool:
+    if not src.is_fits:
+        return False
+    idx, hdu = _image_hdu(src)
+    if hdu is None:
+        return False
+    h = hdu.header
+    nax = h.get("NAXIS")
+    small_bands = nax == 1 or (nax in (2, 3) and all((h.get(f"NAXIS{k}") or 0) <= 5 for k in range(2, nax + 1)))
+    has_axis = any(k in h for k in ("CRVAL1", "CTYPE1", "COEFF0"))
+    return bool(small_bands and has_axis)
+
+
+def _companion(src: Source) -> tuple[str, Path] | None:
+    """(kind, path) of the flux/error partner of this file by the suffix convention, if it exists."""
+    if src.path is None:
+        return None
+    m = _SUFFIX.match(src.path.name)
+    if not m:
+        return None
+    kind = m.group("kind")
+    other = {"F": "E", "f": "e", "E": "F", "e": "f"}[kind]
+    partner = src.path.with_name(m.group("stem") + other + m.group("ext"))
+    if not partner.exists():
+        return None
+    return ("error" if kind in "Ee" else "flux"), partner
+
+
+def read_image(src: Source) -> FileContents:
+    src.silentfix()
+    idx, hdu = _image_hdu(src)
+    h = hdu.header
+    data = np.asarray(src.data(idx), dtype=np.float64)
+    n = data.shape[-1]
+    wave, medium = wcs_axis(src, h, n)
+    bands = [hstr(h, f"BANDID{k}") or "" for k in range(1, 6)]
+    flat = data.reshape(-1, n)
+    flux = flat[0]
+    sigma = None
+    for k, label in enumerate(bands[: flat.shape[0]]):
+        if k and label.lower().startswith("sigma"):
+            sigma = flat[k]
+    meta = object_meta(src.primary, hdu=idx)
+    comp = _companion(src)
+    if comp is not None:
+        role, partner = comp
+        if role == "error":
+            meta.note = f"error spectrum (its flux spectrum is {partner.name})"
+            meta.extra["role"] = "error"
+        elif sigma is None:
+            sigma = _partner_sigma(src, h, n, partner)
+            if sigma is not None:
+                meta.extra["error_file"] = partner.name
+    if flat.shape[0] > 1:
+        meta.extra["bands"] = [b for b in bands[: flat.shape[0]]]
+    ivar = ivar_from_sigma(sigma) if sigma is not None else None
+    spec = make_spectrum(wave, flux, ivar, None, flux_unit=hstr(h, "BUNIT") or "", medium=medium, meta=meta, src=src)
+    return FileContents(spectra=[spec], depends_on=[str(comp[1])] if comp else [])
+
+
+def _partner_sigma(src: Source, h, n: int, partner: Path) -> np.ndarray | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with fits.open(partner, memmap=False) as hp:
+                ph = hp[0].header
+                if ph.get("NAXIS1") != n or hfloat(ph, "CRVAL1") != hfloat(h, "CRVAL1"):
+                    log.info("%s: %s has a different grid; not used as error", src.display, partner.name)
+                    return None
+                return np.asarray(hp[0].data, dtype=np.float64).reshape(-1, n)[0]
+    except (OSError, ValueError, TypeError) as exc:
+        log.info("%s: error file %s unreadable: %s", src.display, partner.name, exc)
+        return None
+
+
+# -- tables ----------------------------------------------------------------------------------------------
+def _pick(names: list[str], wanted: tuple[str, ...]) -> str | None:
+    upper = {n.upper(): n for n in names}
+    for w in wanted:
+        if w in upper:
+            return upper[w]
+    return None
+
+
+def _table_columns(hdu) -> dict[str, str | None] | None:
+    names = list(hdu.columns.names)
+    h = hdu.header
+    utypes = {h.get(f"TUTYP{i + 1}", "").lower(): n for i, n in enumerate(names) if h.get(f"TUTYP{i + 1}")}
+    wave = utypes.get("spec:data.spectralaxis.value") or _pick(names, WAVE_COLS)
+    flux = utypes.get("spec:data.fluxaxis.value") or _pick(names, FLUX_COLS)
+    if wave is None or flux is None:
+        return None
+    return {
+        "wave": wave, "flux": flux,
+        "sigma": utypes.get("spec:data.fluxaxis.accuracy.staterror") or _pick(names, SIGMA_COLS),
+        "ivar": _pick(names, IVAR_COLS), "var": _pick(names, VAR_COLS), "mask": _pick(names, MASK_COLS),
+    }
+
+
+def _tables(src: Source) -> list[int]:
+    out = []
+    for i in range(1, 64):
+        hdu = src.hdu(i)
+        if hdu is None:
+            break
+        if isinstance(hdu, fits.BinTableHDU | fits.TableHDU) and _table_columns(hdu):
+            out.append(i)
+    return out
+
+
+def identify_table(src: Source) -> bool:
+    return src.is_fits and bool(_tables(src))
+
+
+def _unit(hdu, column: str) -> str | None:
+    for c in hdu.columns:
+        if c.name == column:
+            return c.unit
+    return None
+
+
+def read_table(src: Source) -> FileContents:
+    out = FileContents()
+    h0 = src.primary
+    for i in _tables(src):
+        hdu = src.hdu(i)
+        cols = _table_columns(hdu)
+        d = src.data(i)
+        if d is None or len(d) == 0:
+            out.skipped.append((f"HDU {i}", "empty table"))
+            continue
+        wunit = _unit(hdu, cols["wave"])
+        factor = wave_unit_factor(wunit)
+        if factor is None:
+            raise fail(src, f"HDU {i} column {cols['wave']} has unit {wunit!r}, not a wavelength unit")
+        is_log = cols["wave"].upper().startswith("LOG")
+        vector = np.ndim(d[cols["wave"]][0]) > 0
+        rows = range(len(d)) if vector else [None]
+        sdq = hdu.header.get("SDQFLAGS")
+        for r in rows:
+            def get(key, r=r, d=d, cols=cols):
+                name = cols[key]
+                if name is None:
+                    return None
+                return np.asarray(d[name][r] if r is not None else d[name], dtype=np.float64)
+
+            wave = get("wave")
+            wave = np.power(10.0, wave) if is_log else wave * factor
+            flux = get("flux")
+            ivar = None
+            if cols["ivar"] is not None:
+                ivar = get("ivar")
+            elif cols["sigma"] is not None:
+                ivar = ivar_from_sigma(get("sigma"))
+            elif cols["var"] is not None:
+                ivar = ivar_from_variance(get("var"))
+            mask = None
+            if cols["mask"] is not None:
+                bits = get("mask").astype(np.int64)
+                mask = (bits & int(sdq)) != 0 if sdq is not None and cols["mask"].upper() == "DQ" else bits != 0
+            name = str(hdu.name) if hdu.name else i
+            meta = object_meta(h0, hdu=name, row=r if r is not None else None)
+            if "SPORDER" in d.columns.names and r is not None:
+                meta.extra["sporder"] = int(d["SPORDER"][r])
+                meta.note = f"echelle order {int(d['SPORDER'][r])}"
+            if (unit := _unit(hdu, cols["flux"])) is None:
+                unit = hstr(h0, "BUNIT") or ""
+            out.spectra.append(make_spectrum(wave, flux, ivar, mask, flux_unit=unit, meta=meta, src=src,
+                                             medium="air" if cols["wave"].upper() == "AWAV" else
+                                             ("vacuum" if h0.get("VACUUM") is True else "unknown")))
+    return out
+
+
+def register(reg) -> None:
+    reg("generic-table", identify_table, read_table, 20)
+    reg("generic-image", identify_image, read_image, 10)

@@ -1,0 +1,257 @@
+"""Opening a spectrum file once: FITS (plain, gzip, bzip2, tile-compressed) or ASCII/CSV, from a path or a file object.
+
+The kind is decided from the first bytes (``SIMPLE  =`` for FITS, gzip/bzip2 magic numbers, printable text),
+never from the file name. FITS files are opened lazily with astropy; readers ask for the headers and HDUs they need.
+"""
+
+from __future__ import annotations
+
+import bz2
+import contextlib
+import gzip
+import io
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from astropy.io import fits
+
+from speco3.errors import SpectrumReadError
+
+log = logging.getLogger(__name__)
+
+GZIP_MAGIC = b"\x1f\x8b"
+BZIP2_MAGIC = b"BZh"
+FITS_MAGIC = b"SIMPLE  ="
+#: ``fits.open(memmap=...)``; False measured faster for the small files of survey archives (benchmarks/bench_read.py).
+MEMMAP = False
+
+
+class Source:
+    """An opened file: either an astropy ``HDUList`` (``hdul``) or decoded ``text``.
+
+    Attributes
+    ----------
+    display : str
+        What error messages name (the path, or ``<file object>``).
+    path : Path or None
+        The file on disk, when there is one (needed to find sibling files).
+    """
+
+    def __init__(self, display: str, path: Path | None, hdul: fits.HDUList | None = None, text: str | None = None):
+        self.display = display
+        self.path = path
+        self.hdul = hdul
+        self.text = text
+        self._warnings: list[str] = []
+        self._names: list[str] | None = None
+        self._fixed = False
+
+    # -- identity ------------------------------------------------------------------------------------
+    @property
+    def name(self) -> str | None:
+        return self.path.name if self.path is not None else None
+
+    @property
+    def path_str(self) -> str | None:
+        return str(self.path) if self.path is not None else None
+
+    @property
+    def is_fits(self) -> bool:
+        return self.hdul is not None
+
+    # -- lazy HDU access -----------------------------------------------------------------------------
+    def hdu(self, key: int | str) -> Any:
+        """The HDU at position or with EXTNAME ``key``, or None (never raises for a missing HDU)."""
+        if self.hdul is None:
+            return None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                return self.hdul[key]
+            except (IndexError, KeyError):
+                return None
+            finally:
+                self._note(caught)
+
+    @property
+    def primary(self) -> fits.Header:
+        return self.hdu(0).header
+
+    def count(self) -> int:
+        """Number of HDUs (reads every header)."""
+        return len(self.names())
+
+    def names(self) -> list[str]:
+        """Upper-case EXTNAME of every HDU ('' when unnamed); reads every header once."""
+        if self._names is None:
+            if self.hdul is None:
+                self._names = []
+            else:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    self.hdul.readall() if hasattr(self.hdul, "readall") else len(self.hdul)
+                    self._note(caught)
+                self._names = [str(h.name or "").upper() for h in self.hdul]
+        return self._names
+
+    def silentfix(self) -> None:
+        """Repair malformed header cards in place (``hdul.verify('silentfix')``), once."""
+        if self.hdul is not None and not self._fixed:
+            self._fixed = True
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    self.hdul.verify("silentfix+ignore")
+                except Exception as exc:  # verification problems that cannot be fixed stay for the reader
+                    log.debug("verify failed on %s: %s", self.display, exc)
+                self._note(caught)
+
+    def data(self, key: int | str) -> Any:
+        """Data of an HDU; raises SpectrumReadError naming the HDU when it is missing or unreadable."""
+        h = self.hdu(key)
+        if h is None:
+            raise SpectrumReadError(self.display, f"HDU {key!r} is missing")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                return h.data
+            except (ValueError, OSError, TypeError) as exc:
+                self._note(caught)
+                trunc = self.truncation()
+                raise SpectrumReadError(self.display, trunc or f"HDU {key!r} data cannot be read: {exc}") from exc
+            finally:
+                self._note(caught)
+
+    # -- diagnostics ---------------------------------------------------------------------------------
+    def _note(self, caught: list) -> None:
+        self._warnings.extend(str(w.message) for w in caught)
+
+    def truncation(self) -> str | None:
+        """A 'truncated file' reason when astropy warned about it, else None."""
+        for msg in self._warnings:
+            if "truncated" in msg.lower():
+                return f"truncated file ({msg.strip()})"
+        return None
+
+    def describe(self) -> str:
+        """Short list of the HDUs found, for 'unknown layout' messages."""
+        if self.hdul is None:
+            first = (self.text or "").strip().splitlines()[:1]
+            return f"text file, first line {first[0][:60]!r}" if first else "empty text file"
+        parts = []
+        with contextlib.suppress(Exception):  # listing is best effort
+            self.names()
+        for i, h in enumerate(self.hdul):
+            if i >= 12:
+                parts.append(f"... {len(self.hdul) - 12} more")
+                break
+            hdr = h.header
+            nax = int(hdr.get("NAXIS", 0) or 0)
+            name = repr(str(h.name)) if h.name else "unnamed"
+            if isinstance(h, fits.BinTableHDU | fits.TableHDU):
+                cols = ",".join(h.columns.names[:6]) + (",..." if len(h.columns.names) > 6 else "")
+                parts.append(f"{i} {name} table {hdr.get('NAXIS2', 0)} rows [{cols}]")
+            elif nax:
+                shape = "x".join(str(hdr.get(f"NAXIS{k}")) for k in range(nax, 0, -1))
+                parts.append(f"{i} {name} image {shape}")
+            else:
+                parts.append(f"{i} {name} header only")
+        return "HDUs found: " + "; ".join(parts) if parts else "no HDUs"
+
+    def close(self) -> None:
+        if self.hdul is not None:
+            with contextlib.suppress(Exception):  # closing a damaged file must not mask the real error
+                self.hdul.close()
+
+
+def _sniff_text(raw: bytes) -> str | None:
+    if not raw or b"\x00" in raw[:4096]:
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+    sample = text[:4096]
+    printable = sum(c.isprintable() or c in "\r\n\t" for c in sample)
+    return text if printable >= 0.97 * len(sample) else None
+
+
+def _from_bytes(raw: bytes, display: str, path: Path | None) -> Source:
+    head = raw[:16]
+    if head.startswith(GZIP_MAGIC):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise SpectrumReadError(display, f"corrupt or truncated gzip stream: {exc}") from exc
+        return _from_bytes(raw, display, path)
+    if head.startswith(BZIP2_MAGIC):
+        try:
+            raw = bz2.decompress(raw)
+        except (OSError, EOFError, ValueError) as exc:
+            raise SpectrumReadError(display, f"corrupt or truncated bzip2 stream: {exc}") from exc
+        return _from_bytes(raw, display, path)
+    if raw.startswith(FITS_MAGIC):
+        return _open_fits(io.BytesIO(raw), display, path)
+    return _text_source(raw, display, path)
+
+
+def _text_source(raw: bytes, display: str, path: Path | None) -> Source:
+    if not raw:
+        raise SpectrumReadError(display, "empty file")
+    text = _sniff_text(raw)
+    if text is None:
+        raise SpectrumReadError(display, f"not a FITS file and not text (starts with {raw[:16]!r})")
+    return Source(display, path, text=text)
+
+
+def _open_fits(target: Any, display: str, path: Path | None) -> Source:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            hdul = fits.open(target, memmap=MEMMAP, lazy_load_hdus=True)
+        except (OSError, ValueError, TypeError, EOFError) as exc:
+            raise SpectrumReadError(display, f"corrupt FITS file: {exc}") from exc
+    src = Source(display, path, hdul=hdul)
+    src._note(caught)
+    try:
+        _ = hdul[0].header
+    except Exception as exc:
+        src.close()
+        raise SpectrumReadError(display, f"corrupt FITS primary header: {exc}") from exc
+    return src
+
+
+def open_source(source: Any) -> Source:
+    """Open a path or binary file object once; raise SpectrumReadError for missing, empty or non-spectrum files."""
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        display = str(path)
+        if not path.exists():
+            raise SpectrumReadError(display, "file not found")
+        if path.is_dir():
+            raise SpectrumReadError(display, "is a folder, not a file")
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(16)
+        except OSError as exc:
+            raise SpectrumReadError(display, f"cannot open: {exc.strerror or exc}") from exc
+        if not head:
+            raise SpectrumReadError(display, "empty file (0 bytes)")
+        if head.startswith(FITS_MAGIC):
+            return _open_fits(str(path), display, path.resolve())
+        return _from_bytes(path.read_bytes(), display, path.resolve())
+    if hasattr(source, "read"):
+        name = getattr(source, "name", None)
+        display = str(name) if isinstance(name, str) else "<file object>"
+        try:
+            raw = source.read()
+        except OSError as exc:
+            raise SpectrumReadError(display, f"cannot read file object: {exc}") from exc
+        if isinstance(raw, str):
+            raw = raw.encode("utf-8")
+        p = Path(name).resolve() if isinstance(name, str) and os.path.exists(name) else None
+        return _from_bytes(raw, display, p)
+    raise SpectrumReadError(repr(source)[:80], f"unsupported source type {type(source).__name__}")
