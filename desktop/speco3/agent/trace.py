@@ -89,6 +89,7 @@ class Trace:
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     steps: list[Step] = field(default_factory=list)
     prompt_text: str = ""
+    image_files: dict[int, str] = field(default_factory=dict, repr=False)  # step index -> PNG file name
 
     # -- building ----------------------------------------------------------------------------------
     def add(self, step: Step) -> Step:
@@ -139,7 +140,7 @@ class Trace:
                 d[f.name] = _jsonable(value)
             img = getattr(step, "image", None)
             if img is not None:
-                d["image"] = {"file": (image_files or {}).get(i), "width": img.width, "height": img.height,
+                d["image"] = {"file": (image_files if image_files is not None else self.image_files).get(i), "width": img.width, "height": img.height,
                               "grid": list(img.grid), "sha256": img.sha256}
             steps.append(d)
         return {
@@ -162,6 +163,7 @@ class Trace:
             (folder / name).write_bytes(img.png)
             files[i] = name
             n += 1
+        self.image_files = files
         if self.prompt_text:
             (folder / "prompt.txt").write_text(self.prompt_text, encoding="utf-8")
         target = folder / TRACE_FILE
@@ -190,8 +192,10 @@ class Trace:
         trace = cls(**{k: data.get(k, v) for k, v in (
             ("task_id", ""), ("task_text", ""), ("prompt_version", ""), ("spectrum", {}), ("model", {}),
             ("settings", {}), ("versions", {}), ("created", ""))})
-        for d in data.get("steps", []):
+        for i, d in enumerate(data.get("steps", [])):
             trace.steps.append(_step_from_dict(d, folder, path))
+            if (d.get("image") or {}).get("file"):
+                trace.image_files[i] = d["image"]["file"]
         prompt = folder / "prompt.txt"
         if prompt.is_file():
             trace.prompt_text = prompt.read_text(encoding="utf-8")
