@@ -1,1 +1,103 @@
-"""speco3.engine"""
+"""speco3.engine: the inference engine interface, the llama.cpp mtmd engine and its worker thread.
+
+Importing this package does not import llama-cpp-python; the native library is loaded on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from speco3.engine.base import Engine, EngineSettings, EngineStats, GenerationResult, ModelInfo, Part
+from speco3.errors import ModelFileError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Engine", "EngineSettings", "EngineStats", "GenerationResult", "ModelInfo", "Part",
+    "LlamaMtmdEngine", "EngineWorker", "open_engine",
+]
+
+
+def __getattr__(name: str):
+    if name == "LlamaMtmdEngine":
+        from speco3.engine.llama import LlamaMtmdEngine
+
+        return LlamaMtmdEngine
+    if name == "EngineWorker":
+        from speco3.engine.worker import EngineWorker
+
+        return EngineWorker
+    raise AttributeError(name)
+
+
+def _first_attr(obj: Any, *names: str):
+    for name in names:
+        value = getattr(obj, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+def _model_paths(model: Any) -> tuple[Path, Path, ModelInfo]:
+    """Text and projector paths plus a `ModelInfo` for an installed model, a name, or a ``(text, mmproj)`` pair."""
+    if model is None or isinstance(model, str) and Path(model).suffix != ".gguf":
+        try:
+            from speco3_models.store import resolve_model
+        except ImportError as exc:
+            raise ModelFileError("<model store>", "no model store is available; pass (text.gguf, mmproj.gguf)") from exc
+        model = resolve_model(model)
+    if isinstance(model, (tuple, list)):
+        if len(model) != 2:
+            raise TypeError("a model given as paths must be (text_gguf, mmproj_gguf)")
+        text, mmproj = Path(model[0]), Path(model[1])
+        return text, mmproj, ModelInfo(model_id=text.stem, text_path=str(text), mmproj_path=str(mmproj))
+    text = _first_attr(model, "text_path", "text")
+    mmproj = _first_attr(model, "mmproj_path", "mmproj")
+    if text is None or mmproj is None:
+        raise TypeError(f"cannot find the model files of {model!r}")
+    if callable(getattr(model, "model_info", None)):
+        return Path(text), Path(mmproj), model.model_info()
+    info = ModelInfo(
+        model_id=str(_first_attr(model, "name", "model_id") or Path(text).stem),
+        quant=_first_attr(model, "quant"),
+        text_sha256=_first_attr(model, "text_sha256"),
+        mmproj_sha256=_first_attr(model, "mmproj_sha256"),
+        text_path=str(text),
+        mmproj_path=str(mmproj),
+    )
+    return Path(text), Path(mmproj), info
+
+
+def open_engine(model: Any = None, settings: EngineSettings | None = None, *, threaded: bool = True,
+                load: bool = True, **engine_kwargs) -> Engine:
+    """Open the llama.cpp engine for a model.
+
+    Parameters
+    ----------
+    model : None, str, InstalledModel or (text, mmproj)
+        None: the model store's default model; a name: that installed model; an installed model from the
+        store; or explicit paths to the text GGUF and the projector GGUF.
+    settings : EngineSettings, optional
+    threaded : bool
+        Wrap the engine in an `EngineWorker` (one thread owns the native contexts; callable from anywhere).
+    load : bool
+        Load the model now (raises `ModelFileError` / `EngineError`).
+    **engine_kwargs
+        Passed to `LlamaMtmdEngine` (``n_batch``, ``warmup``).
+    """
+    from speco3.engine.llama import LlamaMtmdEngine
+    from speco3.engine.worker import EngineWorker
+
+    text, mmproj, info = _model_paths(model)
+    engine: Engine = LlamaMtmdEngine(text, mmproj, settings or EngineSettings(), info, **engine_kwargs)
+    if threaded:
+        engine = EngineWorker(engine)
+    if load:
+        try:
+            engine.load()
+        except BaseException:
+            engine.close()
+            raise
+    return engine

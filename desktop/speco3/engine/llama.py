@@ -1,0 +1,458 @@
+"""`LlamaMtmdEngine`: Qwen2.5-VL through llama.cpp's low-level and mtmd APIs, with a KV cache kept across turns.
+
+llama-cpp-python's chat handlers clear the KV cache and re-encode every image on every call. This engine owns
+the llama model, the llama context and the mtmd context itself and keeps the conversation as committed segments
+(`speco3.engine.segments`): each `generate` evaluates only what is not in the KV cache yet, images with
+``mtmd_helper_eval_chunk_single``, text as token batches, then samples.
+
+Cache policy
+    After `reset` the KV cache is kept. At the next evaluation the new conversation is compared item by item
+    with what the cache holds (server-style prefix caching: text token ids; images by SHA-256 and grid); the
+    longest common prefix is reused, the diverging tail is removed with ``llama_memory_seq_rm`` at an item
+    boundary (never inside an image) and everything from there on is evaluated. When the whole conversation is
+    cached, its last token is evaluated again to get fresh logits.
+
+Context policy
+    Qwen2.5-VL uses M-RoPE, for which llama.cpp has no context shift (``seq_add`` asserts). The budget is
+    counted in KV cells (an image of nx×ny tokens takes nx·ny cells but advances positions by max(nx, ny)):
+    before evaluating, if the conversation's cells plus ``max_tokens`` exceed ``n_ctx``, `ContextFullError` is
+    raised with the numbers and nothing is evaluated. The caller decides (shorter answer budget, new session).
+
+Every sampled token, including the final ``<|im_end|>``, is decoded into the cache and kept verbatim in the
+conversation. The engine is not thread-safe: the thread that loads it must make every later call
+(`speco3.engine.worker.EngineWorker` provides such a thread).
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import ctypes
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from speco3.engine import native
+from speco3.engine.base import (
+    Engine,
+    EngineSettings,
+    EngineStats,
+    GenerationResult,
+    ModelInfo,
+    Part,
+    TokenCallback,
+)
+from speco3.engine.mtmd_image import eval_image, tokenize_image
+from speco3.engine.segments import EvalPlan, ImageItem, Segment, cells_of, flatten, plan_evaluation, runs
+from speco3.errors import ContextFullError, EngineError, ModelFileError
+from speco3.imaging import FACTOR, MAX_PIXELS, MIN_PIXELS, PreparedImage
+
+logger = logging.getLogger(__name__)
+
+KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8}  # ggml_type ids
+
+
+class LlamaMtmdEngine(Engine):
+    """Qwen2.5-VL engine on llama.cpp (text GGUF + mmproj GGUF), see module docstring.
+
+    Parameters
+    ----------
+    text_path, mmproj_path : path-like
+        The text model and the vision projector.
+    settings : EngineSettings, optional
+    info : ModelInfo, optional
+        Recorded with verdicts; paths are filled in when missing.
+    n_batch : int
+        Logical and physical batch size for prefill.
+    warmup : bool
+        Let mtmd run a warm-up encode at load (finds memory problems early; tests switch it off).
+    """
+
+    def __init__(self, text_path, mmproj_path, settings: EngineSettings | None = None, info: ModelInfo | None = None,
+                 *, n_batch: int = 512, warmup: bool = True):
+        self.text_path, self.mmproj_path = Path(text_path), Path(mmproj_path)
+        self.settings = settings or EngineSettings()
+        self.info = info or ModelInfo()
+        if self.info.text_path is None or self.info.mmproj_path is None:
+            self.info = replace(self.info, text_path=str(self.text_path), mmproj_path=str(self.mmproj_path))
+        self.n_batch = int(n_batch)
+        self.warmup = warmup
+        self._llama = self._mtmd = None
+        self._model = self._ctx = self._mctx = self._vocab = self._sampler = None
+        self._batch = None
+        self._owner: threading.Thread | None = None
+        self._conv: list[Segment] = []
+        self._kv: list = []  # items in the KV cache, in position order
+        self._kv_pos = 0
+        self._logits_valid = False
+        self._stats = EngineStats(n_ctx=self.settings.n_ctx)
+        self._t_prefill = self._t_decode = 0.0
+        self._n_gpu_layers = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def loaded(self) -> bool:
+        return self._ctx is not None
+
+    def load(self) -> None:
+        if self.loaded:
+            return
+        t0 = time.perf_counter()
+        s = self.settings
+        if s.kv_type not in KV_TYPES:
+            raise EngineError(f"unknown kv_type {s.kv_type!r}; use one of {sorted(KV_TYPES)}")
+        if s.kv_type == "q8_0" and not s.flash_attn:
+            raise EngineError("a q8_0 KV cache needs flash attention (llama.cpp cannot quantize V without it)")
+        native.check_model_files(self.text_path, self.mmproj_path)
+        native.ensure_backend()
+        self._llama, self._mtmd = llama, mtmd = native.import_llama()
+        self._owner = threading.current_thread()
+        try:
+            self._load_native(llama, mtmd)
+        except BaseException:
+            self.close()
+            raise
+        self._n_ctx = int(llama.llama_n_ctx(self._ctx))
+        self._stats = EngineStats(
+            backend=native.backend_label(self._n_gpu_layers), n_ctx=self._n_ctx, load_seconds=time.perf_counter() - t0
+        )
+        self._stats.extra.update(n_gpu_layers=self._n_gpu_layers, flash_attn=s.flash_attn, kv_type=s.kv_type,
+                                 mmproj_on_gpu=bool(s.mmproj_on_gpu and self._n_gpu_layers != 0))
+        logger.info("loaded %s + %s on %s in %.1f s (n_ctx %d)", self.text_path.name, self.mmproj_path.name,
+                    self._stats.backend, self._stats.load_seconds, self._n_ctx)
+
+    def _load_native(self, llama, mtmd) -> None:
+        s = self.settings
+        gpu = bool(llama.llama_supports_gpu_offload())
+        self._n_gpu_layers = (-1 if gpu else 0) if s.n_gpu_layers is None else int(s.n_gpu_layers)
+        mp = llama.llama_model_default_params()
+        mp.n_gpu_layers = self._n_gpu_layers
+        mp.load_mode = llama.LLAMA_LOAD_MODE_MMAP if s.use_mmap and llama.llama_supports_mmap() else llama.LLAMA_LOAD_MODE_NONE
+        self._model = llama.llama_model_load_from_file(str(self.text_path).encode(), mp)
+        if not self._model:
+            raise ModelFileError(self.text_path, f"llama.cpp could not load the model: {native.recent_native_problems()}")
+        threads, threads_batch = native.default_threads()
+        if s.n_threads:
+            threads = threads_batch = int(s.n_threads)
+        cp = llama.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = int(s.n_ctx), self.n_batch, self.n_batch, 1
+        cp.n_threads, cp.n_threads_batch = threads, threads_batch
+        fa = llama.LLAMA_FLASH_ATTN_TYPE_ENABLED if s.flash_attn else llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cp.flash_attn_type = fa
+        cp.type_k = cp.type_v = KV_TYPES[s.kv_type]
+        self._ctx = llama.llama_init_from_model(self._model, cp)
+        if not self._ctx:
+            raise EngineError(f"llama.cpp could not create a context of {s.n_ctx} tokens: {native.recent_native_problems()}")
+        self._vocab = llama.llama_model_get_vocab(self._model)
+        mp2 = mtmd.mtmd_context_params_default()
+        mp2.use_gpu = bool(s.mmproj_on_gpu and self._n_gpu_layers != 0)
+        mp2.n_threads, mp2.print_timings, mp2.warmup, mp2.flash_attn_type = threads_batch, False, self.warmup, fa
+        # images arrive already resized (speco3.imaging): let mtmd accept every size the HF processor produces
+        mp2.image_min_tokens = MIN_PIXELS // (FACTOR * FACTOR)
+        mp2.image_max_tokens = int(s.image_max_tokens or MAX_PIXELS // (FACTOR * FACTOR))
+        self._mctx = mtmd.mtmd_init_from_file(str(self.mmproj_path).encode(), self._model, mp2)
+        if not self._mctx:
+            raise ModelFileError(self.mmproj_path, f"mtmd could not load the projector: {native.recent_native_problems()}")
+        if not mtmd.mtmd_support_vision(self._mctx):
+            raise ModelFileError(self.mmproj_path, "the projector has no vision support")
+        self._batch = llama.llama_batch_init(self.n_batch, 0, 1)
+        self._im_end = self._single_token("<|im_end|>")
+        self._new_sampler()
+
+    def close(self) -> None:
+        llama, mtmd = self._llama, self._mtmd
+        if llama is None:
+            return
+        if self._sampler is not None:
+            llama.llama_sampler_free(self._sampler)
+        if self._batch is not None:
+            llama.llama_batch_free(self._batch)
+        if self._mctx:
+            mtmd.mtmd_free(self._mctx)
+        if self._ctx:
+            llama.llama_free(self._ctx)
+        if self._model:
+            llama.llama_model_free(self._model)
+        self._sampler = self._batch = self._mctx = self._ctx = self._model = self._vocab = None
+        self._kv, self._kv_pos, self._logits_valid = [], 0, False
+
+    def __del__(self):  # pragma: no cover - best effort at garbage collection
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def _require(self) -> None:
+        if not self.loaded:
+            raise EngineError("engine is not loaded (call load() first)")
+        if threading.current_thread() is not self._owner:
+            raise EngineError("LlamaMtmdEngine must be used from the thread that loaded it (use EngineWorker)")
+
+    # ------------------------------------------------------------------ tokens
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text`` (special tokens parsed, no BOS)."""
+        self._require()
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        buf = (self._llama.llama_token * n_max)()
+        n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, n_max, False, True)
+        if n < 0:
+            raise EngineError(f"tokenization failed ({n})")
+        return list(buf[:n])
+
+    def token_bytes(self, token: int) -> bytes:
+        """UTF-8 bytes of one token (special tokens rendered)."""
+        buf = ctypes.create_string_buffer(64)
+        n = self._llama.llama_token_to_piece(self._vocab, token, buf, 64, 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self._llama.llama_token_to_piece(self._vocab, token, buf, -n, 0, True)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def _single_token(self, text: str) -> int:
+        ids = self.tokenize(text)
+        if len(ids) != 1:
+            raise ModelFileError(self.text_path, f"vocabulary has no single token for {text!r} (got {ids})")
+        return ids[0]
+
+    # ------------------------------------------------------------------ conversation
+    def reset(self, keep_cache: bool = True) -> None:
+        """Start a new conversation. With ``keep_cache`` the KV cache stays and its common prefix with the next
+        conversation is reused; without it the cache is cleared."""
+        self._require()
+        self._conv = []
+        if not keep_cache:
+            self._llama.llama_memory_clear(self._llama.llama_get_memory(self._ctx), True)
+            self._kv, self._kv_pos, self._logits_valid = [], 0, False
+        self._new_sampler()
+
+    def extend(self, parts: Sequence[Part]) -> None:
+        """Append text (tokenized now, special tokens parsed) and images (checked against mtmd now)."""
+        self._require()
+        new: list[Segment] = []
+        for part in parts:
+            if isinstance(part, str):
+                if part:
+                    new.append(Segment("text", self.tokenize(part)))
+            elif isinstance(part, PreparedImage):
+                cap = self.settings.image_max_tokens
+                if cap and part.n_tokens > cap:
+                    raise EngineError(f"image has {part.n_tokens} tokens, above the engine's cap of {cap}")
+                chunks = tokenize_image(self._mtmd, self._llama, self._mctx, part)
+                chunks.free(self._mtmd)
+                if chunks.before:
+                    new.append(Segment("text", chunks.before))
+                new.append(Segment("image", image=ImageItem(part.sha256, chunks.n_tokens, chunks.n_pos, part)))
+                if chunks.after:
+                    new.append(Segment("text", chunks.after))
+            else:
+                raise TypeError(f"a conversation part must be str or PreparedImage, not {type(part).__name__}")
+        self._conv.extend(new)
+
+    def restore(self, segments: Sequence[Segment]) -> None:
+        """Replace the conversation by saved segments (token ids kept verbatim); the cache is reused as usual."""
+        self._require()
+        self._conv = [Segment(s.kind, list(s.tokens), s.image) for s in segments]
+
+    def conversation(self) -> list[Segment]:
+        """A copy of the committed segments."""
+        return [Segment(s.kind, list(s.tokens), s.image) for s in self._conv]
+
+    @property
+    def kv_cells(self) -> int:
+        return cells_of(self._kv)
+
+    @property
+    def kv_positions(self) -> int:
+        return self._kv_pos
+
+    # ------------------------------------------------------------------ evaluation
+    def plan(self) -> EvalPlan:
+        """What the next evaluation would reuse, remove and evaluate (nothing is changed)."""
+        return plan_evaluation(self._kv, flatten(self._conv), self._logits_valid)
+
+    def evaluate(self, reserve: int = 0) -> EvalPlan:
+        """Bring the KV cache up to the conversation; afterwards `last_logits` are the next-token logits.
+
+        Parameters
+        ----------
+        reserve : int
+            KV cells that must remain free after the evaluation (the answer budget).
+
+        Raises
+        ------
+        ContextFullError
+            When the conversation plus ``reserve`` would exceed ``n_ctx`` (nothing is evaluated then).
+        """
+        self._require()
+        items = flatten(self._conv)
+        if not items:
+            raise EngineError("nothing to evaluate: the conversation is empty")
+        if not isinstance(items[-1], int):
+            raise EngineError("the conversation must end with text (the assistant header) before generating")
+        plan = plan_evaluation(self._kv, items, self._logits_valid)
+        if plan.total_cells + reserve > self._n_ctx:
+            raise ContextFullError(
+                f"context full: the conversation needs {plan.total_cells} KV cells ({len(items)} items) and the "
+                f"answer up to {reserve} more = {plan.total_cells + reserve} > n_ctx {self._n_ctx}; "
+                "M-RoPE models cannot shift the context, so start a new session or raise n_ctx"
+            )
+        if plan.cut_pos is not None:
+            self._cut(plan.keep, plan.cut_pos)
+        for run in runs(plan.pending):
+            if isinstance(run, list):
+                t0 = time.perf_counter()
+                self._decode_tokens(run, logits_last=True)
+                self._t_prefill += time.perf_counter() - t0
+                self._stats.text_tokens_evaluated += len(run)
+            else:
+                self._eval_image(run)
+        self._stats.extra["last_eval"] = {
+            "reused_cells": plan.kept_cells, "removed_from_pos": plan.cut_pos,
+            "text_tokens": plan.pending_text_tokens, "images": len(plan.pending_images),
+            "image_tokens": sum(i.n_tokens for i in plan.pending_images),
+        }
+        return plan
+
+    def _cut(self, keep: int, pos: int) -> None:
+        mem = self._llama.llama_get_memory(self._ctx)
+        if not self._llama.llama_memory_seq_rm(mem, 0, pos, -1):
+            logger.warning("partial KV removal refused at position %d; clearing the cache", pos)
+            self._llama.llama_memory_clear(mem, True)
+            keep, pos = 0, 0
+        self._kv, self._kv_pos, self._logits_valid = self._kv[:keep], pos, False
+        self._stats.extra["seq_rm_calls"] = self._stats.extra.get("seq_rm_calls", 0) + 1
+
+    def _decode_tokens(self, tokens: Sequence[int], logits_last: bool) -> None:
+        """Decode text tokens at the next positions, in batches of ``n_batch``."""
+        b = self._batch
+        for start in range(0, len(tokens), self.n_batch):
+            part = tokens[start:start + self.n_batch]
+            last = start + len(part) == len(tokens)
+            for i, tok in enumerate(part):
+                b.token[i], b.pos[i], b.n_seq_id[i] = tok, self._kv_pos + i, 1
+                b.seq_id[i][0] = 0
+                b.logits[i] = 1 if (logits_last and last and i == len(part) - 1) else 0
+            b.n_tokens = len(part)
+            rc = self._llama.llama_decode(self._ctx, b)
+            if rc != 0:
+                self._recover(self._kv_pos)
+                raise EngineError(f"llama_decode failed (code {rc}): {native.recent_native_problems()}")
+            self._kv.extend(part)
+            self._kv_pos += len(part)
+        self._logits_valid = logits_last
+
+    def _eval_image(self, item: ImageItem) -> None:
+        t0 = time.perf_counter()
+        chunks = tokenize_image(self._mtmd, self._llama, self._mctx, item.image)
+        try:
+            if (chunks.n_tokens, chunks.n_pos) != (item.n_tokens, item.n_pos):
+                raise EngineError(f"image {item.sha256[:12]} tokenizes differently now ({chunks.n_tokens} tokens)")
+            try:
+                self._kv_pos = eval_image(self._mtmd, self._llama, self._mctx, self._ctx, chunks, self._kv_pos, self.n_batch)
+            except EngineError:
+                self._recover(self._kv_pos)
+                raise
+        finally:
+            chunks.free(self._mtmd)
+        self._kv.append(item)
+        self._logits_valid = False
+        self._stats.images_encoded += 1
+        self._stats.image_tokens_encoded += item.n_tokens
+        self._stats.extra["image_seconds"] = self._stats.extra.get("image_seconds", 0.0) + time.perf_counter() - t0
+
+    def _recover(self, pos: int) -> None:
+        """After a failed native call: drop whatever it may have written from ``pos`` on."""
+        self._llama.llama_memory_seq_rm(self._llama.llama_get_memory(self._ctx), 0, pos, -1)
+        self._logits_valid = False
+
+    def last_logits(self) -> np.ndarray:
+        """A copy of the next-token logits after the last evaluated item."""
+        self._require()
+        if not self._logits_valid:
+            raise EngineError("no logits: evaluate() first")
+        n_vocab = self._llama.llama_vocab_n_tokens(self._vocab)
+        ptr = self._llama.llama_get_logits_ith(self._ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
+
+    # ------------------------------------------------------------------ sampling
+    def _new_sampler(self) -> None:
+        llama, s = self._llama, self.settings
+        if self._sampler is not None:
+            llama.llama_sampler_free(self._sampler)
+        params = llama.llama_sampler_chain_default_params()
+        chain = llama.llama_sampler_chain_init(params)
+        if s.temperature <= 0:
+            llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_greedy())
+        else:
+            if s.top_k and s.top_k > 0:
+                llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_top_k(int(s.top_k)))
+            if 0 < s.top_p < 1:
+                llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_top_p(float(s.top_p), 1))
+            llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_temp(float(s.temperature)))
+            llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_dist(int(s.seed) & 0xFFFFFFFF))
+        self._sampler = chain
+
+    def generate(self, *, max_tokens: int | None = None, on_token: TokenCallback | None = None,
+                 cancel: threading.Event | None = None) -> GenerationResult:
+        self._require()
+        t_start = time.perf_counter()
+        max_tokens = int(self.settings.max_tokens_per_turn if max_tokens is None else max_tokens)
+        if max_tokens < 1:
+            raise EngineError(f"max_tokens must be at least 1, got {max_tokens}")
+        before = (self._stats.text_tokens_evaluated, self._stats.images_encoded, self._stats.image_tokens_encoded)
+        self.evaluate(reserve=max_tokens)
+        llama = self._llama
+        seg = Segment("generated")
+        self._conv.append(seg)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pieces: list[str] = []
+        reason = "length"
+        t_gen = time.perf_counter()
+        while len(seg.tokens) < max_tokens:
+            if cancel is not None and cancel.is_set():
+                reason = "cancelled"
+                break
+            tok = int(llama.llama_sampler_sample(self._sampler, self._ctx, -1))
+            seg.tokens.append(tok)
+            eog = bool(llama.llama_vocab_is_eog(self._vocab, tok))
+            self._decode_tokens([tok], logits_last=True)  # feed back, including the final <|im_end|>
+            if eog:
+                reason = "stop"
+                break
+            piece = decoder.decode(self.token_bytes(tok))
+            if piece:
+                pieces.append(piece)
+                if on_token is not None:
+                    on_token(piece)
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            pieces.append(tail)
+            if on_token is not None:
+                on_token(tail)
+        now = time.perf_counter()
+        self._t_decode += now - t_gen
+        st = self._stats
+        st.tokens_generated += len(seg.tokens)
+        st.decode_tokens_per_s = st.tokens_generated / self._t_decode if self._t_decode > 0 else 0.0
+        st.prefill_tokens_per_s = st.text_tokens_evaluated / self._t_prefill if self._t_prefill > 0 else 0.0
+        return GenerationResult(
+            text="".join(pieces), n_tokens=len(seg.tokens), stop_reason=reason, seconds=now - t_start,
+            prompt_tokens=st.text_tokens_evaluated - before[0], images_encoded=st.images_encoded - before[1],
+            image_tokens=st.image_tokens_encoded - before[2],
+        )
+
+    def stats(self) -> EngineStats:
+        st = replace(self._stats, extra=dict(self._stats.extra))
+        st.kv_cells_used = self.kv_cells
+        st.extra["kv_positions"] = self._kv_pos
+        return st
+
+
+__all__ = ["LlamaMtmdEngine"]

@@ -1,0 +1,138 @@
+"""Images through llama.cpp's mtmd: bitmap from a `PreparedImage`, tokenization into chunks, evaluation.
+
+The image reaches mtmd at its final size (sides multiples of 28, see `speco3.imaging`), so mtmd's own
+preprocessor copies the pixels unchanged instead of padding them. mtmd wraps the image in the projector's
+begin/end tokens (``<|vision_start|>`` … ``<|vision_end|>`` for Qwen2.5-VL); those come back as text chunks
+around the image chunk, and the engine keeps them as ordinary text tokens of the conversation.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import logging
+from dataclasses import dataclass
+
+from PIL import Image
+
+from speco3.engine.native import recent_native_problems
+from speco3.errors import EngineError
+from speco3.imaging import PreparedImage
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ImageChunks:
+    """An image tokenized by mtmd (owns native memory: call `free`).
+
+    Attributes
+    ----------
+    before, after : list of int
+        Text tokens mtmd puts around the image (the projector's begin/end markers).
+    chunk : int
+        Pointer to the image chunk (valid until `free`).
+    n_tokens, n_pos, nx, ny : int
+        What mtmd reports: KV cells, position advance and token grid of the image.
+    """
+
+    before: list[int]
+    after: list[int]
+    chunk: int
+    n_tokens: int
+    n_pos: int
+    nx: int
+    ny: int
+    _chunks: int = 0
+    _bitmap: int = 0
+
+    def free(self, mtmd) -> None:
+        if self._chunks:
+            mtmd.mtmd_input_chunks_free(self._chunks)
+            self._chunks = 0
+        if self._bitmap:
+            mtmd.mtmd_bitmap_free(self._bitmap)
+            self._bitmap = 0
+        self.chunk = 0
+
+
+def _text_tokens(mtmd, llama, chunk) -> list[int]:
+    n = ctypes.c_size_t(0)
+    ptr = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
+    return [int(ptr[i]) for i in range(n.value)] if ptr else []
+
+
+def tokenize_image(mtmd, llama, mctx, image: PreparedImage) -> ImageChunks:
+    """Tokenize one image with mtmd and check that mtmd sees exactly the prepared token grid.
+
+    Raises
+    ------
+    EngineError
+        When the PNG cannot be decoded, mtmd refuses the image, or mtmd would resize it (its token
+        count or grid differs from ``image.grid``: the image was not prepared for this projector's limits).
+    """
+    try:
+        with Image.open(io.BytesIO(image.png)) as img:
+            rgb = img.convert("RGB")
+            width, height, data = rgb.width, rgb.height, rgb.tobytes()
+    except Exception as exc:
+        raise EngineError(f"image {image.sha256[:12]} cannot be decoded: {exc}") from exc
+    if (width, height) != (image.width, image.height):
+        raise EngineError(f"image {image.sha256[:12]} is {width}x{height}, but claims {image.width}x{image.height}")
+    buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+    bitmap = mtmd.mtmd_bitmap_init(width, height, buf)
+    if not bitmap:
+        raise EngineError(f"mtmd could not create a bitmap for image {image.sha256[:12]}")
+    mtmd.mtmd_bitmap_set_id(bitmap, image.sha256.encode())
+    chunks = mtmd.mtmd_input_chunks_init()
+    out = ImageChunks([], [], 0, 0, 0, 0, 0, _chunks=chunks, _bitmap=bitmap)
+    try:
+        marker = mtmd.mtmd_default_marker()
+        text = mtmd.mtmd_input_text(marker, len(marker), False, True)
+        bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
+        rc = mtmd.mtmd_tokenize(mctx, chunks, ctypes.byref(text), bitmaps, 1)
+        if rc != 0:
+            raise EngineError(f"mtmd could not tokenize image {image.sha256[:12]} (code {rc}): {recent_native_problems()}")
+        seen_image = False
+        for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+            chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+            kind = mtmd.mtmd_input_chunk_get_type(chunk)
+            if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
+                (out.after if seen_image else out.before).extend(_text_tokens(mtmd, llama, chunk))
+            elif kind == mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE and not seen_image:
+                seen_image = True
+                tokens = mtmd.mtmd_input_chunk_get_tokens_image(chunk)
+                out.chunk = chunk
+                out.n_tokens = int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
+                out.n_pos = int(mtmd.mtmd_input_chunk_get_n_pos(chunk))
+                out.nx = int(mtmd.mtmd_image_tokens_get_nx(tokens))
+                out.ny = int(mtmd.mtmd_image_tokens_get_ny(tokens))
+            else:
+                raise EngineError(f"mtmd split image {image.sha256[:12]} into an unexpected chunk (type {kind})")
+        if not seen_image:
+            raise EngineError(f"mtmd produced no image chunk for image {image.sha256[:12]}")
+        if out.n_tokens != image.n_tokens or (out.nx, out.ny) != tuple(image.grid):
+            raise EngineError(
+                f"mtmd would see image {image.sha256[:12]} ({image.width}x{image.height}) as {out.nx}x{out.ny} = "
+                f"{out.n_tokens} tokens, not the prepared {image.grid[0]}x{image.grid[1]} = {image.n_tokens}: it was "
+                "not prepared for this projector's token limits (use prepare_image with the engine's image_max_tokens)"
+            )
+        return out
+    except BaseException:
+        out.free(mtmd)
+        raise
+
+
+def eval_image(mtmd, llama, mctx, lctx, chunks: ImageChunks, n_past: int, n_batch: int) -> int:
+    """Encode the image chunk and decode its embeddings into the KV cache at position ``n_past``.
+
+    Returns the next position. ``new_n_past`` is initialised to ``n_past`` before the call: for text chunks
+    mtmd *adds* to it, and an unset value is the classic cause of M-RoPE position errors on the next image.
+    """
+    new_n_past = llama.llama_pos(n_past)
+    rc = mtmd.mtmd_helper_eval_chunk_single(mctx, lctx, chunks.chunk, n_past, 0, n_batch, False, ctypes.byref(new_n_past))
+    if rc != 0:
+        raise EngineError(f"image evaluation failed (code {rc}): {recent_native_problems()}")
+    if new_n_past.value != n_past + chunks.n_pos:
+        raise EngineError(f"mtmd advanced the position to {new_n_past.value}, expected {n_past + chunks.n_pos}")
+    return new_n_past.value
