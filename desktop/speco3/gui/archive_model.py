@@ -35,7 +35,7 @@ COLUMNS: tuple[tuple[str, str, str | None], ...] = (
 VERDICT_STATES = ("any", "undecided", "decided", "YES", "NO", "UNSURE", "model YES", "model NO", "no model verdict")
 _COLOURS = {"YES": QColor(40, 150, 60), "NO": QColor(190, 50, 50), "UNSURE": QColor(200, 140, 0)}
 
-StateFn = Callable[[str], tuple[str | None, str | None]]  # key -> (model verdict, human decision)
+StateFn = Callable[[Any], tuple[str | None, str | None]]  # entry -> (model verdict, human decision)
 
 
 @dataclass
@@ -85,7 +85,7 @@ class ArchiveTableModel(QAbstractTableModel):
 
     def __init__(self, state_fn: StateFn | None = None, parent=None):
         super().__init__(parent)
-        self.state_fn: StateFn = state_fn or (lambda key: (None, None))
+        self.state_fn: StateFn = state_fn or (lambda entry: (None, None))
         self._src = _Source()
         self._rows: list[Any] = []
         self._state_cache: dict[str, tuple[str | None, str | None]] = {}
@@ -199,10 +199,12 @@ class ArchiveTableModel(QAbstractTableModel):
             self.fetchMore()
 
     # -- verdict states ------------------------------------------------------------------------------------------
-    def state(self, key: str) -> tuple[str | None, str | None]:
+    def state(self, entry: Any) -> tuple[str | None, str | None]:
+        """(model verdict, human decision) of an entry, cached by entry key."""
+        key = entry.key
         if key not in self._state_cache:
             try:
-                self._state_cache[key] = self.state_fn(key)
+                self._state_cache[key] = self.state_fn(entry)
             except Exception as exc:
                 log.warning("verdict state of %s unavailable: %s", key, exc)
                 self._state_cache[key] = (None, None)
@@ -212,7 +214,7 @@ class ArchiveTableModel(QAbstractTableModel):
         want = self._src.filters.state
         if want == "any":
             return True
-        model, human = self.state(entry.key)
+        model, human = self.state(entry)
         return {
             "undecided": human is None, "decided": human is not None,
             "YES": human == "YES", "NO": human == "NO", "UNSURE": human == "UNSURE",
@@ -225,7 +227,7 @@ class ArchiveTableModel(QAbstractTableModel):
     def _sorted_by_state(self, rows: list[Any]) -> list[Any]:
         which = 0 if COLUMNS[self._sort_col][0] == "model" else 1
         order = {"YES": 0, "UNSURE": 1, "NO": 2, None: 3}
-        return sorted(rows, key=lambda e: order.get(self.state(e.key)[which], 3), reverse=self._sort_desc)
+        return sorted(rows, key=lambda e: order.get(self.state(e)[which], 3), reverse=self._sort_desc)
 
     # -- Qt model API --------------------------------------------------------------------------------------------
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
@@ -245,7 +247,7 @@ class ArchiveTableModel(QAbstractTableModel):
         entry = self._rows[index.row()]
         name = COLUMNS[index.column()][0]
         if name in ("model", "decision"):
-            value = self.state(entry.key)[0 if name == "model" else 1]
+            value = self.state(entry)[0 if name == "model" else 1]
             if role == Qt.ItemDataRole.DisplayRole:
                 return value or ""
             if role == Qt.ItemDataRole.ForegroundRole and value in _COLOURS:

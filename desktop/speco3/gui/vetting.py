@@ -1,0 +1,234 @@
+"""The vetting workflow of the main window: queue navigation with prefetch, decisions written at once, resume.
+
+The queue is the archive table's row order (the filtered, sorted index, or a loaded candidate list). Every
+decision, flag change and comment goes to the SQLite store immediately (`speco3.vetting.VettingStore`, WAL), with
+the vetter's name, the time and the app version, and apart from the model's verdicts. The current position is
+saved as store state, so reopening the archive resumes where the vetter stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QItemSelectionModel, QObject, Signal
+
+from speco3.errors import Speco3Error, SpectrumReadError
+from speco3.gui.archive_model import ArchiveTableModel
+from speco3.gui.prefetch import SpectrumCache
+from speco3.spectra.model import Spectrum
+
+log = logging.getLogger(__name__)
+
+PREFETCH_AHEAD = 3
+PREFETCH_BEHIND = 1
+
+
+def store_key(entry: Any) -> str:
+    """Store key of an index entry: the spectrum address ``PATH#N`` (as `speco3.vetting.records.spectrum_key`)."""
+    key = str(entry.key)
+    n = key.rsplit("#", 1)[1] if "#" in key else "0"
+    path = getattr(entry, "path", None)
+    return f"{path}#{n}" if path else key
+
+
+def store_path_for(archive_root: str | Path, data_folder: Path) -> Path:
+    """Per-archive store file under the data folder (archives may be read-only)."""
+    root = Path(archive_root).resolve()
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    return data_folder / "vetting" / f"{root.name or 'archive'}-{digest}.sqlite"
+
+
+class VettingController(QObject):
+    """Queue, decisions and resume; see module doc.
+
+    Signals
+    -------
+    currentChanged(row, entry, spectrum) ; recordChanged() ; message(text) ; error(text)
+    """
+
+    currentChanged = Signal(int, object, object)
+    recordChanged = Signal()
+    message = Signal(str)
+    error = Signal(str)
+
+    def __init__(self, model: ArchiveTableModel, table, settings, parent=None):
+        super().__init__(parent)
+        self.model = model
+        self.table = table
+        self.settings = settings
+        self.store = None
+        self.task_id = settings.task
+        self.cache = SpectrumCache()
+        self.row = -1
+        self.entry: Any = None
+        self.spectrum: Spectrum | None = None
+        self.last_switch_ms = 0.0
+        model.state_fn = self.state_of
+
+    # -- store ---------------------------------------------------------------------------------------------------
+    def open_store(self, path: Path) -> None:
+        from speco3.vetting import VettingStore
+
+        self.close_store()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.store = VettingStore(path)
+        log.info("vetting store %s", path)
+
+    def close_store(self) -> None:
+        if self.store is not None:
+            close = getattr(self.store, "close", None)
+            if close:
+                close()
+        self.store = None
+
+    def state_of(self, entry: Any) -> tuple[str | None, str | None]:
+        """(latest model verdict, human decision) of an index entry for the current task."""
+        if self.store is None:
+            return None, None
+        key = store_key(entry)
+        mv = self.store.latest_model_verdict(key, self.task_id)
+        dec = self.store.decision(key, self.task_id)
+        return (mv.verdict if mv else None), (dec.decision if dec else None)
+
+    def set_task(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.model.invalidate_states()
+        if self.entry is not None:
+            self._show_record()
+
+    # -- navigation ----------------------------------------------------------------------------------------------
+    def go_to(self, row: int) -> bool:
+        """Make ``row`` current (loads from the prefetch cache) and prefetch its neighbours."""
+        entry = self.model.entry(row)
+        if entry is None:
+            return False
+        t0 = time.perf_counter()
+        try:
+            spectrum = self.cache.get(entry)
+        except (SpectrumReadError, Speco3Error, OSError) as exc:
+            spectrum = None
+            self.error.emit(f"{entry.key}: {exc}")
+        self.row, self.entry, self.spectrum = row, entry, spectrum
+        sel = self.table.selectionModel()
+        if sel is not None:
+            idx = self.model.index(row, 0)
+            sel.blockSignals(True)
+            sel.setCurrentIndex(idx, QItemSelectionModel.SelectionFlag.ClearAndSelect
+                                | QItemSelectionModel.SelectionFlag.Rows)
+            sel.blockSignals(False)
+            self.table.scrollTo(idx)
+        self.currentChanged.emit(row, entry, spectrum)
+        self._show_record()
+        self.last_switch_ms = (time.perf_counter() - t0) * 1000
+        if self.store is not None:
+            self.store.set_state("current_key", entry.key)
+        self._prefetch_around(row)
+        return True
+
+    def _prefetch_around(self, row: int) -> None:
+        if row + PREFETCH_AHEAD >= self.model.loaded_rows() and self.model.canFetchMore():
+            self.model.fetchMore()
+        around = [self.model.entry(r) for r in range(row + 1, row + 1 + PREFETCH_AHEAD)]
+        around += [self.model.entry(r) for r in range(row - PREFETCH_BEHIND, row)]
+        self.cache.prefetch([e for e in around if e is not None])
+
+    def step(self, delta: int) -> bool:
+        target = self.row + delta
+        if target >= self.model.loaded_rows() and self.model.canFetchMore():
+            self.model.fetchMore()
+        if 0 <= target < self.model.loaded_rows():
+            return self.go_to(target)
+        self.message.emit("end of the queue" if delta > 0 else "start of the queue")
+        return False
+
+    def next_undecided(self) -> bool:
+        r = self.row + 1
+        while True:
+            if r >= self.model.loaded_rows():
+                if not self.model.canFetchMore():
+                    self.message.emit("no undecided spectrum after this one")
+                    return False
+                self.model.fetchMore()
+                continue
+            entry = self.model.entry(r)
+            if self.model.state(entry)[1] is None:
+                return self.go_to(r)
+            r += 1
+
+    def resume(self) -> bool:
+        """Go to the spectrum the vetter was on when the store was last used (else the first row)."""
+        key = self.store.get_state("current_key") if self.store is not None else None
+        row = self.model.row_of(key) if key else None
+        if row is None:
+            row = 0
+        ok = self.go_to(row)
+        if ok and key:
+            self.message.emit(f"resumed at {self.entry.key}")
+        return ok
+
+    # -- decisions -----------------------------------------------------------------------------------------------
+    def _current_key(self) -> str | None:
+        return store_key(self.entry) if self.entry is not None else None
+
+    def decide(self, decision: str, flags: list[str], comment: str) -> bool:
+        """Store the vetter's decision on the current spectrum now; advance when the setting says so."""
+        from speco3.vetting.records import Decision
+
+        key = self._current_key()
+        if key is None or self.store is None:
+            self.message.emit("open an archive first")
+            return False
+        mv = self.store.latest_model_verdict(key, self.task_id)
+        rec = Decision(spectrum_key=key, task=self.task_id, decision=decision, flags=list(flags), comment=comment,
+                       vetter=self.settings.vetter_name(), model_verdict_seen=mv.verdict if mv else None,
+                       model_verdict_id=mv.id if mv else None)
+        try:
+            self.store.record_decision(rec)
+        except Speco3Error as exc:
+            self.error.emit(f"decision not saved: {exc}")
+            return False
+        self.model.invalidate_states([self.entry.key])
+        self._show_record()
+        if self.settings.auto_advance:
+            self.step(1)
+        return True
+
+    def update_notes(self, flags: list[str], comment: str) -> None:
+        """Flags or comment changed: re-save the current decision with them (kept pending when undecided)."""
+        key = self._current_key()
+        if key is None or self.store is None:
+            return
+        dec = self.store.decision(key, self.task_id)
+        if dec is None:
+            self.message.emit("flags and comment are saved with the decision (Y / N / U)")
+            return
+        auto, self.settings.auto_advance = self.settings.auto_advance, False
+        try:
+            self.decide(dec.decision, flags, comment)
+        finally:
+            self.settings.auto_advance = auto
+
+    def model_suggestion(self) -> Any:
+        key = self._current_key()
+        if key is None or self.store is None:
+            return None
+        return self.store.latest_model_verdict(key, self.task_id)
+
+    def decided_count(self) -> int | None:
+        if self.store is None:
+            return None
+        return len(self.store.decisions(self.task_id))
+
+    def current_record(self) -> tuple[Any, Any]:
+        """(stored `Decision` or None, latest `ModelVerdict` or None) of the current spectrum."""
+        key = self._current_key()
+        if key is None or self.store is None:
+            return None, None
+        return self.store.decision(key, self.task_id), self.store.latest_model_verdict(key, self.task_id)
+
+    def _show_record(self) -> None:
+        self.recordChanged.emit()
