@@ -7,11 +7,13 @@ Public API::
     read_file(source) -> FileContents                    # spectra + skipped entries + dependencies
     identify(source) -> str; formats() -> list[str]; register_format(name, identify, read, priority)
     parse_address("FILE#N") -> (path, selector)
+    ArchiveIndex(db).scan(root) / .query(...) / .count(...)   # archive index (speco3.spectra.index)
 """
 
 from __future__ import annotations
 
 from speco3.errors import SpectrumReadError
+from speco3.spectra.index import ArchiveIndex, IndexEntry, ScanSummary
 from speco3.spectra.model import Spectrum, SpectrumMeta
 from speco3.spectra.registry import (
     FileContents,
@@ -28,6 +30,9 @@ from speco3.spectra.source import Source
 from speco3.spectra.view import View
 
 __all__ = [
+    "ArchiveIndex",
+    "IndexEntry",
+    "ScanSummary",
     "FileContents",
     "NoSpectraError",
     "Source",
