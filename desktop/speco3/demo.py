@@ -284,8 +284,9 @@ def demo_file_name(i: int) -> str:
 def write_demo_archive(folder: str | Path, progress: Callable[[int, int], None] | None = None) -> list[Path]:
     """Write the demo archive into ``folder`` once and return the spectrum files.
 
-    A marker file records the demo version; an up-to-date archive is not rewritten. A ``candidates.csv``
-    (OBSID, file name, task class) is written beside the spectra as an example candidate list.
+    A marker file records the demo version; an up-to-date archive is not rewritten. A ``candidates.vot``
+    VOTable (obsid, file_name, task) of the positives is written beside the spectra as an example candidate list
+    (an extension the archive index does not read as a spectrum).
 
     Raises
     ------
@@ -303,11 +304,12 @@ def write_demo_archive(folder: str | Path, progress: Callable[[int, int], None] 
             write_demo_spectrum(path, obj, i)
             if progress:
                 progress(i + 1, len(paths))
-        lines = ["obsid,file_name,task"] + [
-            f"{900000001 + i},{p.name},{obj.truth}" for i, (obj, p) in enumerate(zip(CATALOGUE, paths, strict=True))
-            if obj.truth
-        ]
-        (folder / "candidates.csv").write_text("\n".join(lines) + "\n")
+        from astropy.table import Table
+
+        chosen = [(i, obj, p) for i, (obj, p) in enumerate(zip(CATALOGUE, paths, strict=True)) if obj.truth]
+        table = Table({"obsid": [900000001 + i for i, _, _ in chosen], "file_name": [p.name for _, _, p in chosen],
+                       "task": [obj.truth for _, obj, _ in chosen]})
+        table.write(folder / "candidates.vot", format="votable", overwrite=True)
         marker.write_text(DEMO_VERSION + "\n")
     except OSError as exc:
         raise DemoError(f"cannot write the demo archive in {folder}: {exc}") from exc

@@ -26,7 +26,7 @@ COLUMNS: tuple[tuple[str, str, str | None], ...] = (
     ("survey", "Survey", "survey"),
     ("cls", "Class", "cls"),
     ("subclass", "Subclass", "subclass"),
-    ("z", "z", "z"),
+    ("z", "z", "redshift"),
     ("snr", "S/N", "snr"),
     ("object_id", "Object ID", "object_id"),
     ("model", "Model", None),

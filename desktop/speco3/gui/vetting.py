@@ -30,7 +30,9 @@ PREFETCH_BEHIND = 1
 def store_key(entry: Any) -> str:
     """Store key of an index entry: the spectrum address ``PATH#N`` (as `speco3.vetting.records.spectrum_key`)."""
     key = str(entry.key)
-    n = key.rsplit("#", 1)[1] if "#" in key else "0"
+    n = getattr(entry, "index", None)
+    if n is None:
+        n = key.rsplit("#", 1)[1] if "#" in key else "0"
     path = getattr(entry, "path", None)
     return f"{path}#{n}" if path else key
 
