@@ -188,7 +188,7 @@ def read_spectra(source: Any) -> list[Spectrum]:
     return read_file(source).spectra
 
 
-def _select(spectra: list[Spectrum], selector: str, display: str) -> Spectrum:
+def select_spectrum(spectra: list[Spectrum], selector: str, display: str) -> Spectrum:
     if re.fullmatch(r"-?\d+", selector):
         n = int(selector)
         if 0 <= n < len(spectra):
@@ -225,7 +225,7 @@ def read_spectrum(source: Any, index: int | str | None = None) -> Spectrum:
     spectra = read_spectra(source)
     if selector is None:
         return spectra[0]
-    return _select(spectra, selector, display)
+    return select_spectrum(spectra, selector, display)
 
 
 __all__ = [
