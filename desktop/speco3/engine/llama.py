@@ -25,7 +25,6 @@ conversation. The engine is not thread-safe: the thread that loads it must make 
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import ctypes
 import logging
@@ -48,6 +47,7 @@ from speco3.engine.base import (
     TokenCallback,
 )
 from speco3.engine.mtmd_image import eval_image, tokenize_image
+from speco3.engine.sampling import PieceStream, build_sampler
 from speco3.engine.segments import EvalPlan, ImageItem, Segment, cells_of, flatten, plan_evaluation, runs
 from speco3.errors import ContextFullError, EngineError, ModelFileError
 from speco3.imaging import FACTOR, MAX_PIXELS, MIN_PIXELS, PreparedImage
@@ -383,21 +383,9 @@ class LlamaMtmdEngine(Engine):
 
     # ------------------------------------------------------------------ sampling
     def _new_sampler(self) -> None:
-        llama, s = self._llama, self.settings
         if self._sampler is not None:
-            llama.llama_sampler_free(self._sampler)
-        params = llama.llama_sampler_chain_default_params()
-        chain = llama.llama_sampler_chain_init(params)
-        if s.temperature <= 0:
-            llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_greedy())
-        else:
-            if s.top_k and s.top_k > 0:
-                llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_top_k(int(s.top_k)))
-            if 0 < s.top_p < 1:
-                llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_top_p(float(s.top_p), 1))
-            llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_temp(float(s.temperature)))
-            llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_dist(int(s.seed) & 0xFFFFFFFF))
-        self._sampler = chain
+            self._llama.llama_sampler_free(self._sampler)
+        self._sampler = build_sampler(self._llama, self.settings)
 
     def generate(self, *, max_tokens: int | None = None, on_token: TokenCallback | None = None,
                  cancel: threading.Event | None = None) -> GenerationResult:
@@ -411,8 +399,7 @@ class LlamaMtmdEngine(Engine):
         llama = self._llama
         seg = Segment("generated")
         self._conv.append(seg)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pieces: list[str] = []
+        stream = PieceStream(on_token)
         reason = "length"
         t_gen = time.perf_counter()
         while len(seg.tokens) < max_tokens:
@@ -426,16 +413,8 @@ class LlamaMtmdEngine(Engine):
             if eog:
                 reason = "stop"
                 break
-            piece = decoder.decode(self.token_bytes(tok))
-            if piece:
-                pieces.append(piece)
-                if on_token is not None:
-                    on_token(piece)
-        tail = decoder.decode(b"", final=True)
-        if tail:
-            pieces.append(tail)
-            if on_token is not None:
-                on_token(tail)
+            stream.feed(self.token_bytes(tok))
+        text = stream.finish()
         now = time.perf_counter()
         self._t_decode += now - t_gen
         st = self._stats
@@ -443,7 +422,7 @@ class LlamaMtmdEngine(Engine):
         st.decode_tokens_per_s = st.tokens_generated / self._t_decode if self._t_decode > 0 else 0.0
         st.prefill_tokens_per_s = st.text_tokens_evaluated / self._t_prefill if self._t_prefill > 0 else 0.0
         return GenerationResult(
-            text="".join(pieces), n_tokens=len(seg.tokens), stop_reason=reason, seconds=now - t_start,
+            text=text, n_tokens=len(seg.tokens), stop_reason=reason, seconds=now - t_start,
             prompt_tokens=st.text_tokens_evaluated - before[0], images_encoded=st.images_encoded - before[1],
             image_tokens=st.image_tokens_encoded - before[2],
         )
