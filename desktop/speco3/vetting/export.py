@@ -1,0 +1,158 @@
+"""Exports of a vetting store: CSV, VOTable and FITS tables (astropy; TOPCAT opens all three).
+
+CSV and VOTable are UTF-8; FITS tables hold ASCII only, so other characters are written as Python escapes.
+
+One row per spectrum and task, with the spectrum's identity and position, the latest model verdict (verdict,
+outcome, model, prompt version, cost) and the latest human decision (decision, flags, comment, vetter, time, and
+the model verdict the vetter saw). Missing values are masked (empty in CSV, null in VOTable, NaN/TNULL in FITS).
+Every file is written atomically: to a temporary file beside the target, then ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from astropy.table import MaskedColumn, Table
+
+from speco3 import __version__
+from speco3.errors import StoreError
+from speco3.vetting.store import VettingStore
+
+logger = logging.getLogger(__name__)
+
+#: (column, kind, unit, description); kind: "str", "int", "float".
+COLUMNS: list[tuple[str, str, str | None, str]] = [
+    ("spectrum_key", "str", None, "Spectrum address (file#index)"),
+    ("name", "str", None, "Spectrum name"),
+    ("path", "str", None, "File path"),
+    ("hdu_index", "int", None, "Index of the spectrum in its file"),
+    ("survey", "str", None, "Survey"),
+    ("object_id", "str", None, "Survey object id (obsid, targetid, plate-mjd-fiber)"),
+    ("ra", "float", "deg", "Right ascension"),
+    ("dec", "float", "deg", "Declination"),
+    ("redshift", "float", None, "Catalogue redshift used for the rest frame"),
+    ("snr", "float", None, "Signal-to-noise ratio from the file"),
+    ("file_sha256", "str", None, "SHA-256 of the spectrum file"),
+    ("task", "str", None, "Task id"),
+    ("model_verdict", "str", None, "Model verdict YES/NO (empty: none)"),
+    ("model_outcome", "str", None, "How the model run ended"),
+    ("model_id", "str", None, "Model"),
+    ("model_quant", "str", None, "Quantization"),
+    ("prompt_version", "str", None, "Prompt version hash"),
+    ("model_turns", "int", None, "Assistant turns"),
+    ("model_zooms", "int", None, "Zoom windows rendered"),
+    ("model_tokens", "int", None, "Tokens generated"),
+    ("model_seconds", "float", "s", "Wall time of the model run"),
+    ("model_time", "str", None, "When the model ran (UTC)"),
+    ("trace_dir", "str", None, "Folder of the evidence trace"),
+    ("decision", "str", None, "Human decision YES/NO/UNSURE (empty: not vetted)"),
+    ("flags", "str", None, "Quality flags, comma separated"),
+    ("comment", "str", None, "Vetter comment"),
+    ("vetter", "str", None, "Vetter"),
+    ("decided_at", "str", None, "When the decision was made (UTC)"),
+    ("model_verdict_seen", "str", None, "Model verdict shown to the vetter"),
+]
+FORMATS = {"csv": "ascii.csv", "votable": "votable", "fits": "fits"}
+
+
+def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, Any]]:
+    """One dict per (spectrum, task) that has a model verdict or a decision."""
+    verdicts = {(v.spectrum_key, v.task): v for v in store.model_verdicts(task)}
+    decisions = {(d.spectrum_key, d.task): d for d in store.decisions(task)}
+    keys = list(dict.fromkeys([*verdicts, *decisions]))
+    infos: dict[str, Any] = {}
+    rows = []
+    for key, tid in keys:
+        if key not in infos:
+            infos[key] = store.spectrum_info(key)
+        s, v, d = infos[key], verdicts.get((key, tid)), decisions.get((key, tid))
+        rows.append({
+            "spectrum_key": key, "name": s.name if s else None, "path": s.path if s else None,
+            "hdu_index": s.index if s else None, "survey": s.survey if s else None,
+            "object_id": s.object_id if s else None, "ra": s.ra if s else None, "dec": s.dec if s else None,
+            "redshift": s.redshift if s else None, "snr": s.snr if s else None,
+            "file_sha256": (v.file_sha256 if v and v.file_sha256 else (s.file_sha256 if s else None)),
+            "task": tid,
+            "model_verdict": v.verdict if v else None, "model_outcome": v.outcome if v else None,
+            "model_id": v.model_id if v else None, "model_quant": v.quant if v else None,
+            "prompt_version": v.prompt_version if v else None, "model_turns": v.turns if v else None,
+            "model_zooms": v.zooms if v else None, "model_tokens": v.tokens if v else None,
+            "model_seconds": v.seconds if v else None, "model_time": v.created_at if v else None,
+            "trace_dir": v.trace_dir if v else None,
+            "decision": d.decision if d else None, "flags": ",".join(d.flags) if d else None,
+            "comment": d.comment if d else None, "vetter": d.vetter if d else None,
+            "decided_at": d.decided_at if d else None, "model_verdict_seen": d.model_verdict_seen if d else None,
+        })
+    return rows
+
+
+def export_table(store: VettingStore, task: str | None = None) -> Table:
+    """The export as an astropy `Table` (masked where a value is missing)."""
+    rows = export_rows(store, task)
+    table = Table(meta={"ORIGIN": f"spec-o3 {__version__}", "STORE": str(store.path.name)})
+    for name, kind, unit, desc in COLUMNS:
+        values = [r[name] for r in rows]
+        mask = np.array([v is None for v in values], dtype=bool)
+        if kind == "str":
+            data = np.array(["" if v is None else str(v) for v in values], dtype=str)
+            if data.dtype.itemsize == 0:
+                data = data.astype("U1")
+        elif kind == "int":
+            data = np.array([0 if v is None else int(v) for v in values], dtype=np.int64)
+        else:
+            data = np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+        table.add_column(MaskedColumn(data, name=name, mask=mask, unit=unit, description=desc))
+    return table
+
+
+def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
+    """Call ``writer(tmp_path)`` with a temporary file beside ``path``, then move it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        writer(tmp_path)
+        os.replace(tmp_path, path)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def export(store: VettingStore, path: str | Path, fmt: str | None = None, task: str | None = None) -> Path:
+    """Write the export table as ``csv``, ``votable`` or ``fits`` (default: from the file extension)."""
+    path = Path(path)
+    if fmt is None:
+        ext = path.suffix.lower().lstrip(".")
+        fmt = {"csv": "csv", "xml": "votable", "vot": "votable", "votable": "votable", "fits": "fits",
+               "fit": "fits"}.get(ext)
+        if fmt is None:
+            raise StoreError(f"{path}: cannot tell the format from the extension (use .csv, .vot/.xml or .fits)")
+    if fmt not in FORMATS:
+        raise StoreError(f"unknown export format {fmt!r} (csv, votable, fits)")
+    table = export_table(store, task)
+    if fmt == "fits":  # FITS strings are ASCII: escape the rest (é -> \\xe9, α -> \\u03b1)
+        for name in table.colnames:
+            col = table[name]
+            if col.dtype.kind == "U":
+                escaped = [str(v).encode("ascii", "backslashreplace").decode("ascii") for v in col.data.data]
+                table[name] = MaskedColumn(np.array(escaped, dtype=str), name=name, mask=col.mask,
+                                           unit=col.unit, description=col.description)
+
+    def writer(tmp: Path) -> None:
+        table.write(tmp, format=FORMATS[fmt], overwrite=True)
+
+    try:
+        write_atomic(path, writer)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+    logger.info("exported %d rows to %s", len(table), path)
+    return path

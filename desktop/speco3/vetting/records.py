@@ -1,0 +1,102 @@
+"""Records of the vetting store: what the model said, what the human decided."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from speco3 import __version__
+
+DECISIONS = ("YES", "NO", "UNSURE")
+VERDICTS = ("YES", "NO")
+#: Quality flags offered by the GUI (free-form flags are accepted too).
+STANDARD_FLAGS = ("low_snr", "bad_sky", "bad_calibration", "wrong_redshift", "artifact", "blend", "interesting")
+
+
+def now_iso() -> str:
+    """UTC time, ISO 8601 with microseconds (sortable)."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+@dataclass
+class ModelVerdict:
+    """One model run on one spectrum for one task.
+
+    ``verdict`` is YES/NO or None; ``outcome`` is the `speco3.agent.Outcome` value (``YES``, ``NO``,
+    ``format_error``, ``budget_exhausted``, ``cancelled``, ``engine_error``, ``context_full``, ``input_error``).
+    """
+
+    spectrum_key: str
+    task: str
+    verdict: str | None
+    outcome: str
+    model_id: str = "unknown"
+    quant: str | None = None
+    text_sha256: str | None = None
+    mmproj_sha256: str | None = None
+    prompt_version: str = ""
+    file_sha256: str | None = None
+    engine_settings: dict[str, Any] = field(default_factory=dict)
+    turns: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    zooms: int = 0
+    detail: str = ""
+    answer: str = ""
+    trace_dir: str | None = None
+    created_at: str = field(default_factory=now_iso)
+    app_version: str = __version__
+    id: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Decision:
+    """A human decision on one spectrum for one task (the model verdict the vetter saw is kept with it)."""
+
+    spectrum_key: str
+    task: str
+    decision: str
+    flags: list[str] = field(default_factory=list)
+    comment: str = ""
+    vetter: str = ""
+    model_verdict_seen: str | None = None
+    model_verdict_id: int | None = None
+    decided_at: str = field(default_factory=now_iso)
+    app_version: str = __version__
+    id: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SpectrumInfo:
+    """What exports show about a spectrum besides the verdicts."""
+
+    spectrum_key: str
+    name: str = ""
+    path: str | None = None
+    index: int = 0
+    survey: str | None = None
+    object_id: str | None = None
+    ra: float | None = None
+    dec: float | None = None
+    redshift: float | None = None
+    snr: float | None = None
+    file_sha256: str | None = None
+
+    @classmethod
+    def of(cls, key: str, spectrum, file_sha256: str | None = None) -> SpectrumInfo:
+        m = spectrum.meta
+        return cls(key, spectrum.name, m.path, m.index, m.survey, m.object_id, m.ra, m.dec, m.redshift, m.snr,
+                   file_sha256)
+
+
+def spectrum_key(spectrum) -> str:
+    """The store key of a spectrum: its address ``PATH#N`` (or its name when it has no path)."""
+    m = spectrum.meta
+    return f"{m.path}#{m.index}" if m.path else spectrum.name

@@ -1,0 +1,311 @@
+"""`VettingStore`: model verdicts, human decisions and session state in one SQLite file.
+
+Durability first: WAL journal, ``synchronous=FULL``, every write in its own committed transaction (a decision is on
+disk when `record_decision` returns; a crash or ``kill -9`` loses at most the write in flight). The schema is
+versioned with ``PRAGMA user_version``; a file from a newer version is refused rather than damaged. Decisions are
+append-only (the latest one per spectrum and task counts; the history stays for the audit). One store may be shared
+by threads (a lock serialises access) and by processes (SQLite locking with a busy timeout).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from speco3.errors import StoreError
+from speco3.vetting.records import DECISIONS, VERDICTS, Decision, ModelVerdict, SpectrumInfo, now_iso
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS spectra (
+    spectrum_key TEXT PRIMARY KEY, name TEXT, path TEXT, idx INTEGER, survey TEXT, object_id TEXT,
+    ra REAL, dec REAL, redshift REAL, snr REAL, file_sha256 TEXT, updated_at TEXT);
+CREATE TABLE IF NOT EXISTS model_verdicts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    spectrum_key TEXT NOT NULL, task TEXT NOT NULL,
+    verdict TEXT CHECK (verdict IN ('YES', 'NO') OR verdict IS NULL),
+    outcome TEXT NOT NULL, model_id TEXT NOT NULL, quant TEXT, text_sha256 TEXT, mmproj_sha256 TEXT,
+    prompt_version TEXT NOT NULL, file_sha256 TEXT, engine_settings TEXT NOT NULL,
+    turns INTEGER, tokens INTEGER, seconds REAL, zooms INTEGER, detail TEXT, answer TEXT, trace_dir TEXT,
+    created_at TEXT NOT NULL, app_version TEXT);
+CREATE INDEX IF NOT EXISTS model_verdicts_key ON model_verdicts (spectrum_key, task, id);
+CREATE INDEX IF NOT EXISTS model_verdicts_run ON model_verdicts (task, model_id, prompt_version);
+CREATE TABLE IF NOT EXISTS decisions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    spectrum_key TEXT NOT NULL, task TEXT NOT NULL,
+    decision TEXT NOT NULL CHECK (decision IN ('YES', 'NO', 'UNSURE')),
+    flags TEXT NOT NULL, comment TEXT NOT NULL, vetter TEXT NOT NULL,
+    model_verdict_seen TEXT, model_verdict_id INTEGER, decided_at TEXT NOT NULL, app_version TEXT);
+CREATE INDEX IF NOT EXISTS decisions_key ON decisions (spectrum_key, task, id);
+CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at TEXT NOT NULL);
+"""
+# Outcomes that a later run should retry rather than count as done.
+RETRY_OUTCOMES = ("cancelled", "engine_error")
+
+
+class VettingStore:
+    """The vetting database at ``path`` (created when missing).
+
+    Parameters
+    ----------
+    path : path-like
+        SQLite file. Its folder is created.
+    readonly : bool
+        Open for reading only (exports, reports).
+    """
+
+    def __init__(self, path: str | Path, *, readonly: bool = False):
+        self.path = Path(path)
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        try:
+            if readonly:
+                if not self.path.is_file():
+                    raise StoreError(f"{self.path}: no such vetting store")
+                uri = f"file:{self.path.resolve().as_posix()}?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False, isolation_level=None)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+            self._init()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: not a usable vetting store ({exc})") from exc
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot open ({exc.strerror or exc})") from exc
+
+    def _init(self) -> None:
+        db = self._db
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: written by a newer Spec-o3 (schema {version} > {SCHEMA_VERSION})")
+        if self.readonly:
+            if version == 0:
+                raise StoreError(f"{self.path}: not a vetting store (no schema)")
+            return
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA foreign_keys=ON")
+        if version == 0:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if tables - {"sqlite_sequence"}:
+                raise StoreError(f"{self.path}: an SQLite file of another application (tables {sorted(tables)})")
+            with self._tx() as cur:
+                for stmt in filter(str.strip, _SCHEMA.split(";")):
+                    cur.execute(stmt)
+                cur.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Cursor]:
+        """One committed write transaction."""
+        if self.readonly:
+            raise StoreError(f"{self.path}: opened read-only")
+        with self._lock:
+            cur = self._db.cursor()
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                yield cur
+                cur.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    cur.execute("ROLLBACK")
+                raise
+            finally:
+                cur.close()
+
+    def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(f"{self.path}: read failed ({exc})") from exc
+
+    def _write(self, sql: str, args: tuple) -> int:
+        try:
+            with self._tx() as cur:
+                cur.execute(sql, args)
+                return int(cur.lastrowid or 0)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: write failed ({exc})") from exc
+
+    # -- spectra -----------------------------------------------------------------------------------
+    def record_spectrum(self, info: SpectrumInfo) -> None:
+        """Insert or update what exports show about a spectrum."""
+        self._write(
+            "INSERT INTO spectra VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(spectrum_key) DO UPDATE SET "
+            "name=excluded.name, path=excluded.path, idx=excluded.idx, survey=excluded.survey, "
+            "object_id=excluded.object_id, ra=excluded.ra, dec=excluded.dec, redshift=excluded.redshift, "
+            "snr=excluded.snr, file_sha256=COALESCE(excluded.file_sha256, file_sha256), updated_at=excluded.updated_at",
+            (info.spectrum_key, info.name, info.path, info.index, info.survey, info.object_id, info.ra, info.dec,
+             info.redshift, info.snr, info.file_sha256, now_iso()),
+        )
+
+    def spectrum_info(self, key: str) -> SpectrumInfo | None:
+        rows = self._query("SELECT * FROM spectra WHERE spectrum_key=?", (key,))
+        if not rows:
+            return None
+        r = dict(rows[0])
+        r.pop("updated_at")
+        r["index"] = r.pop("idx")
+        return SpectrumInfo(**r)
+
+    # -- model verdicts ----------------------------------------------------------------------------
+    def record_model_verdict(self, v: ModelVerdict) -> int:
+        """Store one model run; returns its id."""
+        if v.verdict is not None and v.verdict not in VERDICTS:
+            raise StoreError(f"model verdict must be YES, NO or None, got {v.verdict!r}")
+        if not v.spectrum_key or not v.task:
+            raise StoreError("a model verdict needs a spectrum key and a task")
+        v.id = self._write(
+            "INSERT INTO model_verdicts (spectrum_key, task, verdict, outcome, model_id, quant, text_sha256, "
+            "mmproj_sha256, prompt_version, file_sha256, engine_settings, turns, tokens, seconds, zooms, detail, "
+            "answer, trace_dir, created_at, app_version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (v.spectrum_key, v.task, v.verdict, v.outcome, v.model_id, v.quant, v.text_sha256, v.mmproj_sha256,
+             v.prompt_version, v.file_sha256, json.dumps(v.engine_settings, sort_keys=True), v.turns, v.tokens,
+             v.seconds, v.zooms, v.detail, v.answer, v.trace_dir, v.created_at, v.app_version),
+        )
+        return v.id
+
+    @staticmethod
+    def _verdict(row: sqlite3.Row) -> ModelVerdict:
+        d = dict(row)
+        d["engine_settings"] = json.loads(d["engine_settings"] or "{}")
+        return ModelVerdict(**d)
+
+    def latest_model_verdict(self, key: str, task: str) -> ModelVerdict | None:
+        rows = self._query("SELECT * FROM model_verdicts WHERE spectrum_key=? AND task=? ORDER BY id DESC LIMIT 1",
+                           (key, task))
+        return self._verdict(rows[0]) if rows else None
+
+    def has_model_verdict(self, key: str, task: str, model_id: str, prompt_version: str) -> bool:
+        """True when this spectrum was already done for this task with this model and prompt version.
+
+        Runs that were cancelled or hit an engine error do not count (a resumed run retries them).
+        """
+        marks = ",".join("?" * len(RETRY_OUTCOMES))
+        rows = self._query(
+            f"SELECT 1 FROM model_verdicts WHERE spectrum_key=? AND task=? AND model_id=? AND prompt_version=? "
+            f"AND outcome NOT IN ({marks}) LIMIT 1", (key, task, model_id, prompt_version, *RETRY_OUTCOMES))
+        return bool(rows)
+
+    def done_keys(self, task: str, model_id: str, prompt_version: str) -> set[str]:
+        """All spectrum keys `has_model_verdict` would report as done (one query, for resuming big batches)."""
+        marks = ",".join("?" * len(RETRY_OUTCOMES))
+        rows = self._query(
+            f"SELECT DISTINCT spectrum_key FROM model_verdicts WHERE task=? AND model_id=? AND prompt_version=? "
+            f"AND outcome NOT IN ({marks})", (task, model_id, prompt_version, *RETRY_OUTCOMES))
+        return {r[0] for r in rows}
+
+    def model_verdicts(self, task: str | None = None, *, latest: bool = True) -> list[ModelVerdict]:
+        """Model verdicts (latest per spectrum and task by default), oldest first."""
+        where = "WHERE task=?" if task else ""
+        args = (task,) if task else ()
+        if latest:
+            sql = (f"SELECT * FROM model_verdicts WHERE id IN (SELECT MAX(id) FROM model_verdicts {where} "
+                   "GROUP BY spectrum_key, task) ORDER BY id")
+        else:
+            sql = f"SELECT * FROM model_verdicts {where} ORDER BY id"
+        return [self._verdict(r) for r in self._query(sql, args)]
+
+    # -- human decisions ---------------------------------------------------------------------------
+    def record_decision(self, d: Decision) -> int:
+        """Store a human decision durably (committed with ``synchronous=FULL`` before returning)."""
+        if d.decision not in DECISIONS:
+            raise StoreError(f"decision must be one of {', '.join(DECISIONS)}, got {d.decision!r}")
+        if not d.spectrum_key or not d.task:
+            raise StoreError("a decision needs a spectrum key and a task")
+        flags = [str(f).strip() for f in d.flags if str(f).strip()]
+        d.id = self._write(
+            "INSERT INTO decisions (spectrum_key, task, decision, flags, comment, vetter, model_verdict_seen, "
+            "model_verdict_id, decided_at, app_version) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (d.spectrum_key, d.task, d.decision, json.dumps(flags), d.comment or "", d.vetter or "",
+             d.model_verdict_seen, d.model_verdict_id, d.decided_at, d.app_version),
+        )
+        return d.id
+
+    @staticmethod
+    def _decision(row: sqlite3.Row) -> Decision:
+        d = dict(row)
+        d["flags"] = json.loads(d["flags"] or "[]")
+        return Decision(**d)
+
+    def decision(self, key: str, task: str) -> Decision | None:
+        """The latest decision on a spectrum for a task."""
+        rows = self._query("SELECT * FROM decisions WHERE spectrum_key=? AND task=? ORDER BY id DESC LIMIT 1",
+                           (key, task))
+        return self._decision(rows[0]) if rows else None
+
+    def decision_history(self, key: str, task: str) -> list[Decision]:
+        return [self._decision(r) for r in self._query(
+            "SELECT * FROM decisions WHERE spectrum_key=? AND task=? ORDER BY id", (key, task))]
+
+    def decisions(self, task: str | None = None) -> list[Decision]:
+        """The latest decision per spectrum and task, ordered by when that decision was made."""
+        where = "WHERE task=?" if task else ""
+        args = (task,) if task else ()
+        sql = (f"SELECT * FROM decisions WHERE id IN (SELECT MAX(id) FROM decisions {where} "
+               "GROUP BY spectrum_key, task) ORDER BY id")
+        return [self._decision(r) for r in self._query(sql, args)]
+
+    # -- session state -----------------------------------------------------------------------------
+    def set_state(self, key: str, value: Any) -> None:
+        """Store a JSON-serialisable value (e.g. the queue position) for resuming a session."""
+        try:
+            text = json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"state {key!r} is not JSON-serialisable ({exc})") from exc
+        self._write("INSERT INTO state VALUES (?,?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value, "
+                    "updated_at=excluded.updated_at", (key, text, now_iso()))
+
+    def get_state(self, key: str, default: Any = None) -> Any:
+        rows = self._query("SELECT value FROM state WHERE key=?", (key,))
+        return json.loads(rows[0][0]) if rows else default
+
+    # -- overview ----------------------------------------------------------------------------------
+    def tasks(self) -> list[str]:
+        rows = self._query("SELECT task FROM model_verdicts UNION SELECT task FROM decisions ORDER BY 1")
+        return [r[0] for r in rows]
+
+    def summary(self) -> dict[str, Any]:
+        """Counts per task: model outcomes (latest per spectrum), human decisions (latest), agreement."""
+        out: dict[str, Any] = {"path": str(self.path), "schema": SCHEMA_VERSION, "tasks": {}}
+        for task in self.tasks():
+            verdicts = self.model_verdicts(task)
+            decisions = self.decisions(task)
+            outcomes: dict[str, int] = {}
+            for v in verdicts:
+                outcomes[v.outcome] = outcomes.get(v.outcome, 0) + 1
+            counts = {k: sum(d.decision == k for d in decisions) for k in DECISIONS}
+            by_key = {v.spectrum_key: v.verdict for v in verdicts}
+            both = [(by_key[d.spectrum_key], d.decision) for d in decisions
+                    if by_key.get(d.spectrum_key) and d.decision != "UNSURE"]
+            out["tasks"][task] = {
+                "model_runs": len(verdicts), "model_outcomes": outcomes,
+                "model_yes": outcomes.get("YES", 0), "model_no": outcomes.get("NO", 0),
+                "decisions": len(decisions), "decided": counts,
+                "agree": sum(m == h for m, h in both), "compared": len(both),
+                "seconds": round(sum(v.seconds or 0.0 for v in verdicts), 3),
+            }
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self._db.close()
+            except sqlite3.Error:  # pragma: no cover
+                logger.exception("closing %s", self.path)
+
+    def __enter__(self) -> VettingStore:
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
