@@ -95,7 +95,7 @@ def test_reset_reuses_system_prompt_and_first_image(make_engine, images):
     assert plan.pending_images == []  # the first image stays in the cache
     assert eng.stats().images_encoded == encoded
     a, b = eng.tokenize(TASK), eng.tokenize(OTHER_TASK)
-    common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    common = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
     assert plan.pending_text_tokens == len(b) - common  # only the diverging text is evaluated
     assert plan.cut_pos is not None and eng.stats().extra["seq_rm_calls"] == 1
     _, ref_logits = from_scratch(make_engine, eng.conversation())
