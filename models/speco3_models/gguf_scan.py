@@ -221,9 +221,9 @@ def _scan(buf, path: Path, size: int) -> ScanResult:
     n_kv = cur.unpack("Q", "metadata count")
     left = size - cur.pos
     if n_kv * 13 > left:
-        raise cur.fail(f"corrupt GGUF: header claims {n_kv} metadata entries, more than a {size}-byte file can hold")
+        raise cur.fail(f"truncated or corrupt GGUF: header claims {n_kv} metadata entries, more than a {size}-byte file can hold")
     if n_tensors * 24 > left:
-        raise cur.fail(f"corrupt GGUF: header claims {n_tensors} tensors, more than a {size}-byte file can hold")
+        raise cur.fail(f"truncated or corrupt GGUF: header claims {n_tensors} tensors, more than a {size}-byte file can hold")
 
     alignment = GGUF_DEFAULT_ALIGNMENT
     keys: set[str] = set()
