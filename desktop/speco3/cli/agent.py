@@ -1,0 +1,327 @@
+"""``spec-o3 inspect``, ``spec-o3 vet`` and ``spec-o3 export``: the model path from the command line.
+
+- ``inspect FILE[#N] --task cv`` runs one episode, streams the reasoning to stdout as it is generated, saves each
+  image the model saw beside a JSON trace (``--out DIR``), prints the verdict. Exit status 0 with a verdict,
+  3 without one, 130 when interrupted.
+- ``vet DIR|INDEX --task cv --out results.sqlite`` screens an archive (indexed through `speco3.spectra.ArchiveIndex`)
+  with a progress bar on stderr; resumable (spectra done with the same model and prompt version are skipped);
+  Ctrl-C stops cleanly after the current token, and the next run continues.
+- ``export results.sqlite --csv/--votable/--fits/--html OUT`` writes the tables and the audit report.
+
+Models: ``--model NAME`` (installed in the model store; default: the store's default model) or explicit
+``--text GGUF --mmproj GGUF``. The hidden ``--scripted FILE`` replays a JSON script instead of a model
+(`speco3.engine.scripted.load_script`), for tests and the robustness suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from speco3.errors import Speco3Error
+
+log = logging.getLogger(__name__)
+
+EXIT_NO_VERDICT = 3
+EXIT_INTERRUPTED = 130
+
+
+# -- shared options ------------------------------------------------------------------------------------------
+def _model_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--model", metavar="NAME", help="installed model (default: the model store's default)")
+    g.add_argument("--text", metavar="GGUF", help="text model GGUF (with --mmproj)")
+    g.add_argument("--mmproj", metavar="GGUF", help="vision projector GGUF (with --text)")
+    g.add_argument("--scripted", metavar="FILE", help=argparse.SUPPRESS)
+    g.add_argument("--n-ctx", type=int, default=16384, help="context window in tokens (default 16384)")
+    g.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
+    g.add_argument("--n-gpu-layers", type=int, help="layers on the GPU (default: all when supported)")
+    g.add_argument("--image-max-tokens", type=int, help="cap on image tokens per image (saves memory)")
+    g.add_argument("--max-turns", type=int, default=8, help="assistant-turn budget (8, as trained)")
+
+
+def engine_settings(args):
+    from speco3.engine.base import EngineSettings
+
+    return EngineSettings(n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+                          image_max_tokens=args.image_max_tokens)
+
+
+def open_cli_engine(args):
+    """The engine the options ask for (scripted, explicit files, or an installed model)."""
+    settings = engine_settings(args)
+    if args.scripted:
+        from speco3.engine.scripted import load_script
+
+        engine = load_script(args.scripted, settings=settings)
+        engine.load()
+        return engine
+    if bool(args.text) != bool(args.mmproj):
+        raise Speco3Error("--text and --mmproj go together (the text GGUF and its vision projector)")
+    from speco3.engine import open_engine
+
+    model = (args.text, args.mmproj) if args.text else args.model
+    print("loading the model …", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    engine = open_engine(model, settings)
+    stats = engine.stats()
+    print(f"loaded {engine.info.model_id} ({stats.backend}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return engine
+
+
+def default_render():
+    """The training-faithful renderer (``speco3.render``) as a ``View -> PNG bytes`` function."""
+    try:
+        from speco3.render import render_view
+    except ImportError as exc:
+        raise Speco3Error(f"the spectrum renderer is not available ({exc})") from exc
+    return lambda view: render_view(view).png
+
+
+# Tests replace this to run without Qt.
+RENDER_FACTORY = default_render
+
+
+@contextlib.contextmanager
+def sigint_cancels(cancel: threading.Event):
+    """While active, the first Ctrl-C sets ``cancel`` (a clean stop); a second one interrupts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        print("\nstopping after the current token … (Ctrl-C again to abort)", file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("inspect", help="run the model on one spectrum and stream its reasoning")
+    p.add_argument("address", metavar="FILE[#N]", help="spectrum file, or FILE#N for the N-th spectrum in it")
+    p.add_argument("--task", required=True, help="task id (cv, carbon, ss, gm, wd, or a user task)")
+    p.add_argument("--out", metavar="DIR", help="trace folder (default: ./spec-o3-<name>-<task>)")
+    p.add_argument("--quiet", action="store_true", help="do not stream the reasoning")
+    _model_options(p)
+    p.set_defaults(func=cmd_inspect)
+
+    v = sub.add_parser("vet", help="screen an archive with the model (resumable)")
+    v.add_argument("archive", metavar="DIR|INDEX", help="archive folder, or an index database of one")
+    v.add_argument("--task", required=True, help="task id")
+    v.add_argument("--out", required=True, metavar="STORE", help="vetting store (SQLite), e.g. results.sqlite")
+    v.add_argument("--traces", metavar="DIR", help="trace folder (default: <STORE stem>_traces beside the store)")
+    v.add_argument("--no-resume", action="store_true", help="run again on spectra already done")
+    v.add_argument("--limit", type=int, help="screen at most this many spectra")
+    v.add_argument("--survey")
+    v.add_argument("--cls", help="catalogue class filter (STAR, GALAXY, QSO, ...)")
+    v.add_argument("--snr-min", type=float)
+    v.add_argument("--text", dest="match", metavar="TEXT", help="substring of key, object id, class or note")
+    _model_options(v)
+    v.set_defaults(func=cmd_vet)
+
+    e = sub.add_parser("export", help="export a vetting store as CSV, VOTable, FITS or an HTML report")
+    e.add_argument("store", metavar="STORE", help="vetting store (SQLite)")
+    e.add_argument("--csv", metavar="OUT")
+    e.add_argument("--votable", metavar="OUT")
+    e.add_argument("--fits", metavar="OUT")
+    e.add_argument("--html", metavar="OUT", help="HTML audit report")
+    e.add_argument("--task", help="only this task")
+    e.add_argument("--copy-images", action="store_true", help="HTML: copy images beside the report (default: embed)")
+    e.set_defaults(func=cmd_export)
+
+
+# -- inspect -------------------------------------------------------------------------------------------------
+def _info_dict(info) -> dict:
+    from dataclasses import asdict, is_dataclass
+
+    return asdict(info) if is_dataclass(info) else dict(vars(info))
+
+
+def _safe_name(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
+
+
+def cmd_inspect(args) -> int:
+    from speco3.agent import (
+        AssistantStep,
+        Outcome,
+        PromptStep,
+        ToolStep,
+        Trace,
+        VerdictStep,
+        get_task,
+        run_episode,
+    )
+    from speco3.agent.trace import spectrum_ref
+    from speco3.spectra import read_spectrum
+
+    task = get_task(args.task)
+    spectrum = read_spectrum(args.address)
+    render = RENDER_FACTORY()
+    engine = open_cli_engine(args)
+    out = Path(args.out) if args.out else Path.cwd() / f"spec-o3-{_safe_name(spectrum.name)}-{task.id}"
+    trace = Trace(task_id=task.id, task_text=task.text, prompt_version=task.prompt_version,
+                  spectrum=spectrum_ref(spectrum), model=_info_dict(engine.info), settings=engine.settings.to_dict())
+    stream = None if args.quiet else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
+    cancel = threading.Event()
+    final = None
+    print(f"{spectrum.name} · task {task.id} ({task.target_class}) · model {engine.info.model_id}", flush=True)
+    try:
+        with sigint_cancels(cancel):
+            for step in trace.record(run_episode(engine, spectrum, task, render, cancel=cancel, on_token=stream,
+                                                 max_turns=args.max_turns)):
+                if isinstance(step, PromptStep):
+                    print(f"[full view {step.image.width}×{step.image.height} px, {step.image.n_tokens} image tokens]")
+                elif isinstance(step, AssistantStep) and not args.quiet:
+                    print(f"\n[turn {step.turn}: {step.n_tokens} tokens, {step.tokens_per_s:.1f} tok/s]", flush=True)
+                elif isinstance(step, ToolStep):
+                    rng = step.wavelength_range
+                    what = f"{rng[0]:g}–{rng[1]:g} Å" if rng else "?"
+                    print(f"[zoom {what}{': ' + step.label if step.label else ''}] {step.response_text}", flush=True)
+                elif isinstance(step, VerdictStep):
+                    final = step
+    finally:
+        engine.close()
+    trace.save(out)
+    print(f"\ntrace: {out}")
+    if final is None:  # pragma: no cover - run_episode always ends with a VerdictStep
+        raise Speco3Error("the episode ended without a verdict record")
+    if final.outcome.has_verdict:
+        print(f"Verdict: {final.verdict} ({task.target_class}) — {final.turns} turns, {final.zooms} zooms, "
+              f"{final.tokens_generated} tokens, {final.seconds:.1f} s"
+              + ("" if final.strict else f" [answer read by fallback: {final.method}]"))
+        return 0
+    print(f"No verdict: {final.outcome.value} — {final.detail}")
+    return EXIT_INTERRUPTED if final.outcome is Outcome.CANCELLED else EXIT_NO_VERDICT
+
+
+# -- vet -----------------------------------------------------------------------------------------------------
+class ProgressBar:
+    """A one-line progress display on stderr (one line per item when stderr is not a terminal)."""
+
+    def __init__(self, total: int, stream=None):
+        self.total = max(total, 0)
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.t0 = time.perf_counter()
+        self.ran = 0
+        self.counts: dict[str, int] = {}
+
+    def update(self, i: int, item, verdict) -> None:
+        if verdict is not None:
+            self.ran += 1
+            self.counts[verdict.outcome] = self.counts.get(verdict.outcome, 0) + 1
+        elapsed = time.perf_counter() - self.t0
+        per = elapsed / self.ran if self.ran else 0.0
+        eta = per * (self.total - i) if self.ran else 0.0
+        width = 24
+        filled = int(width * i / self.total) if self.total else width
+        tally = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+        what = (verdict.outcome if verdict is not None else "skipped (done before)")
+        line = (f"[{'#' * filled}{'.' * (width - filled)}] {i}/{self.total} {tally} | "
+                f"{per:.1f} s/spectrum | ETA {eta / 60:.1f} min")
+        if self.tty:
+            self.stream.write("\r" + line[:160].ljust(160))
+        else:
+            self.stream.write(f"{i}/{self.total} {item.key}: {what}\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _archive_entries(args):
+    """Index entries to screen, from an archive folder (scanned incrementally) or an index database."""
+    from speco3.spectra import ArchiveIndex
+
+    path = Path(args.archive).expanduser()
+    if path.is_dir():
+        index = ArchiveIndex.for_root(path)
+
+        def progress(done: int, total: int, rel: str) -> None:
+            print(f"\rindexing {done}/{total} files", end="", file=sys.stderr, flush=True)
+
+        summary = index.scan(path, progress=progress)
+        print(f"\rindexed {summary.files_seen} files ({summary.files_read} read, {summary.errors} unreadable)",
+              file=sys.stderr)
+    elif path.is_file():
+        index = ArchiveIndex(path)
+        if index.root is None:
+            index.close()
+            raise Speco3Error(f"{path}: not an archive index (no archive root recorded)")
+    else:
+        raise Speco3Error(f"{path}: no such archive folder or index")
+    try:
+        return index.query(survey=args.survey, cls=args.cls, snr_min=args.snr_min, text=args.match, sort="key",
+                           limit=args.limit)
+    finally:
+        index.close()
+
+
+def cmd_vet(args) -> int:
+    from speco3.agent import get_task
+    from speco3.vetting import VettingStore
+    from speco3.vetting.batch import VetItem, vet_batch
+
+    task = get_task(args.task)
+    entries = _archive_entries(args)
+    items = [VetItem(key=f"{e.path}#{e.index}", load=e.load, path=e.path, name=e.name, error=e.error)
+             for e in entries]
+    if not items:
+        print("nothing to screen: the archive has no spectra matching the filters", file=sys.stderr)
+        return 0
+    render = RENDER_FACTORY()
+    store_path = Path(args.out)
+    traces = Path(args.traces) if args.traces else store_path.with_name(store_path.stem + "_traces")
+    store = VettingStore(store_path)
+    engine = open_cli_engine(args)
+    cancel = threading.Event()
+    bar = ProgressBar(len(items))
+    try:
+        with sigint_cancels(cancel):
+            result = vet_batch(items, store, engine, task, render, trace_root=traces, cancel=cancel,
+                               progress=lambda i, n, item, v: bar.update(i, item, v), resume=not args.no_resume)
+    finally:
+        bar.close()
+        engine.close()
+        store.close()
+    print(json.dumps({"store": str(store_path), "traces": str(traces), "task": task.id,
+                      "prompt_version": task.prompt_version, **result.to_dict()}))
+    if result.cancelled:
+        print("stopped; run the same command again to continue", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+# -- export --------------------------------------------------------------------------------------------------
+def cmd_export(args) -> int:
+    from speco3.vetting import VettingStore
+    from speco3.vetting.export import export
+    from speco3.vetting.report import write_report
+
+    targets = [(fmt, getattr(args, fmt)) for fmt in ("csv", "votable", "fits", "html") if getattr(args, fmt)]
+    if not targets:
+        raise Speco3Error("nothing to export: give --csv, --votable, --fits and/or --html OUT")
+    with VettingStore(args.store, readonly=True) as store:
+        for fmt, out in targets:
+            if fmt == "html":
+                write_report(store, out, task=args.task, embed_images=not args.copy_images)
+            else:
+                export(store, out, fmt, task=args.task)
+            print(f"{fmt}: {out}")
+    return 0
