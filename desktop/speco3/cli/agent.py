@@ -128,7 +128,7 @@ def register(sub) -> None:
     v.add_argument("--survey")
     v.add_argument("--cls", help="catalogue class filter (STAR, GALAXY, QSO, ...)")
     v.add_argument("--snr-min", type=float)
-    v.add_argument("--text", dest="match", metavar="TEXT", help="substring of key, object id, class or note")
+    v.add_argument("--match", metavar="TEXT", help="only spectra whose key, object id, class or note contain TEXT")
     _model_options(v)
     v.set_defaults(func=cmd_vet)
 
