@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import threading
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,7 +149,7 @@ def test_worker_runs_everything_on_its_thread_and_streams(tiny_pair, images):
 @pytest.fixture
 def broken_files(tmp_path, tiny_pair):
     text, mmproj = tiny_pair
-    data = open(text, "rb").read()
+    data = Path(text).read_bytes()
     (tmp_path / "truncated.gguf").write_bytes(data[: len(data) // 2])
     (tmp_path / "garbage.gguf").write_bytes(b"\x00garbage" * 1000)
     (tmp_path / "empty.gguf").write_bytes(b"")

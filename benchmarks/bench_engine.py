@@ -1,0 +1,132 @@
+"""Benchmark: KV cache kept across agent turns vs re-evaluating the whole conversation every turn.
+
+A 4-turn Spec-o3-shaped session on the tiny Qwen2.5-VL (system prompt + full-spectrum image, then three tool
+turns with a zoom image each; the model's greedy tokens are kept verbatim) is run twice in one process:
+
+* ``ours``: `LlamaMtmdEngine` as the agent uses it, appending each turn to the cached conversation;
+* ``naive``: what llama-cpp-python's chat handlers do on every call: clear the KV cache, re-tokenize the whole
+  conversation and re-encode every image (here: ``reset(keep_cache=False)`` + the same committed segments, so
+  both paths evaluate identical token ids and must produce identical text).
+
+Prints JSON: tokens evaluated, images encoded, image tokens encoded and wall time per path, the unique content of
+the conversation, and the ratios naive / ours. Run: ``.venv/bin/python benchmarks/bench_engine.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import tempfile
+import time
+
+import numpy as np
+from PIL import Image
+
+from speco3.engine.base import EngineSettings
+from speco3.engine.llama import LlamaMtmdEngine
+from speco3.engine.segments import flatten
+from speco3.imaging import prepare_image
+
+SYSTEM = ("<|im_start|>system\nYou are a helpful assistant.\n\n# Tools\n\nYou may call one or more functions to "
+          "assist with the user query.<|im_end|>\n<|im_start|>user\n")
+TASK = ("\nAnalyze the provided spectrum to determine if it is a **Carbon Star (C-type)**.\n- Primary: C2 Swan "
+        "bands\n- Secondary: CN bands<|im_end|>\n<|im_start|>assistant\n")
+ZOOMS = [(4700, 5200), (5500, 5700), (6500, 6600)]
+SIZES = [(792, 472), (596, 352), (596, 352), (700, 360)]  # a full LAMOST view and 3 zoom windows (pixels)
+
+
+def tool_turn(image, lo, hi):
+    return ["\n<|im_start|>user\n<tool_response>\n", image,
+            f"Generated spectral visualization focused on wavelength range ({lo}, {hi}) Å.\n</tool_response>"
+            "<|im_end|>\n<|im_start|>assistant\n"]
+
+
+def make_images():
+    """Four distinct plot-like images at the sizes the renderer produces."""
+    out = []
+    for seed, (w, h) in enumerate(SIZES):
+        rng = np.random.default_rng(seed)
+        pixels = np.full((h, w, 3), 255, np.uint8)
+        pixels[rng.integers(0, h, 4000), rng.integers(0, w, 4000)] = (40, 90, 200)
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, format="PNG")
+        out.append(prepare_image(buf.getvalue()))
+    return out
+
+
+def counters(engine) -> np.ndarray:
+    s = engine.stats()
+    return np.array([s.text_tokens_evaluated, s.tokens_generated, s.images_encoded, s.image_tokens_encoded])
+
+
+def run(engine, images, max_tokens: int, naive: bool):
+    """One 4-turn session; returns the figures of the path and the generated texts."""
+    engine.reset(keep_cache=False)
+    c0, t0 = counters(engine), time.perf_counter()
+    texts = []
+    turns = [[SYSTEM, images[0], TASK]] + [tool_turn(images[i + 1], lo, hi) for i, (lo, hi) in enumerate(ZOOMS)]
+    for parts in turns:
+        engine.extend(parts)
+        if naive:  # the chat-handler way: clear everything and evaluate the whole conversation again
+            conversation = engine.conversation()
+            engine.reset(keep_cache=False)
+            engine.restore(conversation)
+        texts.append(engine.generate(max_tokens=max_tokens).text)
+    wall = time.perf_counter() - t0
+    prefill, generated, n_images, image_tokens = (int(x) for x in counters(engine) - c0)
+    return {
+        "text_tokens_evaluated": prefill + generated, "prompt_tokens_evaluated": prefill,
+        "tokens_generated": generated, "images_encoded": n_images, "image_tokens_encoded": image_tokens,
+        "wall_s": round(wall, 3),
+    }, texts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--text", help="text GGUF (default: the converter's tiny model)")
+    ap.add_argument("--mmproj", help="projector GGUF")
+    ap.add_argument("--quant", default="Q8_0", help="quant of the tiny model (default Q8_0)")
+    ap.add_argument("--max-tokens", type=int, default=48, help="tokens sampled per turn")
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.text and args.mmproj:
+            text, mmproj, model = args.text, args.mmproj, "given"
+        else:
+            from speco3_converters.testing import tiny_gguf_pair
+
+            text, mmproj = tiny_gguf_pair(tmp, quant=args.quant)
+            model = f"tiny Qwen2.5-VL ({args.quant})"
+        settings = EngineSettings(n_ctx=8192, n_threads=args.threads, n_gpu_layers=0, flash_attn=True)
+        engine = LlamaMtmdEngine(text, mmproj, settings, warmup=False)
+        engine.load()
+        images = make_images()
+        try:
+            run(engine, images, 4, naive=False)  # warm up allocators once
+            ours, texts_ours = run(engine, images, args.max_tokens, naive=False)
+            unique = flatten(engine.conversation())
+            naive, texts_naive = run(engine, images, args.max_tokens, naive=True)
+            backend = engine.stats().backend
+        finally:
+            engine.close()
+    unique_text = sum(isinstance(i, int) for i in unique)
+    report = {
+        "model": model, "backend": backend, "turns": 4, "max_tokens_per_turn": args.max_tokens,
+        "conversation": {"text_tokens": unique_text, "images": len(images),
+                         "image_tokens": sum(i.n_tokens for i in images)},
+        "ours": ours,
+        "naive": naive,
+        "ratios_naive_over_ours": {k: round(naive[k] / ours[k], 3) for k in
+                                   ("text_tokens_evaluated", "images_encoded", "image_tokens_encoded", "wall_s")},
+        "ours_text_tokens_over_unique": round(ours["text_tokens_evaluated"] / unique_text, 4),
+        "ours_images_over_distinct": ours["images_encoded"] / len(images),
+        "same_text_both_paths": texts_ours == texts_naive,
+    }
+    print(json.dumps(report, indent=2))
+    return 0 if report["same_text_both_paths"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
