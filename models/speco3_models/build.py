@@ -25,7 +25,8 @@ from speco3_models.store import ModelStore
 logger = logging.getLogger(__name__)
 
 #: Text quantizations the build offers (``F16``/``BF16``/``F32``: no quantization step).
-QUANTS = ("Q4_K_M", "Q5_K_M", "Q8_0", "F16", "BF16", "F32")
+QUANTS = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16", "BF16", "F32")
+_FLOAT = ("F16", "BF16", "F32")
 
 
 @dataclass
@@ -104,6 +105,8 @@ def build_model(store: ModelStore | None, hf_dir: str | Path, *, quant: str = "Q
         raise ConversionError(f"unknown quantization {quant!r}; choose one of {', '.join(QUANTS)}")
     if not hf_dir.is_dir():
         raise ConversionError(f"{hf_dir}: not a folder (expected a Hugging Face checkpoint folder)")
+    if quant in _FLOAT:  # written directly by the converter, no quantization step
+        outtype = quant.lower()
     convert_checkpoint, quantize, verify = _converter_api()
     name = check_name(name or default_build_name(hf_dir, quant))
     base = name[: -len(quant) - 1] if name.lower().endswith(f"-{quant.lower()}") else name
@@ -126,7 +129,7 @@ def build_model(store: ModelStore | None, hf_dir: str | Path, *, quant: str = "Q
     if quant != outtype.upper():
         dst = work / f"{base}-{quant}.gguf"
         t0 = time.monotonic()
-        quantize.quantize(text, dst, quant, progress)
+        quantize.quantize(text, dst, quant, progress=progress)
         seconds["quantize"] = time.monotonic() - t0
         if keep_intermediate:
             intermediate = text

@@ -219,6 +219,10 @@ def check_text_model(file: str | os.PathLike[str] | GGUFSummary) -> GGUFSummary:
         raise ModelFileError(s.path, _missing_report(missing, "text model metadata"))
     n_layer, n_embd = _int_key(s, f"{a}.block_count"), _int_key(s, f"{a}.embedding_length")
     n_ff = _int_key(s, f"{a}.feed_forward_length")
+    n_head, n_head_kv = _int_key(s, f"{a}.attention.head_count"), _int_key(s, f"{a}.attention.head_count_kv")
+    if n_embd % n_head or n_head % n_head_kv:
+        raise ModelFileError(s.path, f"inconsistent attention shape: hidden size {n_embd}, {n_head} heads, "
+                                     f"{n_head_kv} KV heads (heads must divide the width, KV heads the heads)")
     sections = s.get(f"{a}.rope.dimension_sections")
     if isinstance(sections, LargeArray) or not isinstance(sections, list) or len(sections) != 4:
         raise ModelFileError(s.path, f"{a}.rope.dimension_sections must be 4 integers (M-RoPE), got {sections!r}")
@@ -276,6 +280,10 @@ def check_projector(file: str | os.PathLike[str] | GGUFSummary) -> GGUFSummary:
         raise ModelFileError(s.path, _missing_report(missing, "projector metadata"))
     n_layer = _int_key(s, "clip.vision.block_count")
     n_embd = _int_key(s, "clip.vision.embedding_length")
+    n_head = _int_key(s, "clip.vision.attention.head_count")
+    if n_embd % n_head:
+        raise ModelFileError(s.path, f"inconsistent vision attention: width {n_embd} is not a multiple of {n_head} "
+                                     "heads (llama.cpp would abort)")
     wa = _int_key(s, "clip.vision.n_wa_pattern")
     if wa < 2 or wa > n_layer:
         raise ModelFileError(s.path, f"clip.vision.n_wa_pattern is {wa}; a Qwen2.5-VL projector needs 2 … "

@@ -61,7 +61,8 @@ def probe_load(text: str | os.PathLike[str], mmproj: str | os.PathLike[str], tim
            "--warmup" if warmup else "--no-warmup"]
     if n_threads:
         cmd += ["--threads", str(n_threads)]
-    env = dict(os.environ, PYTHONFAULTHANDLER="1")
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")  # no gdb backtrace on abort: fast, short log
+    env.pop("PYTHONFAULTHANDLER", None)
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout, env=env)
@@ -100,7 +101,7 @@ def _tail(text: str | None, n: int = 30) -> str:
 
 def _last_error_line(stderr: str | None) -> str | None:
     lines = (stderr or "").splitlines()
-    for key in ("error", "assert", "exception", "abort", "failed", "invalid"):  # most specific first
+    for key in ("ggml_assert", "assert", "error", "exception", "abort", "failed", "invalid"):  # most specific first
         for line in reversed(lines):
             if key in line.lower():
                 return line.strip()[:400]

@@ -201,7 +201,7 @@ def cmd_convert(args) -> int:
         progress.close()
     if args.dry_run:
         plan = result.plan
-        print(plan.describe() if hasattr(plan, "describe") else plan)
+        print(json.dumps(plan.describe(), indent=2, default=str) if hasattr(plan, "describe") else plan)
         return 0
     if result.model is not None:
         print(f"installed {result.model.name} ({result.model.quant}, {format_bytes(result.model.size)})")
@@ -256,7 +256,7 @@ def register(subparsers) -> None:
 
     c = subparsers.add_parser("convert", help="convert a Hugging Face Qwen2.5-VL checkpoint to GGUF and install it")
     c.add_argument("hf_dir", help="checkpoint folder (config.json, tokenizer.json, *.safetensors, ...)")
-    c.add_argument("--quant", default="Q4_K_M", help="text model quantization (Q4_K_M, Q5_K_M, Q8_0, F16, BF16)")
+    c.add_argument("--quant", default="Q4_K_M", help="text model quantization (Q4_K_M, Q5_K_M, Q6_K, Q8_0, F16, BF16, F32)")
     c.add_argument("--outtype", default="bf16", choices=("bf16", "f16", "f32"), help="intermediate text GGUF type")
     c.add_argument("--out", help="write the GGUF files here (default: into the model store)")
     c.add_argument("--name", help="store name (default: folder name + quant)")
