@@ -1,0 +1,308 @@
+"""What goes into the PyInstaller bundle, shared by ``spec-o3.spec``, the build scripts and the packaging tests.
+
+The spec file stays a thin recipe; every decision that can be checked without running a build lives here:
+
+* the first-party packages and the modules the app imports by name (``importlib``), collected as hidden imports;
+* package data (task library, model catalog, HTML templates) of the first-party packages;
+* llama-cpp-python's shared libraries (``llama_cpp/lib``: libllama, libggml*, libmtmd), loaded with ``ctypes``
+  from a path computed at run time, so PyInstaller cannot find them on its own;
+* GPU driver libraries that must never be bundled (the user's driver provides them);
+* modules left out on purpose (torch, transformers, matplotlib, test tools, other Qt bindings).
+
+This module is imported by PyInstaller while it runs the spec (``packaging/`` is put on ``sys.path``) and by the
+tests; it imports neither Qt nor llama_cpp at module level.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PACKAGING_DIR = Path(__file__).resolve().parent
+ROOT = PACKAGING_DIR.parent
+
+APP_NAME = "spec-o3"  # bundle folder, tarball prefix
+GUI_EXE = "spec-o3-desktop"  # windowed executable (the app)
+CLI_EXE = "spec-o3"  # console executable (same code, command line)
+DISPLAY_NAME = "Spec-o3 Desktop"
+BUNDLE_ID = "org.speco3.desktop"
+LAUNCHER = PACKAGING_DIR / "launcher.py"
+ICON_DIR = PACKAGING_DIR / "icons"
+ICON_SVG = ICON_DIR / "spec-o3.svg"
+ICON_SIZES: tuple[int, ...] = (16, 22, 24, 32, 48, 64, 128, 256, 512)
+
+#: Import packages of this distribution (source roots ``desktop/``, ``models/``, ``converters/``).
+FIRST_PARTY: tuple[str, ...] = ("speco3", "speco3_models", "speco3_converters")
+
+#: Modules the frozen app needs although no static ``import`` names them (ctypes bindings, lazy imports).
+EXTRA_HIDDEN_IMPORTS: tuple[str, ...] = (
+    "llama_cpp",
+    "llama_cpp.llama_cpp",
+    "llama_cpp.mtmd_cpp",
+    "llama_cpp._ggml",
+    "llama_cpp._ctypes_extensions",
+    "platformdirs",
+    "gguf",
+)
+
+#: Left out of the bundle on purpose. The packaging tests check that no first-party module imports these.
+EXCLUDES: tuple[str, ...] = (
+    "torch",
+    "torchvision",
+    "transformers",
+    "tensorflow",
+    "jax",
+    "matplotlib",
+    "specutils",
+    "scipy",
+    "pandas",
+    "tkinter",
+    "IPython",
+    "jupyter_client",
+    "notebook",
+    "pytest",
+    "pytestqt",
+    "_pytest",
+    "importlinter",
+    "PyQt5",
+    "PyQt6",
+    "PySide2",
+    "llama_cpp.server",  # OpenAI-compatible web server: needs fastapi/uvicorn, never used offline
+    "hf_xet",  # Xet transfer accelerator (11 MB); huggingface-hub falls back to plain HTTP downloads without it
+)
+
+#: Submodules of first-party packages that are development tools, not part of the app.
+FIRST_PARTY_SKIP = re.compile(r"(^|\.)(tests?|conftest|benchmarks?|__main__)(\.|$)")
+
+#: Shared-library names that belong to the GPU driver or the system loader, never to the bundle.
+DRIVER_LIBRARY = re.compile(
+    r"^(libcuda\.so|libnvidia-|libnvcuvid|libvulkan\.so|libOpenCL\.so|libmetal|nvcuda\.dll|nvml\.dll|"
+    r"vulkan-1\.dll|OpenCL\.dll|libdxcore)",
+    re.IGNORECASE,
+)
+
+#: ggml backend libraries and the backend each one provides.
+GGML_BACKENDS: dict[str, str] = {
+    "ggml-cuda": "CUDA",
+    "ggml-metal": "Metal",
+    "ggml-vulkan": "Vulkan",
+    "ggml-hip": "ROCm/HIP",
+    "ggml-sycl": "SYCL",
+    "ggml-opencl": "OpenCL",
+    "ggml-blas": "BLAS",
+    "ggml-cpu": "CPU",
+}
+
+_SHARED_LIBRARY = re.compile(r"\.(so(\.\d+)*|dylib|dll)$", re.IGNORECASE)
+_METAL_FILES = re.compile(r"\.(metal|metallib)$", re.IGNORECASE)
+
+
+class BundleError(RuntimeError):
+    """The build environment cannot produce a working bundle (named cause)."""
+
+
+def read_version(root: Path = ROOT) -> str:
+    """The app version, read from ``desktop/speco3/__init__.py`` without importing the package."""
+    text = (root / "desktop" / "speco3" / "__init__.py").read_text(encoding="utf-8")
+    match = re.search(r'^__version__\s*=\s*["\']([^"\']+)["\']', text, re.MULTILINE)
+    if not match:
+        raise BundleError("desktop/speco3/__init__.py defines no __version__")
+    return match.group(1)
+
+
+def package_dir(name: str) -> Path:
+    """Folder of an importable package (without importing it)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise BundleError(f"package {name!r} is not installed in the build environment")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def first_party_modules(root: Path = ROOT) -> list[str]:
+    """Every first-party module found in the source tree (tests and benchmarks left out).
+
+    The source tree, not ``pkgutil``, is the reference: a module that fails to import at build time must make the
+    bundle's self-test fail, not silently vanish from the bundle.
+    """
+    roots = {"speco3": root / "desktop" / "speco3", "speco3_models": root / "models" / "speco3_models",
+             "speco3_converters": root / "converters" / "speco3_converters"}
+    modules: list[str] = []
+    for package, folder in roots.items():
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.rglob("*.py")):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [package, *rel.parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            name = ".".join(parts)
+            if FIRST_PARTY_SKIP.search(name) or "__pycache__" in path.parts:
+                continue
+            modules.append(name)
+    return modules
+
+
+def hidden_imports(root: Path = ROOT) -> list[str]:
+    """Modules PyInstaller must collect beyond what its import analysis of the launcher finds."""
+    return sorted(set(first_party_modules(root)) | set(EXTRA_HIDDEN_IMPORTS))
+
+
+def first_party_data(root: Path = ROOT) -> list[tuple[str, str]]:
+    """Package data of the first-party packages as PyInstaller ``(source, destination folder)`` pairs.
+
+    Everything in a package folder that is not Python source or bytecode is data (task library TOML/JSON,
+    model catalog, templates, icons), mirroring ``[tool.setuptools.package-data]``.
+    """
+    roots = {"speco3": root / "desktop" / "speco3", "speco3_models": root / "models" / "speco3_models",
+             "speco3_converters": root / "converters" / "speco3_converters"}
+    pairs: list[tuple[str, str]] = []
+    for package, folder in roots.items():
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.rglob("*")):
+            if not path.is_file() or path.suffix in {".py", ".pyc", ".pyo"} or "__pycache__" in path.parts:
+                continue
+            rel = path.relative_to(folder)
+            if FIRST_PARTY_SKIP.search(".".join(rel.parts[:-1])):
+                continue
+            dest = Path(package, *rel.parts[:-1]).as_posix()
+            pairs.append((str(path), dest))
+    return pairs
+
+
+def llama_cpp_files(lib_dir: Path | None = None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """llama-cpp-python's native files as ``(binaries, datas)`` destined for ``llama_cpp/lib``.
+
+    Parameters
+    ----------
+    lib_dir : Path, optional
+        The ``llama_cpp/lib`` folder (default: the installed package's).
+
+    Raises
+    ------
+    BundleError
+        If llama-cpp-python is not installed or its folder holds no ``llama`` or ``mtmd`` library.
+    """
+    if lib_dir is None:
+        lib_dir = package_dir("llama_cpp") / "lib"
+    if not lib_dir.is_dir():
+        raise BundleError(f"{lib_dir}: llama-cpp-python has no lib folder (broken install?)")
+    binaries: list[tuple[str, str]] = []
+    datas: list[tuple[str, str]] = []
+    for path in sorted(lib_dir.iterdir()):
+        if _SHARED_LIBRARY.search(path.name):
+            binaries.append((str(path), "llama_cpp/lib"))
+        elif _METAL_FILES.search(path.name):  # older Metal builds ship the shader source / library as files
+            datas.append((str(path), "llama_cpp/lib"))
+    names = {Path(src).name for src, _ in binaries}
+    for needed in ("llama", "mtmd", "ggml", "ggml-base"):
+        if not any(re.match(rf"^(lib)?{re.escape(needed)}(\.|$)", n) for n in names):
+            raise BundleError(f"{lib_dir}: no {needed} library; reinstall llama-cpp-python")
+    return binaries, datas
+
+
+def ggml_backends(names: Iterable[str]) -> list[str]:
+    """Backends provided by a set of library file names (``libggml-cuda.so`` → ``CUDA``), CPU last."""
+    found: list[str] = []
+    for lib, backend in GGML_BACKENDS.items():
+        if any(re.match(rf"^(lib)?{re.escape(lib)}(\.|$)", Path(n).name) for n in names):
+            found.append(backend)
+    return sorted(found, key=lambda b: (b == "CPU", b))
+
+
+def is_driver_library(name: str) -> bool:
+    """True for a library that the GPU driver installs (bundling it would break other machines)."""
+    return bool(DRIVER_LIBRARY.match(Path(name).name))
+
+
+def drop_driver_libraries(toc: list[tuple]) -> list[tuple]:
+    """Remove driver libraries from a PyInstaller binaries TOC, logging each one."""
+    kept = []
+    for entry in toc:
+        if is_driver_library(entry[0]):
+            log.warning("not bundling driver library %s (the user's GPU driver provides it)", entry[0])
+            continue
+        kept.append(entry)
+    return kept
+
+
+def cuda_runtime_libraries(cuda_path: str | None) -> list[tuple[str, str]]:
+    """The redistributable CUDA runtime DLLs that a Windows CUDA build needs at run time.
+
+    ggml-cuda.dll links cudart, cuBLAS and cuBLASLt. On a build machine they come from ``%CUDA_PATH%\\bin``;
+    a user's laptop has only the driver (``nvcuda.dll``), so they are copied next to ``ggml-cuda.dll``.
+    On Linux PyInstaller's dependency analysis finds the ``.so`` files itself (they are on the linker path).
+    """
+    if not cuda_path:
+        return []
+    bin_dir = Path(cuda_path) / "bin"
+    # CUDA 13 moved the DLLs to bin\x64.
+    candidates = [bin_dir, bin_dir / "x64"]
+    pattern = re.compile(r"^(cudart64|cublas64|cublasLt64)_\d+\.dll$", re.IGNORECASE)
+    found = []
+    for folder in candidates:
+        if folder.is_dir():
+            found += [(str(p), "llama_cpp/lib") for p in sorted(folder.iterdir()) if pattern.match(p.name)]
+    return found
+
+
+#: Third-party test suites collected by broad hooks (astropy's collects every submodule). ``astropy.tests``
+#: itself stays: ``astropy/__init__`` imports its test runner.
+THIRD_PARTY_TESTS = re.compile(r"^(astropy|pyqtgraph|numpy|PIL|gguf|jinja2|asdf)\.(.+\.)?tests?(\.|$)")
+_KEEP_TEST_PACKAGE = re.compile(r"^astropy\.tests(\.|$)")
+
+
+def drop_test_modules(pure: list[tuple]) -> list[tuple]:
+    """Remove third-party test modules from the PYZ table of contents (``Analysis.pure``)."""
+    return [e for e in pure if _KEEP_TEST_PACKAGE.match(e[0]) or not THIRD_PARTY_TESTS.match(e[0])]
+
+
+def drop_test_data(datas: list[tuple]) -> list[tuple]:
+    """Remove data files that live in third-party ``tests`` folders (FITS and WCS test files, reference images)."""
+    kept = []
+    for entry in datas:
+        parts = Path(entry[0]).parts
+        if parts and parts[0] in {"astropy", "pyqtgraph", "numpy"} and "tests" in parts[1:-1] and parts[1] != "tests":
+            continue
+        kept.append(entry)
+    return kept
+
+
+_SONAME = re.compile(r"(\.so\.\d+|\.\d+\.dylib)$")
+
+
+def dedupe_identical_libraries(binaries: list[tuple], folder: str = "llama_cpp/lib") -> list[tuple]:
+    """Turn byte-identical copies of a library in ``folder`` into symbolic links (Linux and macOS).
+
+    A llama-cpp-python wheel cannot hold symbolic links, so ``libllama.so``, ``libllama.so.0`` and
+    ``libllama.so.0.5.0`` arrive as three copies (a CUDA ``libggml-cuda`` is hundreds of MB each). The name with a
+    single version number (the SONAME: ``libllama.so.0``, ``libllama.0.dylib``) stays a file, because the other
+    libraries link against it; the others become links to it, so ``ctypes`` still finds ``libllama.so``.
+    """
+    import hashlib
+
+    groups: dict[tuple[int, str], list[tuple]] = {}
+    others: list[tuple] = []
+    for entry in binaries:
+        dest, src, typecode = entry[0], entry[1], entry[2]
+        if typecode != "BINARY" or Path(dest).parent.as_posix() != folder or not Path(src).is_file():
+            others.append(entry)
+            continue
+        digest = hashlib.sha256(Path(src).read_bytes()).hexdigest()
+        groups.setdefault((Path(src).stat().st_size, digest), []).append(entry)
+    result = list(others)
+    for members in groups.values():
+        if len(members) == 1:
+            result += members
+            continue
+        names = sorted(members, key=lambda e: (not _SONAME.search(e[0]), len(e[0]), e[0]))
+        keep = names[0]
+        result.append(keep)
+        for entry in names[1:]:
+            result.append((entry[0], Path(keep[0]).name, "SYMLINK"))
+    return result
