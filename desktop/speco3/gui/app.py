@@ -1,20 +1,69 @@
-"""Entry point of ``spec-o3-desktop`` (placeholder window until the desktop issue lands)."""
+"""Entry point of ``spec-o3-desktop``: ``spec-o3-desktop [FOLDER] [--demo] [--version]``.
+
+Without arguments the app reopens the archive used last (and resumes the vetting session there); on a fresh
+machine it shows the start screen, which offers the demo archive. ``--demo`` writes the demo archive once into
+``data_dir()/demo`` and opens it. The hidden option ``--self-test-screenshot DIR`` drives a scripted session on
+the demo archive and saves screenshots (used by the Xvfb test); ``SPECO3_DEMO_AUTORUN=1`` does the same into
+``./screenshots``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
+from pathlib import Path
 
 from speco3 import __version__
 
+log = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spec-o3-desktop",
+                                     description="Inspect FITS spectra and vet candidates with Spec-o3, offline.")
+    parser.add_argument("folder", nargs="?", help="archive folder to open (FITS spectra, searched recursively)")
+    parser.add_argument("--demo", action="store_true", help="open the embedded demo archive (written on first use)")
+    parser.add_argument("--version", action="version", version=f"spec-o3-desktop {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("--self-test-screenshot", metavar="DIR", help=argparse.SUPPRESS)
+    return parser
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="spec-o3-desktop")
-    parser.add_argument("--version", action="version", version=f"spec-o3-desktop {__version__}")
-    parser.parse_args(argv)
-    from PySide6.QtWidgets import QApplication, QLabel
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.folder and not Path(args.folder).is_dir():
+        print(f"spec-o3-desktop: {args.folder}: not a folder", file=sys.stderr)
+        return 2
+    os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
+    import pyqtgraph as pg
+    from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    label = QLabel(f"Spec-o3 Desktop {__version__}")
-    label.show()
+    app.setApplicationName("Spec-o3 Desktop")
+    app.setApplicationVersion(__version__)
+    pg.setConfigOptions(antialias=True, background="w", foreground="k")
+    from speco3.gui.main_window import MainWindow
+
+    window = MainWindow()
+    window.show()
+    shots = args.self_test_screenshot or ("screenshots" if os.environ.get("SPECO3_DEMO_AUTORUN") == "1" else None)
+    if shots:
+        from speco3.gui.selftest import SelfTest
+
+        window._selftest = SelfTest(window, Path(shots))  # kept alive by the window
+        window._selftest.start()
+    elif args.demo:
+        window.open_demo()
+    elif args.folder:
+        window.open_archive(args.folder)
+    elif window.settings.last_archive and Path(window.settings.last_archive).is_dir():
+        window.open_archive(window.settings.last_archive)
     return app.exec()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Agent runs and the batch pre-screen: engines, jobs, and what is stored when a run ends.
+
+`AgentController` turns the agent panel's requests into `AgentJob`s for the `InferenceThread`, and records every
+finished run in the vetting store as a `ModelVerdict` (kept apart from human decisions) with its evidence trace
+saved under the data folder. The canned demo session is recorded under the model id "scripted demo — not a
+model" so that no table, export or report can pass it off as a model's verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectrum
+from speco3.gui.vetting import VettingController, store_key
+from speco3.gui.workers import AgentJob, InferenceThread
+
+log = logging.getLogger(__name__)
+
+
+def installed_models() -> list[tuple[str, str]]:
+    """(name, display text) of the installed models; empty when none (or the store is unreadable)."""
+    try:
+        from speco3_models.store import ModelStore
+
+        out = []
+        for m in ModelStore().list():
+            quant = getattr(m, "quant", None)
+            out.append((m.name, f"{m.name}" + (f" ({quant})" if quant else "")))
+        return out
+    except Exception as exc:
+        log.warning("model store unavailable: %s", exc)
+        return []
+
+
+class AgentController(QObject):
+    """See module doc. Signals: message(text), verdictRecorded(entry key)."""
+
+    message = Signal(str)
+    verdictRecorded = Signal(str)
+
+    def __init__(self, inference: InferenceThread, vetting: VettingController, panel, settings, tasks: dict,
+                 engine_opener: Callable[[str, Any], Any] | None = None, parent=None):
+        super().__init__(parent)
+        self.inference = inference
+        self.vetting = vetting
+        self.panel = panel
+        self.settings = settings
+        self.tasks = tasks
+        self.engine_opener = engine_opener or self._open_engine
+        self.interactive_job: int | None = None
+        self._jobs: dict[int, tuple[Any, Any]] = {}  # job id -> (entry, task)
+        inference.started_job.connect(self._started)
+        inference.tokens.connect(panel.append_tokens)
+        inference.step.connect(panel.add_step)
+        inference.finished_job.connect(self._finished)
+        inference.failed_job.connect(self._failed)
+        inference.engine_status.connect(self.message)
+
+    @staticmethod
+    def _open_engine(model_id: str, engine_settings: Any):
+        from speco3.engine import open_engine
+
+        return open_engine(model_id, engine_settings, threaded=False, load=False)
+
+    def _task(self, task_id: str):
+        task = self.tasks.get(task_id)
+        if task is None:
+            raise KeyError(f"unknown task {task_id!r}")
+        return task
+
+    def _job(self, entry: Any, task, model_id: str, spectrum=None, batch: bool = False) -> AgentJob:
+        if model_id == SCRIPTED_LABEL:
+            def factory(spectrum=spectrum, entry=entry, task=task):
+                return demo_engine(spectrum if spectrum is not None else entry.load(), task)
+
+            return AgentJob(entry.key, task, SCRIPTED_LABEL, factory, spectrum=spectrum, entry=entry, batch=batch,
+                            scripted=True)
+        es = self.settings.engine_settings()
+        key = f"{model_id}|{sorted(es.to_dict().items())}"
+        return AgentJob(entry.key, task, key, lambda: self.engine_opener(model_id, es), spectrum=spectrum,
+                        entry=entry, batch=batch)
+
+    # -- interactive ---------------------------------------------------------------------------------------------
+    def run_current(self, task_id: str, model_id: str) -> int | None:
+        entry, spectrum = self.vetting.entry, self.vetting.spectrum
+        if entry is None or spectrum is None:
+            self.message.emit("select a readable spectrum first")
+            return None
+        if not model_id:
+            self.message.emit("no model installed — see the agent panel for how to get one")
+            return None
+        if model_id == SCRIPTED_LABEL and not is_demo_spectrum(spectrum):
+            self.message.emit("the scripted demo session runs only on the demo archive's spectra")
+            return None
+        if self.interactive_job is not None:
+            self.message.emit("the agent is already running; cancel it first (Esc)")
+            return None
+        task = self._task(task_id)
+        job = self._job(entry, task, model_id, spectrum=spectrum)
+        job_id = self.inference.submit(job)
+        self.interactive_job = job_id
+        self._jobs[job_id] = (entry, task)
+        title = f"{spectrum.name} · task {task.id} · {model_id}"
+        self.panel.begin(job_id, title, scripted=job.scripted)
+        if self.inference.batch_running():
+            self.message.emit("batch pre-screen pauses for this run and continues after it")
+        return job_id
+
+    def cancel(self) -> None:
+        if self.inference.cancel_current():
+            self.message.emit("cancelling the agent run …")
+
+    # -- batch ---------------------------------------------------------------------------------------------------
+    def start_batch(self, entries: list[Any], task_id: str, model_id: str, skip_done: bool = True) -> int:
+        """Queue ``entries`` for a background pre-screen; returns the number queued."""
+        if not model_id:
+            self.message.emit("no model installed — batch pre-screen needs one")
+            return 0
+        task = self._task(task_id)
+        store = self.vetting.store
+        jobs = []
+        for entry in entries:
+            if getattr(entry, "error", None):
+                continue
+            if model_id == SCRIPTED_LABEL and not str(getattr(entry, "file_name", "")).startswith("spec-60001-SPECO3DEMO"):
+                continue
+            if skip_done and store is not None:
+                mv = store.latest_model_verdict(store_key(entry), task.id)
+                if mv is not None and mv.model_id == model_id and mv.verdict is not None:
+                    continue
+            job = self._job(entry, task, model_id, batch=True)
+            jobs.append(job)
+        self.inference.start_batch(jobs)
+        for job in jobs:
+            self._jobs[job.job_id] = (job.entry, task)
+        self.message.emit(f"batch pre-screen of {len(jobs)} spectra started (task {task.id})")
+        return len(jobs)
+
+    # -- results -------------------------------------------------------------------------------------------------
+    def _started(self, job_id: int, key: str, info: dict) -> None:
+        if job_id == self.interactive_job:
+            self.panel.started(job_id, info)
+
+    def _failed(self, job_id: int, key: str, message: str) -> None:
+        self._jobs.pop(job_id, None)
+        if job_id == self.interactive_job:
+            self.panel.finish(job_id, message)
+            self.interactive_job = None
+        self.message.emit(f"agent run on {key} failed: {message}")
+
+    def _finished(self, job_id: int, key: str, verdict_step: Any, info: dict) -> None:
+        entry, task = self._jobs.pop(job_id, (None, None))
+        if job_id == self.interactive_job:
+            self.panel.finish(job_id)
+            self.interactive_job = None
+        if entry is None or verdict_step is None:
+            return
+        outcome = getattr(verdict_step.outcome, "value", str(verdict_step.outcome))
+        if outcome == "cancelled":
+            self.message.emit(f"agent run on {entry.key} cancelled; nothing stored")
+            return
+        try:
+            self._record(entry, task, verdict_step, info)
+        except Exception as exc:
+            log.exception("recording the model verdict failed")
+            self.message.emit(f"model verdict not stored: {exc}")
+            return
+        self.verdictRecorded.emit(entry.key)
+
+    def _record(self, entry: Any, task, step: Any, info: dict) -> None:
+        from speco3.agent.trace import Trace
+        from speco3.vetting.records import ModelVerdict, SpectrumInfo
+
+        store = self.vetting.store
+        if store is None:
+            return
+        key = store_key(entry)
+        spectrum = info.get("spectrum")
+        trace_dir = None
+        try:
+            trace = Trace(prompt_version=task.prompt_version, model={"model_id": info.get("model"),
+                                                                      "quant": info.get("quant"),
+                                                                      "scripted": info.get("scripted")},
+                          settings=info.get("settings", {}))
+            trace.record(info.get("steps", []))
+            digest = hashlib.sha256(f"{key}|{task.id}|{info.get('t0')}".encode()).hexdigest()[:16]
+            folder = Path(self.settings.resolved_data_folder()) / "traces" / digest
+            trace_dir = str(trace.save(folder))
+        except Exception as exc:  # a trace that cannot be written must not lose the verdict
+            log.warning("trace of %s not saved: %s", key, exc)
+        if spectrum is not None:
+            store.record_spectrum(SpectrumInfo.of(key, spectrum))
+        model_id = SCRIPTED_LABEL if info.get("scripted") else str(info.get("model") or "unknown")
+        store.record_model_verdict(ModelVerdict(
+            spectrum_key=key, task=task.id, verdict=step.verdict,
+            outcome=getattr(step.outcome, "value", str(step.outcome)), model_id=model_id, quant=info.get("quant"),
+            prompt_version=task.prompt_version, engine_settings=info.get("settings", {}), turns=step.turns,
+            tokens=step.tokens_generated, seconds=float(info.get("elapsed", step.seconds)), zooms=step.zooms,
+            detail=step.detail, answer=step.answer, trace_dir=trace_dir,
+        ))

@@ -1,0 +1,277 @@
+"""Dialogs: model manager (list / import / verify / remove / pull), settings, and the export helper.
+
+Verification and downloads run in a worker thread with progress; the dialogs stay responsive. ``pull`` needs a
+network connection; offline it fails with the store's message, which names ``import`` and ``convert``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QMessageBox,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from speco3.gui.keymap import ACTIONS, Keymap, normalize
+from speco3.gui.settings import AppSettings
+
+log = logging.getLogger(__name__)
+
+
+def run_export(store, path: str | Path, fmt: str, task: str | None = None) -> Path:
+    """Write ``store`` as CSV / VOTable / FITS table or the HTML audit report (atomic writes)."""
+    if fmt == "html":
+        from speco3.vetting.report import write_report
+
+        return write_report(store, path, task=task)
+    from speco3.vetting.export import export
+
+    return export(store, path, fmt=fmt, task=task)
+
+
+class _Job(QObject):
+    """Runs ``fn(progress)`` in a QThread; progress(text, done, total), finished(result), failed(message)."""
+
+    progress = Signal(str, int, int)
+    finished = Signal(object)
+    failed = Signal(str)
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+        self.cancel = threading.Event()
+
+    @Slot()
+    def run(self) -> None:
+        try:
+            result = self.fn(lambda text, done, total: self.progress.emit(str(text), int(done), int(total or 0)))
+        except Exception as exc:
+            log.warning("model job failed: %s", exc)
+            self.failed.emit(str(exc))
+            return
+        self.finished.emit(result)
+
+
+class ModelManagerDialog(QDialog):
+    """Installed models with import, verify, remove and pull."""
+
+    def __init__(self, parent: QWidget | None = None, store=None):
+        super().__init__(parent)
+        from speco3_models.store import ModelStore
+
+        self.setWindowTitle("Model manager")
+        self.store = store or ModelStore()
+        self.list = QListWidget(objectName="modelList")
+        self.details = QPlainTextEdit(objectName="modelDetails", readOnly=True)
+        self.progress = QProgressBar(objectName="modelProgress", visible=False)
+        self.pull_name = QComboBox(objectName="pullName", editable=True)
+        try:
+            from speco3_models.catalog import catalog
+
+            self.pull_name.addItems([m.name for m in catalog()])
+        except Exception as exc:
+            log.warning("model catalog unavailable: %s", exc)
+        buttons = QHBoxLayout()
+        for text, slot in (("Import GGUF pair…", self.import_pair), ("Verify", self.verify),
+                           ("Remove", self.remove), ("Pull (online)", self.pull)):
+            b = QPushButton(text)
+            b.clicked.connect(slot)
+            buttons.addWidget(b)
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("Installed models (text GGUF + vision projector)"))
+        layout.addWidget(self.list, 1)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Pull:"))
+        row.addWidget(self.pull_name, 1)
+        layout.addLayout(row)
+        layout.addLayout(buttons)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.details, 1)
+        close = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        close.rejected.connect(self.reject)
+        layout.addWidget(close)
+        self.list.currentTextChanged.connect(self._show_details)
+        self._thread: QThread | None = None
+        self._job: _Job | None = None
+        self.resize(640, 520)
+        self.reload()
+
+    def reload(self) -> None:
+        self.list.clear()
+        try:
+            models = self.store.list()
+        except Exception as exc:
+            self.details.setPlainText(f"model store unreadable: {exc}")
+            return
+        for m in models:
+            self.list.addItem(m.name)
+        if not models:
+            from speco3_models.errors import HOW_TO_GET_A_MODEL
+
+            self.details.setPlainText("No model installed: " + HOW_TO_GET_A_MODEL + ".")
+
+    def selected(self) -> str | None:
+        item = self.list.currentItem()
+        return item.text() if item else None
+
+    def _show_details(self, name: str) -> None:
+        if not name:
+            return
+        try:
+            m = self.store.get(name)
+        except Exception as exc:
+            self.details.setPlainText(str(exc))
+            return
+        self.details.setPlainText(
+            f"{m.name}\ntext: {m.text.path} ({m.quant})\nprojector: {m.mmproj.path} ({m.mmproj_quant})\n"
+            f"width {m.hidden_size}, {m.n_layers} layers\ninstalled {m.created}\n{m.provenance.describe()}")
+
+    def _run(self, fn, done_text: str) -> None:
+        if self._thread is not None:
+            return
+        self.progress.setVisible(True)
+        self.progress.setRange(0, 0)
+        self._thread = QThread(self)
+        self._job = _Job(fn)
+        self._job.moveToThread(self._thread)
+        self._thread.started.connect(self._job.run)
+        self._job.progress.connect(self._on_progress)
+        self._job.finished.connect(lambda result: self._done(f"{done_text}\n{result}" if result else done_text))
+        self._job.failed.connect(lambda msg: self._done(f"failed: {msg}"))
+        self._thread.start()
+
+    def _on_progress(self, text: str, done: int, total: int) -> None:
+        if total > 0:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * done / total))
+        self.progress.setFormat(f"{text} %p%")
+
+    def _done(self, text: str) -> None:
+        self._thread.quit()
+        self._thread.wait(5000)
+        self._thread = self._job = None
+        self.progress.setVisible(False)
+        self.details.setPlainText(text)
+        current = self.selected()
+        self.reload()
+        if current:
+            items = self.list.findItems(current, Qt.MatchFlag.MatchExactly)
+            if items:
+                self.list.setCurrentItem(items[0])
+
+    def import_pair(self) -> None:
+        text, _ = QFileDialog.getOpenFileName(self, "Text model GGUF", "", "GGUF (*.gguf)")
+        if not text:
+            return
+        mmproj, _ = QFileDialog.getOpenFileName(self, "Vision projector GGUF (mmproj)", str(Path(text).parent),
+                                                "GGUF (*.gguf)")
+        if mmproj:
+            self._run(lambda p: self.store.import_pair(text, mmproj, progress=p).name, "imported")
+
+    def verify(self) -> None:
+        name = self.selected()
+        if name:
+            self._run(lambda p: "\n".join(self.store.verify(name, progress=p).lines()), "verified")
+
+    def remove(self) -> None:
+        name = self.selected()
+        if name and QMessageBox.question(self, "Remove model", f"Remove {name} and its managed files?") \
+                == QMessageBox.StandardButton.Yes:
+            try:
+                self.store.remove(name)
+            except Exception as exc:
+                self.details.setPlainText(f"failed: {exc}")
+            self.reload()
+
+    def pull(self) -> None:
+        name = self.pull_name.currentText().strip()
+        if name:
+            self._run(lambda p: self.store.pull(name, progress=p).name, f"pulled {name}")
+
+
+class SettingsDialog(QDialog):
+    """Engine, folders, vetter and keymap settings; writes into the given `AppSettings` on OK."""
+
+    def __init__(self, settings: AppSettings, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Settings")
+        self.settings = settings
+        tabs = QTabWidget()
+        general = QWidget()
+        form = QFormLayout(general)
+        self.vetter = QLineEdit(settings.vetter, objectName="vetterName")
+        self.data_folder = QLineEdit(settings.data_folder, objectName="dataFolder",
+                                     placeholderText=str(settings.resolved_data_folder()))
+        self.auto_advance = QCheckBox("Go to the next spectrum after a decision", checked=settings.auto_advance)
+        self.threads = QSpinBox(objectName="threads", minimum=0, maximum=256, specialValueText="automatic",
+                                value=settings.n_threads or 0)
+        self.gpu_layers = QSpinBox(objectName="gpuLayers", minimum=-1, maximum=999, specialValueText="automatic",
+                                   value=-1 if settings.n_gpu_layers is None else settings.n_gpu_layers)
+        self.n_ctx = QSpinBox(objectName="nCtx", minimum=2048, maximum=131072, singleStep=1024, value=settings.n_ctx)
+        self.image_tokens = QSpinBox(objectName="imageTokens", minimum=0, maximum=16384, singleStep=64,
+                                     specialValueText="no cap", value=settings.image_max_tokens or 0)
+        form.addRow("Vetter name", self.vetter)
+        form.addRow("Data folder", self.data_folder)
+        form.addRow("", self.auto_advance)
+        form.addRow("CPU threads", self.threads)
+        form.addRow("GPU layers (-1 automatic, 0 CPU only)", self.gpu_layers)
+        form.addRow("Context (KV cells)", self.n_ctx)
+        form.addRow("Image token cap", self.image_tokens)
+        tabs.addTab(general, "General")
+        keys = QWidget()
+        kform = QFormLayout(keys)
+        keymap = Keymap(settings.keymap)
+        self.key_edits: dict[str, QLineEdit] = {}
+        for a in ACTIONS:
+            edit = QLineEdit(keymap.keys[a.name], objectName=f"key_{a.name}")
+            self.key_edits[a.name] = edit
+            kform.addRow(a.text, edit)
+        tabs.addTab(keys, "Keymap")
+        self.error = QLabel("", objectName="settingsError", styleSheet="color:#b32d2d")
+        box = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        box.accepted.connect(self.accept)
+        box.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(tabs)
+        layout.addWidget(self.error)
+        layout.addWidget(box)
+
+    def accept(self) -> None:
+        overrides = {name: edit.text().strip() for name, edit in self.key_edits.items()}
+        bad = [n for n, k in overrides.items() if not normalize(k)]
+        keymap = Keymap(overrides)
+        if bad or keymap.conflicts():
+            msg = [f"unparsable key for {', '.join(bad)}"] if bad else []
+            msg += [f"{k} bound to both {a} and {b}" for k, a, b in keymap.conflicts()]
+            self.error.setText("; ".join(msg))
+            return
+        s = self.settings
+        s.vetter = self.vetter.text().strip()
+        s.data_folder = self.data_folder.text().strip()
+        s.auto_advance = self.auto_advance.isChecked()
+        s.n_threads = self.threads.value() or None
+        s.n_gpu_layers = None if self.gpu_layers.value() < 0 else self.gpu_layers.value()
+        s.n_ctx = self.n_ctx.value()
+        s.image_max_tokens = self.image_tokens.value() or None
+        s.keymap = keymap.overrides()
+        super().accept()

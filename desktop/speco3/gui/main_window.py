@@ -1,0 +1,456 @@
+"""The main window: archive panel | viewer over agent panel | decision panel, menus, keys and the start screen."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, QThread, QTimer
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from speco3 import __version__
+from speco3.gui.agent_control import AgentController, installed_models
+from speco3.gui.agent_panel import AgentPanel
+from speco3.gui.archive_model import ArchiveTableModel
+from speco3.gui.archive_panel import ArchivePanel
+from speco3.gui.decision_panel import DecisionPanel
+from speco3.gui.demo_session import SCRIPTED_LABEL, is_demo_spectrum
+from speco3.gui.keymap import FLAG_ACTIONS, KeyFilter, Keymap
+from speco3.gui.settings import AppSettings
+from speco3.gui.vetting import VettingController, store_path_for
+from speco3.gui.viewer import SpectrumViewer
+from speco3.gui.workers import IndexWorker, InferenceThread, render_png
+
+log = logging.getLogger(__name__)
+
+
+class MainWindow(QMainWindow):
+    """Spec-o3 Desktop main window.
+
+    Parameters
+    ----------
+    settings : AppSettings, optional
+        Loaded from the config folder when omitted.
+    render : callable, optional
+        ``View -> PNG bytes`` for the agent (the training-faithful renderer by default).
+    engine_opener : callable, optional
+        ``(model id, EngineSettings) -> Engine`` (tests pass a scripted engine).
+    """
+
+    def __init__(self, settings: AppSettings | None = None, render=None, engine_opener=None):
+        super().__init__()
+        from speco3.agent import load_tasks
+
+        self.settings = settings or AppSettings.load()
+        self.keymap = Keymap(self.settings.keymap)
+        task_errors: list = []
+        self.tasks = load_tasks(errors=task_errors)
+        self.index: Any = None
+        self.archive_root: str | None = None
+        self._index_thread: QThread | None = None
+        self._index_worker: IndexWorker | None = None
+        self.setWindowTitle(f"Spec-o3 Desktop {__version__}")
+
+        self.table_model = ArchiveTableModel()
+        self.archive = ArchivePanel(self.table_model)
+        self.viewer = SpectrumViewer()
+        self.agent_panel = AgentPanel()
+        self.decision = DecisionPanel(self.keymap)
+        self.vetting = VettingController(self.table_model, self.archive.table, self.settings, self)
+        self.inference = InferenceThread(render or render_png, self)
+        self.agent = AgentController(self.inference, self.vetting, self.agent_panel, self.settings, self.tasks,
+                                     engine_opener=engine_opener, parent=self)
+        self.inference.start()
+
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self._start_page())
+        self.stack.addWidget(self.viewer)
+        centre = QSplitter(Qt.Orientation.Vertical)
+        centre.addWidget(self.stack)
+        centre.addWidget(self.agent_panel)
+        centre.setSizes([520, 380])
+        main = QSplitter(Qt.Orientation.Horizontal)
+        main.addWidget(self.archive)
+        main.addWidget(centre)
+        main.addWidget(self.decision)
+        main.setSizes([420, 900, 300])
+        self.setCentralWidget(main)
+        self._build_status_bar()
+        self._build_menus()
+        self._connect()
+        self.agent_panel.set_tasks(self.tasks, self.settings.task if self.settings.task in self.tasks else None)
+        self.vetting.set_task(self.agent_panel.task_id())
+        self.viewer.set_task(self.tasks.get(self.agent_panel.task_id()))
+        self.refresh_models()
+        self.key_filter = KeyFilter(self, self.keymap)
+        self.key_filter.triggered.connect(self.trigger)
+        QApplication.instance().installEventFilter(self.key_filter)
+        for err in task_errors:
+            self.show_message(f"task file skipped: {err}")
+        self.resize(1600, 950)
+
+    # -- construction --------------------------------------------------------------------------------------------
+    def _start_page(self) -> QWidget:
+        page = QWidget(objectName="startPage")
+        layout = QVBoxLayout(page)
+        layout.addStretch(1)
+        title = QLabel("<h2>Spec-o3 Desktop</h2><p>Open a folder of FITS spectra (LAMOST, SDSS, DESI, generic) to "
+                       "browse, inspect and vet candidates — or try the demo archive: twenty synthetic LAMOST "
+                       "spectra with CVs, carbon stars, S-type stars, M giants and white dwarfs.</p>",
+                       wordWrap=True, alignment=Qt.AlignmentFlag.AlignCenter)
+        row = QHBoxLayout()
+        open_b = QPushButton("Open archive folder…", objectName="startOpen")
+        demo_b = QPushButton("Open the demo archive", objectName="startDemo")
+        open_b.clicked.connect(self.choose_archive)
+        demo_b.clicked.connect(self.open_demo)
+        row.addStretch(1)
+        row.addWidget(open_b)
+        row.addWidget(demo_b)
+        row.addStretch(1)
+        layout.addWidget(title)
+        layout.addLayout(row)
+        layout.addStretch(2)
+        return page
+
+    def _build_status_bar(self) -> None:
+        sb = self.statusBar()
+        self.batch_bar = QProgressBar(objectName="batchProgress", visible=False, maximumWidth=220)
+        self.batch_bar.setFormat("pre-screen %v / %m")
+        self.batch_pause = QPushButton("Pause", objectName="batchPause", visible=False)
+        self.batch_cancel = QPushButton("Cancel batch", objectName="batchCancel", visible=False)
+        self.batch_pause.clicked.connect(self.toggle_batch_pause)
+        self.batch_cancel.clicked.connect(self.inference.cancel_batch)
+        for w in (self.batch_bar, self.batch_pause, self.batch_cancel):
+            sb.addPermanentWidget(w)
+        self._batch_paused = False
+
+    def _action(self, menu, text: str, slot, shortcut: str | None = None) -> QAction:
+        act = QAction(text, self)
+        if shortcut:
+            act.setShortcut(QKeySequence(shortcut))
+        act.triggered.connect(slot)
+        menu.addAction(act)
+        return act
+
+    def _build_menus(self) -> None:
+        mb = self.menuBar()
+        f = mb.addMenu("&File")
+        self._action(f, "Open archive folder…", self.choose_archive, "Ctrl+O")
+        self._action(f, "Open the demo archive", self.open_demo)
+        f.addSeparator()
+        self._action(f, "Load candidate list (CSV, FITS, VOTable)…", self.choose_candidates)
+        self._action(f, "Use the filtered table as the queue", lambda: self.table_model.set_entries(None))
+        f.addSeparator()
+        self._action(f, "Quit", self.close, "Ctrl+Q")
+        e = mb.addMenu("&Export")
+        for text, fmt, ext in (("CSV…", "csv", "csv"), ("VOTable…", "votable", "vot"), ("FITS table…", "fits", "fits"),
+                               ("HTML audit report…", "html", "html")):
+            self._action(e, text, lambda _c=False, fmt=fmt, ext=ext: self.choose_export(fmt, ext))
+        a = mb.addMenu("&Agent")
+        self._action(a, "Run on this spectrum (A)", self.run_agent)
+        self._action(a, "Cancel run (Esc)", self.agent.cancel)
+        a.addSeparator()
+        self._action(a, "Batch pre-screen the queue", self.start_batch)
+        self._action(a, "Pause / resume batch", self.toggle_batch_pause)
+        self._action(a, "Cancel batch", self.inference.cancel_batch)
+        m = mb.addMenu("&Models")
+        self._action(m, "Model manager…", self.open_model_manager)
+        s = mb.addMenu("&Settings")
+        self._action(s, "Settings…", self.open_settings)
+        h = mb.addMenu("&Help")
+        self._action(h, "Keyboard cheat sheet (H)", self.decision.toggle_cheat_sheet)
+        self._action(h, "About", lambda: QMessageBox.about(self, "Spec-o3 Desktop", f"Spec-o3 Desktop {__version__}"))
+
+    def _connect(self) -> None:
+        self.archive.openRequested.connect(self.choose_archive)
+        self.archive.rowActivated.connect(self.vetting.go_to)
+        self.archive.filtersChanged.connect(lambda: self.vetting.go_to(0) if self.table_model.loaded_rows() else None)
+        self.vetting.currentChanged.connect(self._on_current)
+        self.vetting.recordChanged.connect(self._on_record)
+        self.vetting.message.connect(self.show_message)
+        self.vetting.error.connect(self.show_message)
+        self.decision.decided.connect(self.decide)
+        self.decision.acceptModel.connect(self.accept_model)
+        self.decision.flagsChanged.connect(lambda flags: self.vetting.update_notes(flags, self.decision.comment.text()))
+        self.decision.commentChanged.connect(lambda c: self.vetting.update_notes(self.decision.flags(), c))
+        self.decision.navigate.connect(self.vetting.step)
+        self.agent_panel.runRequested.connect(lambda t, m: self.agent.run_current(t, m))
+        self.agent_panel.cancelRequested.connect(self.agent.cancel)
+        self.agent_panel.zoomRequested.connect(lambda lo, hi, label: self.viewer.show_window(lo, hi, "rest", label))
+        self.agent_panel.taskChanged.connect(self._on_task)
+        self.agent.message.connect(self.show_message)
+        self.agent.verdictRecorded.connect(self._on_verdict)
+        self.inference.batch_progress.connect(self._on_batch_progress)
+        self.inference.batch_state.connect(self._on_batch_state)
+        self.key_actions = {
+            "decide_yes": lambda: self.decide("YES"), "decide_no": lambda: self.decide("NO"),
+            "decide_unsure": lambda: self.decide("UNSURE"), "accept_model": self.accept_model,
+            "comment": self.decision.focus_comment, "next": lambda: self.vetting.step(1),
+            "previous": lambda: self.vetting.step(-1), "next_undecided": self.vetting.next_undecided,
+            "smooth_more": self.viewer.smooth_more, "smooth_less": self.viewer.smooth_less,
+            "toggle_frame": self.viewer.toggle_frame, "toggle_lines": self.viewer.toggle_lines,
+            "zoom_in": lambda: self.viewer.zoom(0.5), "zoom_out": lambda: self.viewer.zoom(2.0),
+            "pan_left": lambda: self.viewer.pan(-0.25), "pan_right": lambda: self.viewer.pan(0.25),
+            "reset_zoom": self.viewer.reset_zoom, "run_agent": self.run_agent, "cancel_agent": self.agent.cancel,
+            "cheat_sheet": self.decision.toggle_cheat_sheet,
+        }
+        for action, flag in FLAG_ACTIONS.items():
+            self.key_actions[action] = lambda flag=flag: self.decision.toggle_flag(flag)
+
+    def trigger(self, action: str) -> None:
+        """Run a keymap action by name (the key filter calls this)."""
+        fn = self.key_actions.get(action)
+        if fn is not None:
+            fn()
+
+    # -- archive -------------------------------------------------------------------------------------------------
+    def choose_archive(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Open archive folder", self.settings.last_archive or "")
+        if folder:
+            self.open_archive(folder)
+
+    def open_demo(self) -> None:
+        from speco3.demo import write_demo_archive
+
+        folder = self.settings.resolved_data_folder() / "demo"
+        try:
+            write_demo_archive(folder)
+        except Exception as exc:
+            self.show_error(f"cannot write the demo archive: {exc}")
+            return
+        self.open_archive(folder)
+
+    def open_archive(self, folder: str | Path) -> None:
+        """Index ``folder`` in the background, then show it and resume the vetting session."""
+        folder = str(Path(folder).expanduser().resolve())
+        if not Path(folder).is_dir():
+            self.show_error(f"{folder}: not a folder")
+            return
+        if self._index_thread is not None:
+            self._index_worker.cancel.set()
+            self._index_thread.quit()
+            self._index_thread.wait(5000)
+        self.archive.set_folder(folder)
+        self.archive.show_progress(0, 1, "starting …")
+        self._index_thread = QThread(self)
+        self._index_worker = IndexWorker(folder)
+        self._index_worker.moveToThread(self._index_thread)
+        self._index_thread.started.connect(self._index_worker.run)
+        self._index_worker.progress.connect(self.archive.show_progress)
+        self._index_worker.finished.connect(self._index_ready)
+        self._index_worker.failed.connect(self._index_failed)
+        self._index_thread.start()
+
+    def _stop_index_thread(self) -> None:
+        if self._index_thread is not None:
+            self._index_thread.quit()
+            self._index_thread.wait(5000)
+            self._index_thread = self._index_worker = None
+
+    def _index_failed(self, message: str) -> None:
+        self._stop_index_thread()
+        self.archive.hide_progress()
+        self.show_error(message)
+
+    def _index_ready(self, root: str) -> None:
+        from speco3.spectra import ArchiveIndex
+
+        self._stop_index_thread()
+        self.archive.hide_progress()
+        if self.index is not None:
+            self.index.close()
+        self.index = ArchiveIndex.for_root(root)
+        self.archive_root = root
+        try:
+            self.vetting.open_store(store_path_for(root, self.settings.resolved_data_folder()))
+        except Exception as exc:
+            self.show_error(f"cannot open the vetting store: {exc}")
+            return
+        self.vetting.cache.clear()
+        self.table_model.set_index(self.index)
+        self.stack.setCurrentWidget(self.viewer)
+        n = self.index.count()
+        self.show_message(f"{n:,} spectra in {root}")
+        self.settings.last_archive = root
+        self._save_settings()
+        if n:
+            self.vetting.resume()
+
+    def choose_candidates(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Load candidate list", self.archive_root or "",
+                                              "Tables (*.csv *.ecsv *.txt *.fits *.fit *.vot *.xml)")
+        if path:
+            self.load_candidates(path)
+
+    def load_candidates(self, path: str | Path) -> int:
+        from speco3.gui.candidates import match_candidates
+
+        if self.index is None:
+            self.show_error("open an archive first; candidates are matched against its index")
+            return 0
+        try:
+            match = match_candidates(path, self.index)
+        except Exception as exc:
+            self.show_error(str(exc))
+            return 0
+        self.table_model.set_entries(match.entries)
+        note = f", {len(match.unmatched)} not found ({', '.join(match.unmatched[:5])}…)" if match.unmatched else ""
+        self.show_message(f"candidate list {Path(path).name}: {len(match.entries)} spectra by {match.column}{note}")
+        if match.entries:
+            self.vetting.go_to(0)
+        return len(match.entries)
+
+    # -- current spectrum ----------------------------------------------------------------------------------------
+    def _on_current(self, row: int, entry: Any, spectrum: Any) -> None:
+        self.viewer.set_spectrum(spectrum)
+        self.stack.setCurrentWidget(self.viewer)
+        self.refresh_models()
+        self.decision.show_position(row, self.table_model.total_hint(), self.vetting.decided_count(),
+                                    "candidate list" if self.table_model.is_candidate_list else "table")
+
+    def _on_record(self) -> None:
+        dec, mv = self.vetting.current_record()
+        saved = f"saved {dec.decided_at[:19].replace('T', ' ')} UTC by {dec.vetter}" if dec else "not decided yet"
+        self.decision.show_record(dec.decision if dec else None, dec.flags if dec else [], dec.comment if dec else "",
+                                  saved)
+        if mv is not None:
+            who = "(scripted demo — not a model)" if mv.model_id == SCRIPTED_LABEL else f"({mv.model_id})"
+            self.decision.show_suggestion(mv.verdict, who if mv.verdict else f"{mv.outcome} {who}")
+        else:
+            self.decision.show_suggestion(None)
+
+    def _on_task(self, task_id: str) -> None:
+        self.settings.task = task_id
+        self.vetting.set_task(task_id)
+        self.viewer.set_task(self.tasks.get(task_id))
+
+    def _on_verdict(self, key: str) -> None:
+        self.table_model.invalidate_states([key])
+        if self.vetting.entry is not None and self.vetting.entry.key == key:
+            self._on_record()
+
+    def refresh_models(self) -> None:
+        self.agent_panel.set_models(installed_models(), is_demo_spectrum(self.vetting.spectrum), self.settings.model_id)
+
+    # -- decisions -----------------------------------------------------------------------------------------------
+    def decide(self, decision: str) -> None:
+        self.vetting.decide(decision, self.decision.flags(), self.decision.comment.text())
+
+    def accept_model(self) -> None:
+        mv = self.vetting.model_suggestion()
+        if mv is None or mv.verdict is None:
+            self.show_message("no model verdict to accept for this spectrum")
+            return
+        self.decide(mv.verdict)
+
+    # -- agent ---------------------------------------------------------------------------------------------------
+    def run_agent(self) -> None:
+        self.agent.run_current(self.agent_panel.task_id(), self.agent_panel.model_id())
+
+    def start_batch(self) -> None:
+        self.table_model.fetch_all()
+        entries = [self.table_model.entry(r) for r in range(self.table_model.loaded_rows())]
+        model_id = self.agent_panel.model_id() or ""
+        if model_id == SCRIPTED_LABEL or not model_id:
+            demo = [e for e in entries if str(e.file_name or "").startswith("spec-60001-SPECO3DEMO")]
+            model_id = SCRIPTED_LABEL if demo and not installed_models() else model_id
+        self.agent.start_batch(entries, self.agent_panel.task_id(), model_id)
+
+    def toggle_batch_pause(self) -> None:
+        self._batch_paused = not self._batch_paused
+        self.inference.pause_batch(self._batch_paused)
+
+    def _on_batch_progress(self, done: int, total: int) -> None:
+        for w in (self.batch_bar, self.batch_pause, self.batch_cancel):
+            w.setVisible(True)
+        self.batch_bar.setMaximum(max(total, 1))
+        self.batch_bar.setValue(done)
+
+    def _on_batch_state(self, state: str) -> None:
+        self.batch_pause.setText("Resume" if state == "paused" else "Pause")
+        self._batch_paused = state == "paused"
+        if state in ("finished", "cancelled"):
+            self.show_message(f"batch pre-screen {state}")
+            QTimer.singleShot(3000, lambda: [w.setVisible(False) for w in (self.batch_pause, self.batch_cancel)])
+
+    # -- dialogs and exports -------------------------------------------------------------------------------------
+    def choose_export(self, fmt: str, ext: str) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, f"Export ({fmt})", f"vetting.{ext}", f"*.{ext}")
+        if path:
+            self.export(path, fmt)
+
+    def export(self, path: str | Path, fmt: str) -> Path | None:
+        from speco3.gui.dialogs import run_export
+
+        if self.vetting.store is None:
+            self.show_error("open an archive first")
+            return None
+        try:
+            out = run_export(self.vetting.store, path, fmt, self.agent_panel.task_id())
+        except Exception as exc:
+            self.show_error(f"export failed: {exc}")
+            return None
+        self.show_message(f"exported to {out}")
+        return out
+
+    def open_model_manager(self) -> None:
+        from speco3.gui.dialogs import ModelManagerDialog
+
+        ModelManagerDialog(self).exec()
+        self.refresh_models()
+
+    def open_settings(self) -> None:
+        from speco3.gui.dialogs import SettingsDialog
+
+        dlg = SettingsDialog(self.settings, self)
+        if dlg.exec():
+            self.keymap = Keymap(self.settings.keymap)
+            self.key_filter.keymap = self.keymap
+            self.decision.keymap = self.keymap
+            self.decision.cheat.setText(self.keymap.cheat_sheet_html())
+            self._save_settings()
+
+    # -- misc ----------------------------------------------------------------------------------------------------
+    def show_message(self, text: str) -> None:
+        log.info("%s", text)
+        self.statusBar().showMessage(text, 8000)
+
+    def show_error(self, text: str) -> None:
+        log.warning("%s", text)
+        self.statusBar().showMessage(text, 15000)
+        if not QApplication.instance().property("speco3_no_dialogs"):
+            QMessageBox.warning(self, "Spec-o3 Desktop", text)
+
+    def _save_settings(self) -> None:
+        self.settings.model_id = self.agent_panel.model_id() if self.agent_panel.model_id() != SCRIPTED_LABEL else ""
+        try:
+            self.settings.save()
+        except OSError as exc:
+            log.warning("settings not saved: %s", exc)
+
+    def closeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        QApplication.instance().removeEventFilter(self.key_filter)
+        self.inference.stop()
+        self._stop_index_thread()
+        self.vetting.cache.close()
+        self.vetting.close_store()
+        if self.index is not None:
+            self.index.close()
+            self.index = None
+        self._save_settings()
+        super().closeEvent(event)
