@@ -119,9 +119,8 @@ def pull(store: ModelStore, name: str, quant: str | None = None, *, revision: st
     if is_gguf:
         wanted = list(_choose_gguf(files, quant))
     else:
-        patterns = entry.weight_patterns if entry else ("*.safetensors",)
-        required = entry.required_files if entry else ("config.json", "tokenizer.json", "preprocessor_config.json")
-        optional = entry.optional_files if entry else ("model.safetensors.index.json", "tokenizer_config.json")
+        layout = entry or catalog.catalog()[0]  # any Qwen2.5-VL checkpoint has the files the catalog lists
+        patterns, required, optional = layout.weight_patterns, layout.required_files, layout.optional_files
         missing = [f for f in required if f not in siblings]
         weights = [f for f in files if any(fnmatch.fnmatch(f, p) for p in patterns)]
         if missing or not weights:
