@@ -12,8 +12,9 @@ converts to image pixels (y down) at the end.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -29,7 +30,6 @@ OFFSET_PAD = 3.0 * PT  # Axis.OFFSETTEXTPAD
 LAYOUT_PAD = 1.08 * 10.0 * PT  # tight_layout(pad=1.08) × font.size 10
 SAVE_PAD = 0.1 * layout.DPI  # savefig(pad_inches=0.1)
 BOX_PAD = 0.3  # boxstyle "round": pad in units of the font size
-STATS_LINESPACING = 1.2
 
 #: Text roles: (point size, bold).
 ROLES: dict[str, tuple[float, bool]] = {
@@ -39,9 +39,16 @@ ROLES: dict[str, tuple[float, bool]] = {
     "stats": (9.0, False),
 }
 
-#: ``measure(text, role) -> (width, height, descent)`` in pixels, matplotlib's convention: width of the ink,
-#: height and descent of the line box (at least those of ``"lp"``).
-Measure = Callable[[str, str], tuple[float, float, float]]
+class Measure(Protocol):
+    """Text measurement in pixels, in matplotlib's conventions."""
+
+    def __call__(self, text: str, role: str) -> tuple[float, float, float]:
+        """``(width, height, descent)`` of the ink of one line of text."""
+        ...
+
+    def font_metrics(self, role: str) -> tuple[float, float, float]:
+        """``(ascent, descent, line_gap)`` of the font (OS/2 typo metrics, scaled to pixels)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -119,39 +126,39 @@ class _Text:
     lines: list[tuple[str, float, float, float]] = field(default_factory=list)  # (line, w, h, d)
 
     def box(self, measure: Measure) -> tuple[Box, list[tuple[str, float, float]]]:
-        """Window box and per-line (text, x, baseline y) in figure pixels."""
-        _, lp_h, lp_d = measure("lp", self.role)
-        min_dy = (lp_h - lp_d) * STATS_LINESPACING
-        ws, placed, thisy, d = [], [], 0.0, 0.0
-        for i, line in enumerate(self.text.split("\n")):
+        """Window box and per-line (text, x, baseline y) in figure pixels (matplotlib ≥ 3.11 layout)."""
+        min_ascent, min_descent, line_gap = measure.font_metrics(self.role)
+        split = self.text.split("\n")
+        if len(split) == 1:
+            line_gap = 0.0
+        ws, placed, thisy, a, d = [], [], 0.0, 0.0, 0.0
+        for line in split:
             w, h, d = measure(line, self.role) if line else (0.0, 0.0, 0.0)
-            h, d = max(h, lp_h), max(d, lp_d)
-            thisy = -(h - d) if i == 0 else thisy - max(min_dy, (h - d) * STATS_LINESPACING)
+            a = max(h - d, min_ascent) + line_gap / 2.0
+            d = max(d, min_descent) + line_gap / 2.0
+            thisy -= a
             ws.append(w)
             placed.append((line, w, thisy))
             thisy -= d
         width = max(ws)
-        ymin = placed[-1][2] - d
-        height = -ymin
-        h0 = height if len(placed) == 1 else None
-        # vertical offset of the box top (local y = 0) relative to the anchor
+        height = -(placed[-1][2] - d)
+        # offset of the box top (local y = 0) above the anchor
         if self.va == "top":
             top = 0.0
         elif self.va == "bottom":
             top = height
         elif self.va == "baseline":
-            top = -placed[0][2] if h0 is not None else -placed[-1][2]
+            top = a
         else:  # center_baseline (single line)
-            top = -placed[0][2] / 2.0
+            top = a / 2.0
+        left = {"left": 0.0, "center": -width / 2.0, "right": -width}[self.ha]
         lines = []
         if self.rotation == 90:
             # rotation_mode="anchor": align the unrotated box, then rotate 90° counter-clockwise about the anchor
-            left = {"left": 0.0, "center": -width / 2.0, "right": -width}[self.ha]
             box = Box(self.x - top, self.y + left, self.x - top + height, self.y + left + width)
             for line, _w, by in placed:
                 lines.append((line, self.x - (top + by), self.y + left))
             return box, lines
-        left = {"left": 0.0, "center": -width / 2.0, "right": -width}[self.ha]
         x0 = self.x + left
         box = Box(x0, self.y + top - height, x0 + width, self.y + top)
         for line, w, by in placed:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import struct
 import sys
 import threading
 from pathlib import Path
@@ -197,6 +198,53 @@ class OverlayItem(_LayoutItem):
                 p.drawText(QtCore.QPointF(t.x, t.baseline), t.text)
 
 
+class TextMeasure:
+    """Qt text metrics in matplotlib's conventions (see :class:`speco3.render.geometry.Measure`)."""
+
+    def __init__(self, fonts: dict[str, QtGui.QFont], device: QtGui.QPaintDevice) -> None:
+        self._metrics = {role: QtGui.QFontMetricsF(font, device) for role, font in fonts.items()}
+        self._font_metrics = {role: _typo_metrics(font, ROLES[role][0]) for role, font in fonts.items()}
+        self._cache: dict[tuple[str, str], tuple[float, float, float]] = {}
+
+    def __call__(self, text: str, role: str) -> tuple[float, float, float]:
+        """(advance width, ink height, ink descent) in pixels; matches FreeType's hinted extents."""
+        key = (text, role)
+        hit = self._cache.get(key)
+        if hit is None:
+            fm = self._metrics[role]
+            tight = fm.tightBoundingRect(text)
+            descent = max(0.0, tight.bottom())
+            height = max(0.0, tight.bottom() - min(0.0, tight.top()))
+            hit = (fm.horizontalAdvance(text), height, descent)
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[key] = hit
+        return hit
+
+    def font_metrics(self, role: str) -> tuple[float, float, float]:
+        return self._font_metrics[role]
+
+
+def _typo_metrics(font: QtGui.QFont, size_pt: float) -> tuple[float, float, float]:
+    """(ascent, descent, line gap) in pixels from the font's OS/2 table (hhea as fallback)."""
+    raw = QtGui.QRawFont.fromFont(font)
+    scale_px = size_pt * PT
+    head = bytes(raw.fontTable("head"))
+    os2 = bytes(raw.fontTable("OS/2"))
+    hhea = bytes(raw.fontTable("hhea"))
+    if len(head) >= 20:
+        units = struct.unpack(">H", head[18:20])[0] or 2048
+        if len(os2) >= 74:
+            asc, desc, gap = struct.unpack(">hhh", os2[68:74])
+            return asc * scale_px / units, -desc * scale_px / units, gap * scale_px / units
+        if len(hhea) >= 10:
+            asc, desc, gap = struct.unpack(">hhh", hhea[4:10])
+            return asc * scale_px / units, -desc * scale_px / units, gap * scale_px / units
+    fm = QtGui.QFontMetricsF(font)
+    logger.warning("font tables of %s unreadable; using Qt metrics", font.family())
+    return fm.ascent(), fm.descent(), fm.leading()
+
+
 class FigureScene:
     """A reusable offscreen scene: grid, pyqtgraph curve clipped to the axes, overlay."""
 
@@ -221,9 +269,7 @@ class FigureScene:
         self.overlay = OverlayItem()
         self.overlay.setZValue(2)
         self.scene.addItem(self.overlay)
-        self._probe = self.new_image(1, 1)
-        self._metrics = {role: QtGui.QFontMetricsF(font, self._probe) for role, font in self.overlay.fonts.items()}
-        self._measure_cache: dict[tuple[str, str], tuple[float, float, float]] = {}
+        self.measure = TextMeasure(self.overlay.fonts, self.new_image(1, 1))
 
     @staticmethod
     def new_image(width: int, height: int) -> QtGui.QImage:
@@ -231,21 +277,6 @@ class FigureScene:
         img.setDotsPerMeterX(DPM)
         img.setDotsPerMeterY(DPM)
         return img
-
-    def measure(self, text: str, role: str) -> tuple[float, float, float]:
-        """Text extent in matplotlib's convention: (advance width, ink height, ink descent) in pixels."""
-        key = (text, role)
-        hit = self._measure_cache.get(key)
-        if hit is None:
-            fm = self._metrics[role]
-            tight = fm.tightBoundingRect(text)
-            descent = max(0.0, tight.bottom())
-            height = max(0.0, tight.bottom() - min(0.0, tight.top()))
-            hit = (fm.horizontalAdvance(text), height, descent)
-            if len(self._measure_cache) > 4096:
-                self._measure_cache.clear()
-            self._measure_cache[key] = hit
-        return hit
 
     def render(self, lay: FigureLayout, px: np.ndarray, py: np.ndarray, message: str = "") -> bytes:
         """Draw a layout with the curve through pixel coordinates ``(px, py)``; return PNG bytes."""
