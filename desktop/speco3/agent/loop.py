@@ -95,7 +95,7 @@ def run_episode(
     conversation: list[Part] = []
     totals = {"turns": 0, "tokens": 0, "prompt": 0, "image": 0, "zooms": 0}
 
-    def finish(outcome: Outcome, detail: str = "", answer=None) -> VerdictStep:
+    def finish(outcome: Outcome, detail: str = "", answer=None, content: str = "") -> VerdictStep:
         if detail:
             log = logger.info if outcome in (Outcome.CANCELLED, Outcome.FORMAT_ERROR) else logger.warning
             log("episode on %s ended: %s (%s)", spectrum.name, outcome.value, detail)
@@ -104,7 +104,7 @@ def run_episode(
             seconds=time.perf_counter() - t_start,
             outcome=outcome,
             verdict=outcome.verdict,
-            answer=answer.answer if answer else "",
+            answer=content or (answer.answer if answer else ""),
             method=answer.method if answer else "none",
             strict=answer.strict if answer else False,
             detail=detail,
@@ -191,11 +191,13 @@ def run_episode(
         if call is None:
             answer = parse_answer(res.text)
             if answer.verdict is not None:
-                yield finish(Outcome(answer.verdict), answer=answer)
+                yield finish(Outcome(answer.verdict), answer=answer, content=content)
             elif res.stop_reason == "length":
-                yield finish(Outcome.FORMAT_ERROR, f"turn {turn} reached {max_tokens_per_turn} tokens", answer)
+                yield finish(Outcome.FORMAT_ERROR, f"turn {turn} reached {max_tokens_per_turn} tokens", answer,
+                             content)
             else:
-                yield finish(Outcome.FORMAT_ERROR, f"turn {turn} has neither a parsable tool call nor an answer", answer)
+                yield finish(Outcome.FORMAT_ERROR, f"turn {turn} has neither a parsable tool call nor an answer",
+                             answer, content)
             return
         if turn >= max_turns:
             yield finish(Outcome.BUDGET_EXHAUSTED, f"still calling the tool after {max_turns} turns")

@@ -119,7 +119,7 @@ class VerdictStep(Step):
 
     outcome: Outcome = Outcome.FORMAT_ERROR
     verdict: str | None = None
-    answer: str = ""
+    answer: str = ""  # the final message outside <think>: the answer and its justification
     method: str = "none"
     strict: bool = False
     detail: str = ""
