@@ -29,3 +29,7 @@ class OfflineError(ModelStoreError):
 
 class DownloadError(ModelStoreError):
     """A download started but did not complete or did not match the repository's checksums."""
+
+
+class OperationCancelled(ModelStoreError):
+    """The user cancelled a long operation (a progress callback raised it); nothing half-done is kept."""

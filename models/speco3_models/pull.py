@@ -19,7 +19,7 @@ from pathlib import Path
 
 from speco3_models import catalog
 from speco3_models.catalog import format_bytes
-from speco3_models.errors import DownloadError, ModelStoreError, OfflineError
+from speco3_models.errors import DownloadError, ModelStoreError, OfflineError, OperationCancelled
 from speco3_models.files import Progress, no_progress, sha256_file
 from speco3_models.installed import InstalledModel, Provenance
 from speco3_models.store import ModelStore
@@ -135,11 +135,14 @@ def pull(store: ModelStore, name: str, quant: str | None = None, *, revision: st
         raise DownloadError(f"{repo_id} needs about {format_bytes(need)} of disk space in {store.root} "
                             f"(download{' and conversion' if not is_gguf else ''}); {format_bytes(free)} free")
     logger.info("pulling %s@%s: %d files, %s", repo_id, sha[:12], len(wanted), format_bytes(total))
+    arrived: dict[str, str] = {}
     for f in wanted:
         sib = siblings[f]
         try:
             local = Path(hf_hub_download(repo_id, f, revision=sha, local_dir=dest, token=token,
                                          tqdm_class=_progress_bar(progress, f"download {f}")))
+        except OperationCancelled:
+            raise
         except HfHubHTTPError as exc:
             raise DownloadError(f"download of {f} from {repo_id} failed: {exc}") from exc
         except Exception as exc:
@@ -157,13 +160,16 @@ def pull(store: ModelStore, name: str, quant: str | None = None, *, revision: st
             local.unlink(missing_ok=True)
             raise DownloadError(f"{f} from {repo_id} does not match the repository's checksum ({actual} ≠ "
                                 f"{expected}); the damaged file was deleted, run the command again")
+        if lfs is not None and expected:
+            arrived[str(local.resolve())] = actual
     source = f"{repo_id}@{sha}"
     prov = Provenance("pulled", source, details={"files": wanted, "quant": quant})
     if is_gguf:
         text, proj = (dest / w for w in wanted)
         model = store.import_pair(text, proj, install_name or (entry.install_name(quant) if entry else None),
                                   copy=False, move=True, progress=progress, provenance=prov,
-                                  catalog_id=entry.name if entry else None, make_default=make_default)
+                                  catalog_id=entry.name if entry else None, make_default=make_default,
+                                  known_sha256=arrived)
     else:
         from speco3_models.build import build_model
 

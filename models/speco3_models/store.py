@@ -177,7 +177,7 @@ class ModelStore:
     def import_pair(self, text: str | os.PathLike[str], mmproj: str | os.PathLike[str], name: str | None = None, *,
                     copy: bool = True, move: bool = False, progress: Progress | None = None,
                     provenance: Provenance | None = None, catalog_id: str | None = None,
-                    make_default: bool = False) -> InstalledModel:
+                    make_default: bool = False, known_sha256: dict[str, str] | None = None) -> InstalledModel:
         """Check a text model + projector pair and install it.
 
         Parameters
@@ -193,6 +193,9 @@ class ModelStore:
             ``progress(label, done, total)`` for copying and hashing.
         provenance : Provenance, optional
             Default: imported from the text file's path.
+        known_sha256 : dict of str to str, optional
+            SHA-256 already computed for a source path (a download checked on arrival); used only when the file
+            is moved or linked, not copied, so the recorded hash is always of the bytes in the store.
 
         Raises
         ------
@@ -214,6 +217,12 @@ class ModelStore:
             raise ModelStoreError(f"a model named {name!r} is already installed; remove it first or choose another "
                                   "name (--name)")
         mode = "move" if move else ("copy" if copy else "link")
+        if mode == "copy":
+            need = text.stat().st_size + mmproj.stat().st_size
+            if need > self.disk_free():
+                raise ModelStoreError(f"not enough disk space in {self.root} to copy {need / 1e9:.2f} GB "
+                                      f"({self.disk_free() / 1e9:.2f} GB free); use --link or --move")
+        known = dict(known_sha256 or {}) if mode != "copy" else {}
         folder = self.root / name
         folder_existed = folder.exists()
         placed: list[tuple[Path, Path]] = []
@@ -229,7 +238,8 @@ class ModelStore:
                     where = place_file(src, dst, mode, progress)
                     placed.append((src, where))
                 managed = where.parent == folder
-                records.append(FileRecord(str(where), where.stat().st_size, sha256_file(where, progress), managed))
+                digest = known.get(str(src)) or sha256_file(where, progress)
+                records.append(FileRecord(str(where), where.stat().st_size, digest, managed))
             model = InstalledModel(
                 name=name, text=records[0], mmproj=records[1], quant=quant, mmproj_quant=pair.mmproj.quant,
                 hidden_size=pair.width, n_layers=int(pair.text.get(f"{TEXT_ARCH}.block_count")),

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from speco3_models.errors import DownloadError, ModelStoreError, OfflineError
+from speco3_models.errors import DownloadError, ModelStoreError, OfflineError, OperationCancelled
 from speco3_models.store import ModelStore
 
 
@@ -132,6 +132,8 @@ def test_pull_of_a_gguf_repository(tmp_path, make_pair, monkeypatch):
     assert model.text_path.parent == store.root / model.name
     assert ("download tiny-Q8_0.gguf", model.text.size, model.text.size) in seen
     assert store.verify(model.name).ok
+    starts = [lbl for lbl, done, _ in seen if lbl == "sha256 tiny-Q8_0.gguf" and done == 0]
+    assert len(starts) == 1, "the hash computed on arrival is reused when the file is moved into the store"
     with pytest.raises(DownloadError, match="no Q4_K_M text model in the repository"):
         store.pull("someone/tiny-gguf", "Q4_K_M")
 
@@ -163,3 +165,16 @@ def test_blocked_sockets_give_the_offline_message(monkeypatch):
     with pytest.raises(OfflineError, match="spec-o3 convert HF_DIR"):
         ModelStore().pull("spec-o3-7b")
     assert time.monotonic() - start < 10
+
+
+def test_cancel_from_the_progress_callback(tmp_path, make_pair, monkeypatch):
+    FakeHub(_gguf_repo(tmp_path, make_pair)).install(monkeypatch)
+
+    def cancel(label, done, total):
+        if label.startswith("download") and done:
+            raise OperationCancelled("cancelled by the user")
+
+    store = ModelStore()
+    with pytest.raises(OperationCancelled):
+        store.pull("someone/tiny-gguf", "Q8_0", progress=cancel)
+    assert store.list() == []
