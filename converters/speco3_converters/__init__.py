@@ -13,4 +13,6 @@ from __future__ import annotations
 from .convert import ConvertResult, convert_checkpoint
 from .plan import ConversionPlan, FilePlan, PlannedTensor
 
+__version__ = "0.1.0"
+
 __all__ = ["ConversionPlan", "ConvertResult", "FilePlan", "PlannedTensor", "convert_checkpoint"]
