@@ -186,7 +186,7 @@ def _decorations(ax: Box, xlim, ylim, x_steps, title: str, measure: Measure) -> 
     xall = np.concatenate([xmajor[:1] - xmaj_step, xmajor, xmajor[-1:] + xmaj_step]) if xmajor.size else xmajor
     xl = layout.format_ticks(xall, *xlim)
     sx = ax.width / (xlim[1] - xlim[0])
-    for v, lab in zip(xmajor, xl.labels[1:-1]):
+    for v, lab in zip(xmajor, xl.labels[1:-1], strict=True):
         texts.append(_Text(lab, "tick", ax.x0 + (v - xlim[0]) * sx, ax.y0 - TICK_PAD, "center", "top"))
     nbins = layout.y_nbins(ax.height)
     yraw = layout.auto_ticks(*ylim, nbins)
@@ -194,7 +194,7 @@ def _decorations(ax: Box, xlim, ylim, x_steps, title: str, measure: Measure) -> 
     ystep = float(yraw[1] - yraw[0]) if yraw.size > 1 else (ylim[1] - ylim[0])
     yminor = layout.minor_ticks(*ylim, ymajor, layout.minor_step(ystep))
     yl = layout.format_ticks(yraw, *ylim)
-    labels = dict(zip(yraw.tolist(), yl.labels))
+    labels = dict(zip(yraw.tolist(), yl.labels, strict=True))
     sy = ax.height / (ylim[1] - ylim[0])
     for v in ymajor:
         texts.append(_Text(labels[float(v)], "tick", ax.x0 - TICK_PAD, ax.y0 + (v - ylim[0]) * sy, "right", "center_baseline"))
