@@ -90,6 +90,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quant", default="Q8_0", help="quant of the tiny model (default Q8_0)")
     ap.add_argument("--max-tokens", type=int, default=48, help="tokens sampled per turn")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--exact", action="store_true",
+                    help="F32 KV cache, flash attention off: both paths must then produce the same text")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         if args.text and args.mmproj:
@@ -99,7 +101,8 @@ def main(argv=None) -> int:
 
             text, mmproj = tiny_gguf_pair(tmp, quant=args.quant)
             model = f"tiny Qwen2.5-VL ({args.quant})"
-        settings = EngineSettings(n_ctx=8192, n_threads=args.threads, n_gpu_layers=0, flash_attn=True)
+        settings = EngineSettings(n_ctx=8192, n_threads=args.threads, n_gpu_layers=0, flash_attn=not args.exact,
+                                  kv_type="f32" if args.exact else "f16")
         engine = LlamaMtmdEngine(text, mmproj, settings, warmup=False)
         engine.load()
         images = make_images()
@@ -113,7 +116,7 @@ def main(argv=None) -> int:
             engine.close()
     unique_text = sum(isinstance(i, int) for i in unique)
     report = {
-        "model": model, "backend": backend, "turns": 4, "max_tokens_per_turn": args.max_tokens,
+        "model": model, "backend": backend, "kv_type": settings.kv_type, "flash_attn": settings.flash_attn, "turns": 4, "max_tokens_per_turn": args.max_tokens,
         "conversation": {"text_tokens": unique_text, "images": len(images),
                          "image_tokens": sum(i.n_tokens for i in images)},
         "ours": ours,
@@ -125,7 +128,9 @@ def main(argv=None) -> int:
         "same_text_both_paths": texts_ours == texts_naive,
     }
     print(json.dumps(report, indent=2))
-    return 0 if report["same_text_both_paths"] else 1
+    # with --exact the two paths must agree token for token; otherwise greedy ties on a random tiny model may
+    # break differently when the same logits are computed in other batch shapes (reported, not an error)
+    return 0 if report["same_text_both_paths"] or not args.exact else 1
 
 
 if __name__ == "__main__":

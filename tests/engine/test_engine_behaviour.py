@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
+import subprocess
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -171,3 +174,38 @@ def test_bad_model_files_raise_model_file_error(broken_files, tiny_pair, which):
     with pytest.raises(ModelFileError):
         eng.load()
     assert not eng.loaded
+
+
+def test_open_engine_with_an_installed_model_and_the_default(tiny_pair):
+    from speco3_models.store import ModelStore
+
+    installed = ModelStore().import_pair(*tiny_pair, name="tiny-test", copy=False)
+    settings = EngineSettings(n_ctx=512, n_gpu_layers=0)
+    for model in (installed, None, "tiny-test"):  # the object, the store's default, the name
+        engine = open_engine(model, settings, threaded=False, warmup=False)
+        try:
+            assert isinstance(engine, LlamaMtmdEngine) and engine.loaded
+            assert engine.info.text_sha256 == installed.text.sha256 and engine.info.quant == installed.quant
+            assert engine.stats().n_ctx >= 512 and engine.stats().load_seconds > 0
+        finally:
+            engine.close()
+
+
+def test_native_logging_is_silent_and_routed_to_python_debug(tiny_pair, caplog):
+    script = (
+        "import sys\n"
+        "from speco3.engine.llama import LlamaMtmdEngine\n"
+        "from speco3.engine.base import EngineSettings\n"
+        "e = LlamaMtmdEngine(sys.argv[1], sys.argv[2], EngineSettings(n_ctx=512, n_gpu_layers=0))\n"
+        "e.load(); e.extend(['<|im_start|>user\\nhi<|im_end|>\\n<|im_start|>assistant\\n'])\n"
+        "e.generate(max_tokens=2); e.close()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, *tiny_pair], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "" and proc.stdout == ""  # warm-up, load and decode print nothing natively
+
+    with caplog.at_level(logging.DEBUG, logger="speco3.engine.llama_cpp_native"):
+        engine = LlamaMtmdEngine(*tiny_pair, EngineSettings(n_ctx=512, n_gpu_layers=0), warmup=False)
+        engine.load()
+        engine.close()
+    assert any(r.name == "speco3.engine.llama_cpp_native" and r.levelno == logging.DEBUG for r in caplog.records)
