@@ -22,7 +22,7 @@ def test_trace_round_trip(tmp_path, spectrum, render):
     engine = ScriptedEngine([ZOOM, BAD, YES])
     trace = Trace(task_id="cv", prompt_version="abc", spectrum=spectrum_ref(spectrum),
                   model={"model_id": "scripted"}, settings=engine.settings.to_dict())
-    steps = list(trace.record(run_episode(engine, spectrum, get_task("cv"), render)))
+    steps = list(trace.follow(run_episode(engine, spectrum, get_task("cv"), render)))
     assert steps == trace.steps and trace.outcome is Outcome.YES
     trace.save(tmp_path / "t")
     names = sorted(p.name for p in (tmp_path / "t").iterdir())
@@ -178,3 +178,9 @@ def test_scripted_stats_count_distinct_images(spectrum, render):
     st = eng.stats()
     assert st.images_encoded == 2 and st.tokens_generated == sum(getattr(s, "n_tokens", 0) for s in steps)
     assert sum(isinstance(s, ToolStep) for s in steps) == 2 and st.backend == "scripted"
+
+
+def test_record_adds_a_collected_list(spectrum, render):
+    steps = list(run_episode(ScriptedEngine([YES]), spectrum, "t", render))
+    trace = Trace().record(steps)
+    assert trace.steps == steps and trace.verdict == "YES" and trace.task_id == "custom"

@@ -101,8 +101,14 @@ class Trace:
             self.prompt_text = render_prompt(step.extra["conversation"])
         return step
 
-    def record(self, steps):
-        """Pass steps through while adding them: ``for step in trace.record(run_episode(...))``."""
+    def record(self, steps) -> Trace:
+        """Add all ``steps`` now (e.g. the list a worker collected); returns the trace."""
+        for step in steps:
+            self.add(step)
+        return self
+
+    def follow(self, steps):
+        """Pass steps through while adding them, for live use: ``for step in trace.follow(run_episode(...))``."""
         for step in steps:
             yield self.add(step)
 

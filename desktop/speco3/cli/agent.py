@@ -181,7 +181,7 @@ def cmd_inspect(args) -> int:
     print(f"{spectrum.name} · task {task.id} ({task.target_class}) · model {engine.info.model_id}", flush=True)
     try:
         with sigint_cancels(cancel):
-            for step in trace.record(run_episode(engine, spectrum, task, render, cancel=cancel, on_token=stream,
+            for step in trace.follow(run_episode(engine, spectrum, task, render, cancel=cancel, on_token=stream,
                                                  max_turns=args.max_turns)):
                 if isinstance(step, PromptStep):
                     print(f"[full view {step.image.width}×{step.image.height} px, {step.image.n_tokens} image tokens]")

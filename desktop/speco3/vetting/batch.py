@@ -121,7 +121,7 @@ def vet_one(
     trace = Trace(task_id=task.id, task_text=task.text, prompt_version=task.prompt_version,
                   spectrum={**spectrum_ref(spectrum), "key": item.key, "file_sha256": sha},
                   model=asdict(info) if is_dataclass(info) else dict(vars(info)), settings=engine.settings.to_dict())
-    for step in trace.record(run_episode(engine, spectrum, task, render, cancel=cancel, on_token=on_token)):
+    for step in trace.follow(run_episode(engine, spectrum, task, render, cancel=cancel, on_token=on_token)):
         if on_step is not None:
             on_step(step)
     final = trace.final
