@@ -49,7 +49,8 @@ def encode(raw: np.ndarray, src_dtype: str, qtype: QT, name: str) -> np.ndarray:
     if qtype == QT.F32:
         return np.ascontiguousarray(f32)
     if qtype == QT.F16:
-        out = f32.astype(np.float16)
+        with np.errstate(over="ignore"):
+            out = f32.astype(np.float16)
         if not np.isfinite(out).all() and np.isfinite(f32).all():
             big = float(np.abs(f32).max())
             raise ConversionError(

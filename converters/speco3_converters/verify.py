@@ -53,6 +53,9 @@ def read_gguf(path: Path) -> gguf.GGUFReader:
     try:
         reader = gguf.GGUFReader(path, "r")
     except Exception as exc:  # the reader raises ValueError, IndexError, KeyError... on bad headers
+        if "cannot reshape" in str(exc):  # a tensor's data runs past the end of the file
+            raise ModelFileError(path, f"truncated: tensor data is shorter than declared (file has {size} bytes)"
+                                 ) from exc
         raise ModelFileError(path, f"corrupt or truncated GGUF header ({type(exc).__name__}: {exc})") from exc
     for t in reader.tensors:
         end = int(t.data_offset) + int(t.n_bytes)

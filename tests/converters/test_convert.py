@@ -8,7 +8,6 @@ import shutil
 import gguf
 import numpy as np
 import pytest
-from conftest import drop_tensors
 from gguf import GGMLQuantizationType as QT
 
 from speco3.errors import ConversionError
