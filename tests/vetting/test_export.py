@@ -16,6 +16,7 @@ KEYS = {f"/data/spec{i:02d}.fits#0" for i in range(4)} | {"/data/other.fits#0"}
 @pytest.mark.parametrize("name, fmt", [("out.csv", "ascii.csv"), ("out.vot", "votable"), ("out.fits", "fits")])
 def test_tables_read_back(filled_store, tmp_path, name, fmt):
     path = export(filled_store, tmp_path / name)
+    assert path.stat().st_mode & 0o777 == 0o644
     t = Table.read(path, format=fmt)
     assert len(t) == 5 and set(t["spectrum_key"]) == KEYS
     rows = {r["spectrum_key"]: r for r in t}

@@ -177,6 +177,7 @@ class Trace:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump(self.to_dict(files), fh, ensure_ascii=False, indent=1, allow_nan=True)
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600; traces are meant to be shared
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -59,6 +59,7 @@ COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("model_verdict_seen", "str", None, "Model verdict shown to the vetter"),
 ]
 FORMATS = {"csv": "ascii.csv", "votable": "votable", "fits": "fits"}
+FILE_MODE = 0o644
 
 
 def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, Any]]:
@@ -120,6 +121,7 @@ def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
     tmp_path = Path(tmp)
     try:
         writer(tmp_path)
+        os.chmod(tmp_path, path.stat().st_mode & 0o777 if path.exists() else FILE_MODE)  # mkstemp makes 0600
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
