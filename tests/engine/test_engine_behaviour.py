@@ -209,3 +209,19 @@ def test_native_logging_is_silent_and_routed_to_python_debug(tiny_pair, caplog):
         engine.load()
         engine.close()
     assert any(r.name == "speco3.engine.llama_cpp_native" and r.levelno == logging.DEBUG for r in caplog.records)
+
+
+def test_kv_type_and_loading_settings_are_honoured(make_engine, tiny_pair):
+    with pytest.raises(EngineError, match="flash attention"):
+        LlamaMtmdEngine(*tiny_pair, EngineSettings(kv_type="q8_0", flash_attn=False)).load()
+    with pytest.raises(EngineError, match="kv_type"):
+        LlamaMtmdEngine(*tiny_pair, EngineSettings(kv_type="int3")).load()
+    outs = []
+    for overrides in ({"kv_type": "q8_0", "flash_attn": True}, {"use_mmap": True}, {"n_threads": 1}):
+        eng = make_engine(**overrides)
+        st = eng.stats()
+        assert st.extra["kv_type"] == eng.settings.kv_type and st.extra["flash_attn"] == eng.settings.flash_attn
+        eng.extend([PROMPT])
+        r = eng.generate(max_tokens=4)
+        outs.append(r.n_tokens)
+    assert outs == [4, 4, 4]

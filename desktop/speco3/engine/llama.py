@@ -122,7 +122,7 @@ class LlamaMtmdEngine(Engine):
             backend=native.backend_label(self._n_gpu_layers), n_ctx=self._n_ctx, load_seconds=time.perf_counter() - t0
         )
         self._stats.extra.update(n_gpu_layers=self._n_gpu_layers, flash_attn=s.flash_attn, kv_type=s.kv_type,
-                                 mmproj_on_gpu=bool(s.mmproj_on_gpu and self._n_gpu_layers != 0))
+                                 mmproj_backend=native.backend_label(1 if s.mmproj_on_gpu else 0))
         logger.info("loaded %s + %s on %s in %.1f s (n_ctx %d)", self.text_path.name, self.mmproj_path.name,
                     self._stats.backend, self._stats.load_seconds, self._n_ctx)
 
@@ -150,7 +150,7 @@ class LlamaMtmdEngine(Engine):
             raise EngineError(f"llama.cpp could not create a context of {s.n_ctx} tokens: {native.recent_native_problems()}")
         self._vocab = llama.llama_model_get_vocab(self._model)
         mp2 = mtmd.mtmd_context_params_default()
-        mp2.use_gpu = bool(s.mmproj_on_gpu and self._n_gpu_layers != 0)
+        mp2.use_gpu = bool(s.mmproj_on_gpu and gpu)
         mp2.n_threads, mp2.print_timings, mp2.warmup, mp2.flash_attn_type = threads_batch, False, self.warmup, fa
         # images arrive already resized (speco3.imaging): let mtmd accept every size the HF processor produces
         mp2.image_min_tokens = MIN_PIXELS // (FACTOR * FACTOR)
@@ -350,6 +350,8 @@ class LlamaMtmdEngine(Engine):
 
     def _eval_image(self, item: ImageItem) -> None:
         t0 = time.perf_counter()
+        if item.image is None:
+            raise EngineError(f"image {item.sha256[:12]} must be evaluated but its pixels are not available")
         chunks = tokenize_image(self._mtmd, self._llama, self._mctx, item.image)
         try:
             if (chunks.n_tokens, chunks.n_pos) != (item.n_tokens, item.n_pos):

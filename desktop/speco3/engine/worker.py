@@ -99,9 +99,9 @@ class EngineWorker(Engine):
         """Proxy other engine methods (``tokenize``, ``evaluate``, ``last_logits``…) through the worker thread."""
         if name.startswith("_") or name == "engine":
             raise AttributeError(name)
+        if not callable(getattr(type(self.engine), name, None)):  # a property or plain attribute
+            return self.call(getattr, self.engine, name)
         attr = getattr(self.engine, name)
-        if not callable(attr):
-            return attr
         return lambda *args, **kwargs: self.call(attr, *args, **kwargs)
 
     # ------------------------------------------------------------------ Engine interface
