@@ -76,6 +76,34 @@ def open_cli_engine(args):
     return engine
 
 
+def fill_model_digests(info) -> None:
+    """Put the sha256 of explicitly given model files into ``info`` (cached by path, size and mtime)."""
+    from speco3.config import cache_dir
+    from speco3.vetting.batch import file_sha256
+
+    cache_path = cache_dir() / "model-sha256.json"
+    try:
+        cache = json.loads(cache_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+    changed = False
+    for attr, path_attr in (("text_sha256", "text_path"), ("mmproj_sha256", "mmproj_path")):
+        path = getattr(info, path_attr, None)
+        if getattr(info, attr, None) or not path:
+            continue
+        st = Path(path).stat()
+        key = f"{Path(path).resolve()}|{st.st_size}|{st.st_mtime_ns}"
+        if key not in cache:
+            print(f"hashing {Path(path).name} …", file=sys.stderr, flush=True)
+            cache[key] = file_sha256(path)
+            changed = True
+        setattr(info, attr, cache[key])
+    if changed:
+        with contextlib.suppress(OSError):
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            cache_path.write_text(json.dumps(cache, indent=1), encoding="utf-8")
+
+
 def default_render():
     """The training-faithful renderer (``speco3.render``) as a ``View -> PNG bytes`` function."""
     try:
@@ -253,11 +281,14 @@ def _archive_entries(args):
     if path.is_dir():
         index = ArchiveIndex.for_root(path)
 
+        tty = sys.stderr.isatty()
+
         def progress(done: int, total: int, rel: str) -> None:
-            print(f"\rindexing {done}/{total} files", end="", file=sys.stderr, flush=True)
+            if tty:
+                print(f"\rindexing {done}/{total} files", end="", file=sys.stderr, flush=True)
 
         summary = index.scan(path, progress=progress)
-        print(f"\rindexed {summary.files_seen} files ({summary.files_read} read, {summary.errors} unreadable)",
+        print(f"{chr(13) if tty else ''}indexed {summary.files_seen} files ({summary.files_read} read, {summary.errors} unreadable)",
               file=sys.stderr)
     elif path.is_file():
         index = ArchiveIndex(path)
@@ -293,6 +324,7 @@ def cmd_vet(args) -> int:
     cancel = threading.Event()
     bar = ProgressBar(len(items))
     try:
+        fill_model_digests(engine.info)
         with sigint_cancels(cancel):
             result = vet_batch(items, store, engine, task, render, trace_root=traces, cancel=cancel,
                                progress=lambda i, n, item, v: bar.update(i, item, v), resume=not args.no_resume)
