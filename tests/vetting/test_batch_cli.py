@@ -188,3 +188,21 @@ def test_scripted_file_errors(tmp_path, monkeypatch, capsys, bad):
     script.write_text(bad, encoding="utf-8")
     assert main(["inspect", str(arch / "s00.csv"), "--task", "cv", "--scripted", str(script)]) == 1
     assert str(script) in capsys.readouterr().err
+
+
+def test_model_digests_for_explicit_files(tmp_path):
+    import hashlib
+
+    text, mmproj = tmp_path / "t.gguf", tmp_path / "m.gguf"
+    text.write_bytes(b"text model")
+    mmproj.write_bytes(b"projector")
+    info = ModelInfo(model_id="x", text_path=str(text), mmproj_path=str(mmproj))
+    cli_agent.fill_model_digests(info)
+    assert info.text_sha256 == hashlib.sha256(b"text model").hexdigest()
+    assert info.mmproj_sha256 == hashlib.sha256(b"projector").hexdigest()
+    from speco3.config import cache_dir
+
+    assert len(json.loads((cache_dir() / "model-sha256.json").read_text())) == 2
+    kept = ModelInfo(model_id="y", text_sha256="given", text_path=str(text))
+    cli_agent.fill_model_digests(kept)
+    assert kept.text_sha256 == "given"
