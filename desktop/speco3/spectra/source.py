@@ -12,6 +12,7 @@ import gzip
 import io
 import logging
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,49 @@ BZIP2_MAGIC = b"BZh"
 FITS_MAGIC = b"SIMPLE  ="
 #: ``fits.open(memmap=...)``; False measured faster for the small files of survey archives (benchmarks/bench_read.py).
 MEMMAP = False
+
+
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([EeDd][+-]?\d+)?$")
+_STRING = re.compile(r"\s*'((?:[^']|'')*)'")
+
+
+class FastHeader(dict):
+    """Header values parsed straight from the raw 80-character card images.
+
+    astropy parses a card's value on every lookup (~10-40 µs each); readers look up dozens of keywords, so the
+    values are decoded once here: strings (unquoted, trailing blanks removed), T/F as bool, int, float (also
+    with a D exponent). COMMENT, HISTORY, blank and HIERARCH cards are left out; the first of duplicate
+    keywords wins, as with ``Header.get``. Malformed cards keep their raw text instead of raising.
+    """
+
+    @classmethod
+    def from_hdu(cls, hdu: Any) -> FastHeader:
+        out = cls()
+        for card in hdu.header._cards:
+            image = card._image or card.image  # raw text: .image would verify (and warn) first
+            key = image[:8].rstrip()
+            if not key or key in ("COMMENT", "HISTORY", "HIERARCH", "CONTINUE", "END") or image[8:10] != "= ":
+                continue
+            if key not in out:
+                out[key] = _parse_value(image[10:])
+        return out
+
+
+def _parse_value(text: str) -> Any:
+    m = _STRING.match(text)
+    if m:
+        return m.group(1).replace("''", "'").rstrip()
+    value = text.split("/", 1)[0].strip()
+    if value == "T":
+        return True
+    if value == "F":
+        return False
+    if _NUMBER.match(value):
+        try:
+            return int(value)
+        except ValueError:
+            return float(value.replace("D", "E").replace("d", "e"))
+    return value or None
 
 
 class Source:
@@ -77,8 +121,17 @@ class Source:
                 self._note(caught)
 
     @property
-    def primary(self) -> fits.Header:
-        return self.hdu(0).header
+    def primary(self) -> FastHeader:
+        """Values of the primary header as a plain dict (see :class:`FastHeader`)."""
+        return self.header(0)
+
+    def header(self, key: int | str = 0) -> FastHeader:
+        """Values of an HDU's header as a :class:`FastHeader` (cached); empty when the HDU is missing."""
+        cache = self.__dict__.setdefault("_headers", {})
+        if key not in cache:
+            h = self.hdu(key)
+            cache[key] = FastHeader.from_hdu(h) if h is not None else FastHeader()
+        return cache[key]
 
     def count(self) -> int:
         """Number of HDUs (reads every header)."""
@@ -163,7 +216,8 @@ class Source:
 
     def close(self) -> None:
         if self.hdul is not None:
-            with contextlib.suppress(Exception):  # closing a damaged file must not mask the real error
+            with contextlib.suppress(Exception), warnings.catch_warnings():  # must not mask the real error
+                warnings.simplefilter("ignore")
                 self.hdul.close()
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from astropy.io import fits
 
 from speco3.spectra._common import clean_str, finite_or_none, hstr, make_spectrum
+from speco3.spectra._tables import column_names, read_columns
 from speco3.spectra.model import SpectrumMeta
 from speco3.spectra.registry import FileContents, NoSpectraError
 from speco3.spectra.source import Source
@@ -136,7 +137,12 @@ def _merge_arms(src: Source, arms: list[str], rows: np.ndarray):
 def read(src: Source) -> FileContents:
     h0 = src.primary
     names = src.names()
-    fm = src.data("FIBERMAP")
+    fm_names = column_names(src, "FIBERMAP")
+    wanted = [c for c in fm_names if c.endswith(TARGET_COLUMNS)
+              or c in ("TARGETID", "TARGET_RA", "TARGET_DEC", "OBJTYPE", "FIBER", "EXPID", "NIGHT", "MJD")]
+    fm = read_columns(src, "FIBERMAP", wanted)
+    if "TARGETID" not in fm:
+        raise NoSpectraError(src.display, "DESI FIBERMAP has no TARGETID column")
     tids = np.asarray(fm["TARGETID"]).astype(np.int64)
     nspec = tids.size
     arms = [a for a in ARMS if f"{a}_FLUX" in names]
@@ -156,30 +162,30 @@ def read(src: Source) -> FileContents:
             raise NoSpectraError(src.display, f"wrong shapes: {a}_FLUX has {shape.get('NAXIS2')} rows, "
                                               f"FIBERMAP {nspec}")
     wave, flux, ivar, bad = _merge_arms(src, arms, rows)
-    scores = src.data("SCORES") if "SCORES" in names else None
-    score_cols = scores.columns.names if scores is not None else []
-    snr_col = next((c for c in ("MEDIAN_COADD_SNR_R", "MEDIAN_CALIB_SNR_R") if c in score_cols), None)
+    score_names = column_names(src, "SCORES") if "SCORES" in names else []
+    snr_col = next((c for c in ("MEDIAN_COADD_SNR_R", "MEDIAN_CALIB_SNR_R") if c in score_names), None)
+    scores = read_columns(src, "SCORES", ("TARGETID", snr_col)) if snr_col else {}
     deps = _redrock_siblings(src)
     tables = [(p, _redrock_table(p)) for p in deps]
     tables = [(p, t) for p, t in tables if t]
-    is_coadd = "EXP_FIBERMAP" in names or "COADD_FIBERSTATUS" in fm.columns.names
+    is_coadd = "EXP_FIBERMAP" in names or "COADD_FIBERSTATUS" in fm_names
     header_extra = {k.lower(): h0.get(k) for k in ("TILEID", "NIGHT", "SURVEY", "PROGRAM", "HPXPIXEL", "SPGRP")
                     if h0.get(k) is not None}
     deps_env = {str(h0.get(k)).upper(): h0.get(k.replace("NAM", "VER")) for k in h0 if k.startswith("DEPNAM")}
-    fm_cols = fm.columns.names
+    unit = hstr(src.hdu(f"{arms[0]}_FLUX").header, "BUNIT") or ""
     for j, i in enumerate(keep):
         tid = int(tids[i])
         meta = SpectrumMeta(survey="DESI", data_release=clean_str(deps_env.get("SPECPROD")), object_id=str(tid),
-                            ra=finite_or_none(fm["TARGET_RA"][i]) if "TARGET_RA" in fm_cols else None,
-                            dec=finite_or_none(fm["TARGET_DEC"][i]) if "TARGET_DEC" in fm_cols else None,
+                            ra=finite_or_none(fm["TARGET_RA"][i]) if "TARGET_RA" in fm else None,
+                            dec=finite_or_none(fm["TARGET_DEC"][i]) if "TARGET_DEC" in fm else None,
                             hdu="FIBERMAP", row=i)
         meta.extra.update(header_extra)
         meta.extra["kind"] = "coadd" if is_coadd else "spectra"
-        for c in fm_cols:
-            if c.endswith(TARGET_COLUMNS) or c in ("OBJTYPE", "FIBER", "EXPID", "NIGHT", "MJD"):
+        for c in wanted:
+            if c not in ("TARGETID", "TARGET_RA", "TARGET_DEC"):
                 v = fm[c][i]
                 meta.extra[c.lower()] = clean_str(v) if isinstance(v, str | bytes) else v.item()
-        if scores is not None and snr_col and "TARGETID" in score_cols and int(scores["TARGETID"][i]) == tid:
+        if scores and int(scores["TARGETID"][i]) == tid:
             meta.snr = finite_or_none(scores[snr_col][i])
             meta.extra["snr_source"] = snr_col
         for p, table in tables:
@@ -194,8 +200,8 @@ def read(src: Source) -> FileContents:
                 break
         if meta.extra.get("objtype") == "SKY":
             meta.note = "sky fibre"
-        out.spectra.append(make_spectrum(wave, flux[j], ivar[j], bad[j], flux_unit=hstr(src.hdu(f"{arms[0]}_FLUX").header, "BUNIT") or "",
-                                         medium="vacuum", meta=meta, src=src))
+        out.spectra.append(make_spectrum(wave, flux[j], ivar[j], bad[j], flux_unit=unit, medium="vacuum",
+                                         meta=meta, src=src))
     out.depends_on.extend(str(p) for p in deps if str(p) not in out.depends_on)
     return out
 

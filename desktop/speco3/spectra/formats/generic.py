@@ -28,6 +28,7 @@ from speco3.spectra._common import (
     wave_unit_factor,
     wcs_axis,
 )
+from speco3.spectra._tables import column_names
 from speco3.spectra.model import SpectrumMeta
 from speco3.spectra.registry import FileContents
 from speco3.spectra.source import Source
@@ -64,9 +65,9 @@ def object_meta(h, **kw) -> SpectrumMeta:
 
 # -- images ----------------------------------------------------------------------------------------------
 def _image_hdu(src: Source):
-    h0 = src.hdu(0)
-    if (h0.header.get("NAXIS") or 0) >= 1 and (h0.header.get("NAXIS1") or 0) > 1:
-        return 0, h0
+    h0 = src.primary
+    if (h0.get("NAXIS") or 0) >= 1 and (h0.get("NAXIS1") or 0) > 1:
+        return 0, src.hdu(0)
     h1 = src.hdu(1)
     if h1 is not None and isinstance(h1, fits.ImageHDU) and (h1.header.get("NAXIS") or 0) == 1:
         return 1, h1
@@ -79,7 +80,7 @@ def identify_image(src: Source) -> bool:
     idx, hdu = _image_hdu(src)
     if hdu is None:
         return False
-    h = hdu.header
+    h = src.header(idx)
     nax = h.get("NAXIS")
     small_bands = nax == 1 or (nax in (2, 3) and all((h.get(f"NAXIS{k}") or 0) <= 5 for k in range(2, nax + 1)))
     has_axis = any(k in h for k in ("CRVAL1", "CTYPE1", "COEFF0"))
@@ -102,9 +103,16 @@ def _companion(src: Source) -> tuple[str, Path] | None:
 
 
 def read_image(src: Source) -> FileContents:
-    src.silentfix()
-    idx, hdu = _image_hdu(src)
-    h = hdu.header
+    try:
+        return _read_image(src)
+    except fits.VerifyError:  # malformed cards (e.g. an unparsable AIRMASS): repair, then read again
+        src.silentfix()
+        return _read_image(src)
+
+
+def _read_image(src: Source) -> FileContents:
+    idx, _ = _image_hdu(src)
+    h = src.header(idx)
     data = np.asarray(src.data(idx), dtype=np.float64)
     n = data.shape[-1]
     wave, medium = wcs_axis(src, h, n)
@@ -172,13 +180,19 @@ def _table_columns(hdu) -> dict[str, str | None] | None:
     }
 
 
+def _maybe_spectrum_table(src: Source, i: int) -> bool:
+    """Cheap pre-check on raw column names (avoids building astropy column definitions for catalogues)."""
+    names = {n.upper() for n in column_names(src, i)}
+    return bool(names & set(WAVE_COLS)) or any(n.startswith("TUTYP") for n in src.hdu(i).header)
+
+
 def _tables(src: Source) -> list[int]:
     out = []
     for i in range(1, 64):
         hdu = src.hdu(i)
         if hdu is None:
             break
-        if isinstance(hdu, fits.BinTableHDU | fits.TableHDU) and _table_columns(hdu):
+        if isinstance(hdu, fits.BinTableHDU | fits.TableHDU) and _maybe_spectrum_table(src, i) and _table_columns(hdu):
             out.append(i)
     return out
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from speco3.spectra._common import fail, hfloat, hstr, log_linear, make_spectrum, medium_from
+from speco3.spectra._tables import column_names, read_columns
 from speco3.spectra.model import Spectrum, SpectrumMeta
 from speco3.spectra.registry import FileContents
 from speco3.spectra.source import Source
@@ -77,24 +78,24 @@ def identify_lrs_new(src: Source) -> bool:
     if not src.is_fits or not _is_lamost(src.primary):
         return False
     h1 = src.hdu(1)
-    if h1 is None or str(h1.name).upper() != "COADD" or not hasattr(h1, "columns"):
+    if h1 is None or str(h1.name).upper() != "COADD":
         return False
-    names = {c.upper() for c in h1.columns.names}
-    return {"FLUX", "IVAR", "WAVELENGTH"} <= names
+    return {"FLUX", "IVAR", "WAVELENGTH"} <= {c.upper() for c in column_names(src, 1)}
 
 
 def read_lrs_new(src: Source) -> list[Spectrum]:
     h = src.primary
-    d = src.data(1)
-    if d is None or len(d) != 1:
-        raise fail(src, f"LAMOST LRS COADD table should have 1 row, found {0 if d is None else len(d)}")
-    row = d[0]
+    d = read_columns(src, 1, ("FLUX", "IVAR", "WAVELENGTH", "ANDMASK", "NORMALIZATION"))
+    nrows = len(d["FLUX"])
+    if nrows != 1:
+        raise fail(src, f"LAMOST LRS COADD table should have 1 row, found {nrows}")
+    row = {k: np.asarray(v[0]) for k, v in d.items()}
     wave, flux, ivar = row["WAVELENGTH"], row["FLUX"], row["IVAR"]
-    andmask = row["ANDMASK"] if "ANDMASK" in d.columns.names else np.zeros(len(flux))
+    andmask = row.get("ANDMASK", np.zeros(flux.size))
     meta = _meta(h, hdu="COADD")
     meta.row = 0
-    if "NORMALIZATION" in d.columns.names:
-        norm = np.asarray(row["NORMALIZATION"])
+    if "NORMALIZATION" in row:
+        norm = row["NORMALIZATION"]
         meta.extra["has_normalization"] = bool(np.any(norm > -9000))
     return [make_spectrum(wave, flux, ivar, _lrs_mask(np.asarray(ivar), np.asarray(andmask)),
                           medium=medium_from(h), meta=meta, src=src)]
@@ -105,23 +106,22 @@ def identify_mrs(src: Source) -> bool:
     if not src.is_fits or not _is_lamost(src.primary):
         return False
     h1 = src.hdu(1)
-    return h1 is not None and str(h1.name).upper() == "COADD_B" and hasattr(h1, "columns")
+    return h1 is not None and str(h1.name).upper() == "COADD_B" and bool(column_names(src, 1))
 
 
 def _mrs_table(src: Source, idx: int, base: SpectrumMeta, medium: str) -> Spectrum:
     hdu = src.hdu(idx)
-    d = src.data(idx)
-    names = {c.upper() for c in d.columns.names}
-    if not {"FLUX", "IVAR", "LOGLAM"} <= names:
-        raise fail(src, f"MRS HDU {hdu.name!r} lacks FLUX/IVAR/LOGLAM columns (has {sorted(names)})")
+    d = read_columns(src, idx, ("FLUX", "IVAR", "LOGLAM", "ANDMASK", "PIXMASK"))
+    if not {"FLUX", "IVAR", "LOGLAM"} <= set(d):
+        raise fail(src, f"MRS HDU {hdu.name!r} lacks FLUX/IVAR/LOGLAM columns (has {column_names(src, idx)})")
     loglam = np.asarray(d["LOGLAM"], dtype=np.float64)
     ivar = np.asarray(d["IVAR"], dtype=np.float64)
-    if "ANDMASK" in names:
+    if "ANDMASK" in d:
         bad = np.asarray(d["ANDMASK"]) != 0
-    elif "PIXMASK" in names:
+    elif "PIXMASK" in d:
         bad = np.asarray(d["PIXMASK"]) != 0
     else:
-        bad = np.zeros(len(d), dtype=bool)
+        bad = np.zeros(loglam.size, dtype=bool)
     bad |= ~(loglam > 0)
     loglam = np.where(loglam > 0, loglam, np.nan)
     wave = np.power(10.0, loglam)

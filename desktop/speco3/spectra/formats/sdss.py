@@ -19,6 +19,7 @@ from speco3.spectra._common import (
     make_spectrum,
     medium_from,
 )
+from speco3.spectra._tables import column_names, read_columns
 from speco3.spectra.model import Spectrum, SpectrumMeta
 from speco3.spectra.source import Source
 
@@ -36,34 +37,39 @@ def identify_spec(src: Source) -> bool:
     if not src.is_fits:
         return False
     h1 = src.hdu(1)
-    return (h1 is not None and str(h1.name).upper() == "COADD" and hasattr(h1, "columns")
-            and "loglam" in h1.columns.names)
+    return h1 is not None and str(h1.name).upper() == "COADD" and "loglam" in column_names(src, 1)
+
+
+CATALOGUE_COLUMNS = ("CLASS", "SUBCLASS", "Z", "Z_ERR", "ZWARNING", "PLATE", "MJD", "FIBERID", "RUN2D", "RUN1D",
+                     "PLUG_RA", "PLUG_DEC", "SN_MEDIAN_ALL", "SPECOBJID", "SOURCETYPE", "OBJTYPE", "SURVEY")
 
 
 def _catalogue_row(src: Source):
-    for key in ("SPECOBJ", "SPALL", 2):
-        h = src.hdu(key)
-        if h is not None and hasattr(h, "columns") and "CLASS" in h.columns.names:
-            d = src.data(key)
-            if d is not None and len(d) >= 1:
-                return str(h.name or key).upper(), d[0], d.columns.names
-    return None, None, ()
+    """(HDU name, {column: value}) of the SPECOBJ/SPALL row, found at HDU 2 or by either name."""
+    for key in (2, "SPECOBJ", "SPALL"):
+        if "CLASS" in {c.upper() for c in column_names(src, key)}:
+            cols = read_columns(src, key, CATALOGUE_COLUMNS)
+            if cols and len(next(iter(cols.values()))) >= 1:
+                return str(src.hdu(key).name or key).upper(), {k: v[0] for k, v in cols.items()}
+    return None, None
 
 
 def read_spec(src: Source) -> list[Spectrum]:
     h = src.primary
-    d = src.data(1)
+    d = read_columns(src, 1, ("flux", "loglam", "ivar", "and_mask"))
+    if not {"flux", "loglam", "ivar"} <= set(d):
+        raise fail(src, f"SDSS COADD table lacks flux/loglam/ivar (has {column_names(src, 1)})")
     loglam = np.asarray(d["loglam"], dtype=np.float64)
     ivar = np.asarray(d["ivar"], dtype=np.float64)
     flux = d["flux"]
-    and_mask = d["and_mask"] if "and_mask" in d.columns.names else np.zeros(len(d), dtype=np.int32)
+    and_mask = d.get("and_mask", np.zeros(len(flux), dtype=np.int32))
     bad = (ivar <= 0) | ((np.asarray(and_mask) & NODATA) != 0)
-    cat_name, row, names = _catalogue_row(src)
+    cat_name, row = _catalogue_row(src)
     meta = SpectrumMeta(survey="SDSS", hdu="COADD")
     plate, mjd, fiber = h.get("PLATEID"), h.get("MJD"), h.get("FIBERID")
     if row is not None:
         def get(name):
-            return row[name] if name in names else None
+            return row.get(name)
 
         plate, mjd, fiber = get("PLATE") or plate, get("MJD") or mjd, get("FIBERID") or fiber
         meta.cls = clean_str(get("CLASS"))
@@ -78,6 +84,8 @@ def read_spec(src: Source) -> list[Spectrum]:
             v = get(k)
             if v is not None:
                 meta.extra[k.lower()] = clean_str(v) if isinstance(v, str | bytes) else v.item() if hasattr(v, "item") else v
+        if meta.cls is None:
+            meta.note = "catalogue row without CLASS"
     else:
         meta.note = "no SPECOBJ/SPALL catalogue row: class and redshift unknown"
     if plate is not None and mjd is not None and fiber is not None:
