@@ -11,6 +11,7 @@ Every problem is a `ModelFileError(path, reason)` that names the file and the sp
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,15 +21,13 @@ from typing import Any
 from gguf import GGUFReader, GGUFValueType, LlamaFileType
 
 from speco3.errors import ModelFileError
-from speco3_models.gguf_scan import ScanResult, scan_gguf
+from speco3_models.gguf_scan import MAX_DECODED_ARRAY, LargeArray, ScanResult, scan_gguf
 
 logger = logging.getLogger(__name__)
 
 TEXT_ARCH = "qwen2vl"
 PROJECTOR_ARCH = "clip"
 PROJECTOR_TYPE = "qwen2.5vl_merger"
-#: Arrays longer than this are summarised by type and length instead of being decoded.
-MAX_DECODED_ARRAY = 64
 
 _TEXT_KEYS = ("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
               "attention.head_count_kv", "attention.layer_norm_rms_epsilon", "rope.dimension_sections")
@@ -41,20 +40,6 @@ _VISION_BLOCK = ("ln1.weight", "ln2.weight", "attn_q.weight", "attn_k.weight", "
                  "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
 _VISION_GLOBAL = ("v.patch_embd.weight", "v.patch_embd.weight.1", "v.post_ln.weight", "mm.0.weight", "mm.0.bias",
                   "mm.2.weight", "mm.2.bias")
-
-
-@dataclass(frozen=True)
-class LargeArray:
-    """A metadata array too long to decode in a summary (e.g. the tokenizer's tokens)."""
-
-    item_type: str
-    length: int
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __str__(self) -> str:
-        return f"<{self.length} × {self.item_type}>"
 
 
 @dataclass(frozen=True)
@@ -132,18 +117,28 @@ class GGUFSummary:
 
 
 def _decode_field(f) -> Any:
+    """A reader field as the scan decodes it (long or nested arrays as `LargeArray`)."""
     types = f.types
     if not types:
         return None
     if types[0] == GGUFValueType.ARRAY:
-        item = types[-1] if len(types) > 1 else GGUFValueType.UINT8
-        if len(f.data) > MAX_DECODED_ARRAY or len(types) > 2:
-            return LargeArray(item.name.lower(), len(f.data))
+        item, count = GGUFValueType(int(f.parts[3][0])), int(f.parts[4][0])
+        if count > MAX_DECODED_ARRAY or item == GGUFValueType.ARRAY:
+            return LargeArray(item.name.lower(), count)
         return f.contents()
     return f.contents()
 
 
-def read_gguf_summary(path: str | os.PathLike[str], *, scan: ScanResult | None = None) -> GGUFSummary:
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def read_gguf_summary(path: str | os.PathLike[str], *, scan: ScanResult | None = None,
+                      use_reader: bool = False) -> GGUFSummary:
     """Summarise a GGUF file after a bounded structural check.
 
     Parameters
@@ -152,6 +147,10 @@ def read_gguf_summary(path: str | os.PathLike[str], *, scan: ScanResult | None =
         The GGUF file.
     scan : ScanResult, optional
         A scan already made of this file (skips the second scan).
+    use_reader : bool
+        Also read the file with gguf's `GGUFReader` and require that it agrees with the scan on every key,
+        value and tensor (two independent parsers; used on import and verify). The reader decodes every
+        tokenizer string, which takes seconds on a 7B model; the scan alone takes milliseconds.
 
     Returns
     -------
@@ -164,23 +163,34 @@ def read_gguf_summary(path: str | os.PathLike[str], *, scan: ScanResult | None =
     """
     path = Path(path)
     scan = scan or scan_gguf(path)
-    try:
-        reader = GGUFReader(path, "r")
-        metadata = {k: _decode_field(f) for k, f in reader.fields.items() if not k.startswith("GGUF.")}
-        tensors = {t.name: TensorInfo(tuple(int(d) for d in t.shape), t.tensor_type.name, int(t.n_bytes))
-                   for t in reader.tensors}
-        data_offset = int(reader.data_offset)
-        del reader
-    except (ValueError, KeyError, IndexError, TypeError, UnicodeDecodeError, OverflowError) as exc:
-        raise ModelFileError(path, f"the GGUF reader rejected the file: {exc}") from exc
-    if len(tensors) != scan.n_tensors or data_offset != scan.data_offset:
-        raise ModelFileError(path, "inconsistent GGUF: the reader and the structural scan disagree on the layout")
+    metadata = dict(scan.metadata)
+    tensors = {t.name: TensorInfo(t.shape, t.type.name, t.nbytes) for t in scan.tensors}
+    if use_reader:
+        _cross_check(path, scan, metadata, tensors)
     arch = metadata.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise ModelFileError(path, "GGUF file without general.architecture (not a model file)")
     types = Counter(t.type for t in tensors.values())
     return GGUFSummary(path, arch, len(tensors), dict(types.most_common()), metadata, scan.file_size, scan.version,
-                       data_offset, tensors)
+                       scan.data_offset, tensors)
+
+
+def _cross_check(path: Path, scan: ScanResult, metadata: dict[str, Any], tensors: dict[str, TensorInfo]) -> None:
+    """Read the (already scanned) file with gguf's reader; raise when it disagrees with the scan."""
+    try:
+        reader = GGUFReader(path, "r")
+        r_meta = {k: _decode_field(f) for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+        r_tensors = {t.name: TensorInfo(tuple(int(d) for d in t.shape), t.tensor_type.name, int(t.n_bytes))
+                     for t in reader.tensors}
+        r_offset = int(reader.data_offset)
+        del reader
+    except (ValueError, KeyError, IndexError, TypeError, UnicodeDecodeError, OverflowError) as exc:
+        raise ModelFileError(path, f"the GGUF reader rejected the file: {exc}") from exc
+    if r_offset != scan.data_offset or r_tensors != tensors:
+        raise ModelFileError(path, "inconsistent GGUF: gguf's reader and the structural scan disagree on the tensors")
+    for key in metadata.keys() | r_meta.keys():
+        if not _same(metadata.get(key), r_meta.get(key)):
+            raise ModelFileError(path, f"inconsistent GGUF: gguf's reader and the structural scan disagree on {key!r}")
 
 
 def _summary(file: str | os.PathLike[str] | GGUFSummary) -> GGUFSummary:

@@ -7,7 +7,8 @@ scan walks the structure with every count checked against the bytes actually lef
 each tensor's data (offset + size from its shape and type) lies inside the file, so that the reader used next
 (`gguf.GGUFReader`) and llama.cpp only ever see a file whose layout is consistent. It raises
 `ModelFileError(path, reason)` naming the first problem and its byte offset. It allocates nothing proportional
-to a claimed size and decodes no large values, so it is quick even on multi-gigabyte files.
+to a claimed size; it decodes scalars, strings and short arrays and only walks long arrays (the tokenizer's
+150k strings), so it takes milliseconds even on multi-gigabyte files.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import logging
 import mmap
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gguf.constants import (
     GGML_QUANT_SIZES,
@@ -36,6 +38,8 @@ MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_KEY_LEN = 65536
 MAX_ARRAY_DEPTH = 4
 HEADER_SIZE = 24
+#: Arrays longer than this are summarised by type and length instead of being decoded.
+MAX_DECODED_ARRAY = 64
 
 _SCALAR = {
     GGUFValueType.UINT8: "B", GGUFValueType.INT8: "b", GGUFValueType.UINT16: "H", GGUFValueType.INT16: "h",
@@ -67,6 +71,7 @@ class ScanResult:
     file_size: int
     tensors: tuple[ScannedTensor, ...]
     data_end: int  # end of the last tensor's data
+    metadata: dict[str, Any] = field(default_factory=dict)  # decoded values; long arrays as LargeArray
 
 
 class _Cursor:
@@ -117,27 +122,45 @@ def _value_type(raw: int, cur: _Cursor, key: str) -> GGUFValueType:
         raise cur.fail(f"corrupt GGUF: metadata key {key!r} has unknown value type {raw}") from None
 
 
-def _skip_value(cur: _Cursor, vtype: GGUFValueType, key: str, depth: int = 0) -> int | None:
-    """Skip one value; return it when it is an unsigned 32-bit integer (for ``general.alignment``)."""
+@dataclass(frozen=True)
+class LargeArray:
+    """A metadata array too long to decode in a summary (e.g. the tokenizer's tokens)."""
+
+    item_type: str
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __str__(self) -> str:
+        return f"<{self.length} × {self.item_type}>"
+
+
+def _read_value(cur: _Cursor, vtype: GGUFValueType, key: str, depth: int = 0) -> Any:
+    """Read one value: scalars and strings decoded, arrays decoded when short, else a `LargeArray`."""
     if vtype == GGUFValueType.STRING:
-        cur.skip_string(f"string value of {key!r}")
-        return None
+        return cur.string(f"string value of {key!r}")
     if vtype in _SCALAR:
-        value = cur.unpack(_SCALAR[vtype], f"value of {key!r}")
-        return value if vtype == GGUFValueType.UINT32 else None
+        return cur.unpack(_SCALAR[vtype], f"value of {key!r}")
     if vtype != GGUFValueType.ARRAY:  # pragma: no cover - every GGUFValueType is handled above
         raise cur.fail(f"corrupt GGUF: metadata key {key!r} has unhandled type {vtype}")
     if depth >= MAX_ARRAY_DEPTH:
         raise cur.fail(f"corrupt GGUF: metadata key {key!r} nests arrays deeper than {MAX_ARRAY_DEPTH}")
     itype = _value_type(cur.unpack("I", f"array type of {key!r}"), cur, key)
     count = cur.unpack("Q", f"array length of {key!r}")
+    decode = count <= MAX_DECODED_ARRAY and itype != GGUFValueType.ARRAY
     if itype in _SCALAR:
-        cur.need(count * struct.calcsize(_SCALAR[itype]), f"{count} array items of {key!r}")
-        cur.pos += count * struct.calcsize(_SCALAR[itype])
-        return None
+        fmt = _SCALAR[itype]
+        n = count * struct.calcsize(fmt)
+        cur.need(n, f"{count} array items of {key!r}")
+        values = list(struct.unpack_from(f"<{count}{fmt}", cur.buf, cur.pos)) if decode else None
+        cur.pos += n
+        return values if decode else LargeArray(itype.name.lower(), count)
     min_item = 8 if itype == GGUFValueType.STRING else 12
     cur.need(count * min_item, f"{count} array items of {key!r}")
-    if itype == GGUFValueType.STRING:
+    if decode:
+        return [_read_value(cur, itype, key, depth + 1) for _ in range(count)]
+    if itype == GGUFValueType.STRING:  # walk the lengths only: 150k tokenizer strings in milliseconds
         buf, pos, size = cur.buf, cur.pos, cur.size
         unpack = struct.Struct("<Q").unpack_from
         for i in range(count):
@@ -151,10 +174,10 @@ def _skip_value(cur: _Cursor, vtype: GGUFValueType, key: str, depth: int = 0) ->
                 cur.need(n, f"item {i} of {key!r}")
             pos += n
         cur.pos = pos
-        return None
-    for _ in range(count):
-        _skip_value(cur, itype, key, depth + 1)
-    return None
+    else:
+        for _ in range(count):
+            _read_value(cur, itype, key, depth + 1)
+    return LargeArray(itype.name.lower(), count)
 
 
 def _tensor_bytes(cur: _Cursor, name: str, shape: tuple[int, ...], ttype: GGMLQuantizationType) -> int:
@@ -227,15 +250,17 @@ def _scan(buf, path: Path, size: int) -> ScanResult:
 
     alignment = GGUF_DEFAULT_ALIGNMENT
     keys: set[str] = set()
+    metadata: dict[str, Any] = {}
     for i in range(n_kv):
         key = cur.string(f"name of metadata entry {i}", MAX_KEY_LEN)
         if key in keys:
             raise cur.fail(f"corrupt GGUF: metadata key {key!r} appears twice")
         keys.add(key)
         vtype = _value_type(cur.unpack("I", f"type of {key!r}"), cur, key)
-        value = _skip_value(cur, vtype, key)
+        value = _read_value(cur, vtype, key)
+        metadata[key] = value
         if key == "general.alignment":
-            if value is None or value == 0 or value & (value - 1):
+            if vtype != GGUFValueType.UINT32 or value == 0 or value & (value - 1):
                 raise cur.fail(f"corrupt GGUF: general.alignment must be a power-of-two uint32, got type {vtype.name}")
             alignment = value
 
@@ -280,4 +305,4 @@ def _scan(buf, path: Path, size: int) -> ScanResult:
         data_end = max(data_end, end)
         tensors.append(ScannedTensor(name, shape, ttype, start, nbytes))
     logger.debug("scanned %s: v%d, %d keys, %d tensors, data %d–%d", path, version, n_kv, n_tensors, data_offset, data_end)
-    return ScanResult(version, n_tensors, n_kv, alignment, data_offset, size, tuple(tensors), data_end)
+    return ScanResult(version, n_tensors, n_kv, alignment, data_offset, size, tuple(tensors), data_end, metadata)

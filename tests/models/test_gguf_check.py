@@ -184,3 +184,37 @@ def test_missing_and_unreadable_paths(tmp_path):
     _fails(folder, "not a regular file")
     if hasattr(os, "mkfifo"):
         pass  # FIFOs are refused as "not a regular file" by the same branch
+
+
+def test_scan_decoder_agrees_with_ggufs_reader_on_converter_output(tmp_path):
+    """Two independent parsers: the bounded scan's values equal gguf's reader's on real converter files."""
+    testing = pytest.importorskip("speco3_converters.testing")
+    from speco3_converters.convert import convert_checkpoint
+
+    hf = testing.make_tiny_qwen25vl(tmp_path / "hf", tied=True)
+    res = convert_checkpoint(hf, tmp_path / "out", outtype="bf16", name="tiny")
+    for path in (res.text_path, res.mmproj_path):
+        fast, deep = read_gguf_summary(path), read_gguf_summary(path, use_reader=True)
+        assert fast.metadata.keys() == deep.metadata.keys() and fast.tensors == deep.tensors
+        if path == res.text_path:
+            assert isinstance(fast.get("tokenizer.ggml.tokens"), LargeArray)
+        assert fast.get("tokenizer.chat_template") == deep.get("tokenizer.chat_template")
+    pair = check_pair(res.text_path, res.mmproj_path)
+    assert pair.width == 256 and pair.text.quant == "BF16" and "output.weight" not in pair.text.tensors
+
+
+def test_byte_flips_with_both_parsers(gguf_pair, tmp_path):
+    _, proj = gguf_pair
+    data = proj.read_bytes()
+    end = scan_gguf(proj).data_offset
+    rng = random.Random(11)
+    bad = tmp_path / "flip.gguf"
+    for _ in range(60):
+        mutated = bytearray(data)
+        pos = rng.randrange(0, end)
+        mutated[pos] = rng.randrange(256)
+        bad.write_bytes(bytes(mutated))
+        try:
+            read_gguf_summary(bad, use_reader=True)
+        except ModelFileError as exc:
+            assert exc.reason
