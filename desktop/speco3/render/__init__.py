@@ -4,8 +4,10 @@ The Spec-o3 model was trained on matplotlib plots (DESIGN.md §3). :func:`render
 pyqtgraph offscreen — same figure-size classes at 80 dpi, the same tight-layout placement and tight-bbox crop,
 tick steps, labels, grid and stats box — much faster than matplotlib and without it as a dependency.
 
-Thread safety: every thread gets its own reusable scene (Qt painting on ``QImage`` is thread-safe); an offscreen
-``QApplication`` is created when none is running. Output is deterministic: the same view gives the same bytes.
+Thread safety: every thread gets its own reusable scene (Qt painting on ``QImage`` is thread-safe). When no
+``QApplication`` is running, the first render in the main thread (or :func:`init_qt`) creates an offscreen one;
+a worker thread cannot create it and gets a :class:`RenderError` instead. Output is deterministic: the same view
+gives the same bytes.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from speco3.spectra.view import View
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RenderError", "RenderedImage", "render_view", "render_arrays", "token_grid"]
+__all__ = ["RenderError", "RenderedImage", "init_qt", "render_view", "render_arrays", "token_grid"]
 
 
 class RenderError(Speco3Error):
@@ -62,6 +64,17 @@ class RenderedImage:
     def token_grid(self) -> tuple[int, int]:
         """``(nx, ny)`` image-token grid after Qwen2.5-VL's ``smart_resize``."""
         return token_grid(self.width, self.height)
+
+
+def init_qt() -> None:
+    """Make sure a Qt application exists (an offscreen one if needed) and the bundled fonts are loaded.
+
+    Call it in the main thread before rendering from worker threads when no QApplication is running yet
+    (command-line tools); a GUI that already created its QApplication need not call it.
+    """
+    from speco3.render.qtscene import ensure_app
+
+    ensure_app()
 
 
 def render_arrays(

@@ -8,12 +8,15 @@ snapping follow matplotlib's Agg output at 80 dpi so the image looks like the tr
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import math
 import os
 import struct
 import sys
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -41,9 +44,29 @@ BOX_EDGE = QtGui.QColor(0, 0, 0, round(0.8 * 255))
 BOX_FACE = QtGui.QColor(255, 255, 255, round(0.8 * 255))
 BOX_EDGE_WIDTH = 1.0 * PT
 
+def _pin_none() -> None:
+    """Work around void Qt calls that drop a reference to ``None`` (PySide6 6.12 abi3 wheels on CPython 3.11).
+
+    Each such call (``QPainter.drawLine``, ``setPen``, ...) decrements ``None``'s reference count without
+    having incremented it; CPython < 3.12 then aborts with "none_dealloc" once the count reaches zero, at the
+    latest during interpreter shutdown. Python 3.12 made ``None`` immortal (PEP 683); here we give it a
+    reference count no program can exhaust, which is what 3.12 does. A no-op where it is not needed.
+    """
+    if sys.version_info >= (3, 12) or sys.implementation.name != "cpython":
+        return
+    import ctypes
+
+    refcnt = ctypes.c_ssize_t.from_address(id(None))
+    if refcnt.value < 1 << 40:
+        refcnt.value += 1 << 40
+        logger.debug("pinned None's reference count (PySide6 void-call refcount bug on CPython < 3.12)")
+
+
+_pin_none()
 _app_lock = threading.Lock()
 _fonts_ready = False
 _local = threading.local()
+_scenes: weakref.WeakSet[FigureScene] = weakref.WeakSet()
 
 
 def ensure_app() -> QtCore.QCoreApplication:
@@ -54,6 +77,12 @@ def ensure_app() -> QtCore.QCoreApplication:
     global _fonts_ready
     with _app_lock:
         app = QtCore.QCoreApplication.instance()
+        if app is None and threading.current_thread() is not threading.main_thread():
+            # Qt needs its application object in the main thread; one made in a worker crashes at exit.
+            raise RuntimeError(
+                "no Qt application is running: call speco3.render.init_qt() in the main thread "
+                "before rendering from worker threads"
+            )
         if app is None:
             if sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM"):
                 os.environ["QT_QPA_PLATFORM"] = "offscreen"
@@ -195,7 +224,7 @@ class OverlayItem(_LayoutItem):
                 p.drawText(QtCore.QPointF(0.0, 0.0), t.text)
                 p.restore()
             else:
-                p.drawText(QtCore.QPointF(t.x, t.baseline), t.text)
+                p.drawText(QtCore.QPointF(round(t.x), round(t.baseline)), t.text)
 
 
 class TextMeasure:
@@ -270,6 +299,18 @@ class FigureScene:
         self.overlay.setZValue(2)
         self.scene.addItem(self.overlay)
         self.measure = TextMeasure(self.overlay.fonts, self.new_image(1, 1))
+        self._lock = threading.Lock()
+        _scenes.add(self)
+
+    def close(self) -> None:
+        """Take the items out of the scene and drop it (before Qt shuts down, see :func:`_shutdown`)."""
+        with self._lock:
+            if self.scene is None:
+                return
+            self.curve.setParentItem(None)
+            for item in (self.grid, self.clip, self.overlay):
+                self.scene.removeItem(item)
+            self.scene = None
 
     @staticmethod
     def new_image(width: int, height: int) -> QtGui.QImage:
@@ -280,6 +321,12 @@ class FigureScene:
 
     def render(self, lay: FigureLayout, px: np.ndarray, py: np.ndarray, message: str = "") -> bytes:
         """Draw a layout with the curve through pixel coordinates ``(px, py)``; return PNG bytes."""
+        with self._lock:
+            if self.scene is None:
+                raise RuntimeError("the render scene has been closed (interpreter shutting down)")
+            return self._render(lay, px, py, message)
+
+    def _render(self, lay: FigureLayout, px: np.ndarray, py: np.ndarray, message: str) -> bytes:
         self.grid.set_layout(lay)
         self.overlay.set_layout(lay)
         self.overlay.message = message
@@ -312,7 +359,15 @@ class FigureScene:
 def thread_scene() -> FigureScene:
     """The calling thread's scene, created on first use."""
     scene = getattr(_local, "scene", None)
-    if scene is None:
+    if scene is None or scene.scene is None:
         scene = FigureScene()
         _local.scene = scene
     return scene
+
+
+@atexit.register
+def _shutdown() -> None:
+    """Dismantle all scenes before Qt and the interpreter tear down their objects in arbitrary order."""
+    for scene in list(_scenes):
+        with contextlib.suppress(RuntimeError):  # already deleted by Qt
+            scene.close()

@@ -1,0 +1,201 @@
+"""The pyqtgraph renderer against the training renderer's reference PNGs, and its robustness."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from speco3.imaging import prepare_image, smart_resize
+from speco3.render import RenderedImage, RenderError, render_arrays, render_view
+from speco3.render.geometry import token_grid
+from speco3.spectra.model import Spectrum, SpectrumMeta
+from speco3.spectra.view import View
+
+pytestmark = pytest.mark.gui
+
+
+def _rgb(png: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(np.int16)
+
+
+def test_reference_size_and_token_grid(ref_render, ref_view):
+    """Same pixel size class as the training renderer: the model gets the same token grid."""
+    ref = Image.open(ref_render.png)
+    img = render_view(ref_view)
+    assert abs(img.width - ref.width) <= 2 and abs(img.height - ref.height) <= 2, (img.width, img.height, ref.size)
+    assert token_grid(img.width, img.height) == token_grid(*ref.size)
+    prepared = prepare_image(img.png)
+    h, w = smart_resize(ref.height, ref.width)
+    assert (prepared.width, prepared.height) == (w, h)
+    with Image.open(io.BytesIO(img.png)) as decoded:
+        assert decoded.size == (img.width, img.height)
+
+
+def test_reference_looks_the_same(ref_render, ref_view):
+    """Pixel comparison with the reference: same layout, colours, fonts, ticks and stats box."""
+    img = render_view(ref_view)
+    ours, ref = _rgb(img.png), _rgb(ref_render.png.read_bytes())
+    h, w = min(ours.shape[0], ref.shape[0]), min(ours.shape[1], ref.shape[1])
+    diff = np.abs(ours[:h, :w] - ref[:h, :w])
+    assert diff.mean() < 3.0, diff.mean()
+    assert (diff.max(axis=2) > 64).mean() < 0.02
+    # the line colour is matplotlib's "b" at alpha 0.8 on white
+    blue = (ours[..., 2] > 240) & (ours[..., 0] < 70) & (ours[..., 1] < 70)
+    assert blue.sum() > 200
+
+
+def test_reference_examples_known_sizes(lamost_spectrum):
+    """DESIGN.md §3: a full LAMOST view is 792×472 px and a 100 Å zoom 596×352 px."""
+    spec = lamost_spectrum("spec-60591-LN042429N340750BM01_sp01-001.fits.gz")
+    full = render_view(View(spec))
+    zoom = render_view(View(spec, wavelength_range=(6500, 6600)))
+    assert (full.width, full.height) == (792, 472)
+    assert (zoom.width, zoom.height) == (596, 352)
+    assert full.token_grid == (28, 17) and zoom.token_grid == (21, 13)
+    assert zoom.n_points == 66 and zoom.corner == "lower left"
+    left, top, right, bottom = zoom.plot_rect
+    assert 0 < left < right < zoom.width and 0 < top < bottom < zoom.height
+    assert zoom.x_range[0] < 6501.1 and zoom.x_range[1] > 6599.0
+
+
+def test_deterministic_bytes(lamost_spectrum):
+    spec = lamost_spectrum("spec-58397-EG014118N254444M01_sp03-031.fits")
+    a = render_view(View(spec, wavelength_range=(5150, 5200))).png
+    render_view(View(spec))  # something else in between must not leak state
+    b = render_view(View(spec, wavelength_range=(5150, 5200))).png
+    assert a == b
+
+
+def test_thread_safety(lamost_spectrum):
+    """Worker threads render concurrently with the main thread; each gets the single-threaded bytes."""
+    spec = lamost_spectrum("spec-60591-LN042429N340750BM01_sp01-004.fits.gz")
+    views = [View(spec), View(spec, wavelength_range=(7000, 7300)), View(spec, wavelength_range=(6540, 6580))]
+    expected = [render_view(v).png for v in views]
+    results: dict[tuple[int, int], bytes] = {}
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for i in range(4):
+                j = (i + k) % len(views)
+                results[(k, i)] = render_view(views[j]).png
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    main_bytes = [render_view(views[i % 3]).png for i in range(4)]  # the "GUI thread" renders meanwhile
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert all(not t.is_alive() for t in threads)
+    for (k, i), png in results.items():
+        assert png == expected[(i + k) % len(views)]
+    assert main_bytes == [expected[i % 3] for i in range(4)]
+
+
+def _spectrum(w, f, name="test.fits") -> Spectrum:
+    return Spectrum(np.asarray(w, float), np.asarray(f, float), meta=SpectrumMeta(file_name=name))
+
+
+def test_nan_points_are_dropped():
+    w = np.linspace(4000, 5000, 400)
+    f = np.sin(w / 30.0) + 5
+    f_nan = f.copy()
+    f_nan[::7] = np.nan
+    w_inf = w.copy()
+    w_inf[3] = np.inf
+    img = render_view(View(_spectrum(w_inf, f_nan)))
+    assert img.n_points == 400 - len(range(0, 400, 7)) - 1
+    clean = render_arrays(w_inf, f_nan, "Spectrum: test.fits", zoom=False)
+    assert clean.png == img.png
+
+
+def test_empty_view_renders_no_data_plot():
+    spec = _spectrum(np.linspace(4000, 5000, 100), np.ones(100))
+    img = render_view(View(spec, wavelength_range=(8000, 8100)))
+    assert img.n_points == 0 and img.width > 300 and img.height > 200
+    assert img.x_range == (8000.0, 8100.0)
+    empty = render_view(View(_spectrum([], [])))
+    assert empty.n_points == 0
+    all_nan = render_view(View(_spectrum(np.linspace(1, 2, 5), np.full(5, np.nan))))
+    assert all_nan.n_points == 0
+    # a "no data" message is drawn inside the axes: dark pixels in the middle of the plot area
+    left, top, right, bottom = (int(v) for v in img.plot_rect)
+    mid = _rgb(img.png)[(top + bottom) // 2 - 10 : (top + bottom) // 2 + 10, left + 5 : right - 5]
+    assert (mid.max(axis=2) < 160).any()
+
+
+def test_single_point_is_visible():
+    spec = _spectrum([6563.0], [12.5])
+    img = render_view(View(spec, wavelength_range=(6550, 6580)))
+    assert img.n_points == 1
+    assert img.x_range == (6550.0, 6580.0)
+    px = _rgb(img.png)
+    blue = (px[..., 2] > 200) & (px[..., 0] < 120)
+    assert blue.sum() >= 9  # the marker
+    alone = render_view(View(spec))
+    assert alone.x_range[0] < 6563.0 < alone.x_range[1]
+
+
+def test_constant_and_tiny_flux():
+    w = np.linspace(3800, 9000, 3000)
+    const = render_view(View(_spectrum(w, np.full(3000, 7.0))))
+    assert (const.width, const.height) == (792, 472)
+    tiny = render_view(View(_spectrum(w, 1e-17 * (2 + np.sin(w / 100)))))
+    assert tiny.y_range[1] < 1e-16
+
+
+def test_bad_arrays_raise_typed_error():
+    with pytest.raises(RenderError):
+        render_arrays(np.arange(3.0), np.arange(4.0), "x", zoom=True)
+    assert issubclass(RenderError, Exception)
+
+
+def test_rendered_image_fields(lamost_spectrum):
+    img = render_view(View(lamost_spectrum("spec-60591-LN042429N340750BM01_sp01-001.fits.gz"), wavelength_range=(4800, 4920)))
+    assert isinstance(img, RenderedImage)
+    assert img.png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert img.corner in ("upper right", "upper left", "lower left", "lower right")
+
+
+_WORKERS = (
+    "import sys, threading, numpy as np\n"
+    "from speco3.render import RenderError, init_qt, render_arrays\n"
+    "x = np.linspace(4000, 5000, 300); y = np.sin(x / 9.0)\n"
+    "errors = []\n"
+    "def work():\n"
+    "    try:\n"
+    "        for _ in range(N): render_arrays(x, y, 'Spectrum', True)\n"
+    "    except RenderError as exc:\n"
+    "        errors.append(str(exc))\n"
+    "INIT\n"
+    "ts = [threading.Thread(target=work) for _ in range(2)]\n"
+    "[t.start() for t in ts]; [t.join() for t in ts]\n"
+    "print(errors[0] if errors else 'done')\n"
+)
+
+
+def _run(code: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_process_survives_many_renders_and_exits_cleanly(tmp_path):
+    """Many renders from two worker threads, then a normal interpreter exit (no refcount abort, no crash)."""
+    proc = _run(_WORKERS.replace("INIT", "init_qt()").replace("N)", "60)"), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "done"
+    assert "Fatal Python error" not in proc.stderr
+
+
+def test_worker_without_qt_application_gets_typed_error(tmp_path):
+    proc = _run(_WORKERS.replace("INIT", "").replace("N)", "1)"), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "init_qt()" in proc.stdout
