@@ -1,1 +1,7 @@
-"""PySide6 desktop application (the only place with widgets)."""
+"""speco3.gui: the PySide6 + pyqtgraph desktop app (windows, panels, workers)."""
+
+from __future__ import annotations
+
+from speco3.gui._qtfix import pin_singletons
+
+pin_singletons()

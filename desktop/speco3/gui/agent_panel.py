@@ -32,11 +32,9 @@ from speco3.gui.demo_session import SCRIPTED_LABEL
 log = logging.getLogger(__name__)
 
 NO_MODEL_HELP = (
-    "<b>No Spec-o3 model is installed.</b> Everything else works; to let the agent look at spectra, get a model:"
-    "<ul><li>on a connected machine: <code>spec-o3 models pull spec-o3-7b</code>, then copy the model folder;</li>"
-    "<li>from GGUF files you have: <code>spec-o3 models import TEXT.gguf MMPROJ.gguf</code>;</li>"
-    "<li>from a Hugging Face checkpoint on disk: <code>spec-o3 convert CHECKPOINT_DIR</code>.</li></ul>"
-    "Or use <i>Models → Model manager…</i>."
+    "<b>No Spec-o3 model installed</b> — everything else works. Get one: <code>spec-o3 models pull spec-o3-7b</code> "
+    "on a connected machine (then copy the data folder), <code>spec-o3 models import TEXT.gguf MMPROJ.gguf</code>, "
+    "or <code>spec-o3 convert CHECKPOINT_DIR</code>; or <i>Models → Model manager…</i>."
 )
 _VERDICT_STYLE = {"YES": "color:#1d7f36", "NO": "color:#b32d2d"}
 
@@ -61,6 +59,7 @@ class AgentPanel(QWidget):
         self.run_button = QPushButton("Run agent (A)", objectName="runButton")
         self.cancel_button = QPushButton("Cancel (Esc)", objectName="cancelButton", enabled=False)
         self.notice = QLabel(objectName="agentNotice", wordWrap=True, textFormat=Qt.TextFormat.RichText)
+        self.notice.setStyleSheet("font-size: 9pt; color: #444")
         self.status = QLabel("idle", objectName="agentStatus")
         self.transcript = QTextBrowser(objectName="transcript", openLinks=False)
         self.zooms = QListWidget(objectName="zoomStrip")
@@ -129,7 +128,7 @@ class AgentPanel(QWidget):
             self.model_box.setCurrentIndex(i)
         has_any = self.model_box.count() > 0
         self.notice.setText("" if models else NO_MODEL_HELP + (
-            f"<p>The demo archive offers a <b>{SCRIPTED_LABEL}</b> session to show the workflow.</p>"
+            f" The demo archive offers a <b>{SCRIPTED_LABEL}</b> session to show the workflow."
             if scripted_available else ""))
         self.notice.setVisible(not models)
         self.run_button.setEnabled(has_any and self._job is None)
@@ -213,7 +212,7 @@ class AgentPanel(QWidget):
         item.setData(Qt.ItemDataRole.UserRole, i)
         item.setToolTip(f"{label}: {lo:g}–{hi:g} Å (rest frame). Click to show on the plot.")
         self.zooms.addItem(item)
-        self._append_html(f"<p>🔍 <a href='zoom:{i}'><b>{html.escape(label)}</b> {lo:g}–{hi:g} Å</a> "
+        self._append_html(f"<p>▶ zoom <a href='zoom:{i}'><b>{html.escape(label)}</b> {lo:g}–{hi:g} Å</a> "
                           f"(rest frame)</p><br>")
 
     def _show_verdict(self, step) -> None:
@@ -229,6 +228,36 @@ class AgentPanel(QWidget):
         self.verdict.setText(f"{head} — {html.escape(who)}<br><small>Evidence: {html.escape(evidence)}</small>"
                              + (f"<br><small>{answer}</small>" if answer else "")
                              + "<br><small>Suggestion only — press Enter to accept it, or decide yourself.</small>")
+
+    def show_trace(self, trace, heading: str) -> None:
+        """Replay a stored trace (after a batch run or on revisit): transcript, clickable zooms, verdict."""
+        if self.running:
+            return
+        self.clear()
+        model = getattr(trace, "model", {}) or {}
+        scripted = bool(model.get("scripted"))
+        self._info = {"scripted": scripted, "model": model.get("model_id", "?")}
+        banner = f"<p style='background:#fff3cd;color:#7a5200'><b>⚠ {SCRIPTED_LABEL}.</b></p>" if scripted else ""
+        self.transcript.setHtml(banner + f"<p><b>{html.escape(heading)}</b> (stored run)</p>")
+        for step in trace.steps:
+            kind = getattr(step, "kind", "")
+            if kind == "assistant":
+                cursor = self.transcript.textCursor()
+                cursor.movePosition(QTextCursor.MoveOperation.End)
+                cursor.insertText(step.text)
+                self._append_html("<br>")
+            elif kind == "tool":
+                self._add_zoom(step)
+            elif kind == "verdict":
+                self._show_verdict(step)
+
+    def show_idle(self, text: str = "") -> None:
+        """No run for this spectrum: clear the trace and say so."""
+        if self.running:
+            return
+        self.clear()
+        if text:
+            self.transcript.setHtml(f"<p style='color:#666'>{html.escape(text)}</p>")
 
     def finish(self, job_id: int, message: str = "") -> None:
         if job_id != self._job:

@@ -83,7 +83,9 @@ class ArchivePanel(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
-        self.table.setColumnWidth(0, 240)
+        self.table.setColumnWidth(0, 300)
+        for col, width in ((1, 70), (2, 70), (3, 70), (4, 80), (5, 55), (6, 100), (7, 60)):
+            self.table.setColumnWidth(col, width)
         self.table.setAlternatingRowColors(True)
         self.table.clicked.connect(lambda idx: self.rowActivated.emit(idx.row()))
         self.table.activated.connect(lambda idx: self.rowActivated.emit(idx.row()))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QKeyCombination, QObject, Qt, Signal
 from PySide6.QtGui import QKeyEvent, QKeySequence
-from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QComboBox, QLineEdit, QPlainTextEdit, QTextEdit
+from PySide6.QtWidgets import QAbstractSpinBox, QComboBox, QLineEdit, QPlainTextEdit, QTextEdit, QWidget
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +133,10 @@ class KeyFilter(QObject):
     def eventFilter(self, obj, event):  # noqa: N802 - Qt override
         if not self.enabled or event.type() != QEvent.Type.KeyPress:
             return False
-        widget = QApplication.focusWidget() or obj
-        if not hasattr(widget, "window") or widget.window() is not self.window:
+        if not isinstance(obj, QWidget):  # the QWindow sees the event first; act on the widget it goes to
+            return False
+        widget = obj
+        if widget.window() is not self.window:
             return False
         typing = isinstance(widget, _TEXT_WIDGETS) and not (isinstance(widget, QComboBox) and not widget.isEditable())
         if typing and event.key() != Qt.Key.Key_Escape:

@@ -8,6 +8,7 @@ own line lists (attribute ``lines`` of a task); `lines_for_task` prefers those a
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,6 +130,41 @@ def robust_range(values: np.ndarray, lo: float = 0.5, hi: float = 99.5, margin: 
     if span <= 0:
         span = abs(a) * 0.1 or 1.0
     return float(a - margin * span), float(b + margin * span)
+
+
+def running_median(values: np.ndarray, width: int = 7) -> np.ndarray:
+    """NaN-aware running median (odd ``width``); single-pixel spikes vanish, lines a few pixels wide stay."""
+    n = values.size
+    if n < width:
+        return values.copy()
+    half = width // 2
+    padded = np.pad(values.astype(float), half, mode="edge")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, width)
+    with warnings.catch_warnings():  # all-NaN windows (masked runs) are expected
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(windows, axis=1)
+
+
+def display_range(values: np.ndarray, edge_fraction: float = 0.03, margin: float = 0.08) -> tuple[float, float] | None:
+    """Y-range for the viewer: robust percentiles, widened to real features.
+
+    The outer ``edge_fraction`` of the window on each side (where LAMOST/SDSS edges are noisiest) is left out.
+    Over the rest, the 0.5–99.5 % percentiles ignore cosmic rays and noise spikes; then the range is widened to
+    the extremes of a 7-pixel running median, so strong emission lines and deep bands stay in view while single
+    bad pixels and noisy edges do not squash the plot.
+    """
+    n = values.size
+    cut = int(n * edge_fraction) if n > 50 else 0
+    base = robust_range(values[cut:n - cut], margin=0.0)
+    if base is None:
+        return None
+    lo, hi = base
+    inner = running_median(values, 7)[cut:n - cut] if n - 2 * cut > 7 else np.empty(0)
+    inner = inner[np.isfinite(inner)]
+    if inner.size:
+        lo, hi = min(lo, float(inner.min())), max(hi, float(inner.max()))
+    span = (hi - lo) or (abs(hi) * 0.1 or 1.0)
+    return lo - margin * span, hi + margin * span
 
 
 def mask_runs(mask: np.ndarray, merge_gap: int = 2, max_runs: int = 300) -> list[tuple[int, int]]:

@@ -88,7 +88,7 @@ class MainWindow(QMainWindow):
         main.addWidget(self.archive)
         main.addWidget(centre)
         main.addWidget(self.decision)
-        main.setSizes([420, 900, 300])
+        main.setSizes([560, 800, 300])
         self.setCentralWidget(main)
         self._build_status_bar()
         self._build_menus()
@@ -333,6 +333,23 @@ class MainWindow(QMainWindow):
             self.decision.show_suggestion(mv.verdict, who if mv.verdict else f"{mv.outcome} {who}")
         else:
             self.decision.show_suggestion(None)
+        self._show_stored_trace(mv)
+
+    def _show_stored_trace(self, mv: Any) -> None:
+        if self.agent_panel.running:
+            return
+        if mv is None or not mv.trace_dir:
+            self.agent_panel.show_idle("No model run for this spectrum and task yet — press A to run the agent.")
+            return
+        from speco3.agent.trace import Trace
+
+        try:
+            trace = Trace.load(Path(mv.trace_dir).parent if mv.trace_dir.endswith(".json") else mv.trace_dir)
+        except Exception as exc:
+            self.agent_panel.show_idle(f"stored trace unreadable: {exc}")
+            return
+        name = self.vetting.spectrum.name if self.vetting.spectrum is not None else ""
+        self.agent_panel.show_trace(trace, f"{name} · task {mv.task} · {mv.model_id}")
 
     def _on_task(self, task_id: str) -> None:
         self.settings.task = task_id

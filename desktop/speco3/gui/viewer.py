@@ -24,9 +24,9 @@ from speco3.gui.lines import (
     Line,
     air_to_vac,
     boxcar,
+    display_range,
     lines_for_task,
     mask_runs,
-    robust_range,
     vac_to_air,
 )
 from speco3.spectra.model import Spectrum
@@ -254,7 +254,7 @@ class SpectrumViewer(QWidget):
         lo, hi = self.vb.viewRange()[0]
         sel = (self._x >= lo) & (self._x <= hi)
         values = self._y[sel] if sel.any() else self._y
-        rng = robust_range(values)
+        rng = display_range(values)
         if rng is not None:
             self.vb.setYRange(*rng, padding=0)
 

@@ -1,0 +1,111 @@
+"""Fixtures of the desktop-app tests: a demo archive, a main window with a scripted engine, helpers."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from speco3.demo import write_demo_archive
+
+# A session that zooms once and answers; replayed from the start for every episode.
+SCRIPT = [
+    "<think>The continuum is blue and Balmer lines look like emission. Let me zoom on Hβ.</think>\n"
+    "<tool_call>\n{\"name\": \"spectral_visualization_tool\", \"arguments\": "
+    "{\"label\": \"Zoom on Hβ region\", \"wavelength_range\": [4800, 4920]}}\n</tool_call>",
+    "<think>Hβ is a strong emission line and He II 4686 is present.</think>\n"
+    "<answer>\\boxed{YES}</answer> Balmer and He II emission on a blue continuum.",
+]
+
+
+@pytest.fixture(scope="session")
+def demo_master(tmp_path_factory) -> Path:
+    return write_demo_archive(tmp_path_factory.mktemp("demo-master") / "demo")[0].parent
+
+
+@pytest.fixture
+def demo_archive(demo_master, tmp_path) -> Path:
+    """A private copy of the demo archive (tests may add files)."""
+    target = tmp_path / "archive"
+    shutil.copytree(demo_master, target)
+    return target
+
+
+class EngineFactory:
+    """Engine opener for tests: a `ScriptedEngine` per call, recording what was opened."""
+
+    def __init__(self, outputs=None, delay_s: float = 0.0):
+        self.outputs = list(outputs or SCRIPT)
+        self.delay_s = delay_s
+        self.opened: list[str] = []
+        self.engines = []
+
+    def __call__(self, model_id, settings):
+        from speco3.engine.base import ModelInfo
+        from speco3.engine.scripted import ScriptedEngine
+
+        self.opened.append(model_id)
+        eng = ScriptedEngine(self.outputs, delay_s=self.delay_s, settings=settings,
+                             info=ModelInfo(model_id=model_id, quant="Q4_K_M"))
+        self.engines.append(eng)
+        return eng
+
+
+@pytest.fixture
+def engine_factory():
+    return EngineFactory()
+
+
+@pytest.fixture
+def fake_models(monkeypatch):
+    """Pretend one model is installed (the engine comes from the test's engine factory)."""
+    monkeypatch.setattr("speco3.gui.main_window.installed_models", lambda: [("test-model", "test-model (Q4_K_M)")])
+
+
+@pytest.fixture
+def make_window(qtbot, engine_factory):
+    """Factory of main windows (closed at teardown); dialogs are suppressed."""
+    from PySide6.QtWidgets import QApplication
+
+    from speco3.gui.main_window import MainWindow
+    from speco3.gui.settings import AppSettings
+
+    QApplication.instance().setProperty("speco3_no_dialogs", True)
+    windows = []
+
+    def make(settings=None, opener=None):
+        settings = settings or AppSettings.load()
+        settings.vetter = settings.vetter or "tester"
+        w = MainWindow(settings=settings, engine_opener=opener or engine_factory)
+        qtbot.addWidget(w)
+        w.show()
+        windows.append(w)
+        return w
+
+    yield make
+    for w in windows:
+        if w.isVisible():
+            w.close()
+
+
+@pytest.fixture
+def open_and_wait(qtbot):
+    """``open_and_wait(window, folder)``: open an archive, wait until indexed and the first spectrum is shown."""
+
+    def run(window, folder, timeout=30000) -> None:
+        window.open_archive(folder)
+        qtbot.waitUntil(lambda: window.index is not None and window.vetting.spectrum is not None, timeout=timeout)
+
+    return run
+
+
+@pytest.fixture
+def key(qtbot):
+    """``key(window, Qt.Key.X)``: press a key with the archive table focused (as a vetter would)."""
+    from PySide6.QtCore import Qt
+
+    def press(window, qt_key, modifier=None) -> None:
+        qtbot.keyClick(window.archive.table, qt_key, modifier or Qt.KeyboardModifier.NoModifier)
+
+    return press
