@@ -170,6 +170,7 @@ def pull(store: ModelStore, name: str, quant: str | None = None, *, revision: st
                                   copy=False, move=True, progress=progress, provenance=prov,
                                   catalog_id=entry.name if entry else None, make_default=make_default,
                                   known_sha256=arrived)
+        shutil.rmtree(dest, ignore_errors=True)  # only the hub's download bookkeeping is left there
     else:
         from speco3_models.build import build_model
 

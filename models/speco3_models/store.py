@@ -233,8 +233,9 @@ class ModelStore:
                 if dst.resolve() == src:  # already in place (a converter writing into the store)
                     where = src
                 else:
-                    if dst.exists():
-                        raise ModelStoreError(f"{dst} already exists in the store; remove it or choose another name")
+                    if dst.exists():  # left by an interrupted import: no manifest entry owns it (checked above)
+                        logger.warning("replacing %s, left behind by an interrupted import", dst)
+                        dst.unlink()
                     where = place_file(src, dst, mode, progress)
                     placed.append((src, where))
                 managed = where.parent == folder

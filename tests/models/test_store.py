@@ -156,3 +156,27 @@ def test_unreadable_manifest_is_a_clear_error(gguf_pair):
     store.manifest_path.write_text(json.dumps({"schema": 99, "models": []}))
     with pytest.raises(ModelStoreError, match="newer Spec-o3"):
         store.list()
+
+
+def test_link_across_file_systems_references_in_place(gguf_pair, monkeypatch):
+    def no_link(src, dst):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_link)
+    store = ModelStore()
+    text, proj = gguf_pair
+    model = store.import_pair(text, proj, "ref", copy=False)
+    assert model.text_path == text.resolve() and not model.text.managed
+    assert store.verify("ref").ok
+    store.remove("ref")
+    assert text.exists() and proj.exists(), "files referenced in place are never deleted"
+
+
+def test_files_left_by_an_interrupted_import_are_replaced(gguf_pair):
+    store = ModelStore()
+    text, proj = gguf_pair
+    leftover = store.root / "again" / text.name
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"half a copy")
+    model = store.import_pair(text, proj, "again")
+    assert model.text.size == text.stat().st_size and store.verify("again").ok
