@@ -199,8 +199,12 @@ class LlamaMtmdEngine(Engine):
         n_max = len(data) + 8
         buf = (self._llama.llama_token * n_max)()
         n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, n_max, False, True)
+        if n < 0:  # buffer too small: -n is the size needed
+            n_max = -n
+            buf = (self._llama.llama_token * n_max)()
+            n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, n_max, False, True)
         if n < 0:
-            raise EngineError(f"tokenization failed ({n})")
+            raise EngineError(f"tokenization of {len(data)} bytes failed ({n})")
         return list(buf[:n])
 
     def token_bytes(self, token: int) -> bytes:
