@@ -154,7 +154,7 @@ def read_file(source: Any) -> FileContents:
             result = fmt.read(src)
         except SpectrumReadError:
             raise
-        except (KeyError, ValueError, IndexError, TypeError, OSError, EOFError) as exc:
+        except Exception as exc:  # bad input must give a reason, never a traceback
             log.debug("reader %s failed on %s", fmt.name, src.display, exc_info=True)
             trunc = src.truncation()
             reason = trunc or f"{fmt.name} layout could not be read: {type(exc).__name__}: {exc}"

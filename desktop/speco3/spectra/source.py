@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import warnings
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -238,7 +239,7 @@ def _from_bytes(raw: bytes, display: str, path: Path | None) -> Source:
     if head.startswith(GZIP_MAGIC):
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise SpectrumReadError(display, f"corrupt or truncated gzip stream: {exc}") from exc
         return _from_bytes(raw, display, path)
     if head.startswith(BZIP2_MAGIC):
@@ -266,7 +267,7 @@ def _open_fits(target: Any, display: str, path: Path | None) -> Source:
         warnings.simplefilter("always")
         try:
             hdul = fits.open(target, memmap=MEMMAP, lazy_load_hdus=True)
-        except (OSError, ValueError, TypeError, EOFError) as exc:
+        except Exception as exc:  # astropy raises many kinds for damaged files
             raise SpectrumReadError(display, f"corrupt FITS file: {exc}") from exc
     src = Source(display, path, hdul=hdul)
     src._note(caught)

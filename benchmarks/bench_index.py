@@ -1,0 +1,138 @@
+"""Index benchmark: scan a generated 10,000-file LAMOST-like archive, then rescan it unchanged.
+
+The archive (in a temporary folder, removed afterwards) holds gzip-compressed LAMOST LRS files in the new layout
+(one-row COADD table, 3909 pixels), written as copies of 100 generated variants (different OBSIDs, classes,
+redshifts, S/N and noise) spread over 100 sub-folders. Goals: full index ≤ 60 s for 10k files on 2 workers,
+unchanged rescan ≤ 2 s. A one-file reference read in the same process gives the per-file cost for comparison.
+
+Run: ``.venv/bin/python benchmarks/bench_index.py [--files 10000] [--workers 2]``; prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from astropy.io import fits
+
+from speco3.spectra import ArchiveIndex, read_spectra
+
+CLASSES = [("STAR", "G5", 0.0), ("STAR", "K3", 0.0), ("STAR", "M2", 0.0), ("GALAXY", "", 0.08), ("QSO", "", 1.3)]
+
+
+def lamost_like(i: int, rng: np.random.Generator) -> bytes:
+    """Gzipped bytes of a LAMOST LRS (new layout) file for variant ``i``."""
+    n = 3909
+    c0, c1 = 3.5682, 1e-4
+    wave = (10 ** (c0 + c1 * np.arange(n))).astype(np.float32)
+    cls, sub, z = CLASSES[i % len(CLASSES)]
+    snr = float(rng.uniform(2, 120))
+    cont = 1000 * np.exp(-(((wave - 6000.0) / 3000.0) ** 2))
+    flux = (cont + rng.normal(0, 1000 / snr, n)).astype(np.float32)
+    ivar = np.full(n, (snr / 1000) ** 2, dtype=np.float32)
+    ivar[rng.integers(0, n, 20)] = 0
+    hdr = fits.Header()
+    for k, v in {"TELESCOP": "LAMOST", "DATA_V": "LAMOST DR9", "OBSID": 900000 + i, "RA": float(rng.uniform(0, 360)),
+                 "DEC": float(rng.uniform(-10, 60)), "CLASS": cls, "SUBCLASS": sub, "Z": z + float(rng.normal(0, 1e-4)),
+                 "SNRG": snr, "VACUUM": True, "COEFF0": c0, "COEFF1": c1, "CTYPE1": "LINEAR", "CRVAL1": c0,
+                 "CD1_1": c1, "DC-FLAG": 1, "WFITTYPE": "LOG-LINEAR", "NORM": 0}.items():
+        hdr[k] = v
+    cols = [fits.Column(name, f"{n}E", array=arr[None, :]) for name, arr in (
+        ("FLUX", flux), ("IVAR", ivar), ("WAVELENGTH", wave), ("ANDMASK", np.zeros(n, np.float32)),
+        ("ORMASK", np.zeros(n, np.float32)), ("NORMALIZATION", np.full(n, -9999, np.float32)))]
+    buf = io.BytesIO()
+    fits.HDUList([fits.PrimaryHDU(header=hdr), fits.BinTableHDU.from_columns(cols, name="COADD")]).writeto(buf)
+    return gzip.compress(buf.getvalue(), compresslevel=6)
+
+
+def make_archive(root: Path, n_files: int, n_variants: int = 100) -> float:
+    rng = np.random.default_rng(7)
+    variants = [lamost_like(i, rng) for i in range(n_variants)]
+    t = time.perf_counter()
+    for k in range(n_files):
+        folder = root / f"plan{k % 100:03d}"
+        if k < 100:
+            folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"spec-60000-PLAN{k % 100:03d}_sp{k // 1000 + 1:02d}-{k % 1000:03d}.fits.gz").write_bytes(
+            variants[k % n_variants])
+    return time.perf_counter() - t
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--files", type=int, default=10_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--keep", help="build the archive in this folder and keep it")
+    args = ap.parse_args(argv)
+    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="speco3-bench-index-"))
+    try:
+        root = tmp / "archive"
+        write_s = make_archive(root, args.files)
+        size = sum(f.stat().st_size for f in root.rglob("*.gz"))
+        one = next(root.rglob("*.gz"))
+        read_spectra(one)
+        t = time.perf_counter()
+        for _ in range(20):
+            read_spectra(one)
+        per_file_ms = (time.perf_counter() - t) / 20 * 1000
+        index = ArchiveIndex(tmp / "index.sqlite")
+        t = time.perf_counter()
+        first = index.scan(root, workers=args.workers)
+        full_s = time.perf_counter() - t
+        t = time.perf_counter()
+        again = index.scan(root, workers=args.workers)
+        rescan_s = time.perf_counter() - t
+        touched = sorted(root.rglob("*.gz"))[:10]
+        for f in touched:
+            st = f.stat()
+            os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+        t = time.perf_counter()
+        partial = index.scan(root, workers=args.workers)
+        partial_s = time.perf_counter() - t
+        t = time.perf_counter()
+        n_total = index.count()
+        page = index.query(sort="snr", descending=True, limit=100, offset=n_total // 2)
+        filtered = index.count(cls="STAR", snr_min=50)
+        query_ms = (time.perf_counter() - t) * 1000
+        index.close()
+        report = {
+            "benchmark": "index",
+            "files": args.files,
+            "archive_mb": round(size / 1e6, 1),
+            "write_archive_s": round(write_s, 2),
+            "workers": args.workers,
+            "full_scan_s": round(full_s, 2),
+            "files_per_s": round(first.files_read / full_s, 1),
+            "spectra_indexed": first.spectra_written,
+            "errors": first.errors,
+            "unchanged_rescan_s": round(rescan_s, 3),
+            "unchanged_rescan_files_read": again.files_read,
+            "touched_10_rescan_s": round(partial_s, 3),
+            "touched_10_files_read": partial.files_read,
+            "query_count_page_filter_ms": round(query_ms, 2),
+            "page_rows": len(page),
+            "filtered_count": filtered,
+            "reference_single_read_ms": round(per_file_ms, 3),
+            "reference_serial_estimate_s": round(per_file_ms * args.files / 1000, 2),
+            "goal_full_scan_s": 60, "goal_rescan_s": 2,
+            "goal_met": full_s <= 60 and rescan_s <= 2,
+            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        }
+        print(json.dumps(report, indent=1))
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
