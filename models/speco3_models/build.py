@@ -68,7 +68,8 @@ def default_build_name(hf_dir: Path, quant: str) -> str:
 
 
 def build_model(store: ModelStore | None, hf_dir: str | Path, *, quant: str = "Q4_K_M", outtype: str = "bf16",
-                out_dir: str | Path | None = None, name: str | None = None, register: bool = True,
+                mmproj_type: str = "f16", out_dir: str | Path | None = None, name: str | None = None,
+                register: bool = True,
                 keep_intermediate: bool = False, dry_run: bool = False, progress: Progress | None = None,
                 provenance: Provenance | None = None, catalog_id: str | None = None,
                 make_default: bool = False) -> BuildResult:
@@ -84,6 +85,8 @@ def build_model(store: ModelStore | None, hf_dir: str | Path, *, quant: str = "Q
         Text model quantization, one of `QUANTS`.
     outtype : str
         Type of the intermediate text GGUF written by the converter (``bf16`` copies bf16 weights exactly).
+    mmproj_type : {"f16", "q8_0", "f32"}
+        Projector matrices (F16 recommended for quality).
     out_dir : path-like, optional
         Keep the output files here (registered by hard link or in place); default: inside the store.
     register : bool
@@ -111,18 +114,50 @@ def build_model(store: ModelStore | None, hf_dir: str | Path, *, quant: str = "Q
     name = check_name(name or default_build_name(hf_dir, quant))
     base = name[: -len(quant) - 1] if name.lower().endswith(f"-{quant.lower()}") else name
     if dry_run:
-        res = convert_checkpoint(hf_dir, out_dir or hf_dir, outtype=outtype, name=base, progress=progress,
-                                 dry_run=True)
+        res = convert_checkpoint(hf_dir, out_dir or hf_dir, outtype=outtype, mmproj_type=mmproj_type, name=base,
+                                 progress=progress, dry_run=True)
         return BuildResult(None, None, None, res.plan)
     if register and store is None:
         raise ValueError("register=True needs a store")
-    if register and store.find(name) is not None and store.find(name).name == name:
+    if register and any(m.name == name for m in store.list()):
         raise ConversionError(f"a model named {name!r} is already installed; remove it or choose another --name")
-    work = Path(out_dir).expanduser() if out_dir else store.root / ".build" / name if store else hf_dir / "gguf"
+    if out_dir:
+        work = Path(out_dir).expanduser()
+    else:
+        work = store.root / ".build" / name if store is not None else hf_dir / "gguf"
     work.mkdir(parents=True, exist_ok=True)
+    try:
+        text, mmproj, intermediate, res, seconds = _convert_quantize_verify(
+            convert_checkpoint, quantize, verify, hf_dir, work, base, quant, outtype, mmproj_type,
+            keep_intermediate, progress)
+    except BaseException:
+        if not out_dir:  # a failed build leaves no half-written gigabytes in the store
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    model = None
+    if register:
+        details = {"quant": quant, "outtype": outtype, "seconds": {k: round(v, 2) for k, v in seconds.items()}}
+        prov = provenance or Provenance("converted", str(hf_dir.resolve()), converter_version(), details)
+        if provenance is not None:
+            prov.converter_version = prov.converter_version or converter_version()
+            prov.details.update(details)
+        model = store.import_pair(text, mmproj, name, copy=False, move=out_dir is None, progress=progress,
+                                  provenance=prov, catalog_id=catalog_id or catalog_guess(hf_dir),
+                                  make_default=make_default)
+        text, mmproj = model.text_path, model.mmproj_path
+        if out_dir is None:
+            if intermediate is not None:
+                shutil.move(intermediate, store.folder_for(name) / intermediate.name)
+            shutil.rmtree(work, ignore_errors=True)
+    return BuildResult(text, mmproj, model, res.plan, seconds)
+
+
+def _convert_quantize_verify(convert_checkpoint, quantize, verify, hf_dir: Path, work: Path, base: str, quant: str,
+                             outtype: str, mmproj_type: str, keep_intermediate: bool, progress: Progress):
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
-    res = convert_checkpoint(hf_dir, work, outtype=outtype, name=base, progress=progress, dry_run=False)
+    res = convert_checkpoint(hf_dir, work, outtype=outtype, mmproj_type=mmproj_type, name=base, progress=progress,
+                             dry_run=False)
     seconds["convert"] = time.monotonic() - t0
     text, mmproj = Path(res.text_path), Path(res.mmproj_path)
     intermediate = None
@@ -143,22 +178,7 @@ def build_model(store: ModelStore | None, hf_dir: str | Path, *, quant: str = "Q
     check_pair(text, mmproj)
     progress("verify", 2, 2)
     seconds["verify"] = time.monotonic() - t0
-    model = None
-    if register:
-        details = {"quant": quant, "outtype": outtype, "seconds": {k: round(v, 2) for k, v in seconds.items()}}
-        prov = provenance or Provenance("converted", str(hf_dir.resolve()), converter_version(), details)
-        if provenance is not None:
-            prov.converter_version = prov.converter_version or converter_version()
-            prov.details.update(details)
-        model = store.import_pair(text, mmproj, name, copy=False, move=out_dir is None, progress=progress,
-                                  provenance=prov, catalog_id=catalog_id or catalog_guess(hf_dir),
-                                  make_default=make_default)
-        text, mmproj = model.text_path, model.mmproj_path
-        if out_dir is None:
-            if intermediate is not None:
-                shutil.move(intermediate, store.folder_for(name) / intermediate.name)
-            shutil.rmtree(work, ignore_errors=True)
-    return BuildResult(text, mmproj, model, res.plan, seconds)
+    return text, mmproj, intermediate, res, seconds
 
 
 def catalog_guess(hf_dir: Path) -> str | None:

@@ -11,7 +11,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -155,7 +154,3 @@ else:
     def _unlock(fh) -> None:
         fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
-
-def remove_tree(path: Path) -> None:
-    """Delete a folder tree, ignoring one that is already gone."""
-    shutil.rmtree(path, ignore_errors=False) if path.exists() else None

@@ -103,3 +103,17 @@ def test_progress_printer_without_a_terminal():
 def test_models_needs_an_action(argv):
     with pytest.raises(SystemExit):
         main(argv)
+
+
+def test_failed_convert_leaves_nothing_in_the_store(capsys, tmp_path):
+    pytest.importorskip("speco3_converters.convert")
+    ckpt = tmp_path / "broken"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    code, _, err = run(capsys, "convert", str(ckpt))
+    assert code == 1 and err.startswith("error: ")
+    from speco3_models.store import ModelStore
+
+    store = ModelStore()
+    assert store.list() == []
+    assert not (store.root / ".build" / "broken-q4_k_m").exists()

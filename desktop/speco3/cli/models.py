@@ -194,7 +194,8 @@ def cmd_convert(args) -> int:
     store = None if args.no_register else _store(args)
     progress = StderrProgress()
     try:
-        result = build_model(store, args.hf_dir, quant=args.quant, outtype=args.outtype, out_dir=args.out,
+        result = build_model(store, args.hf_dir, quant=args.quant, outtype=args.outtype,
+                             mmproj_type=args.mmproj_type, out_dir=args.out,
                              name=args.name, register=not args.no_register, keep_intermediate=args.keep_intermediate,
                              dry_run=args.dry_run, progress=progress, make_default=args.default)
     finally:
@@ -258,6 +259,7 @@ def register(subparsers) -> None:
     c.add_argument("hf_dir", help="checkpoint folder (config.json, tokenizer.json, *.safetensors, ...)")
     c.add_argument("--quant", default="Q4_K_M", help="text model quantization (Q4_K_M, Q5_K_M, Q6_K, Q8_0, F16, BF16, F32)")
     c.add_argument("--outtype", default="bf16", choices=("bf16", "f16", "f32"), help="intermediate text GGUF type")
+    c.add_argument("--mmproj-type", default="f16", choices=("f16", "q8_0", "f32"), help="vision projector type")
     c.add_argument("--out", help="write the GGUF files here (default: into the model store)")
     c.add_argument("--name", help="store name (default: folder name + quant)")
     c.add_argument("--no-register", action="store_true", help="do not install in the model store (files go to --out, default HF_DIR/gguf)")
