@@ -94,14 +94,29 @@ class InstalledModel:
                          mmproj_sha256=self.mmproj.sha256, text_path=str(self.text_path),
                          mmproj_path=str(self.mmproj_path))
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self, root: Path | None = None) -> dict[str, Any]:
+        """Manifest form; managed files under ``root`` are stored relative to it (the store can be moved)."""
+        out = asdict(self)
+        if root is not None:
+            for role in ("text", "mmproj"):
+                rec = out[role]
+                path = Path(rec["path"])
+                if rec["managed"] and path.is_absolute() and path.is_relative_to(root):
+                    rec["path"] = path.relative_to(root).as_posix()
+        return out
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> InstalledModel:
+    def from_dict(cls, raw: dict[str, Any], root: Path | None = None) -> InstalledModel:
+        """Inverse of `to_dict`: relative file paths are resolved against ``root``."""
         try:
+            files = {}
+            for role in ("text", "mmproj"):
+                rec = dict(raw[role])
+                if root is not None and not Path(rec["path"]).is_absolute():
+                    rec["path"] = str(root / rec["path"])
+                files[role] = FileRecord(**rec)
             return cls(
-                name=str(raw["name"]), text=FileRecord(**raw["text"]), mmproj=FileRecord(**raw["mmproj"]),
+                name=str(raw["name"]), text=files["text"], mmproj=files["mmproj"],
                 quant=str(raw["quant"]), mmproj_quant=str(raw["mmproj_quant"]), hidden_size=int(raw["hidden_size"]),
                 n_layers=int(raw["n_layers"]), provenance=Provenance(**raw["provenance"]), created=str(raw["created"]),
                 catalog_id=raw.get("catalog_id"),

@@ -94,7 +94,7 @@ class ModelStore:
     """
 
     def __init__(self, root: str | os.PathLike[str] | None = None):
-        self.root = Path(root) if root is not None else data_dir() / "models"
+        self.root = (Path(root) if root is not None else data_dir() / "models").expanduser().absolute()
         self.manifest_path = self.root / "manifest.json"
         self._lock_path = self.root / "manifest.lock"
 
@@ -124,7 +124,7 @@ class ModelStore:
 
     def _models(self, data: dict[str, Any] | None = None) -> list[InstalledModel]:
         data = data if data is not None else self._read()
-        return [InstalledModel.from_dict(m) for m in data["models"]]
+        return [InstalledModel.from_dict(m, self.root) for m in data["models"]]
 
     # -- queries ------------------------------------------------------------------------------------------
     def list(self) -> list[InstalledModel]:
@@ -252,7 +252,7 @@ class ModelStore:
             def change(data):
                 if any(m.get("name") == name for m in data["models"]):
                     raise ModelStoreError(f"a model named {name!r} was installed meanwhile")
-                data["models"].append(model.to_dict())
+                data["models"].append(model.to_dict(self.root))
                 if make_default:
                     data["default"] = name
 

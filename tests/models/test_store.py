@@ -180,3 +180,28 @@ def test_files_left_by_an_interrupted_import_are_replaced(gguf_pair):
     leftover.write_bytes(b"half a copy")
     model = store.import_pair(text, proj, "again")
     assert model.text.size == text.stat().st_size and store.verify("again").ok
+
+
+def test_the_store_folder_can_be_moved(gguf_pair, tmp_path):
+    store = ModelStore(tmp_path / "old")
+    store.import_pair(*gguf_pair, name="m")
+    raw = json.loads(store.manifest_path.read_text())
+    assert raw["models"][0]["text"]["path"] == f"m/{gguf_pair[0].name}", "managed paths are relative"
+    (tmp_path / "old").rename(tmp_path / "new")
+    moved = ModelStore(tmp_path / "new")
+    assert moved.get("m").text_path == tmp_path / "new" / "m" / gguf_pair[0].name
+    assert moved.verify("m").ok
+
+
+def test_concurrent_imports_from_two_processes_both_land(make_pair, tmp_path):
+    import subprocess
+    import sys
+
+    root = tmp_path / "shared-store"
+    pairs = [make_pair(f"p{i}") for i in range(2)]
+    code = ("import sys; from speco3_models.store import ModelStore; "
+            "ModelStore(sys.argv[1]).import_pair(sys.argv[2], sys.argv[3], sys.argv[4])")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(root), str(t), str(p), f"m{i}"])
+             for i, (t, p) in enumerate(pairs)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert sorted(m.name for m in ModelStore(root).list()) == ["m0", "m1"]
