@@ -15,6 +15,7 @@ import gzip
 import io
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -67,6 +68,16 @@ def make_archive(root: Path, n_files: int, n_variants: int = 100) -> float:
     return time.perf_counter() - t
 
 
+def _cpu_seconds() -> float:
+    """User+system CPU time of this process and its reaped children (the scan's worker processes).
+
+    On a shared machine the wall time depends on other users' load; CPU seconds divided by the number of
+    workers estimates the wall time on an otherwise idle machine with that many cores.
+    """
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=10_000)
@@ -85,9 +96,11 @@ def main(argv: list[str] | None = None) -> int:
             read_spectra(one)
         per_file_ms = (time.perf_counter() - t) / 20 * 1000
         index = ArchiveIndex(tmp / "index.sqlite")
+        cpu0 = _cpu_seconds()
         t = time.perf_counter()
         first = index.scan(root, workers=args.workers)
         full_s = time.perf_counter() - t
+        cpu_s = _cpu_seconds() - cpu0
         t = time.perf_counter()
         again = index.scan(root, workers=args.workers)
         rescan_s = time.perf_counter() - t
@@ -112,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             "workers": args.workers,
             "full_scan_s": round(full_s, 2),
             "files_per_s": round(first.files_read / full_s, 1),
+            "full_scan_cpu_s": round(cpu_s, 2),
+            "full_scan_unloaded_estimate_s": round(cpu_s / args.workers, 2),
             "spectra_indexed": first.spectra_written,
             "errors": first.errors,
             "unchanged_rescan_s": round(rescan_s, 3),

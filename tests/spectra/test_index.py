@@ -79,6 +79,8 @@ def test_query_filters_sort_and_paging(shared_index):
     assert all(e.snr >= 100 for e in ix.query(snr_min=100)) and ix.count(snr_min=100) >= 3
     assert [e.key for e in ix.query(text="101001")] == ["lamost/spec-55859-F5902_sp01-001.fits.gz#0",
                                                         "lamost/spec-55859-F5902_sp01-001_dr7.fits.gz#0"]
+    assert ix.count(text="5902_sp01-001") == 2
+    assert ix.count(text="5902Xsp01") == ix.count(text="5902%sp01") == 0  # _ and % are literal, not wildcards
     everything = ix.query(sort="key")
     assert len(everything) == ix.count() == 145
     pages = [ix.query(sort="key", limit=50, offset=o) for o in (0, 50, 100)]

@@ -205,7 +205,7 @@ class ArchiveIndex:
         for rel, (_, _, fmt, deps) in known.items():
             if rel in changed or rel in deleted:
                 continue
-            dep_list = json.loads(deps) if deps else []
+            dep_list = json.loads(deps) if deps and deps != "[]" else []
             if any(d in touched for d in dep_list) or (
                     fmt in FOLDER_SENSITIVE and str(PurePosixPath(rel).parent) in touched_dirs):
                 changed.add(rel)
@@ -295,8 +295,9 @@ class ArchiveIndex:
             clauses.append("snr >= ?")
             params.append(float(snr_min))
         if text:
-            like = f"%{text}%"
-            clauses.append("(key LIKE ? OR object_id LIKE ? OR cls LIKE ? OR subclass LIKE ? OR note LIKE ?)")
+            like = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            clauses.append("(" + " OR ".join(f"{c} LIKE ? ESCAPE '\\'" for c in
+                                             ("key", "object_id", "cls", "subclass", "note")) + ")")
             params += [like] * 5
         if has_error is not None:
             clauses.append("has_error = ?")
