@@ -199,3 +199,26 @@ def test_worker_without_qt_application_gets_typed_error(tmp_path):
     proc = _run(_WORKERS.replace("INIT", "").replace("N)", "1)"), tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "init_qt()" in proc.stdout
+
+
+def _synthetic_views() -> dict[str, View]:
+    w = np.linspace(3800, 9000, 3000)
+    return {
+        "tiny-flux-offset-text": View(_spectrum(w, 1e-17 * (2 + np.sin(w / 100)), "tiny.fits")),
+        "negative-flux-zoom": View(_spectrum(w, -50 + 30 * np.sin(w / 300), "neg.fits"), wavelength_range=(5000, 5300)),
+        "large-flux-2-points": View(_spectrum(w, 1e7 * (2 + np.sin(w / 100)), "big.fits"), wavelength_range=(6000, 6003)),
+        "many-points-wide": View(_spectrum(np.linspace(3000, 10000, 12000), np.cos(np.arange(12000) / 50.0), "wide.fits")),
+    }
+
+
+@pytest.mark.parametrize("case", list(_synthetic_views()))
+def test_matches_matplotlib_reference_beyond_references(case, mpl_reference):
+    """Views unlike the reference renders (offset text, negative flux, few/many points) still match matplotlib."""
+    view = _synthetic_views()[case]
+    ours = render_view(view)
+    theirs = _rgb(mpl_reference.render_view_mpl(view))
+    assert abs(ours.width - theirs.shape[1]) <= 1 and abs(ours.height - theirs.shape[0]) <= 1
+    assert ours.token_grid == token_grid(theirs.shape[1], theirs.shape[0])
+    mine = _rgb(ours.png)
+    h, w = min(mine.shape[0], theirs.shape[0]), min(mine.shape[1], theirs.shape[1])
+    assert np.abs(mine[:h, :w] - theirs[:h, :w]).mean() < 3.0
