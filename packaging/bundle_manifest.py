@@ -86,6 +86,16 @@ DRIVER_LIBRARY = re.compile(
     re.IGNORECASE,
 )
 
+#: ``CMAKE_ARGS`` for compiling llama-cpp-python per backend (the build scripts and READMEs repeat these; the
+#: packaging tests check that they agree). Metal is on by default on Apple Silicon; ``GGML_NATIVE=OFF`` keeps
+#: the CPU code portable (no ``-march=native`` of the build machine).
+CMAKE_ARGS: dict[str, str] = {
+    "cpu": "-DGGML_NATIVE=OFF",
+    "cuda": "-DGGML_CUDA=on -DGGML_NATIVE=OFF",
+    "vulkan": "-DGGML_VULKAN=on -DGGML_NATIVE=OFF",
+    "metal": "-DGGML_METAL=on",
+}
+
 #: ggml backend libraries and the backend each one provides.
 GGML_BACKENDS: dict[str, str] = {
     "ggml-cuda": "CUDA",
@@ -208,9 +218,10 @@ def llama_cpp_files(lib_dir: Path | None = None) -> tuple[list[tuple[str, str]],
 
 def ggml_backends(names: Iterable[str]) -> list[str]:
     """Backends provided by a set of library file names (``libggml-cuda.so`` → ``CUDA``), CPU last."""
+    files = [Path(n).name for n in names]
     found: list[str] = []
     for lib, backend in GGML_BACKENDS.items():
-        if any(re.match(rf"^(lib)?{re.escape(lib)}(\.|$)", Path(n).name) for n in names):
+        if any(re.match(rf"^(lib)?{re.escape(lib)}(\.|$)", n) for n in files):
             found.append(backend)
     return sorted(found, key=lambda b: (b == "CPU", b))
 

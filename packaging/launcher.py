@@ -18,7 +18,8 @@ CLI_NAMES = {"spec-o3"}
 def _entry_name() -> str:
     """Name the executable was started as: ``argv[0]`` keeps a symbolic link's name, ``sys.executable`` not."""
     for candidate in (sys.argv[0] if sys.argv else "", sys.executable):
-        name = os.path.splitext(os.path.basename(candidate))[0].lower()
+        base = candidate.replace("\\", "/").rsplit("/", 1)[-1]  # either separator, whatever the platform
+        name = os.path.splitext(base)[0].lower()
         if name:
             return name
     return ""

@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 EXPECTED_TASKS = ("carbon", "cv", "gm", "ss", "wd")
 #: Zoom window of the render and agent checks (rest frame, Å): Hα of the demo cataclysmic variable.
 ZOOM = (6500.0, 6620.0)
+#: ggml backend libraries (file name stem without ``lib``) and the backend each provides.
+GGML_BACKEND_LIBS = {"ggml-cuda": "CUDA", "ggml-metal": "Metal", "ggml-vulkan": "Vulkan", "ggml-hip": "HIP",
+                     "ggml-sycl": "SYCL", "ggml-opencl": "OpenCL", "ggml-blas": "BLAS", "ggml-cpu": "CPU"}
 #: Qt platform plugins an installation must carry, by platform (file name stems).
 QT_PLATFORMS = {"linux": ("qoffscreen", "qxcb"), "darwin": ("qoffscreen", "qcocoa"), "win32": ("qoffscreen", "qwindows")}
 SCRIPT = (
@@ -227,17 +230,21 @@ def check_llama(require_gpu: bool = False) -> tuple[str, dict[str, Any]]:
 
     gpu = bool(llama.llama_supports_gpu_offload())
     devices = native.list_devices()
+    lib_dir = Path(llama_cpp.__file__).parent / "lib"
+    stems = {p.name.split(".")[0].removeprefix("lib") for p in lib_dir.iterdir()} if lib_dir.is_dir() else set()
+    built = [name for stem, name in GGML_BACKEND_LIBS.items() if stem in stems]
     system = (llama.llama_print_system_info() or b"").decode(errors="replace").strip()
     info = {"llama_cpp_python": llama_cpp.__version__, "gpu_offload": gpu, "system_info": system,
             "devices": [asdict(d) for d in devices], "backend": native.backend_label(-1, devices),
-            "lib_dir": str(Path(llama_cpp.__file__).parent / "lib")}
+            "lib_dir": str(lib_dir), "backends_built": built}
     if not devices:
         raise SelfTestError("the ggml backend registry lists no device (broken llama.cpp build?)")
     if require_gpu and not gpu:
         raise SelfTestError("GPU offload required (--require-gpu) but this llama.cpp build is CPU-only")
     names = ", ".join(f"{d.backend}:{d.name} ({d.description})" for d in devices)
-    return (f"llama-cpp-python {llama_cpp.__version__}, backend {info['backend']}, GPU offload "
-            f"{'supported' if gpu else 'not supported (CPU build)'}; devices: {names}"), info
+    gpu_text = "supported" if gpu else ("no GPU device found" if set(built) - {"CPU", "BLAS"} else "not built in")
+    return (f"llama-cpp-python {llama_cpp.__version__}, backends built: {', '.join(built) or 'unknown'}; "
+            f"runs on {info['backend']}; GPU offload {gpu_text}; devices: {names}"), info
 
 
 # -- runner -------------------------------------------------------------------------------------------------

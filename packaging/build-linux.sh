@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Build the Linux one-folder bundle of Spec-o3 Desktop, prove it in a clean environment and pack a tarball.
+#
+#   bash packaging/build-linux.sh                      # bundle with the llama.cpp build already in .venv
+#   bash packaging/build-linux.sh --backend cuda --rebuild-llama   # recompile llama-cpp-python for CUDA first
+#   bash packaging/build-linux.sh --appimage           # also lay out an AppDir and run appimagetool if present
+#
+# Output (dist/):
+#   spec-o3/                                   the bundle: spec-o3-desktop, spec-o3 (link), _internal/, share/,
+#                                              install.sh, uninstall.sh, README.txt
+#   spec-o3-<version>-linux-<arch>-<backend>.tar.gz
+#   build-info.json                            version, backend, sizes, build and self-test times
+#   self-test.json                             the bundle's self-test report (clean environment)
+#
+# Backends (CMAKE_ARGS given to llama-cpp-python's build; see packaging/README.md):
+#   cpu     -DGGML_NATIVE=OFF                  portable x86-64 / aarch64 (no -march=native)
+#   cuda    -DGGML_CUDA=on -DGGML_NATIVE=OFF   needs the CUDA toolkit (nvcc) to build, the NVIDIA driver to run
+#   vulkan  -DGGML_VULKAN=on -DGGML_NATIVE=OFF needs Vulkan headers + glslc to build, a Vulkan driver to run
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+PY=${PYTHON:-.venv/bin/python}
+BACKEND=""
+REBUILD_LLAMA=0
+RUN_TEST=1
+APPIMAGE=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --backend) BACKEND=$2; shift 2 ;;
+    --rebuild-llama) REBUILD_LLAMA=1; shift ;;
+    --skip-test) RUN_TEST=0; shift ;;
+    --appimage) APPIMAGE=1; shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+cmake_args_for() {
+  case "$1" in
+    cpu) echo "-DGGML_NATIVE=OFF" ;;
+    cuda) echo "-DGGML_CUDA=on -DGGML_NATIVE=OFF" ;;
+    vulkan) echo "-DGGML_VULKAN=on -DGGML_NATIVE=OFF" ;;
+    *) echo "unknown backend '$1' (cpu, cuda, vulkan)" >&2; return 2 ;;
+  esac
+}
+
+t_start=$(date +%s)
+if [ ! -x "$PY" ]; then
+  echo "== no virtual environment: running scripts/setup.sh"
+  CMAKE_ARGS="$(cmake_args_for "${BACKEND:-cpu}")" bash scripts/setup.sh
+fi
+if [ "$REBUILD_LLAMA" = 1 ]; then
+  args=$(cmake_args_for "${BACKEND:-cpu}")
+  echo "== compiling llama-cpp-python with CMAKE_ARGS='$args' (minutes)"
+  CMAKE_ARGS="$args" "$PY" -m pip install --force-reinstall --no-deps --no-cache-dir --no-binary llama-cpp-python \
+    "llama-cpp-python==0.3.36"
+fi
+"$PY" -c "import PyInstaller" 2>/dev/null || "$PY" -m pip install -q "pyinstaller>=6.10"
+"$PY" -c "import llama_cpp" || { echo "llama-cpp-python is not importable in $PY" >&2; exit 1; }
+
+# The backend the bundle will carry is the one llama-cpp-python was compiled with.
+built=$("$PY" - <<'EOF'
+import sys
+sys.path.insert(0, "packaging")
+import bundle_manifest as bm
+binaries, _ = bm.llama_cpp_files()
+print(",".join(b.lower() for b in bm.ggml_backends(src for src, _ in binaries)))
+EOF
+)
+label=${built%%,*}
+label=${label//\//-}
+if [ -n "$BACKEND" ] && [[ ",$built," != *",$BACKEND,"* ]]; then
+  echo "llama-cpp-python in $PY provides '$built', not '$BACKEND': add --rebuild-llama" >&2
+  exit 1
+fi
+version=$("$PY" -c "import sys; sys.path.insert(0, 'packaging'); import bundle_manifest as bm; print(bm.read_version())")
+arch=$(uname -m)
+echo "== Spec-o3 $version, llama.cpp backends in this build: $built"
+
+[ -f packaging/icons/png/spec-o3-256.png ] || "$PY" packaging/icons/render_icons.py
+
+echo "== PyInstaller (one-folder bundle)"
+t_build=$(date +%s)
+"$PY" -m PyInstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller \
+  packaging/spec-o3.spec
+build_s=$(( $(date +%s) - t_build ))
+
+BUNDLE=dist/spec-o3
+ln -sfn spec-o3-desktop "$BUNDLE/spec-o3"   # the launcher picks the command line by this name
+mkdir -p "$BUNDLE/share/applications" "$BUNDLE/share/icons/hicolor/scalable/apps"
+cp packaging/linux/spec-o3.desktop "$BUNDLE/share/applications/"
+cp packaging/icons/spec-o3.svg "$BUNDLE/share/icons/hicolor/scalable/apps/spec-o3.svg"
+for png in packaging/icons/png/spec-o3-*.png; do
+  n=$(basename "$png" .png); n=${n#spec-o3-}
+  mkdir -p "$BUNDLE/share/icons/hicolor/${n}x${n}/apps"
+  cp "$png" "$BUNDLE/share/icons/hicolor/${n}x${n}/apps/spec-o3.png"
+done
+install -m 755 packaging/linux/install.sh packaging/linux/uninstall.sh "$BUNDLE/"
+cp packaging/linux/README-bundle.txt "$BUNDLE/README.txt"
+
+selftest="skipped"
+if [ "$RUN_TEST" = 1 ]; then
+  echo "== proving the bundle in a clean environment (env -i, empty HOME, no virtual environment on PATH)"
+  home=$(mktemp -d)
+  clean=(env -i HOME="$home" PATH=/usr/bin:/bin)
+  "${clean[@]}" "$BUNDLE/spec-o3-desktop" --version
+  "${clean[@]}" "$BUNDLE/spec-o3" --version
+  t_test=$(date +%s)
+  if "${clean[@]}" "$BUNDLE/spec-o3-desktop" --self-test --json "$ROOT/dist/self-test.json"; then
+    selftest="pass"
+  else
+    selftest="fail"
+  fi
+  test_s=$(( $(date +%s) - t_test ))
+  rm -rf "$home"
+  [ "$selftest" = pass ] || { echo "bundle self-test FAILED (dist/self-test.json)" >&2; exit 1; }
+fi
+
+echo "== tarball"
+tarball="dist/spec-o3-${version}-linux-${arch}-${label}.tar.gz"
+tar -C dist -czf "$tarball" spec-o3
+bundle_bytes=$(du -sb "$BUNDLE" | cut -f1)
+tar_bytes=$(stat -c %s "$tarball")
+total_s=$(( $(date +%s) - t_start ))
+cat > dist/build-info.json <<EOF
+{"version": "$version", "platform": "linux-$arch", "backends": "$built", "bundle": "$BUNDLE",
+ "bundle_bytes": $bundle_bytes, "tarball": "$tarball", "tarball_bytes": $tar_bytes,
+ "pyinstaller_seconds": $build_s, "self_test": "$selftest", "self_test_seconds": ${test_s:-0},
+ "total_seconds": $total_s}
+EOF
+printf '== bundle %s: %s MiB on disk; tarball %s: %s MiB; PyInstaller %ss; self-test %s\n' \
+  "$BUNDLE" "$((bundle_bytes / 1048576))" "$tarball" "$((tar_bytes / 1048576))" "$build_s" "$selftest"
+
+if [ "$APPIMAGE" = 1 ]; then
+  bash packaging/linux/build-appimage.sh "$BUNDLE" "dist/Spec-o3-${version}-${arch}-${label}.AppImage"
+fi
