@@ -228,8 +228,9 @@ class ModelStore:
         placed: list[tuple[Path, Path]] = []
         try:
             records = []
-            for src in (text, mmproj):
-                dst = folder / src.name
+            dst_names = (text.name, mmproj.name if mmproj.name != text.name else f"mmproj-{mmproj.name}")
+            for src, dst_name in zip((text, mmproj), dst_names, strict=True):
+                dst = folder / dst_name
                 if dst.resolve() == src:  # already in place (a converter writing into the store)
                     where = src
                 else:
@@ -241,6 +242,7 @@ class ModelStore:
                 managed = where.parent == folder
                 digest = known.get(str(src)) or sha256_file(where, progress)
                 records.append(FileRecord(str(where), where.stat().st_size, digest, managed))
+            check_pair(records[0].file, records[1].file)  # the bytes now in the store (milliseconds)
             model = InstalledModel(
                 name=name, text=records[0], mmproj=records[1], quant=quant, mmproj_quant=pair.mmproj.quant,
                 hidden_size=pair.width, n_layers=int(pair.text.get(f"{TEXT_ARCH}.block_count")),

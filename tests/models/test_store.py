@@ -205,3 +205,15 @@ def test_concurrent_imports_from_two_processes_both_land(make_pair, tmp_path):
              for i, (t, p) in enumerate(pairs)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     assert sorted(m.name for m in ModelStore(root).list()) == ["m0", "m1"]
+
+
+def test_same_file_names_from_two_folders(tmp_path):
+    from ggufs import write_mmproj_gguf, write_text_gguf
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    text = write_text_gguf(tmp_path / "a" / "model.gguf")
+    proj = write_mmproj_gguf(tmp_path / "b" / "model.gguf")
+    model = ModelStore().import_pair(text, proj, "same")
+    assert model.text_path != model.mmproj_path and model.mmproj_path.name == "mmproj-model.gguf"
+    assert ModelStore().verify("same").ok
