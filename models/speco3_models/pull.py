@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 from speco3_models import catalog
+from speco3_models.build import QUANTS
 from speco3_models.catalog import format_bytes
 from speco3_models.errors import DownloadError, ModelStoreError, OfflineError, OperationCancelled
 from speco3_models.files import Progress, no_progress, sha256_file
@@ -97,6 +98,11 @@ def pull(store: ModelStore, name: str, quant: str | None = None, *, revision: st
     repo_id = entry.repo_id if entry else name
     quant = (quant or (entry.recommended_quant if entry else "Q4_K_M")).upper()
     revision = revision or (entry.revision if entry else None)
+    target = install_name or (entry.install_name(quant) if entry else None)
+    if target and any(m.name == target for m in store.list()):
+        raise ModelStoreError(f"{target} is already installed; remove it first or choose another name (--name)")
+    if entry is not None and quant not in QUANTS:
+        raise ModelStoreError(f"unknown quantization {quant!r}; choose one of {', '.join(QUANTS)}")
     if hub_offline():
         raise OfflineError(f"cannot download {repo_id}: offline mode is on (HF_HUB_OFFLINE). {ALTERNATIVES}")
     try:
@@ -127,6 +133,8 @@ def pull(store: ModelStore, name: str, quant: str | None = None, *, revision: st
             raise DownloadError(f"{repo_id}@{sha[:12]} is not a usable checkpoint: missing "
                                 f"{', '.join(missing + ([] if weights else ['*.safetensors']))}")
         wanted = [f for f in files if f in required or f in optional] + weights
+        if quant not in QUANTS:
+            raise ModelStoreError(f"unknown quantization {quant!r}; choose one of {', '.join(QUANTS)}")
     total = sum(siblings[f].size or 0 for f in wanted)
     dest = store.downloads_dir() / repo_id.replace("/", "--") / sha[:12]
     free = store.disk_free()
@@ -166,16 +174,14 @@ def pull(store: ModelStore, name: str, quant: str | None = None, *, revision: st
     prov = Provenance("pulled", source, details={"files": wanted, "quant": quant})
     if is_gguf:
         text, proj = (dest / w for w in wanted)
-        model = store.import_pair(text, proj, install_name or (entry.install_name(quant) if entry else None),
-                                  copy=False, move=True, progress=progress, provenance=prov,
+        model = store.import_pair(text, proj, target, copy=False, move=True, progress=progress, provenance=prov,
                                   catalog_id=entry.name if entry else None, make_default=make_default,
                                   known_sha256=arrived)
         shutil.rmtree(dest, ignore_errors=True)  # only the hub's download bookkeeping is left there
     else:
         from speco3_models.build import build_model
 
-        name_ = install_name or (entry.install_name(quant) if entry else None)
-        model = build_model(store, dest, quant=quant, name=name_, progress=progress, provenance=prov,
+        model = build_model(store, dest, quant=quant, name=target, progress=progress, provenance=prov,
                             catalog_id=entry.name if entry else None, make_default=make_default).model
         if not keep_checkpoint:
             shutil.rmtree(dest, ignore_errors=True)

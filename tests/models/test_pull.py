@@ -178,3 +178,13 @@ def test_cancel_from_the_progress_callback(tmp_path, make_pair, monkeypatch):
     with pytest.raises(OperationCancelled):
         store.pull("someone/tiny-gguf", "Q8_0", progress=cancel)
     assert store.list() == []
+
+
+def test_pull_checks_name_and_quant_before_any_download(gguf_pair, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    store = ModelStore()
+    store.import_pair(*gguf_pair, name="spec-o3-7b-q4_k_m")
+    with pytest.raises(ModelStoreError, match="spec-o3-7b-q4_k_m is already installed"):
+        store.pull("spec-o3-7b")
+    with pytest.raises(ModelStoreError, match="unknown quantization 'Q3_X'"):
+        store.pull("spec-o3-3b", "q3_x")
