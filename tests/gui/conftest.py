@@ -91,11 +91,11 @@ def make_window(qtbot, engine_factory):
 
 @pytest.fixture
 def open_and_wait(qtbot):
-    """``open_and_wait(window, folder)``: open an archive, wait until indexed and the first spectrum is shown."""
+    """``open_and_wait(window, folder)``: open an archive, wait until indexed and a spectrum is current."""
 
     def run(window, folder, timeout=30000) -> None:
         window.open_archive(folder)
-        qtbot.waitUntil(lambda: window.index is not None and window.vetting.spectrum is not None, timeout=timeout)
+        qtbot.waitUntil(lambda: window.index is not None and window.vetting.entry is not None, timeout=timeout)
 
     return run
 

@@ -29,6 +29,25 @@ log = logging.getLogger(__name__)
 EngineFactory = Callable[[], Any]  # () -> Engine (loaded lazily by the agent loop)
 
 
+def release_render_scene() -> None:
+    """Drop this thread's offscreen render scene while the thread can still run Python.
+
+    `speco3.render` keeps one Qt scene per thread in a ``threading.local``; left there, it would be destroyed
+    while the thread's Python state is torn down, which crashes PySide6. Call at the end of a worker thread.
+    """
+    try:
+        from speco3.render import qtscene
+    except ImportError:
+        return
+    local = getattr(qtscene, "_local", None)
+    scene = getattr(local, "scene", None)
+    if scene is not None:
+        try:
+            scene.close()
+        finally:
+            del local.scene
+
+
 def render_png(view) -> bytes:
     """The agent's render function: the training-faithful renderer, PNG bytes."""
     from speco3.render import render_view
@@ -96,8 +115,11 @@ class AgentJob:
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
-class InferenceThread(QThread):
-    """The thread that owns the engine; see module doc.
+class InferenceThread(QObject):
+    """The worker that owns the engine, living in its own QThread; see module doc.
+
+    (A QObject moved to a QThread rather than a QThread subclass: with PySide6 6.12 on Python 3.11 a Python
+    ``QThread.run`` override crashes when the thread ends.)
 
     Signals
     -------
@@ -115,8 +137,12 @@ class InferenceThread(QThread):
     engine_status = Signal(str)
 
     def __init__(self, render: Callable[[Any], bytes] = render_png, parent=None):
-        super().__init__(parent)
+        super().__init__()
         self.render = render
+        self._thread = QThread(parent)
+        self._thread.setObjectName("InferenceThread")
+        self.moveToThread(self._thread)
+        self._thread.started.connect(self._loop)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = False
@@ -131,6 +157,12 @@ class InferenceThread(QThread):
         self._next_id = 1
 
     # -- GUI-thread API ------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def isRunning(self) -> bool:  # noqa: N802 - mirrors QThread
+        return self._thread.isRunning()
+
     def submit(self, job: AgentJob) -> int:
         """Queue an interactive run (served before batch items); returns its job id."""
         with self._lock:
@@ -198,7 +230,8 @@ class InferenceThread(QThread):
         if cur is not None:
             cur.cancel.set()
         self._wake.set()
-        self.wait(timeout_ms)
+        self._thread.quit()
+        self._thread.wait(timeout_ms)
 
     # -- worker thread -------------------------------------------------------------------------------------------
     def _next_job(self) -> AgentJob | None:
@@ -213,7 +246,8 @@ class InferenceThread(QThread):
                 self._current = None
             return self._current
 
-    def run(self) -> None:  # noqa: D401 - QThread override
+    @Slot()
+    def _loop(self) -> None:
         while True:
             with self._lock:
                 if self._stop:
@@ -239,6 +273,7 @@ class InferenceThread(QThread):
                     if not left and done >= total:
                         self.batch_state.emit("finished")
         self._close_engine()
+        release_render_scene()
 
     def _close_engine(self) -> None:
         if self._engine is not None:
