@@ -403,7 +403,11 @@ class MainWindow(QMainWindow):
         self._batch_paused = state == "paused"
         if state in ("finished", "cancelled"):
             self.show_message(f"batch pre-screen {state}")
-            QTimer.singleShot(3000, lambda: [w.setVisible(False) for w in (self.batch_pause, self.batch_cancel)])
+            QTimer.singleShot(3000, self, self._hide_batch_controls)  # the window as context: no call after close
+
+    def _hide_batch_controls(self) -> None:
+        for w in (self.batch_pause, self.batch_cancel):
+            w.setVisible(False)
 
     # -- dialogs and exports -------------------------------------------------------------------------------------
     def choose_export(self, fmt: str, ext: str) -> None:

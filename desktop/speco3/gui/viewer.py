@@ -169,8 +169,9 @@ class SpectrumViewer(QWidget):
         self._clear_highlight()
         self.highlight = pg.LinearRegionItem((lo, hi), movable=False, brush=HIGHLIGHT_BRUSH)
         self.highlight.setZValue(-5)
-        if label:
-            pg.InfLineLabel(self.highlight.lines[0], label, position=0.92, anchors=[(0, 0), (0, 0)])
+        if label:  # keep a Python reference: PySide would otherwise drop the wrapper and its attributes
+            self.highlight.label = pg.InfLineLabel(self.highlight.lines[0], label, position=0.92,
+                                                   anchors=[(0, 0), (0, 0)])
         self.plot.addItem(self.highlight)
         pad = 0.15 * (hi - lo)
         self.vb.setXRange(lo - pad, hi + pad, padding=0)
@@ -214,7 +215,8 @@ class SpectrumViewer(QWidget):
             if s.medium == "vacuum":
                 lo, hi = float(air_to_vac(lo)), float(air_to_vac(hi))
             region = self._add_region(lo / factor, hi / factor, TELLURIC_BRUSH)
-            pg.InfLineLabel(region.lines[0], f"⊕ {name}", position=0.04, anchors=[(0, 1), (0, 1)], color=(110, 110, 110))
+            region.label = pg.InfLineLabel(region.lines[0], f"⊕ {name}", position=0.04, anchors=[(0, 1), (0, 1)],
+                                           color=(110, 110, 110))  # referenced, see show_window
         self._draw_lines()
         self._update_header()
         if reset_x:

@@ -1,0 +1,101 @@
+"""Keyboard-only vetting of a whole archive, resume after reopening, prefetch, batch pre-screen."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from speco3.gui.settings import AppSettings
+from speco3.vetting import VettingStore
+
+pytestmark = pytest.mark.gui
+
+CYCLE = [Qt.Key.Key_Y, Qt.Key.Key_N, Qt.Key.Key_U]
+EXPECT = ["YES", "NO", "UNSURE"]
+
+
+def test_keyboard_vetting_of_20_spectra_and_resume(qtbot, make_window, demo_archive, open_and_wait, key):
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    store_path = w.vetting.store.path
+    for i in range(12):
+        key(w, CYCLE[i % 3])
+    assert w.vetting.row == 12
+    stopped_at = w.vetting.entry.key
+    w.close()  # everything was written at once: a fresh reader sees all 12
+    with VettingStore(store_path, readonly=True) as store:
+        assert len(store.decisions("cv")) == 12
+    # reopen: the app reopens the last archive and resumes where the vetter stopped
+    w2 = make_window(settings=AppSettings.load())
+    assert w2.settings.last_archive == str(demo_archive.resolve())
+    open_and_wait(w2, w2.settings.last_archive)
+    assert w2.vetting.entry.key == stopped_at and w2.vetting.row == 12
+    assert w2.decision.position.text().startswith("Spectrum 13 of 20 · 12 decided")
+    for i in range(12, 20):
+        key(w2, CYCLE[i % 3])
+    key(w2, Qt.Key.Key_Y)  # at the end of the queue: re-decides the last one, adds no row
+    decisions = w2.vetting.store.decisions("cv")
+    assert len(decisions) == 20
+    assert len({d.spectrum_key for d in decisions}) == 20
+    by_key = {d.spectrum_key: d.decision for d in decisions}
+    rows = [w2.table_model.entry(r) for r in range(20)]
+    got = [by_key[f"{e.path}#{e.index}"] for e in rows]
+    assert got[:19] == [EXPECT[i % 3] for i in range(19)] and got[19] == "YES"
+    assert "end of the queue" in w2.statusBar().currentMessage()
+
+
+def test_next_and_previous_use_prefetched_spectra(qtbot, make_window, demo_archive, open_and_wait, key):
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    cache = w.vetting.cache
+    cache.wait_idle()
+    assert cache.cached(w.table_model.entry(1).key) and cache.cached(w.table_model.entry(3).key)
+    misses = cache.misses
+    for _ in range(5):
+        key(w, Qt.Key.Key_Right)
+        cache.wait_idle()
+    key(w, Qt.Key.Key_Left)
+    assert w.vetting.row == 4
+    assert cache.misses == misses  # every switch came from the prefetch cache
+    key(w, Qt.Key.Key_Right, Qt.KeyboardModifier.ShiftModifier)  # next undecided
+    assert w.vetting.row == 5
+
+
+def test_batch_prescreen_fills_the_table_while_the_vetter_works(qtbot, make_window, demo_archive, open_and_wait,
+                                                               key, engine_factory, fake_models):
+    engine_factory.delay_s = 0.001
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    w.start_batch()
+    assert w.batch_bar.isVisible()
+    key(w, Qt.Key.Key_N)  # the vetter keeps working
+    w.toggle_batch_pause()
+    paused_at = w.batch_bar.value()
+    qtbot.wait(600)
+    assert w.batch_bar.value() <= paused_at + 1  # at most the item in flight finishes
+    w.toggle_batch_pause()
+    qtbot.waitUntil(lambda: w.batch_bar.value() == 20, timeout=60000)
+    store = w.vetting.store
+    verdicts = store.model_verdicts("cv")
+    assert len(verdicts) == 20 and {v.verdict for v in verdicts} == {"YES"}
+    assert w.table_model.data(w.table_model.index(10, 7)) == "YES"
+    assert len(store.decisions("cv")) == 1
+    # sort by model verdict, filter by verdict state
+    w.table_model.sort(7, Qt.SortOrder.AscendingOrder)
+    assert w.table_model.loaded_rows() == 20
+    w.archive.state.setCurrentText("model YES")
+    assert w.table_model.loaded_rows() == 20
+    w.archive.state.setCurrentText("undecided")
+    assert w.table_model.loaded_rows() == 19
+
+
+def test_batch_cancel(qtbot, make_window, demo_archive, open_and_wait, engine_factory, fake_models):
+    engine_factory.delay_s = 0.02
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    w.start_batch()
+    qtbot.waitUntil(lambda: w.batch_bar.value() >= 1, timeout=30000)
+    w.inference.cancel_batch()
+    qtbot.waitUntil(lambda: not w.inference.batch_running(), timeout=30000)
+    n = len(w.vetting.store.model_verdicts("cv"))
+    assert 1 <= n < 20
