@@ -73,6 +73,13 @@ EXCLUDES: tuple[str, ...] = (
     "PyQt6",
     "PySide2",
     "llama_cpp.server",  # OpenAI-compatible web server: needs fastapi/uvicorn, never used offline
+    # ASDF (astropy.table registers its reader when asdf-astropy is importable; its schemas are data files that
+    # no hook collects, so a half-bundled asdf breaks every table read). The app reads FITS, never ASDF.
+    "asdf",
+    "asdf_astropy",
+    "asdf_standard",
+    "asdf_coordinates_schemas",
+    "asdf_transform_schemas",
     "hf_xet",  # Xet transfer accelerator (11 MB); huggingface-hub falls back to plain HTTP downloads without it
 )
 
@@ -264,7 +271,7 @@ def cuda_runtime_libraries(cuda_path: str | None) -> list[tuple[str, str]]:
 
 #: Third-party test suites collected by broad hooks (astropy's collects every submodule). ``astropy.tests``
 #: itself stays: ``astropy/__init__`` imports its test runner.
-THIRD_PARTY_TESTS = re.compile(r"^(astropy|pyqtgraph|numpy|PIL|gguf|jinja2|asdf)\.(.+\.)?tests?(\.|$)")
+THIRD_PARTY_TESTS = re.compile(r"^(astropy|pyqtgraph|numpy)\.(.+\.)?tests(\.|$)")  # not jinja2.tests: real code
 _KEEP_TEST_PACKAGE = re.compile(r"^astropy\.tests(\.|$)")
 
 

@@ -1,0 +1,87 @@
+"""Opt-in: build the Linux bundle with ``packaging/build-linux.sh`` and prove it (minutes; ``SPECO3_BUILD_BUNDLE=1``).
+
+The build script itself runs ``--version`` and ``--self-test`` of the built executables in a clean environment
+(``env -i``, empty ``HOME``, no virtual environment on ``PATH``); this test checks its results and the bundle's
+contents, and runs the command line entry point once more from a clean environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.environ.get("SPECO3_BUILD_BUNDLE") != "1", reason="set SPECO3_BUILD_BUNDLE=1 to build"),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux recipe"),
+]
+
+
+@pytest.fixture(scope="module")
+def built(repo):
+    run = subprocess.run(["bash", "packaging/build-linux.sh"], cwd=repo, capture_output=True, text=True,
+                         timeout=1800)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    info = json.loads((repo / "dist" / "build-info.json").read_text())
+    return repo / "dist" / "spec-o3", info, run.stdout
+
+
+def test_build_report_and_self_test(built, repo):
+    bundle, info, stdout = built
+    assert info["self_test"] == "pass"
+    report = json.loads((repo / "dist" / "self-test.json").read_text())
+    assert report["ok"] and report["frozen"] and len(report["checks"]) == 8
+    llama = next(c for c in report["checks"] if c["name"] == "llama.cpp")
+    assert llama["extra"]["lib_dir"].startswith(str(bundle))  # the bundled libraries, not the venv's
+    assert 50 * 2**20 < info["bundle_bytes"] < 1024 * 2**20
+    print(f"\nbundle {info['bundle_bytes'] / 2**20:.0f} MiB, tarball {info['tarball_bytes'] / 2**20:.0f} MiB, "
+          f"PyInstaller {info['pyinstaller_seconds']} s, self-test {info['self_test_seconds']} s")
+
+
+def test_bundle_contents(built):
+    bundle, _info, _ = built
+    internal = bundle / "_internal"
+    lib = internal / "llama_cpp" / "lib"
+    assert (lib / "libllama.so").is_symlink() and (lib / "libllama.so.0").is_file()
+    for name in ("libllama.so", "libmtmd.so", "libggml.so", "libggml-base.so", "libggml-cpu.so"):
+        assert (lib / name).exists(), name
+    platforms = internal / "PySide6" / "Qt" / "plugins" / "platforms"
+    assert (platforms / "libqoffscreen.so").is_file() and (platforms / "libqxcb.so").is_file()
+    assert len(list((internal / "speco3" / "agent" / "tasks").glob("*.json"))) >= 5
+    assert (internal / "speco3_models" / "catalog.json").is_file()
+    assert (internal / "speco3" / "render" / "fonts" / "DejaVuSans.ttf").is_file()
+    assert list((internal / "astropy_iers_data").rglob("*.dat")) or list((internal / "astropy_iers_data").rglob("*"))
+    assert not list(internal.rglob("libcuda.so*")) and not list(internal.rglob("libvulkan.so*"))
+    assert not (internal / "torch").exists() and not (internal / "matplotlib").exists()
+    assert (bundle / "spec-o3").is_symlink() and os.readlink(bundle / "spec-o3") == "spec-o3-desktop"
+    assert (bundle / "share" / "applications" / "spec-o3.desktop").is_file()
+    assert (bundle / "share" / "icons" / "hicolor" / "256x256" / "apps" / "spec-o3.png").is_file()
+
+
+def test_cli_from_a_clean_environment(built):
+    bundle, info, _ = built
+    with tempfile.TemporaryDirectory() as home:
+        env = {"HOME": home, "PATH": "/usr/bin:/bin"}
+        run = subprocess.run([str(bundle / "spec-o3"), "models", "list"], env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert "spec-o3-7b" in run.stdout  # the catalog (package data) from inside the bundle
+        version = subprocess.run([str(bundle / "spec-o3-desktop"), "--version"], env=env, capture_output=True,
+                                 text=True, timeout=60)
+        assert version.returncode == 0 and info["version"] in version.stdout + version.stderr
+
+
+def test_tarball_holds_the_bundle(built, repo):
+    _bundle, info, _ = built
+    with tarfile.open(repo / info["tarball"]) as tar:
+        names = set(tar.getnames())
+    assert {"spec-o3/spec-o3-desktop", "spec-o3/spec-o3", "spec-o3/install.sh"} <= names
+    assert "spec-o3/_internal/llama_cpp/lib/libllama.so.0" in names
+    assert Path(repo / info["tarball"]).stat().st_size == info["tarball_bytes"]
