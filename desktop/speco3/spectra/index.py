@@ -44,8 +44,9 @@ CREATE TABLE IF NOT EXISTS files (
     rel TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, format TEXT, n_spectra INTEGER,
     error TEXT, error_kind TEXT, skipped TEXT, depends TEXT, scanned_at REAL);
 CREATE TABLE IF NOT EXISTS spectra (
-    key TEXT PRIMARY KEY, rel TEXT NOT NULL, idx INTEGER NOT NULL, format TEXT, survey TEXT, data_release TEXT,
-    object_id TEXT, ra REAL, dec REAL, redshift REAL, redshift_source TEXT, cls TEXT, subclass TEXT, snr REAL,
+    key TEXT PRIMARY KEY, rel TEXT NOT NULL, idx INTEGER NOT NULL, format TEXT COLLATE NOCASE,
+    survey TEXT COLLATE NOCASE, data_release TEXT, object_id TEXT, ra REAL, dec REAL, redshift REAL,
+    redshift_source TEXT, cls TEXT COLLATE NOCASE, subclass TEXT COLLATE NOCASE, snr REAL,
     file_name TEXT, hdu TEXT, row INTEGER, note TEXT, n_pixels INTEGER, wmin REAL, wmax REAL,
     masked_fraction REAL, flux_unit TEXT, medium TEXT, file_size INTEGER, file_mtime REAL, error TEXT,
     has_error INTEGER NOT NULL DEFAULT 0);
@@ -58,7 +59,11 @@ CREATE INDEX IF NOT EXISTS ix_spectra_name ON spectra(file_name, key);
 CREATE INDEX IF NOT EXISTS ix_spectra_format ON spectra(format, key);
 CREATE INDEX IF NOT EXISTS ix_spectra_err ON spectra(has_error, key);
 CREATE INDEX IF NOT EXISTS ix_spectra_obj ON spectra(object_id);
+CREATE INDEX IF NOT EXISTS ix_spectra_cls_snr ON spectra(cls, snr, key);
+CREATE INDEX IF NOT EXISTS ix_spectra_cls_z ON spectra(cls, redshift, key);
 """
+#: Bumped when the tables change; an index with another version is rebuilt (it is a cache).
+SCHEMA_VERSION = "2"
 COLUMNS = ("key", "rel", "idx", "format", "survey", "data_release", "object_id", "ra", "dec", "redshift",
            "redshift_source", "cls", "subclass", "snr", "file_name", "hdu", "row", "note", "n_pixels", "wmin",
            "wmax", "masked_fraction", "flux_unit", "medium", "file_size", "file_mtime", "error", "has_error")
@@ -151,7 +156,13 @@ class ArchiveIndex:
         self._db = sqlite3.connect(str(self.db_path), check_same_thread=False, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        has_meta = self._db.execute("SELECT name FROM sqlite_master WHERE name='meta'").fetchone()
+        version = has_meta and self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        if has_meta and (not version or version[0] != SCHEMA_VERSION):
+            log.info("index %s has an old schema; rebuilding it", self.db_path)
+            self._db.executescript("DROP TABLE IF EXISTS spectra; DROP TABLE IF EXISTS files;")
         self._db.executescript(SCHEMA)
+        self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
         self._db.commit()
 
     @classmethod
@@ -283,7 +294,7 @@ class ArchiveIndex:
             if value is None or value == "":
                 continue
             values = [value] if isinstance(value, str) else list(value)
-            clauses.append(f"{column} COLLATE NOCASE IN ({','.join('?' * len(values))})")
+            clauses.append(f"{column} IN ({','.join('?' * len(values))})")  # columns are COLLATE NOCASE
             params += values
         if z_min is not None:
             clauses.append("redshift >= ?")

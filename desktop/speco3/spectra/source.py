@@ -220,6 +220,9 @@ class Source:
             with contextlib.suppress(Exception), warnings.catch_warnings():  # must not mask the real error
                 warnings.simplefilter("ignore")
                 self.hdul.close()
+        owned = self.__dict__.pop("_owned", None)
+        if owned is not None:
+            owned.close()
 
 
 def _sniff_text(raw: bytes) -> str | None:
@@ -288,16 +291,25 @@ def open_source(source: Any) -> Source:
             raise SpectrumReadError(display, "file not found")
         if path.is_dir():
             raise SpectrumReadError(display, "is a folder, not a file")
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(16)
+        try:  # the file is opened once: sniffed, then handed to astropy or read whole
+            fh = open(path, "rb")  # noqa: SIM115 - owned by the Source, closed by Source.close()
         except OSError as exc:
             raise SpectrumReadError(display, f"cannot open: {exc.strerror or exc}") from exc
-        if not head:
-            raise SpectrumReadError(display, "empty file (0 bytes)")
-        if head.startswith(FITS_MAGIC):
-            return _open_fits(str(path), display, path.resolve())
-        return _from_bytes(path.read_bytes(), display, path.resolve())
+        try:
+            head = fh.read(16)
+            if not head:
+                raise SpectrumReadError(display, "empty file (0 bytes)")
+            if head.startswith(FITS_MAGIC):
+                fh.seek(0)
+                src = _open_fits(fh, display, path.resolve())
+                src._owned = fh
+                return src
+            raw = head + fh.read()
+        except BaseException:
+            fh.close()
+            raise
+        fh.close()
+        return _from_bytes(raw, display, path.resolve())
     if hasattr(source, "read"):
         name = getattr(source, "name", None)
         display = str(name) if isinstance(name, str) else "<file object>"
