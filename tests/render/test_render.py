@@ -222,3 +222,27 @@ def test_matches_matplotlib_reference_beyond_references(case, mpl_reference):
     mine = _rgb(ours.png)
     h, w = min(mine.shape[0], theirs.shape[0]), min(mine.shape[1], theirs.shape[1])
     assert np.abs(mine[:h, :w] - theirs[:h, :w]).mean() < 3.0
+
+
+def test_release_thread_scene_in_worker():
+    """A worker can drop its scene before it ends; a later render in that thread builds a new one."""
+    from speco3.render import qtscene, release_thread_scene
+
+    out: list[bytes] = []
+    seen: list[object] = []
+
+    def work() -> None:
+        x = np.linspace(5000, 5100, 50)
+        out.append(render_arrays(x, np.sin(x), "t", True).png)
+        seen.append(qtscene._local.scene)
+        release_thread_scene()
+        assert getattr(qtscene._local, "scene", None) is None
+        out.append(render_arrays(x, np.sin(x), "t", True).png)
+        seen.append(qtscene._local.scene)
+        release_thread_scene()
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(60)
+    assert len(out) == 2 and out[0] == out[1]
+    assert seen[0] is not seen[1] and seen[0].scene is None

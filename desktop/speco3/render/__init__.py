@@ -24,7 +24,15 @@ from speco3.spectra.view import View
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RenderError", "RenderedImage", "init_qt", "render_view", "render_arrays", "token_grid"]
+__all__ = [
+    "RenderError",
+    "RenderedImage",
+    "init_qt",
+    "release_thread_scene",
+    "render_view",
+    "render_arrays",
+    "token_grid",
+]
 
 
 class RenderError(Speco3Error):
@@ -70,11 +78,22 @@ def init_qt() -> None:
     """Make sure a Qt application exists (an offscreen one if needed) and the bundled fonts are loaded.
 
     Call it in the main thread before rendering from worker threads when no QApplication is running yet
-    (command-line tools); a GUI that already created its QApplication need not call it.
+    (command-line tools). A GUI should call it right after creating its QApplication: importing the Qt side
+    also applies the ``None`` reference-count workaround for PySide6 6.12 on CPython 3.11
+    (see :func:`speco3.render.qtscene._pin_none`), which protects every PySide6 call in the process.
     """
     from speco3.render.qtscene import ensure_app
 
     ensure_app()
+
+
+def release_thread_scene() -> None:
+    """Drop the calling thread's render scene; call before a worker thread that rendered finishes."""
+    import sys
+
+    qtscene = sys.modules.get("speco3.render.qtscene")
+    if qtscene is not None:
+        qtscene.release_thread_scene()
 
 
 def render_arrays(

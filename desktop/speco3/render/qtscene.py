@@ -367,6 +367,20 @@ def thread_scene() -> FigureScene:
     return scene
 
 
+def release_thread_scene() -> None:
+    """Close and drop the calling thread's scene (call at the end of a worker thread, e.g. a ``QThread``).
+
+    Left in the ``threading.local``, the scene would be destroyed while the thread's Python state is torn down,
+    which PySide6 does not survive in every thread type.
+    """
+    scene = getattr(_local, "scene", None)
+    if scene is not None:
+        try:
+            scene.close()
+        finally:
+            del _local.scene
+
+
 @atexit.register
 def _shutdown() -> None:
     """Dismantle all scenes before Qt and the interpreter tear down their objects in arbitrary order."""
