@@ -1,0 +1,172 @@
+"""Components on their own: lazy table model (100,000 rows), viewer y-range, settings, keymap, entry point."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QModelIndex, Qt
+
+from speco3.gui.archive_model import PAGE, ArchiveTableModel, Filters
+from speco3.gui.keymap import DEFAULT_KEYS, Keymap
+from speco3.gui.lines import display_range, mask_runs, vac_to_air
+from speco3.gui.settings import AppSettings
+from speco3.spectra.model import Spectrum, SpectrumMeta
+
+pytestmark = pytest.mark.gui
+
+
+class ListIndex:
+    """An index stand-in over a Python list, counting queries (the SQL index is tested in tests/spectra)."""
+
+    def __init__(self, n):
+        self.rows = [SimpleNamespace(key=f"f{i:06d}.fits#0", path=f"/a/f{i:06d}.fits", index=0, name=f"f{i:06d}.fits",
+                                     file_name=f"f{i:06d}.fits", survey="LAMOST", cls="STAR" if i % 10 else "QSO",
+                                     subclass="", redshift=i * 1e-5, snr=float(i % 50), object_id=str(i), error=None)
+                     for i in range(n)]
+        self.queries = []
+
+    def _match(self, survey=None, cls=None, **_):
+        return [r for r in self.rows if (cls is None or r.cls == cls)]
+
+    def count(self, **kw):
+        return len(self._match(**kw))
+
+    def query(self, limit=None, offset=0, sort="file_name", descending=False, **kw):
+        self.queries.append((limit, offset, sort))
+        rows = self._match(**kw)
+        if sort != "file_name":
+            rows = sorted(rows, key=lambda r: (getattr(r, sort), r.key), reverse=descending)
+        return rows[offset: offset + limit if limit is not None else None]
+
+
+def test_lazy_paging_over_100k_rows(qtbot):
+    index = ListIndex(100_000)
+    model = ArchiveTableModel()
+    t0 = time.perf_counter()
+    model.set_index(index)
+    opened = time.perf_counter() - t0
+    assert model.rowCount() == PAGE and model.total_hint() == 100_000
+    assert model.canFetchMore(QModelIndex())
+    assert index.queries == [(PAGE, 0, "file_name")] and opened < 1.0
+    model.fetchMore(QModelIndex())
+    assert model.rowCount() == 2 * PAGE and index.queries[-1] == (PAGE, PAGE, "file_name")
+    assert model.data(model.index(300, 0)) == "f000300.fits"
+    assert model.data(model.index(300, 4)) == "0.00300"
+    # a view scrolled to the end asks for more pages only as needed
+    from PySide6.QtWidgets import QTableView
+
+    view = QTableView()
+    qtbot.addWidget(view)
+    view.setModel(model)
+    view.resize(600, 400)
+    view.show()
+    view.scrollToBottom()
+    qtbot.wait(50)
+    assert 2 * PAGE <= model.rowCount() < 20 * PAGE
+    # sorting goes to the index; filters are passed through
+    model.sort(5, Qt.SortOrder.DescendingOrder)
+    assert index.queries[-1] == (PAGE, 0, "snr") and model.entry(0).snr == 49.0
+    model.set_filters(Filters(cls="QSO"))
+    assert model.total_hint() == 10_000 and all(model.entry(r).cls == "QSO" for r in range(model.rowCount()))
+    assert model.row_of("f000990.fits#0") is not None
+
+
+def test_verdict_state_filter_pages_through_the_index():
+    index = ListIndex(2000)
+    decided = {f"f{i:06d}.fits#0" for i in (5, 1500, 1999)}
+    model = ArchiveTableModel(state_fn=lambda e: (None, "YES" if e.key in decided else None))
+    model.set_index(index)
+    model.set_filters(Filters(state="decided"))
+    model.fetch_all()
+    assert [model.entry(r).key for r in range(model.rowCount())] == sorted(decided)
+    assert model.data(model.index(0, 8)) == "YES"
+    model.set_filters(Filters(state="undecided"))
+    assert model.rowCount() == PAGE - 1  # the first page minus the decided f000005
+
+
+def _noisy_spectrum():
+    rng = np.random.default_rng(3)
+    w = np.linspace(3700, 9100, 3909)
+    flux = 100 + rng.normal(0, 2, w.size)
+    flux[:60] += rng.normal(0, 3000, 60)  # a terrible blue edge
+    flux[2000] = 1e6  # a cosmic ray, not masked
+    flux[1000:1010] += 150  # a real emission line, ten pixels wide
+    return Spectrum(w, flux, np.full(w.size, 0.25), meta=SpectrumMeta(redshift=0.0))
+
+
+def test_display_range_ignores_edges_and_spikes_but_keeps_lines():
+    s = _noisy_spectrum()
+    lo, hi = display_range(s.flux)
+    assert 60 < lo < 100 and 250 < hi < 300
+
+
+def test_viewer_y_range_follows_the_visible_window(qtbot):
+    from speco3.gui.viewer import SpectrumViewer
+
+    v = SpectrumViewer()
+    qtbot.addWidget(v)
+    v.show()
+    v.set_spectrum(_noisy_spectrum())
+    lo, hi = v.y_range()
+    assert lo > 50 and hi < 300
+    v.show_window(7000, 7200, "observed")
+    lo2, hi2 = v.y_range()
+    assert hi2 < 130  # no line in this window: tight range around the continuum
+    assert v.highlight.getRegion() == pytest.approx((7000, 7200))
+
+
+def test_vacuum_air_and_mask_runs():
+    assert vac_to_air(6564.61) == pytest.approx(6562.80, abs=0.02)
+    mask = np.zeros(100, bool)
+    mask[[3, 4, 5, 7, 50]] = True
+    assert mask_runs(mask) == [(3, 8), (50, 51)]
+
+
+def test_settings_roundtrip_and_bad_file(tmp_path):
+    s = AppSettings(vetter="MJ", n_threads=4, n_gpu_layers=0, image_max_tokens=512, keymap={"next": "J"})
+    path = s.save()
+    again = AppSettings.load()
+    assert again == s and path.parent.name == "config"
+    es = again.engine_settings()
+    assert (es.n_threads, es.n_gpu_layers, es.image_max_tokens, es.n_ctx) == (4, 0, 512, 16384)
+    path.write_text(json.dumps({"vetter": 3, "n_ctx": -5, "auto_advance": False}))
+    odd = AppSettings.load()
+    assert odd.vetter == "" and odd.n_ctx == 16384 and odd.auto_advance is False
+    path.write_text("{not json")
+    assert AppSettings.load() == AppSettings()
+    assert path.with_name("desktop.json.bad").is_file()
+
+
+def test_keymap_overrides_conflicts_and_cheat_sheet():
+    km = Keymap({"next": "J", "bogus": "K", "previous": ""})
+    assert km.keys["next"] == "J" and km.keys["previous"] == DEFAULT_KEYS["previous"]
+    assert km.overrides() == {"next": "J"}
+    assert Keymap({"next": "Y"}).conflicts() == [("Y", "decide_yes", "next")]
+    assert "Next spectrum" in km.cheat_sheet_html() and "<code>J</code>" in km.cheat_sheet_html()
+
+
+def test_custom_keymap_drives_the_window(qtbot, make_window, demo_archive, open_and_wait):
+    settings = AppSettings(vetter="kb", keymap={"decide_yes": "J", "next": "K"})
+    w = make_window(settings=settings)
+    open_and_wait(w, demo_archive)
+    qtbot.keyClick(w.archive.table, Qt.Key.Key_K)
+    assert w.vetting.row == 1
+    qtbot.keyClick(w.archive.table, Qt.Key.Key_Y)  # no longer bound
+    assert w.vetting.store.decisions("cv") == []
+    qtbot.keyClick(w.archive.table, Qt.Key.Key_J)
+    assert [d.decision for d in w.vetting.store.decisions("cv")] == ["YES"]
+    assert "<code>J</code>" in w.decision.cheat.text()
+
+
+def test_entry_point_arguments(capsys, tmp_path):
+    from speco3.gui.app import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and "spec-o3-desktop 0.1.0" in capsys.readouterr().out
+    assert main([str(tmp_path / "missing")]) == 2
+    assert "not a folder" in capsys.readouterr().err
