@@ -15,11 +15,11 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 from speco3.imaging import PreparedImage
 
-Part = Union[str, PreparedImage]
+Part = str | PreparedImage
 StopReason = Literal["stop", "length", "cancelled", "context_full"]
 TokenCallback = Callable[[str], None]
 
