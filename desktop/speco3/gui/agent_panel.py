@@ -64,12 +64,14 @@ class AgentPanel(QWidget):
         self.transcript = QTextBrowser(objectName="transcript", openLinks=False)
         self.zooms = QListWidget(objectName="zoomStrip")
         self.zooms.setViewMode(QListWidget.ViewMode.IconMode)
-        self.zooms.setIconSize(QSize(150, 90))
+        self.zooms.setIconSize(QSize(140, 78))
         self.zooms.setFlow(QListWidget.Flow.LeftToRight)
         self.zooms.setWrapping(False)
-        self.zooms.setFixedHeight(135)
+        self.zooms.setFixedHeight(122)
+        self.transcript.setMinimumHeight(110)
         self.zooms.setMovement(QListWidget.Movement.Static)
         self.verdict = QLabel("", objectName="verdictLabel", wordWrap=True, textFormat=Qt.TextFormat.RichText)
+        self.verdict.setMinimumHeight(40)
 
         row = QHBoxLayout()
         row.addWidget(QLabel("Task"))
@@ -158,6 +160,7 @@ class AgentPanel(QWidget):
         banner = (f"<p style='background:#fff3cd;color:#7a5200'><b>⚠ {SCRIPTED_LABEL}.</b> Canned text and the demo "
                   "catalogue's answer; the zooms are real renders.</p>") if scripted else ""
         self.transcript.setHtml(banner + f"<p><b>{html.escape(title)}</b></p>")
+        self._new_block()
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.status.setText("starting …")
@@ -190,6 +193,12 @@ class AgentPanel(QWidget):
         elif kind == "verdict":
             self._show_verdict(step)
 
+    def _new_block(self) -> None:
+        cursor = self.transcript.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertBlock()
+        self.transcript.setTextCursor(cursor)
+
     def _append_html(self, fragment: str) -> None:
         cursor = self.transcript.textCursor()
         cursor.movePosition(QTextCursor.MoveOperation.End)
@@ -206,7 +215,7 @@ class AgentPanel(QWidget):
         i = len(self._zoom_windows)
         self._zoom_windows.append((lo, hi, label))
         image = QImage.fromData(step.image.png)
-        thumb = QPixmap.fromImage(image).scaled(150, 90, Qt.AspectRatioMode.KeepAspectRatio,
+        thumb = QPixmap.fromImage(image).scaled(140, 78, Qt.AspectRatioMode.KeepAspectRatio,
                                                 Qt.TransformationMode.SmoothTransformation)
         item = QListWidgetItem(QIcon(thumb), f"{label}\n{lo:g}–{hi:g} Å")
         item.setData(Qt.ItemDataRole.UserRole, i)
@@ -239,6 +248,7 @@ class AgentPanel(QWidget):
         self._info = {"scripted": scripted, "model": model.get("model_id", "?")}
         banner = f"<p style='background:#fff3cd;color:#7a5200'><b>⚠ {SCRIPTED_LABEL}.</b></p>" if scripted else ""
         self.transcript.setHtml(banner + f"<p><b>{html.escape(heading)}</b> (stored run)</p>")
+        self._new_block()
         for step in trace.steps:
             kind = getattr(step, "kind", "")
             if kind == "assistant":

@@ -83,7 +83,7 @@ class MainWindow(QMainWindow):
         centre = QSplitter(Qt.Orientation.Vertical)
         centre.addWidget(self.stack)
         centre.addWidget(self.agent_panel)
-        centre.setSizes([520, 380])
+        centre.setSizes([440, 510])
         main = QSplitter(Qt.Orientation.Horizontal)
         main.addWidget(self.archive)
         main.addWidget(centre)

@@ -101,8 +101,7 @@ class SelfTest(QObject):
         return w.agent.interactive_job is not None
 
     def _streaming(self) -> bool:
-        text = self.window.agent_panel.transcript.toPlainText()
-        if len(text) < 200:
+        if self.window.agent_panel._live_chars < 150:  # some reasoning has streamed in
             return False
         self.shot("03-agent-streaming")
         return True
