@@ -93,7 +93,21 @@ class _LazyTensor:
     def byteswap(self, inplace: bool = False):  # pragma: no cover - little-endian only
         raise ConversionError("big-endian GGUF output is not supported")
 
+    def _byte_range(self) -> tuple[int, int] | None:
+        """``(offset, length)`` in the shard when the output is a verbatim byte range of the source."""
+        t, ref = self.t, self.ref
+        if (ref.dtype, t.qtype) not in _SAME or t.temporal is not None:
+            return None
+        if t.rows is None:
+            return ref.offset, ref.nbytes
+        per_row = ref.nbytes // ref.shape[0]
+        return ref.offset + t.rows[0] * per_row, (t.rows[1] - t.rows[0]) * per_row
+
     def tofile(self, fh) -> None:
+        span = self._byte_range()
+        if span is not None:
+            copy_range(self.ref.path, fh, *span, on_bytes=self.on_bytes)
+            return
         written = 0
         for raw in _blocks(self.t, self.ref, self.block_bytes):
             out = encode(raw, self.ref.dtype, self.t.qtype, self.t.name)
@@ -102,6 +116,48 @@ class _LazyTensor:
             self.on_bytes(out.nbytes)
         if written != self.nbytes:
             raise ConversionError(f"tensor {self.t.name}: wrote {written} bytes, planned {self.nbytes}")
+
+
+def copy_range(src: Path, fh, offset: int, length: int, *, on_bytes: Callable[[int], None],
+               step: int = 64 << 20) -> None:
+    """Append ``length`` bytes of ``src`` from ``offset`` to the open output ``fh``.
+
+    Uses ``os.copy_file_range`` (in-kernel, no user-space copy) where available, else reads into one
+    reused buffer. ``fh`` is left positioned at its end.
+    """
+    fh.flush()
+    out_fd, done = fh.fileno(), 0
+    with open(src, "rb") as sf:
+        in_fd = sf.fileno()
+        if hasattr(os, "copy_file_range"):
+            try:
+                while done < length:
+                    n = os.copy_file_range(in_fd, out_fd, min(step, length - done), offset + done)
+                    if n <= 0:
+                        break
+                    done += n
+                    on_bytes(n)
+            except OSError as exc:  # e.g. EXDEV/EINVAL on some file systems: fall back to plain copies
+                logger.debug("copy_file_range unavailable (%s), copying through a buffer", exc)
+        if done < length:
+            buf = bytearray(min(step, length - done))
+            view = memoryview(buf)
+            sf.seek(offset + done)
+            os.lseek(out_fd, 0, os.SEEK_END)
+            while done < length:
+                n = sf.readinto(view[: min(len(buf), length - done)])
+                if not n:
+                    raise ConversionError(f"{src.name}: unexpected end of file at byte {offset + done}")
+                _write_all(out_fd, view[:n])
+                done += n
+                on_bytes(n)
+    fh.seek(0, os.SEEK_END)
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while len(data):
+        n = os.write(fd, data)
+        data = data[n:]
 
 
 def write_file(plan: FilePlan, ckpt: SafetensorsCheckpoint, path: Path, *, progress: Progress | None = None,

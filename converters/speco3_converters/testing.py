@@ -127,8 +127,10 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, tuple[int, ...],
             fh.write(raw)
 
 
-def _config(added: dict[str, int], tied: bool, nested: bool, dtype: str) -> dict:
-    t, v = TEXT, VISION
+def model_config(added: dict[str, int], tied: bool = False, nested: bool = False, dtype: str = "bf16",
+                 text_dims: dict | None = None, vision_dims: dict | None = None) -> dict:
+    """A Qwen2.5-VL ``config.json`` document (tiny dimensions unless ``text_dims``/``vision_dims`` say otherwise)."""
+    t, v = {**TEXT, **(text_dims or {})}, {**VISION, **(vision_dims or {})}
     vision = {"depth": v["depth"], "hidden_act": "silu", "hidden_size": v["hidden"],
               "intermediate_size": v["intermediate"], "num_heads": v["heads"], "in_chans": 3,
               "out_hidden_size": t["hidden"], "patch_size": 14, "spatial_merge_size": 2, "spatial_patch_size": 14,
@@ -209,7 +211,14 @@ def make_tiny_qwen25vl(out_dir: str | Path, *, layout: str = "classic", tied: bo
     if shards > 1:
         index = {"metadata": {"total_size": size}, "weight_map": weight_map}
         (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    (out / "config.json").write_text(json.dumps(_config(added, tied, nested_config, dtype), indent=2))
+    (out / "config.json").write_text(json.dumps(model_config(added, tied, nested_config, dtype), indent=2))
+    write_side_files(out, tok, added)
+    logger.debug("tiny Qwen2.5-VL (%s, tied=%s, nested=%s, %s) in %s", layout, tied, nested_config, dtype, out)
+    return out
+
+
+def write_side_files(out: Path, tok: dict, added: dict[str, int]) -> None:
+    """Write tokenizer, tokenizer config, preprocessor config and generation config of a test checkpoint."""
     (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(added), indent=2))
     (out / "preprocessor_config.json").write_text(json.dumps({
@@ -219,8 +228,6 @@ def make_tiny_qwen25vl(out_dir: str | Path, *, layout: str = "classic", tied: bo
     (out / "generation_config.json").write_text(json.dumps({
         "bos_token_id": added["<|endoftext|>"], "eos_token_id": [added["<|im_end|>"], added["<|endoftext|>"]],
         "pad_token_id": added["<|endoftext|>"], "do_sample": False}, indent=2))
-    logger.debug("tiny Qwen2.5-VL (%s, tied=%s, nested=%s, %s) in %s", layout, tied, nested_config, dtype, out)
-    return out
 
 
 # ----------------------------------------------------------------------------------------- cached GGUF pairs

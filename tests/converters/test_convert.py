@@ -210,3 +210,20 @@ def test_f16_overflow_is_reported(tiny_ckpts, tmp_path):
     with pytest.raises(ConversionError, match="overflow F16"):
         convert_checkpoint(hf, tmp_path / "out", outtype="f16")
     assert not list((tmp_path / "out").glob("*.gguf*"))  # no partial file left behind
+
+
+def test_raw_copies_without_copy_file_range_give_identical_bytes(tiny_ckpts, tmp_path, monkeypatch):
+    """BF16 tensors are copied in-kernel where possible; the buffered fallback writes the same file."""
+    import errno
+    import os
+
+    plan, ckpt = build_plan(tiny_ckpts(), outtype="bf16")
+    fast = write_file(plan.text, ckpt, tmp_path / "fast.gguf").read_bytes()
+    monkeypatch.delattr(os, "copy_file_range", raising=False)
+    assert write_file(plan.text, ckpt, tmp_path / "plain.gguf").read_bytes() == fast
+
+    def refuse(*args):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", refuse, raising=False)
+    assert write_file(plan.text, ckpt, tmp_path / "fallback.gguf").read_bytes() == fast

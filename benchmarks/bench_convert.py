@@ -1,0 +1,176 @@
+"""Conversion benchmark: peak memory and throughput of the streaming converter on a ≥ 2 GB checkpoint.
+
+Generates a random bf16 Qwen2.5-VL checkpoint of about 1.4 B parameters (Qwen2-1.5B-shaped text model:
+hidden 1536, intermediate 8960, 16 layers, vocab 151936, untied; an 8-block vision tower of the real
+width 1280/3420) in 1 GiB shards, written fast from random bytes. It then converts it (BF16 text + F16
+projector) in a child process and reports
+
+* the child's peak RSS (``getrusage(RUSAGE_CHILDREN).ru_maxrss``; goal ≤ 1.5 GiB, independent of model
+  size — the same figure for the tiny test model is printed beside it),
+* conversion throughput in MB/s of checkpoint bytes against a plain copy (``shutil.copyfile``) of the same
+  shards in the same run; both timings start and end with ``os.sync()`` so that the write-back of the
+  output is counted alike.
+
+Everything is written under a temporary folder (``--dir``) and removed at the end.
+
+Run: ``.venv/bin/python benchmarks/bench_convert.py [--layers 16] [--dir /tmp]``; prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from speco3_converters.hfconfig import load_config
+from speco3_converters.qwen25vl import expected_shapes
+from speco3_converters.testing import make_tiny_qwen25vl, model_config, write_side_files
+from speco3_converters.tinybpe import build_tokenizer_json
+
+SHARD_BYTES = 1 << 30
+CHUNK = 1 << 24  # elements per random chunk
+
+
+def _random_bf16(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Random finite bf16 words of magnitude ~2^-8..2^-6 (sign, exponent 119-121, random mantissa)."""
+    r = rng.integers(0, 1 << 16, size=n, dtype=np.uint16)
+    return (r & np.uint16(0x807F)) | np.uint16(0x3B80 + ((r[0] & 1) << 7))
+
+
+def write_checkpoint(folder: Path, layers: int, seed: int = 0) -> tuple[int, int]:
+    """Write the random checkpoint; returns (bytes of tensor data, parameter count)."""
+    tok, added = build_tokenizer_json()
+    cfg = model_config(added, text_dims={"hidden": 1536, "intermediate": 8960, "heads": 12, "kv_heads": 2,
+                                         "layers": layers, "vocab": 151936, "mrope": [16, 24, 24]},
+                       vision_dims={"depth": 8, "hidden": 1280, "intermediate": 3420, "heads": 16,
+                                    "fullatt": [3, 7]})
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    write_side_files(folder, tok, added)
+    shapes = expected_shapes(load_config(folder), tied=False)
+    groups, cur, size = [], [], 0
+    for name, shape in shapes.items():
+        nbytes = math.prod(shape) * 2
+        if cur and size + nbytes > SHARD_BYTES:
+            groups.append(cur)
+            cur, size = [], 0
+        cur.append((name, shape, nbytes))
+        size += nbytes
+    groups.append(cur)
+    rng = np.random.default_rng(seed)
+    weight_map, total, params = {}, 0, 0
+    for k, group in enumerate(groups):
+        fname = f"model-{k + 1:05d}-of-{len(groups):05d}.safetensors"
+        header, off = {"__metadata__": {"format": "pt"}}, 0
+        for name, shape, nbytes in group:
+            header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + nbytes]}
+            off += nbytes
+            weight_map[name] = fname
+        blob = json.dumps(header).encode()
+        blob += b" " * (-len(blob) % 8)
+        with open(folder / fname, "wb") as fh:
+            fh.write(struct.pack("<Q", len(blob)) + blob)
+            for _, shape, _ in group:
+                n = math.prod(shape)
+                for a in range(0, n, CHUNK):
+                    fh.write(_random_bf16(rng, min(CHUNK, n - a)).tobytes())
+                params += n
+        total += off
+        print(f"generated {fname} ({off / 2**30:.2f} GiB)", file=sys.stderr)
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+    return total, params
+
+
+_CONVERT = """
+import os, resource, sys, json, time
+from speco3_converters import convert_checkpoint
+from speco3_converters.verify import verify_pair
+t0 = time.perf_counter()
+res = convert_checkpoint(sys.argv[1], sys.argv[2], outtype="bf16", mmproj_type="f16", name="bench")
+os.sync()  # count the write-back of the output, as for the copy
+t1 = time.perf_counter()
+t, m = verify_pair(res.text_path, res.mmproj_path)
+t2 = time.perf_counter()
+print(json.dumps({"convert_s": t1 - t0, "verify_s": t2 - t1, "text_bytes": t["size"], "mmproj_bytes": m["size"],
+                  "text_types": t["types"], "self_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def convert_in_child(src: Path, out: Path) -> tuple[float, dict]:
+    """Convert + verify in a child process; returns its wall time (with interpreter start) and its report."""
+    os.sync()
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", _CONVERT, str(src), str(out)], capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"conversion failed:\n{proc.stderr[-2000:]}")
+    return seconds, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layers", type=int, default=16, help="text layers (16 → ~1.4 B parameters, 2.8 GB)")
+    ap.add_argument("--dir", default=None, help="scratch folder (default: system temp)")
+    args = ap.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="speco3-bench-convert-", dir=args.dir))
+    try:
+        src = work / "hf"
+        t0 = time.perf_counter()
+        nbytes, params = write_checkpoint(src, args.layers)
+        gen_s = time.perf_counter() - t0
+        child_s, conv = convert_in_child(src, work / "gguf")  # first child: RUSAGE_CHILDREN is its peak
+        conv_s = conv["convert_s"]
+        peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        shutil.rmtree(work / "gguf")
+        os.sync()
+        t0 = time.perf_counter()
+        (work / "copy").mkdir()
+        for shard in sorted(src.glob("*.safetensors")):
+            shutil.copyfile(shard, work / "copy" / shard.name)
+        os.sync()
+        copy_s = time.perf_counter() - t0
+        shutil.rmtree(work / "copy")
+        tiny = make_tiny_qwen25vl(work / "tiny")
+        _, tiny_conv = convert_in_child(tiny, work / "tiny-gguf")
+        mb = nbytes / 1e6
+        result = {
+            "checkpoint_bytes": nbytes,
+            "parameters": params,
+            "generate_s": round(gen_s, 2),
+            "convert_s": round(conv_s, 2),
+            "convert_MBps": round(mb / conv_s, 1),
+            "verify_s": round(conv["verify_s"], 2),
+            "child_wall_s": round(child_s, 2),
+            "plain_copy_s": round(copy_s, 2),
+            "plain_copy_MBps": round(mb / copy_s, 1),
+            "convert_vs_copy_throughput": round((mb / conv_s) / (mb / copy_s), 3),
+            "peak_rss_MiB": round(peak_kib / 1024, 1),
+            "peak_rss_tiny_model_MiB": round(tiny_conv["self_maxrss_kib"] / 1024, 1),
+            "peak_rss_goal_MiB": 1536,
+            "peak_rss_ok": peak_kib / 1024 <= 1536,
+            "output_bytes": conv["text_bytes"] + conv["mmproj_bytes"],
+            "text_types": conv["text_types"],
+            "note": "convert_s and plain_copy_s both start and end with os.sync() (output on disk); convert_s is "
+                    "planning + writing both GGUFs; verify_s (gguf reader on both outputs) and child_wall_s "
+                    "(interpreter start + convert + verify) are reported apart",
+        }
+        print(json.dumps(result, indent=2))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
