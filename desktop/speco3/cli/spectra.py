@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from speco3.errors import SpectrumReadError
+from speco3.spectra.index import SORTABLE
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ def register(sub) -> None:
     q.add_argument("--z-max", type=float)
     q.add_argument("--snr-min", type=float)
     q.add_argument("--text", help="substring of key, object id, class or note")
-    q.add_argument("--sort", default="file_name")
+    q.add_argument("--sort", default="file_name", choices=SORTABLE, metavar="COLUMN",
+                   help="sort column: " + ", ".join(SORTABLE))
     q.add_argument("--desc", action="store_true")
     q.add_argument("--limit", type=int)
     q.add_argument("--json", action="store_true", help="print JSON")

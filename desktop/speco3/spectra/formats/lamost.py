@@ -39,7 +39,7 @@ def _meta(h, *, hdu, snr_key: str | None = "SNRG") -> SpectrumMeta:
         dec=hfloat(h, "DEC"),
         redshift=z,
         redshift_source="LAMOST 1D pipeline" if z is not None else None,
-        cls=cls if cls and cls.lower() != "unknown" else cls,
+        cls=cls,
         subclass=hstr(h, "SUBCLASS"),
         snr=hfloat(h, snr_key) if snr_key else None,
         hdu=hdu,
