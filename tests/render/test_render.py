@@ -246,3 +246,13 @@ def test_release_thread_scene_in_worker():
     t.join(60)
     assert len(out) == 2 and out[0] == out[1]
     assert seen[0] is not seen[1] and seen[0].scene is None
+
+
+def test_none_refcount_workaround():
+    """Rendering must not eat references to None (PySide6 6.12 void calls on CPython 3.11)."""
+    before = sys.getrefcount(None)
+    x = np.linspace(5000, 5100, 50)
+    for _ in range(5):
+        render_arrays(x, np.cos(x), "t", True)
+    assert sys.version_info >= (3, 12) or sys.getrefcount(None) > 1 << 39
+    assert sys.getrefcount(None) > before - 100_000

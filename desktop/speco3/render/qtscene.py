@@ -54,8 +54,8 @@ def _pin_none() -> None:
     latest during interpreter shutdown. Python 3.12 made ``None`` immortal (PEP 683); here we give it a
     reference count no program can exhaust, which is what 3.12 does. A no-op where it is not needed.
     """
-    if sys.version_info >= (3, 12) or sys.implementation.name != "cpython":
-        return
+    if sys.version_info >= (3, 12) or sys.implementation.name != "cpython" or hasattr(sys, "gettotalrefcount"):
+        return  # immortal None, another interpreter, or a debug build (different object header)
     import ctypes
 
     refcnt = ctypes.c_ssize_t.from_address(id(None))
