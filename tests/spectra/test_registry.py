@@ -209,3 +209,16 @@ def test_damaged_copies_fail_cleanly(spectra_path, tmp_path, rel):
             assert exc.path == str(p) and exc.reason
         else:
             assert specs and all(s.n_pixels > 0 for s in specs)
+
+
+def test_desi_wrong_shapes(tmp_path):
+    p = tmp_path / "coadd-x.fits"
+    fm = fits.BinTableHDU.from_columns([fits.Column("TARGETID", "K", array=np.array([5, 6]))], name="FIBERMAP")
+    hdus = [fits.PrimaryHDU(), fm, fits.ImageHDU(np.linspace(3600, 3608, 10), name="B_WAVELENGTH"),
+            fits.ImageHDU(np.ones((2, 12), np.float32), name="B_FLUX"),
+            fits.ImageHDU(np.ones((2, 12), np.float32), name="B_IVAR")]
+    fits.HDUList(hdus).writeto(p)
+    assert identify(p) == "desi"
+    with pytest.raises(SpectrumReadError, match="wrong shapes: B_FLUX has 12 pixels, B_WAVELENGTH 10") as err:
+        read_spectra(p)
+    assert not isinstance(err.value, NoSpectraError)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from astropy.io import fits
 
-from speco3.spectra._common import clean_str, finite_or_none, hstr, make_spectrum
+from speco3.spectra._common import clean_str, fail, finite_or_none, hstr, make_spectrum
 from speco3.spectra._tables import column_names, read_columns
 from speco3.spectra.model import SpectrumMeta
 from speco3.spectra.registry import FileContents, NoSpectraError
@@ -118,8 +118,7 @@ def _merge_arms(src: Source, arms: list[str], rows: np.ndarray):
         idx = np.searchsorted(union, np.round(w, 3))
         flux = np.asarray(src.data(f"{a}_FLUX"), dtype=np.float64)[rows]
         if flux.shape[-1] != w.size:
-            raise NoSpectraError(src.display, f"wrong shapes: {a}_FLUX has {flux.shape[-1]} pixels, "
-                                              f"{a}_WAVELENGTH {w.size}")
+            raise fail(src, f"wrong shapes: {a}_FLUX has {flux.shape[-1]} pixels, {a}_WAVELENGTH {w.size}")
         ivar = np.asarray(src.data(f"{a}_IVAR"), dtype=np.float64)[rows]
         mask_hdu = src.hdu(f"{a}_MASK")
         mask = np.asarray(src.data(f"{a}_MASK"))[rows] if mask_hdu is not None else np.zeros(flux.shape, int)
@@ -142,7 +141,7 @@ def read(src: Source) -> FileContents:
               or c in ("TARGETID", "TARGET_RA", "TARGET_DEC", "OBJTYPE", "FIBER", "EXPID", "NIGHT", "MJD")]
     fm = read_columns(src, "FIBERMAP", wanted)
     if "TARGETID" not in fm:
-        raise NoSpectraError(src.display, "DESI FIBERMAP has no TARGETID column")
+        raise fail(src, "DESI FIBERMAP has no TARGETID column")
     tids = np.asarray(fm["TARGETID"]).astype(np.int64)
     nspec = tids.size
     arms = [a for a in ARMS if f"{a}_FLUX" in names]
@@ -159,8 +158,7 @@ def read(src: Source) -> FileContents:
     for a in arms:
         shape = src.hdu(f"{a}_FLUX").header
         if shape.get("NAXIS2", 1) != nspec:
-            raise NoSpectraError(src.display, f"wrong shapes: {a}_FLUX has {shape.get('NAXIS2')} rows, "
-                                              f"FIBERMAP {nspec}")
+            raise fail(src, f"wrong shapes: {a}_FLUX has {shape.get('NAXIS2')} rows, FIBERMAP {nspec}")
     wave, flux, ivar, bad = _merge_arms(src, arms, rows)
     score_names = column_names(src, "SCORES") if "SCORES" in names else []
     snr_col = next((c for c in ("MEDIAN_COADD_SNR_R", "MEDIAN_CALIB_SNR_R") if c in score_names), None)
