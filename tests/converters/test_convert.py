@@ -227,3 +227,13 @@ def test_raw_copies_without_copy_file_range_give_identical_bytes(tiny_ckpts, tmp
 
     monkeypatch.setattr(os, "copy_file_range", refuse, raising=False)
     assert write_file(plan.text, ckpt, tmp_path / "fallback.gguf").read_bytes() == fast
+
+
+def test_tied_config_with_a_stored_lm_head_ignores_it(tiny_ckpts, tmp_path):
+    hf = shutil.copytree(tiny_ckpts(), tmp_path / "hf")
+    cfg = json.loads((hf / "config.json").read_text())
+    cfg["tie_word_embeddings"] = True
+    (hf / "config.json").write_text(json.dumps(cfg))
+    plan = convert_checkpoint(hf, tmp_path / "out", dry_run=True).plan
+    assert "output.weight" not in {t.name for t in plan.text.tensors}
+    assert any("lm_head.weight ignored" in n for n in plan.notes)
