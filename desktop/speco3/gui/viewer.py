@@ -65,6 +65,7 @@ class SpectrumViewer(QWidget):
         self._x = self._y = self._sig = np.empty(0)
         self._region_items: list[pg.GraphicsObject] = []
         self._line_items: list[pg.InfiniteLine] = []
+        self._telluric_items: list[pg.LinearRegionItem] = []
         self.highlight: pg.LinearRegionItem | None = None
 
         self.header = QLabel("No spectrum")
@@ -194,6 +195,7 @@ class SpectrumViewer(QWidget):
             self._x = self._y = self._sig = np.empty(0)
             self.header.setText("No spectrum")
             self._draw_lines()
+            self._draw_telluric()
             return
         x = s.rest_wavelength() if self.frame == "rest" else s.wavelength
         good = s.good
@@ -210,13 +212,7 @@ class SpectrumViewer(QWidget):
         for a, b in mask_runs(~good):
             lo, hi = x[a], x[min(b, len(x) - 1)]
             self._add_region(lo - 0.5 * abs(x[min(a + 1, len(x) - 1)] - x[a]), hi, MASK_BRUSH)
-        factor = (1 + s.z) if self.frame == "rest" else 1.0
-        for lo, hi, name in TELLURIC_BANDS:
-            if s.medium == "vacuum":
-                lo, hi = float(air_to_vac(lo)), float(air_to_vac(hi))
-            region = self._add_region(lo / factor, hi / factor, TELLURIC_BRUSH)
-            region.label = pg.InfLineLabel(region.lines[0], f"⊕ {name}", position=0.04, anchors=[(0, 1), (0, 1)],
-                                           color=(110, 110, 110))  # referenced, see show_window
+        self._draw_telluric()
         self._draw_lines()
         self._update_header()
         if reset_x:
@@ -231,18 +227,39 @@ class SpectrumViewer(QWidget):
         self._region_items.append(item)
         return item
 
-    def _draw_lines(self) -> None:
-        for item in self._line_items:
-            self.plot.removeItem(item)
-        self._line_items = []
+    def _draw_telluric(self) -> None:
+        """Telluric bands (observed frame, air; shifted to vacuum / rest as needed). Items are reused."""
+        if not self._telluric_items:
+            for _lo, _hi, name in TELLURIC_BANDS:
+                item = pg.LinearRegionItem((0, 1), movable=False, brush=TELLURIC_BRUSH, pen=pg.mkPen(None))
+                item.setZValue(-10)
+                item.label = pg.InfLineLabel(item.lines[0], f"⊕ {name}", position=0.04, anchors=[(0, 1), (0, 1)],
+                                             color=(110, 110, 110))  # referenced, see show_window
+                self.plot.addItem(item)
+                self._telluric_items.append(item)
         s = self.spectrum
-        if s is None or not self.show_lines:
-            return
-        factor = 1.0 if self.frame == "rest" else 1.0 + s.z
-        for i, line in enumerate(self._lines):
-            w = line.wavelength
-            if s.medium == "air":
-                w = float(vac_to_air(w))
+        factor = (1 + s.z) if s is not None and self.frame == "rest" else 1.0
+        for item, (lo, hi, _name) in zip(self._telluric_items, TELLURIC_BANDS, strict=True):
+            item.setVisible(s is not None)
+            if s is not None and s.medium == "vacuum":
+                lo, hi = float(air_to_vac(lo)), float(air_to_vac(hi))
+            item.setRegion((lo / factor, hi / factor))
+
+    def _draw_lines(self) -> None:
+        """Line markers at λ_rest (rest frame) or λ_rest (1 + z) (observed); items are reused across spectra."""
+        s = self.spectrum
+        wanted = list(self._lines) if s is not None and self.show_lines else []
+        while len(self._line_items) > len(wanted):
+            self.plot.removeItem(self._line_items.pop())
+        factor = 1.0 if s is None or self.frame == "rest" else 1.0 + s.z
+        for i, line in enumerate(wanted):
+            w = float(vac_to_air(line.wavelength)) if s.medium == "air" else line.wavelength
+            if i < len(self._line_items):
+                item = self._line_items[i]
+                if item.label.format != line.name:
+                    item.label.setFormat(line.name)
+                item.setValue(w * factor)
+                continue
             item = pg.InfiniteLine(w * factor, angle=90, pen=LINE_PEN, movable=False, label=line.name,
                                    labelOpts={"position": 0.97 - 0.06 * (i % 3), "color": (20, 120, 50),
                                               "anchors": [(0, 0), (0, 0)]})
