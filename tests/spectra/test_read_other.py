@@ -10,6 +10,7 @@ from speco3.errors import SpectrumReadError
 from speco3.spectra import read_file, read_spectra
 
 READ = [
+    ("other/AAO.fits", "iraf-multispec", 51, 2746, 8286.3, 8415.1, "TW Hya"),
     # file, format, n spectra, pixels of #0, λmin, λmax, object id
     ("other/BD60596_merged.fits", "spextool", 1, 7278, 9103.5, 24709.5, None),
     ("other/apStar-r6-2M00452143+1634446.fits", "apogee-apstar", 5, 8575, 15100.8, 16999.8, "2M00452143+1634446"),
@@ -23,7 +24,7 @@ READ = [
     ("other/spec1d.1245.066.12004136.fits", "generic-table", 4, 4096, 6485.9, 7811.7, None),
 ]
 FAIL = [
-    ("other/AAO.fits", r"non-linear IRAF multispec dispersion \(dtype 2\) not supported"),
+    ("generic/gbt_1d.fits", r"non-wavelength spectral axis VRAD \(km/s\)"),
 ]
 
 
@@ -82,6 +83,29 @@ def test_stis_echelle_orders_and_deimos_arms(spectra_path):
 def test_spextool_micron_axis(spectra_path):
     s = read_spectra(spectra_path("other/BD60596_merged.fits"))[0]
     assert s.meta.extra["xunits"] == "um" and s.flux_unit == "ergss-1cm-2A-1" and s.ivar is not None
+
+
+def test_iraf_multispec_chebyshev_orders(spectra_path):
+    orders = read_spectra(spectra_path("other/AAO.fits"))
+    # WAT2 spec1 = "1 68 2 8415.1380351321 -0.04694938011105 2746 ...": the Chebyshev function must land on
+    # w1 at pixel 1 and on w1 + dw·(nw-1) at the last pixel
+    assert orders[0].wavelength[-1] == pytest.approx(8415.1380351321, abs=1e-6)
+    assert orders[0].wavelength[0] == pytest.approx(8415.1380351321 - 0.04694938011105 * 2745, abs=1e-6)
+    assert [o.meta.extra["beam"] for o in (orders[0], orders[-1])] == [68, 118]
+    assert orders[-1].wavelength[0] == pytest.approx(4780.3, abs=0.1)
+
+
+def test_iraf_multispec_spline_refused(tmp_path):
+    p = tmp_path / "spline.fits"
+    h = fits.Header()
+    h["CTYPE1"], h["CTYPE2"] = "MULTISPE", "MULTISPE"
+    h["WAT0_001"] = "system=multispec"
+    h["WAT1_001"] = "wtype=multispec label=Wavelength units=angstroms"
+    text = 'wtype=multispec spec1 = "1 1 2 5000. 1. 10 0. 0. 10. 1. 0. 3 2 1. 10. 1. 2."'
+    h["WAT2_001"], h["WAT2_002"] = text[:68], text[68:]  # IRAF splits values at 68 characters
+    fits.PrimaryHDU(np.ones((1, 10), np.float32), header=h).writeto(p)
+    with pytest.raises(SpectrumReadError, match=r"dtype 2, cubic spline function\) not supported"):
+        read_spectra(p)
 
 
 def test_iraf_multispec_linear_apertures(spectra_path):

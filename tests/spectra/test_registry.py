@@ -222,3 +222,31 @@ def test_desi_wrong_shapes(tmp_path):
     with pytest.raises(SpectrumReadError, match="wrong shapes: B_FLUX has 12 pixels, B_WAVELENGTH 10") as err:
         read_spectra(p)
     assert not isinstance(err.value, NoSpectraError)
+
+
+def test_fast_header_values_match_astropy(spectra_dir):
+    """Header values decoded from raw cards equal astropy's for every card of every shared file's HDU 0 and 1."""
+    import warnings
+
+    from speco3.spectra.source import FastHeader
+
+    checked = 0
+    for path in sorted(spectra_dir.rglob("*.fit*")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with fits.open(path) as hdul:
+                for hdu in list(hdul)[:2]:
+                    fast = FastHeader.from_hdu(hdu)
+                    for key, value in fast.items():
+                        try:
+                            expected = hdu.header[key]
+                        except (fits.VerifyError, ValueError, KeyError):
+                            continue
+                        if isinstance(expected, float):
+                            assert value == pytest.approx(expected, rel=1e-12), (path.name, key)
+                        elif isinstance(expected, str):
+                            assert value == expected.rstrip(), (path.name, key)
+                        else:
+                            assert value == expected, (path.name, key)
+                        checked += 1
+    assert checked > 3000

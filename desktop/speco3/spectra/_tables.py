@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from speco3.spectra.source import _parse_value
+
 log = logging.getLogger(__name__)
 
 _TFORM = re.compile(r"^\s*(\d*)\s*([LXBIJKAEDCM])")
@@ -23,11 +25,8 @@ _DTYPES = {"L": "i1", "B": "u1", "I": ">i2", "J": ">i4", "K": ">i8", "E": ">f4",
 
 
 def _card_value(image: str) -> str:
-    value = image[10:]
-    if value.lstrip().startswith("'"):
-        m = re.match(r"\s*'((?:[^']|'')*)'", value)
-        return m.group(1).replace("''", "'").rstrip() if m else ""
-    return value.split("/", 1)[0].strip()
+    value = _parse_value(image[10:80])
+    return "" if value is None else str(value)
 
 
 class TableLayout:

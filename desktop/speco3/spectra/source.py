@@ -32,7 +32,7 @@ MEMMAP = False
 
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([EeDd][+-]?\d+)?$")
-_STRING = re.compile(r"\s*'((?:[^']|'')*)'")
+_STRING = re.compile(r"\s*'(.*?)'(?=\s*(?:/|$))")  # as astropy: the closing quote is followed by / or the end
 
 
 class FastHeader(dict):
@@ -52,8 +52,16 @@ class FastHeader(dict):
             key = image[:8].rstrip()
             if not key or key in ("COMMENT", "HISTORY", "HIERARCH", "CONTINUE", "END") or image[8:10] != "= ":
                 continue
-            if key not in out:
-                out[key] = _parse_value(image[10:])
+            if key in out:
+                continue
+            value = _parse_value(image[10:80])
+            if len(image) > 80 and isinstance(value, str):  # long string: 'part&' + CONTINUE cards
+                for k in range(80, len(image), 80):
+                    m = _STRING.match(image[k + 8:k + 80])
+                    if not (m and value.endswith("&")):
+                        break
+                    value = value[:-1] + m.group(1).replace("''", "'").rstrip()
+            out[key] = value
         return out
 
 

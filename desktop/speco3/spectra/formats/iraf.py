@@ -2,8 +2,8 @@
 
 The per-aperture dispersion comes from the ``WAT2_nnn`` cards, whose 68-character values are concatenated
 without stripping (a number may straddle two cards): ``specN = "ap beam dtype w1 dw nw z aplow aphigh ..."``.
-dtype 0 (linear) and 1 (log-linear) are read; dtype 2 (non-linear Chebyshev/Legendre/spline functions) is
-refused with a clear reason. Data shape (naps, npix) or (nbands, naps, npix); band 1 is the spectrum, a band
+dtype 0 (linear) and 1 (log-linear) are read; dtype 2 (non-linear) is read for Chebyshev (ftype 1) and Legendre (ftype 2) functions; splines, pixel tables and sampled
+dispersions (ftype 3-6) are refused with a clear reason. Data shape (naps, npix) or (nbands, naps, npix); band 1 is the spectrum, a band
 whose BANDID starts with 'sigma' is the error.
 """
 
@@ -55,15 +55,16 @@ def read(src: Source) -> FileContents:
             out.skipped.append((f"aperture {a + 1}", "no WAT2 dispersion entry"))
             continue
         dtype = int(float(fields[2]))
-        if dtype == 2:
-            raise fail(src, f"non-linear IRAF multispec dispersion (dtype 2) not supported (aperture {fields[0]})")
-        if dtype not in (0, 1):
-            raise fail(src, f"IRAF multispec dispersion type {dtype} not understood (aperture {fields[0]})")
         w1, dw, nw, z = float(fields[3]), float(fields[4]), int(float(fields[5])), float(fields[6])
         nw = min(nw, npix)
-        lam = (w1 + dw * np.arange(nw)) / (1.0 + z)
-        if dtype == 1:
-            lam = np.power(10.0, lam)
+        if dtype == 2:
+            lam = _nonlinear(src, fields, nw) / (1.0 + z)
+        elif dtype in (0, 1):
+            lam = (w1 + dw * np.arange(nw)) / (1.0 + z)
+            if dtype == 1:
+                lam = np.power(10.0, lam)
+        else:
+            raise fail(src, f"IRAF multispec dispersion type {dtype} not understood (aperture {fields[0]})")
         meta = object_meta(h, hdu=0, row=a)
         meta.extra.update({"aperture": int(fields[0]), "beam": int(fields[1]), "bands": bands})
         meta.note = f"IRAF multispec aperture {fields[0]}"
@@ -71,6 +72,31 @@ def read(src: Source) -> FileContents:
         out.spectra.append(make_spectrum(lam * factor, data[0, a, :nw], None if sigma is None else ivar_from_sigma(sigma),
                                          None, flux_unit=hstr(h, "BUNIT") or "", medium=medium, meta=meta, src=src))
     return out
+
+
+def _nonlinear(src: Source, fields: list[str], nw: int) -> np.ndarray:
+    """λ of a dtype-2 aperture: Σ weight·(zero point + function(pixel)) over the listed functions."""
+    values = [float(v) for v in fields[9:]]
+    pixels = np.arange(1, nw + 1, dtype=np.float64)
+    lam = np.zeros(nw)
+    k = 0
+    while k + 3 <= len(values):
+        weight, zero, ftype = values[k], values[k + 1], int(values[k + 2])
+        if ftype not in (1, 2):
+            kind = {3: "cubic spline", 4: "linear spline", 5: "pixel table", 6: "sampled"}.get(ftype, f"type {ftype}")
+            raise fail(src, f"non-linear IRAF multispec dispersion (dtype 2, {kind} function) not supported "
+                            f"(aperture {fields[0]})")
+        order, pmin, pmax = int(values[k + 3]), values[k + 4], values[k + 5]
+        coeffs = values[k + 6:k + 6 + order]
+        if len(coeffs) != order or pmax == pmin:
+            raise fail(src, f"truncated IRAF multispec function for aperture {fields[0]}")
+        x = (2.0 * pixels - (pmax + pmin)) / (pmax - pmin)
+        series = np.polynomial.chebyshev.chebval(x, coeffs) if ftype == 1 else np.polynomial.legendre.legval(x, coeffs)
+        lam += weight * (zero + series)
+        k += 6 + order
+    if k == 0:
+        raise fail(src, f"IRAF multispec dtype 2 without a dispersion function (aperture {fields[0]})")
+    return lam
 
 
 def register(reg) -> None:
