@@ -183,3 +183,10 @@ def test_pool_and_inline_scans_agree(small_archive, tmp_path, monkeypatch):
     assert a == b and len(a) == 7
     pooled.close()
     inline.close()
+
+
+def test_not_a_database(tmp_path):
+    bogus = tmp_path / "bogus.sqlite"
+    bogus.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(index_mod.ArchiveIndexError, match="not a usable archive index"):
+        ArchiveIndex(bogus)

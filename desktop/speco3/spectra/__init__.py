@@ -13,7 +13,7 @@ Public API::
 from __future__ import annotations
 
 from speco3.errors import SpectrumReadError
-from speco3.spectra.index import ArchiveIndex, IndexEntry, ScanSummary
+from speco3.spectra.index import ArchiveIndex, ArchiveIndexError, IndexEntry, ScanSummary
 from speco3.spectra.model import Spectrum, SpectrumMeta
 from speco3.spectra.registry import (
     FileContents,
@@ -31,6 +31,7 @@ from speco3.spectra.view import View
 
 __all__ = [
     "ArchiveIndex",
+    "ArchiveIndexError",
     "IndexEntry",
     "ScanSummary",
     "FileContents",

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from speco3.config import cache_dir, ensure
-from speco3.errors import SpectrumReadError
+from speco3.errors import Speco3Error, SpectrumReadError
 from speco3.spectra._scan import scan_file, wanted
 from speco3.spectra.model import Spectrum
 
@@ -67,6 +67,10 @@ SCHEMA_VERSION = "2"
 COLUMNS = ("key", "rel", "idx", "format", "survey", "data_release", "object_id", "ra", "dec", "redshift",
            "redshift_source", "cls", "subclass", "snr", "file_name", "hdu", "row", "note", "n_pixels", "wmin",
            "wmax", "masked_fraction", "flux_unit", "medium", "file_size", "file_mtime", "error", "has_error")
+
+
+class ArchiveIndexError(Speco3Error):
+    """The index database cannot be opened (not SQLite, damaged, or not writable)."""
 
 
 @dataclass
@@ -153,7 +157,13 @@ class ArchiveIndex:
         self.db_path = Path(db_path)
         ensure(self.db_path.parent)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(str(self.db_path), check_same_thread=False, timeout=30)
+        try:
+            self._db = sqlite3.connect(str(self.db_path), check_same_thread=False, timeout=30)
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            raise ArchiveIndexError(f"{self.db_path}: not a usable archive index ({exc})") from exc
+
+    def _open(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         has_meta = self._db.execute("SELECT name FROM sqlite_master WHERE name='meta'").fetchone()
