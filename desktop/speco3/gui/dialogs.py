@@ -155,10 +155,18 @@ class ModelManagerDialog(QDialog):
         self._job = _Job(fn)
         self._job.moveToThread(self._thread)
         self._thread.started.connect(self._job.run)
+        # bound methods of this dialog (GUI thread) make the connections queued; lambdas would run in the worker
+        self._done_text = done_text
         self._job.progress.connect(self._on_progress)
-        self._job.finished.connect(lambda result: self._done(f"{done_text}\n{result}" if result else done_text))
-        self._job.failed.connect(lambda msg: self._done(f"failed: {msg}"))
+        self._job.finished.connect(self._on_finished)
+        self._job.failed.connect(self._on_failed)
         self._thread.start()
+
+    def _on_finished(self, result) -> None:
+        self._done(f"{self._done_text}\n{result}" if result else self._done_text)
+
+    def _on_failed(self, message: str) -> None:
+        self._done(f"failed: {message}")
 
     def _on_progress(self, text: str, done: int, total: int) -> None:
         if total > 0:
@@ -171,13 +179,13 @@ class ModelManagerDialog(QDialog):
         self._thread.wait(5000)
         self._thread = self._job = None
         self.progress.setVisible(False)
-        self.details.setPlainText(text)
         current = self.selected()
         self.reload()
         if current:
             items = self.list.findItems(current, Qt.MatchFlag.MatchExactly)
             if items:
                 self.list.setCurrentItem(items[0])
+        self.details.setPlainText(text)  # after the reselection, which shows the model's details
 
     def import_pair(self) -> None:
         text, _ = QFileDialog.getOpenFileName(self, "Text model GGUF", "", "GGUF (*.gguf)")

@@ -1,0 +1,85 @@
+"""Model manager and settings dialogs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from speco3.gui.dialogs import ModelManagerDialog, SettingsDialog
+from speco3.gui.settings import AppSettings
+
+pytestmark = pytest.mark.gui
+
+
+class StubStore:
+    """The part of `ModelStore` the dialog uses, in memory (the real store is tested in tests/models)."""
+
+    def __init__(self):
+        rec = SimpleNamespace(path="/m/text.gguf")
+        self.models = {"spec-o3-7b-Q4_K_M": SimpleNamespace(
+            name="spec-o3-7b-Q4_K_M", text=rec, mmproj=SimpleNamespace(path="/m/mmproj.gguf"), quant="Q4_K_M",
+            mmproj_quant="F16", hidden_size=3584, n_layers=28, created="2026-11-29",
+            provenance=SimpleNamespace(describe=lambda: "imported"))}
+        self.verified = []
+
+    def list(self):
+        return list(self.models.values())
+
+    def get(self, name):
+        return self.models[name]
+
+    def verify(self, name, progress=None):
+        progress("hashing", 5, 10)
+        self.verified.append(name)
+        return SimpleNamespace(lines=lambda: [f"{name}: OK"])
+
+    def remove(self, name):
+        return self.models.pop(name)
+
+    def pull(self, name, progress=None):
+        raise RuntimeError("offline: use 'spec-o3 models import' or 'spec-o3 convert'")
+
+
+def test_model_manager_lists_verifies_and_reports_offline_pull(qtbot, monkeypatch):
+    store = StubStore()
+    dlg = ModelManagerDialog(store=store)
+    qtbot.addWidget(dlg)
+    assert dlg.list.count() == 1
+    dlg.list.setCurrentRow(0)
+    assert "Q4_K_M" in dlg.details.toPlainText() and "3584" in dlg.details.toPlainText()
+    dlg.verify()
+    qtbot.waitUntil(lambda: "OK" in dlg.details.toPlainText(), timeout=10000)
+    assert store.verified == ["spec-o3-7b-Q4_K_M"]
+    dlg.pull_name.setEditText("spec-o3-7b")
+    dlg.pull()
+    qtbot.waitUntil(lambda: "failed: offline" in dlg.details.toPlainText(), timeout=10000)
+    monkeypatch.setattr("speco3.gui.dialogs.QMessageBox.question",
+                        lambda *a, **k: __import__("PySide6.QtWidgets").QtWidgets.QMessageBox.StandardButton.Yes)
+    dlg.list.setCurrentRow(0)
+    dlg.remove()
+    assert dlg.list.count() == 0 and "No model installed" in dlg.details.toPlainText()
+
+
+def test_model_manager_on_an_empty_real_store(qtbot):
+    dlg = ModelManagerDialog()
+    qtbot.addWidget(dlg)
+    assert dlg.list.count() == 0
+    assert "spec-o3 models import" in dlg.details.toPlainText()
+
+
+def test_settings_dialog_writes_settings_and_rejects_conflicts(qtbot):
+    s = AppSettings()
+    dlg = SettingsDialog(s)
+    qtbot.addWidget(dlg)
+    dlg.vetter.setText("M. Jia")
+    dlg.threads.setValue(6)
+    dlg.gpu_layers.setValue(0)
+    dlg.image_tokens.setValue(640)
+    dlg.key_edits["next"].setText("Y")  # clashes with YES
+    dlg.accept()
+    assert "bound to both" in dlg.error.text() and s.vetter == ""
+    dlg.key_edits["next"].setText("J")
+    dlg.accept()
+    assert (s.vetter, s.n_threads, s.n_gpu_layers, s.image_max_tokens) == ("M. Jia", 6, 0, 640)
+    assert s.keymap == {"next": "J"}
