@@ -104,6 +104,7 @@ def test_scripted_demo_session_is_labelled_everywhere(qtbot, make_window, demo_a
     mv = w.vetting.model_suggestion()
     assert mv.model_id == SCRIPTED_LABEL and mv.verdict == "YES"  # demo spectrum 1 is a CV
     assert "scripted demo — not a model" in w.decision.suggestion.text()
+    assert w.table_model.data(w.table_model.index(0, 7)) == "YES (scripted demo)"
 
 
 def test_scripted_demo_refuses_non_demo_spectra(qtbot, make_window, spectra_dir, open_and_wait):

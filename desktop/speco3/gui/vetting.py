@@ -18,6 +18,7 @@ from PySide6.QtCore import QItemSelectionModel, QObject, Signal
 
 from speco3.errors import Speco3Error, SpectrumReadError
 from speco3.gui.archive_model import ArchiveTableModel
+from speco3.gui.demo_session import SCRIPTED_LABEL
 from speco3.gui.prefetch import SpectrumCache
 from speco3.spectra.model import Spectrum
 
@@ -94,7 +95,10 @@ class VettingController(QObject):
         key = store_key(entry)
         mv = self.store.latest_model_verdict(key, self.task_id)
         dec = self.store.decision(key, self.task_id)
-        return (mv.verdict if mv else None), (dec.decision if dec else None)
+        verdict = mv.verdict if mv else None
+        if verdict and mv.model_id == SCRIPTED_LABEL:  # never shown (or filtered) as a model's verdict
+            verdict = f"{verdict} (scripted demo)"
+        return verdict, (dec.decision if dec else None)
 
     def set_task(self, task_id: str) -> None:
         self.task_id = task_id
