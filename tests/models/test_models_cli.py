@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_store import _flip_data_byte
+from test_model_store import _flip_data_byte
 
 from speco3.cli import main
 
