@@ -279,6 +279,8 @@ def run_self_test(render: RenderFn, *, hashes: bool = False, require_gpu: bool =
         Fail the llama.cpp check when the build cannot offload to a GPU (checks CUDA/Metal/Vulkan bundles).
     """
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    if sys.platform.startswith("linux") and not any(os.environ.get(v) for v in ("LC_ALL", "LC_CTYPE", "LANG")):
+        os.environ["LC_ALL"] = "C.UTF-8"  # what Qt switches to anyway, without its warning (clean environments)
     results: list[CheckResult] = []
     state: dict[str, Any] = {}
 

@@ -85,3 +85,41 @@ def test_tarball_holds_the_bundle(built, repo):
     assert {"spec-o3/spec-o3-desktop", "spec-o3/spec-o3", "spec-o3/install.sh"} <= names
     assert "spec-o3/_internal/llama_cpp/lib/libllama.so.0" in names
     assert Path(repo / info["tarball"]).stat().st_size == info["tarball_bytes"]
+
+
+def test_install_and_uninstall_for_a_user(built, tmp_path):
+    bundle, info, _ = built
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run(["bash", str(bundle / "install.sh")], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    opt = home / ".local" / "opt" / "spec-o3"
+    desktop = home / ".local" / "share" / "applications" / "spec-o3.desktop"
+    assert f"Exec={opt}/spec-o3-desktop %F" in desktop.read_text()
+    assert (home / ".local" / "share" / "icons" / "hicolor" / "48x48" / "apps" / "spec-o3.png").is_file()
+    version = subprocess.run([str(home / ".local" / "bin" / "spec-o3"), "--version"], env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert version.returncode == 0 and f"spec-o3 {info['version']}" in version.stdout
+    (home / ".local" / "share" / "spec-o3").mkdir(parents=True)  # user data must survive a plain uninstall
+    run = subprocess.run(["bash", str(opt / "uninstall.sh")], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert not opt.exists() and not desktop.exists() and not (home / ".local" / "bin" / "spec-o3").exists()
+    assert (home / ".local" / "share" / "spec-o3").is_dir()
+
+
+def test_appimage_appdir_runs_both_entry_points(built, repo, tmp_path, packaging_dir):
+    bundle, info, _ = built
+    out = tmp_path / "Spec-o3-x86_64.AppImage"
+    run = subprocess.run(["bash", str(packaging_dir / "linux" / "build-appimage.sh"), str(bundle), str(out)],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "APPIMAGETOOL": ""})
+    assert run.returncode == 0, run.stderr
+    appdir = tmp_path / "Spec-o3.AppDir"
+    for name in ("AppRun", "spec-o3.desktop", "spec-o3.png", ".DirIcon", "usr/lib/spec-o3/spec-o3-desktop"):
+        assert (appdir / name).exists(), name
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    gui = subprocess.run([str(appdir / "AppRun"), "--version"], env=env, capture_output=True, text=True, timeout=60)
+    assert gui.returncode == 0 and "spec-o3-desktop" in gui.stdout
+    cli = subprocess.run([str(appdir / "AppRun"), "--version"], env={**env, "ARGV0": "spec-o3"},
+                         capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0 and cli.stdout.startswith(f"spec-o3 {info['version']}")
