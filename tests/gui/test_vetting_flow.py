@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
@@ -99,3 +100,26 @@ def test_batch_cancel(qtbot, make_window, demo_archive, open_and_wait, engine_fa
     qtbot.waitUntil(lambda: not w.inference.batch_running(), timeout=30000)
     n = len(w.vetting.store.model_verdicts("cv"))
     assert 1 <= n < 20
+
+
+def test_keyboard_vetting_of_the_shared_real_spectra(qtbot, make_window, spectra_dir, open_and_wait, key):
+    """Every shared survey file (LAMOST, SDSS, DESI, generic, odd ones) can be walked and decided by keyboard."""
+    w = make_window()
+    open_and_wait(w, spectra_dir, timeout=120000)
+    w.table_model.fetch_all()
+    n = w.table_model.loaded_rows()
+    assert n > 40
+    shown = unreadable = 0
+    for row in range(n):
+        assert w.vetting.row == row
+        if w.vetting.spectrum is not None:
+            shown += 1
+            assert w.viewer._x.size == w.vetting.spectrum.n_pixels
+            lo, hi = w.viewer.y_range()
+            assert np.isfinite(lo) and np.isfinite(hi) and hi > lo
+        else:
+            unreadable += 1
+        key(w, Qt.Key.Key_U)  # decide and advance
+    decisions = w.vetting.store.decisions("cv")
+    assert len(decisions) == n
+    assert shown >= 40
