@@ -324,3 +324,21 @@ def dedupe_identical_libraries(binaries: list[tuple], folder: str = "llama_cpp/l
         for entry in names[1:]:
             result.append((entry[0], Path(keep[0]).name, "SYMLINK"))
     return result
+
+
+def drop_duplicate_dlls(binaries: list[tuple], folder: str = "llama_cpp/lib") -> list[tuple]:
+    """Windows: keep one copy of a DLL that is collected both into ``folder`` and elsewhere.
+
+    PyInstaller's dependency scan may also collect the CUDA runtime (found on ``PATH``) into the top-level folder;
+    the copy next to ``ggml-cuda.dll`` is the one llama.cpp loads (cuBLASLt alone is about 500 MB).
+    """
+    in_folder = {Path(e[0]).name.lower() for e in binaries if Path(e[0]).parent.as_posix().lower() == folder}
+    kept = []
+    for entry in binaries:
+        dest = Path(entry[0])
+        if dest.parent.as_posix().lower() != folder and dest.name.lower() in in_folder and \
+                dest.suffix.lower() == ".dll":
+            log.info("dropping %s: the copy in %s is used", entry[0], folder)
+            continue
+        kept.append(entry)
+    return kept

@@ -112,6 +112,15 @@ def test_driver_libraries_are_never_bundled(manifest):
     assert kept == {"libcudart.so.12", "libcublasLt.so.12", "llama_cpp/lib/libggml-cuda.so", "libQt6Gui.so.6"}
 
 
+def test_windows_dlls_collected_twice_keep_the_llama_copy(manifest):
+    toc = [("llama_cpp/lib/cublasLt64_12.dll", "C:/cuda/bin/cublasLt64_12.dll", "BINARY"),
+           ("cublasLt64_12.dll", "C:/cuda/bin/cublasLt64_12.dll", "BINARY"),
+           ("python311.dll", "C:/py/python311.dll", "BINARY"),
+           ("llama_cpp/lib/ggml-cuda.dll", "C:/venv/ggml-cuda.dll", "BINARY")]
+    assert [e[0] for e in manifest.drop_duplicate_dlls(toc)] == [
+        "llama_cpp/lib/cublasLt64_12.dll", "python311.dll", "llama_cpp/lib/ggml-cuda.dll"]
+
+
 def test_windows_cuda_runtime_is_taken_from_cuda_path(manifest, tmp_path):
     (tmp_path / "bin").mkdir()
     for name in ("cudart64_12.dll", "cublas64_12.dll", "cublasLt64_12.dll", "nvcc.exe", "cufft64_11.dll"):
@@ -137,7 +146,7 @@ def test_spec_file_uses_the_manifest(packaging_dir, manifest):
     text = (packaging_dir / "spec-o3.spec").read_text()
     ast.parse(text)  # the spec is Python
     for needed in ("bm.hidden_imports()", "bm.EXCLUDES", "bm.llama_cpp_files()", "bm.drop_driver_libraries",
-                   "bm.dedupe_identical_libraries", "bm.first_party_data()", "X utf8_mode=1", "COLLECT(",
+                   "bm.dedupe_identical_libraries", "bm.drop_duplicate_dlls", "bm.first_party_data()", "X utf8_mode=1", "COLLECT(",
                    "BUNDLE(", "name=bm.APP_NAME", "bm.GUI_EXE", "bm.CLI_EXE", "console=False", "console=True"):
         assert needed in text, needed
     assert manifest.read_version() == __import__("speco3").__version__
