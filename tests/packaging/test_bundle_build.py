@@ -123,3 +123,37 @@ def test_appimage_appdir_runs_both_entry_points(built, repo, tmp_path, packaging
     cli = subprocess.run([str(appdir / "AppRun"), "--version"], env={**env, "ARGV0": "spec-o3"},
                          capture_output=True, text=True, timeout=60)
     assert cli.returncode == 0 and cli.stdout.startswith(f"spec-o3 {info['version']}")
+
+
+@pytest.mark.xvfb
+def test_bundled_app_opens_the_demo_archive_on_an_x_server(built, tmp_path):
+    """The real window through Qt's xcb plugin (system X libraries), from a clean environment."""
+    import shutil
+    import time
+
+    xvfb = shutil.which("Xvfb")
+    if not xvfb:
+        pytest.skip("Xvfb not installed")
+    bundle, _info, _ = built
+    display = ":87"
+    server = subprocess.Popen([xvfb, display, "-screen", "0", "1400x900x24"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)
+        env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "DISPLAY": display}
+        app = subprocess.Popen([str(bundle / "spec-o3-desktop"), "--demo"], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+        deadline, seen = time.monotonic() + 90, ""
+        try:
+            while time.monotonic() < deadline and app.poll() is None:
+                time.sleep(1.0)
+                if list(tmp_path.rglob("vetting/*.sqlite")):
+                    break
+            assert app.poll() is None, "the app exited early"
+        finally:
+            app.terminate()
+            seen = app.communicate(timeout=30)[0]
+        assert "20 spectra in" in seen, seen[-2000:]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
