@@ -148,6 +148,7 @@ def test_bundled_app_opens_the_demo_archive_on_an_x_server(built, tmp_path):
             while time.monotonic() < deadline and app.poll() is None:
                 time.sleep(1.0)
                 if list(tmp_path.rglob("vetting/*.sqlite")):
+                    time.sleep(3.0)  # the archive finishes loading right after its vetting store opens
                     break
             assert app.poll() is None, "the app exited early"
         finally:
