@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
+from speco3.gui.archive_model import COL
 from speco3.gui.demo_session import SCRIPTED_LABEL
 
 pytestmark = pytest.mark.gui
@@ -38,7 +39,7 @@ def test_scripted_run_streams_into_the_panel(qtbot, make_window, demo_archive, o
     mv = w.vetting.model_suggestion()
     assert mv.verdict == "YES" and mv.model_id == "test-model" and mv.zooms == 1 and mv.trace_dir
     assert w.vetting.store.decisions(w.vetting.task_id) == []
-    assert w.table_model.data(w.table_model.index(0, 7)) == "YES"
+    assert w.table_model.data(w.table_model.index(0, COL["model"])) == "YES"
     assert w.decision.accept_button.isEnabled()
     assert engine_factory.opened == ["test-model"]
 
@@ -104,7 +105,7 @@ def test_scripted_demo_session_is_labelled_everywhere(qtbot, make_window, demo_a
     mv = w.vetting.model_suggestion()
     assert mv.model_id == SCRIPTED_LABEL and mv.verdict == "YES"  # demo spectrum 1 is a CV
     assert "scripted demo — not a model" in w.decision.suggestion.text()
-    assert w.table_model.data(w.table_model.index(0, 7)) == "YES (scripted demo)"
+    assert w.table_model.data(w.table_model.index(0, COL["model"])) == "YES (scripted demo)"
 
 
 def test_scripted_demo_refuses_non_demo_spectra(qtbot, make_window, spectra_dir, open_and_wait):

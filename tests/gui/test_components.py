@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QModelIndex, Qt
 
-from speco3.gui.archive_model import PAGE, ArchiveTableModel, Filters
+from speco3.gui.archive_model import COL, PAGE, ArchiveTableModel, Filters
 from speco3.gui.keymap import DEFAULT_KEYS, Keymap
 from speco3.gui.lines import display_range, mask_runs, vac_to_air
 from speco3.gui.settings import AppSettings
@@ -55,7 +55,7 @@ def test_lazy_paging_over_100k_rows(qtbot):
     model.fetchMore(QModelIndex())
     assert model.rowCount() == 2 * PAGE and index.queries[-1] == (PAGE, PAGE, "file_name")
     assert model.data(model.index(300, 0)) == "f000300.fits"
-    assert model.data(model.index(300, 4)) == "0.00300"
+    assert model.data(model.index(300, COL["z"])) == "0.00300"
     # a view scrolled to the end asks for more pages only as needed
     from PySide6.QtWidgets import QTableView
 
@@ -68,7 +68,7 @@ def test_lazy_paging_over_100k_rows(qtbot):
     qtbot.wait(50)
     assert 2 * PAGE <= model.rowCount() < 20 * PAGE
     # sorting goes to the index; filters are passed through
-    model.sort(5, Qt.SortOrder.DescendingOrder)
+    model.sort(COL["snr"], Qt.SortOrder.DescendingOrder)
     assert index.queries[-1] == (PAGE, 0, "snr") and model.entry(0).snr == 49.0
     model.set_filters(Filters(cls="QSO"))
     assert model.total_hint() == 10_000 and all(model.entry(r).cls == "QSO" for r in range(model.rowCount()))
@@ -83,7 +83,7 @@ def test_verdict_state_filter_pages_through_the_index():
     model.set_filters(Filters(state="decided"))
     model.fetch_all()
     assert [model.entry(r).key for r in range(model.rowCount())] == sorted(decided)
-    assert model.data(model.index(0, 8)) == "YES"
+    assert model.data(model.index(0, COL["decision"])) == "YES"
     model.set_filters(Filters(state="undecided"))
     assert model.rowCount() == PAGE - 1  # the first page minus the decided f000005
 

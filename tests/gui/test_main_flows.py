@@ -7,6 +7,8 @@ import pytest
 from astropy.table import Table
 from PySide6.QtCore import Qt
 
+from speco3.gui.archive_model import COL
+
 pytestmark = pytest.mark.gui
 
 
@@ -18,7 +20,7 @@ def test_open_folder_indexes_and_fills_table(qtbot, make_window, demo_archive, o
     assert w.table_model.rowCount() == 20
     first = w.table_model.entry(0)
     assert first.file_name.startswith("spec-60001-SPECO3DEMO")
-    assert w.table_model.data(w.table_model.index(0, 1)) == "LAMOST"
+    assert w.table_model.data(w.table_model.index(0, COL["survey"])) == "LAMOST"
     assert w.vetting.spectrum.n_pixels == 3909
     assert w.stack.currentWidget() is w.viewer
     assert "vacuum" in w.viewer.header.text()
@@ -89,7 +91,7 @@ def test_keyboard_decisions_are_stored_at_once(qtbot, make_window, demo_archive,
     assert decisions[names[0]].flags == ["bad_spectrum"]
     assert decisions[names[0]].vetter == "tester"
     # the table shows the decisions and the state filter uses them
-    assert w.table_model.data(w.table_model.index(0, 8)) == "YES"
+    assert w.table_model.data(w.table_model.index(0, COL["decision"])) == "YES"
     w.archive.state.setCurrentText("undecided")
     assert w.table_model.loaded_rows() == 17
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
+from speco3.gui.archive_model import COL
 from speco3.gui.settings import AppSettings
 from speco3.vetting import VettingStore
 
@@ -79,10 +80,10 @@ def test_batch_prescreen_fills_the_table_while_the_vetter_works(qtbot, make_wind
     store = w.vetting.store
     verdicts = store.model_verdicts("cv")
     assert len(verdicts) == 20 and {v.verdict for v in verdicts} == {"YES"}
-    assert w.table_model.data(w.table_model.index(10, 7)) == "YES"
+    assert w.table_model.data(w.table_model.index(10, COL["model"])) == "YES"
     assert len(store.decisions("cv")) == 1
     # sort by model verdict, filter by verdict state
-    w.table_model.sort(7, Qt.SortOrder.AscendingOrder)
+    w.table_model.sort(COL["model"], Qt.SortOrder.AscendingOrder)
     assert w.table_model.loaded_rows() == 20
     w.archive.state.setCurrentText("model YES")
     assert w.table_model.loaded_rows() == 20

@@ -23,15 +23,16 @@ PAGE = 256
 # (field, header, index sort key or None when the index cannot sort by it)
 COLUMNS: tuple[tuple[str, str, str | None], ...] = (
     ("name", "Spectrum", "key"),
+    ("model", "Model", None),
+    ("decision", "Decision", None),
     ("survey", "Survey", "survey"),
     ("cls", "Class", "cls"),
     ("subclass", "Subclass", "subclass"),
     ("z", "z", "redshift"),
     ("snr", "S/N", "snr"),
     ("object_id", "Object ID", "object_id"),
-    ("model", "Model", None),
-    ("decision", "Decision", None),
 )
+COL = {name: i for i, (name, _h, _s) in enumerate(COLUMNS)}
 VERDICT_STATES = ("any", "undecided", "decided", "YES", "NO", "UNSURE", "model YES", "model NO", "no model verdict")
 _COLOURS = {"YES": QColor(40, 150, 60), "NO": QColor(190, 50, 50), "UNSURE": QColor(200, 140, 0)}
 
@@ -151,7 +152,7 @@ class ArchiveTableModel(QAbstractTableModel):
             wanted = set(keys)
             rows = [i for i, e in enumerate(self._rows) if e.key in wanted]
         for r in rows:
-            self.dataChanged.emit(self.index(r, len(COLUMNS) - 2), self.index(r, len(COLUMNS) - 1))
+            self.dataChanged.emit(self.index(r, COL["model"]), self.index(r, COL["decision"]))
 
     # -- lazy paging ---------------------------------------------------------------------------------------------
     def _read_page(self, size: int = PAGE) -> list[Any]:

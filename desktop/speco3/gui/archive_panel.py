@@ -84,7 +84,7 @@ class ArchivePanel(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setColumnWidth(0, 300)
-        for col, width in ((1, 70), (2, 70), (3, 70), (4, 80), (5, 55), (6, 100), (7, 60)):
+        for col, width in ((1, 60), (2, 62), (3, 62), (4, 60), (5, 60), (6, 70), (7, 50)):
             self.table.setColumnWidth(col, width)
         self.table.setAlternatingRowColors(True)
         self.table.clicked.connect(lambda idx: self.rowActivated.emit(idx.row()))
