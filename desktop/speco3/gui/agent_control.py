@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtWidgets import QProgressBar, QPushButton
 
 from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectrum
 from speco3.gui.vetting import VettingController, store_key
@@ -204,3 +205,42 @@ class AgentController(QObject):
             tokens=step.tokens_generated, seconds=float(info.get("elapsed", step.seconds)), zooms=step.zooms,
             detail=step.detail, answer=step.answer, trace_dir=trace_dir,
         ))
+
+
+class BatchControls(QObject):
+    """Status-bar controls of the batch pre-screen: progress, pause/resume, cancel (shown while a batch runs)."""
+
+    def __init__(self, inference: InferenceThread, message: Callable[[str], None], parent=None):
+        super().__init__(parent)
+        self.inference = inference
+        self.message = message
+        self.bar = QProgressBar(objectName="batchProgress", visible=False, maximumWidth=220)
+        self.bar.setFormat("pre-screen %v / %m")
+        self.pause = QPushButton("Pause", objectName="batchPause", visible=False)
+        self.cancel = QPushButton("Cancel batch", objectName="batchCancel", visible=False)
+        self.pause.clicked.connect(self.toggle_pause)
+        self.cancel.clicked.connect(inference.cancel_batch)
+        inference.batch_progress.connect(self._on_progress)
+        inference.batch_state.connect(self._on_state)
+        self.paused = False
+
+    def toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self.inference.pause_batch(self.paused)
+
+    def _on_progress(self, done: int, total: int) -> None:
+        for w in (self.bar, self.pause, self.cancel):
+            w.setVisible(True)
+        self.bar.setMaximum(max(total, 1))
+        self.bar.setValue(done)
+
+    def _on_state(self, state: str) -> None:
+        self.pause.setText("Resume" if state == "paused" else "Pause")
+        self.paused = state == "paused"
+        if state in ("finished", "cancelled"):
+            self.message(f"batch pre-screen {state}")
+            QTimer.singleShot(3000, self, self._hide)  # this object as context: no call after the window closes
+
+    def _hide(self) -> None:
+        for w in (self.pause, self.cancel):
+            w.setVisible(False)

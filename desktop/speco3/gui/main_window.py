@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QThread, QTimer
+from PySide6.QtCore import Qt, QThread
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMessageBox,
-    QProgressBar,
     QPushButton,
     QSplitter,
     QStackedWidget,
@@ -24,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from speco3 import __version__
-from speco3.gui.agent_control import AgentController, installed_models
+from speco3.gui.agent_control import AgentController, BatchControls, installed_models
 from speco3.gui.agent_panel import AgentPanel
 from speco3.gui.archive_model import ArchiveTableModel
 from speco3.gui.archive_panel import ArchivePanel
@@ -128,16 +127,10 @@ class MainWindow(QMainWindow):
         return page
 
     def _build_status_bar(self) -> None:
-        sb = self.statusBar()
-        self.batch_bar = QProgressBar(objectName="batchProgress", visible=False, maximumWidth=220)
-        self.batch_bar.setFormat("pre-screen %v / %m")
-        self.batch_pause = QPushButton("Pause", objectName="batchPause", visible=False)
-        self.batch_cancel = QPushButton("Cancel batch", objectName="batchCancel", visible=False)
-        self.batch_pause.clicked.connect(self.toggle_batch_pause)
-        self.batch_cancel.clicked.connect(self.inference.cancel_batch)
-        for w in (self.batch_bar, self.batch_pause, self.batch_cancel):
-            sb.addPermanentWidget(w)
-        self._batch_paused = False
+        self.batch = BatchControls(self.inference, self.show_message, self)
+        self.batch_bar = self.batch.bar
+        for w in (self.batch.bar, self.batch.pause, self.batch.cancel):
+            self.statusBar().addPermanentWidget(w)
 
     def _action(self, menu, text: str, slot, shortcut: str | None = None) -> QAction:
         act = QAction(text, self)
@@ -195,8 +188,6 @@ class MainWindow(QMainWindow):
         self.agent_panel.taskChanged.connect(self._on_task)
         self.agent.message.connect(self.show_message)
         self.agent.verdictRecorded.connect(self._on_verdict)
-        self.inference.batch_progress.connect(self._on_batch_progress)
-        self.inference.batch_state.connect(self._on_batch_state)
         self.key_actions = {
             "decide_yes": lambda: self.decide("YES"), "decide_no": lambda: self.decide("NO"),
             "decide_unsure": lambda: self.decide("UNSURE"), "accept_model": self.accept_model,
@@ -389,25 +380,7 @@ class MainWindow(QMainWindow):
         self.agent.start_batch(entries, self.agent_panel.task_id(), model_id)
 
     def toggle_batch_pause(self) -> None:
-        self._batch_paused = not self._batch_paused
-        self.inference.pause_batch(self._batch_paused)
-
-    def _on_batch_progress(self, done: int, total: int) -> None:
-        for w in (self.batch_bar, self.batch_pause, self.batch_cancel):
-            w.setVisible(True)
-        self.batch_bar.setMaximum(max(total, 1))
-        self.batch_bar.setValue(done)
-
-    def _on_batch_state(self, state: str) -> None:
-        self.batch_pause.setText("Resume" if state == "paused" else "Pause")
-        self._batch_paused = state == "paused"
-        if state in ("finished", "cancelled"):
-            self.show_message(f"batch pre-screen {state}")
-            QTimer.singleShot(3000, self, self._hide_batch_controls)  # the window as context: no call after close
-
-    def _hide_batch_controls(self) -> None:
-        for w in (self.batch_pause, self.batch_cancel):
-            w.setVisible(False)
+        self.batch.toggle_pause()
 
     # -- dialogs and exports -------------------------------------------------------------------------------------
     def choose_export(self, fmt: str, ext: str) -> None:
