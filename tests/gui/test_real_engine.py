@@ -1,0 +1,45 @@
+"""The agent panel driven by the real llama.cpp engine on the tiny random Qwen2.5-VL (converted at test time).
+
+The tiny model's words are noise; what is checked is the plumbing a real model goes through: model store →
+`open_engine` in the inference thread → tokens streamed into the panel → an outcome stored with the model's name.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from speco3.gui.settings import AppSettings
+
+pytestmark = [pytest.mark.gui, pytest.mark.llama]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_files(tmp_path_factory):
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed")
+    from speco3_converters.testing import tiny_gguf_pair
+
+    return tiny_gguf_pair(tmp_path_factory.mktemp("tiny-gguf"), quant="Q8_0")
+
+
+def test_real_engine_streams_into_the_panel(qtbot, make_window, demo_archive, open_and_wait, tiny_model_files):
+    from speco3_models.store import ModelStore
+
+    text, mmproj = tiny_model_files
+    installed = ModelStore().import_pair(text, mmproj, name="tiny-test")
+    settings = AppSettings(vetter="t", n_ctx=8192, image_max_tokens=128, n_threads=2, n_gpu_layers=0)
+    w = make_window(settings=settings, opener=None)
+    w.agent.engine_opener = w.agent._open_engine  # the real `open_engine`, not the test factory
+    open_and_wait(w, demo_archive)
+    assert w.agent_panel.model_id() == installed.name
+    assert w.agent_panel.notice.isHidden()
+    w.run_agent()
+    qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=240000)
+    mv = w.vetting.model_suggestion()
+    assert mv is not None and mv.model_id == "tiny-test" and mv.tokens > 0
+    assert mv.outcome in {"YES", "NO", "format_error", "budget_exhausted", "context_full"}
+    assert "scripted" not in w.agent_panel.status.text() and "tokens" in w.agent_panel.status.text()
+    assert len(w.agent_panel.transcript.toPlainText()) > 50
+    print("tiny model run:", mv.outcome, mv.turns, mv.tokens, round(mv.seconds, 2), w.agent_panel.status.text())
