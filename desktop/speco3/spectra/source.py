@@ -206,21 +206,18 @@ class Source:
         parts = []
         with contextlib.suppress(Exception):  # listing is best effort
             self.names()
-        for i, h in enumerate(self.hdul):
-            if i >= 12:
-                parts.append(f"... {len(self.hdul) - 12} more")
-                break
-            hdr = h.header
-            nax = int(hdr.get("NAXIS", 0) or 0)
-            name = repr(str(h.name)) if h.name else "unnamed"
-            if isinstance(h, fits.BinTableHDU | fits.TableHDU):
-                cols = ",".join(h.columns.names[:6]) + (",..." if len(h.columns.names) > 6 else "")
-                parts.append(f"{i} {name} table {hdr.get('NAXIS2', 0)} rows [{cols}]")
-            elif nax:
-                shape = "x".join(str(hdr.get(f"NAXIS{k}")) for k in range(nax, 0, -1))
-                parts.append(f"{i} {name} image {shape}")
-            else:
-                parts.append(f"{i} {name} header only")
+        i = 0
+        try:  # iterating loads the next HDU lazily: a damaged one ends the listing, never the error report
+            for i, h in enumerate(self.hdul):
+                if i >= 12:
+                    parts.append("... more")
+                    break
+                try:
+                    parts.append(_describe_hdu(i, h))
+                except Exception as exc:  # a damaged header (unparsable card, unknown TFORM, missing NAXISn)
+                    parts.append(f"{i} damaged header ({type(exc).__name__}: {str(exc)[:60]})")
+        except Exception as exc:
+            parts.append(f"HDU {i + 1 if parts else 0} unreadable ({type(exc).__name__}: {str(exc)[:60]})")
         return "HDUs found: " + "; ".join(parts) if parts else "no HDUs"
 
     def close(self) -> None:
@@ -231,6 +228,84 @@ class Source:
         owned = self.__dict__.pop("_owned", None)
         if owned is not None:
             owned.close()
+
+
+def _describe_hdu(i: int, h: Any) -> str:
+    hdr = h.header
+    nax = int(hdr.get("NAXIS", 0) or 0)
+    name = repr(str(h.name)) if h.name else "unnamed"
+    if isinstance(h, fits.BinTableHDU | fits.TableHDU):
+        names = [str(n) for n in h.columns.names]
+        cols = ",".join(names[:6]) + (",..." if len(names) > 6 else "")
+        return f"{i} {name} table {hdr.get('NAXIS2', 0)} rows [{cols}]"
+    if nax:
+        shape = "x".join(str(hdr.get(f"NAXIS{k}")) for k in range(nax, 0, -1))
+        return f"{i} {name} image {shape}"
+    return f"{i} {name} header only"
+
+
+#: FITS limits on NAXIS and TFIELDS (standard 4.0, §4.4.1 and §7.3.1); astropy loops over every claimed one.
+MAX_AXES = 999
+_BLOCK, _CARD = 2880, 80
+_COUNT_CARD = re.compile(rb"^(NAXIS\d{0,3}|TFIELDS|BITPIX|PCOUNT|GCOUNT) *= *([+-]?\d+) *(?:/.*)?$")
+
+
+def check_header_counts(fh: Any, display: str, max_hdus: int = 1000, max_header_bytes: int = 64 * _BLOCK) -> None:
+    """Refuse a FITS file whose headers claim a NAXIS or TFIELDS outside 0..999, before astropy parses it.
+
+    astropy builds its axis and column lists with a Python loop over the claimed count, so a damaged card such as
+    ``NAXIS = 99999999`` keeps it busy for minutes. Only the header blocks are read (the data is skipped by
+    seeking); a structure that ends early is left for astropy to report. The file position is restored.
+
+    Raises
+    ------
+    SpectrumReadError
+        Naming the HDU and the card.
+    """
+    start = fh.tell()
+    try:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        pos = 0
+        for n in range(max_hdus):
+            if pos + _BLOCK > size:
+                return
+            values: dict[bytes, int] = {}
+            header_end = None
+            block_pos = pos
+            while header_end is None:
+                if block_pos - pos >= max_header_bytes:
+                    return
+                fh.seek(block_pos)
+                block = fh.read(_BLOCK)
+                if len(block) < _BLOCK:
+                    return  # truncated header: astropy reports it
+                for k in range(0, _BLOCK, _CARD):
+                    card = block[k : k + _CARD]
+                    if card[:8] == b"END     ":
+                        header_end = block_pos + _BLOCK
+                        break
+                    m = _COUNT_CARD.match(card.rstrip())
+                    if m and m.group(1) not in values:
+                        values[m.group(1)] = int(m.group(2))
+                block_pos += _BLOCK
+            for key in (b"NAXIS", b"TFIELDS"):
+                v = values.get(key)
+                if v is not None and not 0 <= v <= MAX_AXES:
+                    raise SpectrumReadError(
+                        display, f"damaged header in HDU {n}: {key.decode()} = {v} (FITS allows 0..{MAX_AXES})")
+            naxis = values.get(b"NAXIS", 0)
+            nelem = 1 if naxis else 0
+            for a in range(1, naxis + 1):
+                nelem *= max(values.get(b"NAXIS%d" % a, 0), 0)
+            data = abs(values.get(b"BITPIX", 8)) // 8 * max(values.get(b"GCOUNT", 1), 1) * (
+                max(values.get(b"PCOUNT", 0), 0) + nelem) if naxis else 0
+            pos = header_end + -(-data // _BLOCK) * _BLOCK
+    except (OSError, ValueError):  # unseekable or closed: astropy will say what is wrong
+        return
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            fh.seek(start)
 
 
 def _sniff_text(raw: bytes) -> str | None:
@@ -274,6 +349,7 @@ def _text_source(raw: bytes, display: str, path: Path | None) -> Source:
 
 
 def _open_fits(target: Any, display: str, path: Path | None) -> Source:
+    check_header_counts(target, display)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
