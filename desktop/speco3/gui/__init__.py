@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from speco3.gui._qtfix import pin_singletons
+from speco3.render.qtcompat import pin_singletons
 
 pin_singletons()

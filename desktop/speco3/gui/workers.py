@@ -32,20 +32,12 @@ EngineFactory = Callable[[], Any]  # () -> Engine (loaded lazily by the agent lo
 def release_render_scene() -> None:
     """Drop this thread's offscreen render scene while the thread can still run Python.
 
-    `speco3.render` keeps one Qt scene per thread in a ``threading.local``; left there, it would be destroyed
-    while the thread's Python state is torn down, which crashes PySide6. Call at the end of a worker thread.
+    `speco3.render` keeps one Qt scene per thread; left there, it would be destroyed while the thread's Python
+    state is torn down, which crashes PySide6. Call at the end of a worker thread.
     """
-    try:
-        from speco3.render import qtscene
-    except ImportError:
-        return
-    local = getattr(qtscene, "_local", None)
-    scene = getattr(local, "scene", None)
-    if scene is not None:
-        try:
-            scene.close()
-        finally:
-            del local.scene
+    from speco3.render import release_thread_scene
+
+    release_thread_scene()
 
 
 def render_png(view) -> bytes:

@@ -80,7 +80,7 @@ def init_qt() -> None:
     Call it in the main thread before rendering from worker threads when no QApplication is running yet
     (command-line tools). A GUI should call it right after creating its QApplication: importing the Qt side
     also applies the ``None`` reference-count workaround for PySide6 6.12 on CPython 3.11
-    (see :func:`speco3.render.qtscene._pin_none`), which protects every PySide6 call in the process.
+    (see :mod:`speco3.render.qtcompat`), which protects every PySide6 call in the process.
     """
     from speco3.render.qtscene import ensure_app
 

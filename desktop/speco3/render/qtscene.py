@@ -24,6 +24,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from speco3.render.geometry import PT, ROLES, FigureLayout
+from speco3.render.qtcompat import pin_singletons
 
 logger = logging.getLogger(__name__)
 
@@ -46,25 +47,7 @@ BOX_EDGE_WIDTH = 1.0 * PT
 #: Qt maps PNG "quality" to the zlib level; 60 encodes ~2× faster than the default for ~14 % larger files.
 PNG_QUALITY = 60
 
-def _pin_none() -> None:
-    """Work around void Qt calls that drop a reference to ``None`` (PySide6 6.12 abi3 wheels on CPython 3.11).
-
-    Each such call (``QPainter.drawLine``, ``setPen``, ...) decrements ``None``'s reference count without
-    having incremented it; CPython < 3.12 then aborts with "none_dealloc" once the count reaches zero, at the
-    latest during interpreter shutdown. Python 3.12 made ``None`` immortal (PEP 683); here we give it a
-    reference count no program can exhaust, which is what 3.12 does. A no-op where it is not needed.
-    """
-    if sys.version_info >= (3, 12) or sys.implementation.name != "cpython" or hasattr(sys, "gettotalrefcount"):
-        return  # immortal None, another interpreter, or a debug build (different object header)
-    import ctypes
-
-    refcnt = ctypes.c_ssize_t.from_address(id(None))
-    if refcnt.value < 1 << 40:
-        refcnt.value += 1 << 40
-        logger.debug("pinned None's reference count (PySide6 void-call refcount bug on CPython < 3.12)")
-
-
-_pin_none()
+pin_singletons()  # PySide6 6.12 on CPython 3.11 drops references to None/True (see qtcompat)
 _app_lock = threading.Lock()
 _fonts_ready = False
 _local = threading.local()
