@@ -1,4 +1,11 @@
-"""Seeded generator of adversarial Spec-o3 model outputs (whole episodes: one string per assistant turn)."""
+"""Seeded generator of adversarial Spec-o3 model outputs (whole episodes: one string per assistant turn).
+
+`generate(count, seed)` cycles through `CATEGORIES` (malformed JSON, unknown tool, extra / missing arguments,
+reversed / NaN / huge / string / wrong-arity ranges, several calls in one turn, endless calls, no answer, answer
+plus call, 10k-100k-character outputs, odd unicode incl. lone surrogates and NULs, bad boxed answers, nested tags,
+a valid zoom then an answer, and tool-call JSON nested up to 100,000 levels deep). The same seed gives the same
+episodes.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ CATEGORIES = (
     "bad_boxed",
     "nested_tags",
     "valid_then_answer",
+    "deep_nesting",
 )
 
 ODD = [
@@ -109,6 +117,10 @@ def episode(category: str, rng: random.Random) -> list[str]:
         ]
     if category == "valid_then_answer":
         return [t + _call({"wavelength_range": [lo, lo + rng.choice([20, 100, 1500])], "label": "Zoom"}), _answer(rng)]
+    if category == "deep_nesting":  # json.loads raises RecursionError (not ValueError) beyond ~1000 levels
+        depth = rng.choice([70, 900, 5000, 100000])
+        raw = '{"name": "' + TOOL + '", "arguments": {"wavelength_range": ' + "[" * depth + "]" * depth + "}}"
+        return [t + _call(None, raw=raw), _answer(rng)]
     raise ValueError(category)
 
 

@@ -116,3 +116,14 @@ def test_damaged_header_listing_gives_typed_error(spectra_dir, tmp_path):
                             SpectrumReadError, timeout_s=LIMIT_S)
     assert res["outcome"] in ("ok", "error"), res
     assert np.isfinite(res["seconds"])
+
+
+@pytest.mark.parametrize(("key", "value"), [("NAXIS1", "-1"), ("NAXIS2", "-4101"), ("PCOUNT", "-5")])
+def test_negative_sizes_are_refused_quickly(spectra_dir, tmp_path, key, value):
+    """A negative NAXISn in a table header made astropy walk back over the same headers without end."""
+    raw = (spectra_dir / "sdss/spec-0266-51602-0638.fits").read_bytes()
+    data = fitsfuzz.set_card(raw, key, value, occurrence=1 if key.startswith("NAXIS") else 0)
+    res = fitsfuzz.run_case(fitsfuzz.Case(f"neg{key}", "lie_naxis", data, ".fits"), tmp_path, read_spectra,
+                            SpectrumReadError, timeout_s=LIMIT_S)
+    assert res["outcome"] == "error" and res["named_file"], res
+    assert "negative" in res["reason"]

@@ -156,7 +156,7 @@ def parse_tool_calls(text: str) -> list[ParsedCall]:
         try:
             obj = json.loads(block)
             name, arguments = obj["name"], obj["arguments"]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: [[[[… nested deeply
             logger.info("unparsable tool call %r: %s", block[:200], exc)
             continue
         if not isinstance(name, str):

@@ -61,13 +61,21 @@ class ToolResult:
 
 
 def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # a JSON integer beyond the float range (e.g. 10**400)
+        return False
 
 
 def _decode_arguments(arguments: Any) -> dict:
     """The arguments object; a JSON string holding an object is accepted. Raises ValueError / TypeError."""
     if isinstance(arguments, str):
-        arguments = json.loads(arguments)  # ValueError (JSONDecodeError) with Python's reason
+        try:
+            arguments = json.loads(arguments)  # ValueError (JSONDecodeError) with Python's reason
+        except RecursionError as exc:
+            raise ValueError("arguments nested too deeply") from exc
     if not isinstance(arguments, dict):
         raise TypeError(f"arguments must be a JSON object, got {type(arguments).__name__}")
     return arguments

@@ -61,17 +61,22 @@ def _image_file(step: Step, n: int) -> str:
     return f"{n:02d}-full.png"
 
 
-def _jsonable(value: Any) -> Any:
+#: Deeper structures (only a model's garbage tool arguments get there) are not copied into the JSON; the
+#: assistant step's verbatim text still holds them.
+MAX_JSON_DEPTH = 64
+
+
+def _jsonable(value: Any, depth: int = 0) -> Any:
     if isinstance(value, Outcome):
         return value.value
     if isinstance(value, ViewSpec):
         return value.to_dict()
-    if isinstance(value, tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
+    if isinstance(value, tuple | list | dict) and depth >= MAX_JSON_DEPTH:
+        return f"<nested deeper than {MAX_JSON_DEPTH} levels; see the assistant text>"
+    if isinstance(value, tuple | list):
+        return [_jsonable(v, depth + 1) for v in value]
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
     return value
 
 
@@ -171,11 +176,14 @@ class Trace:
             n += 1
         self.image_files = files
         if self.prompt_text:
-            (folder / "prompt.txt").write_text(self.prompt_text, encoding="utf-8")
+            # Model text may hold lone surrogates (invalid UTF-8): written as \udXXX escapes, never an error.
+            (folder / "prompt.txt").write_text(self.prompt_text, encoding="utf-8", errors="backslashreplace")
         target = folder / TRACE_FILE
         fd, tmp = tempfile.mkstemp(prefix=".trace-", suffix=".json", dir=folder)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            # backslashreplace turns a lone surrogate inside a JSON string into its \udXXX escape, which
+            # json.loads reads back as the same character: the model's text round-trips exactly.
+            with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
                 json.dump(self.to_dict(files), fh, ensure_ascii=False, indent=1, allow_nan=True)
             os.chmod(tmp, 0o644)  # mkstemp creates 0600; traces are meant to be shared
             os.replace(tmp, target)

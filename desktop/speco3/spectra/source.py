@@ -251,10 +251,11 @@ _COUNT_CARD = re.compile(rb"^(NAXIS\d{0,3}|TFIELDS|BITPIX|PCOUNT|GCOUNT) *= *([+
 
 
 def check_header_counts(fh: Any, display: str, max_hdus: int = 1000, max_header_bytes: int = 64 * _BLOCK) -> None:
-    """Refuse a FITS file whose headers claim a NAXIS or TFIELDS outside 0..999, before astropy parses it.
+    """Refuse a FITS file whose headers claim a NAXIS or TFIELDS outside 0..999 or a negative size, before astropy.
 
     astropy builds its axis and column lists with a Python loop over the claimed count, so a damaged card such as
-    ``NAXIS = 99999999`` keeps it busy for minutes. Only the header blocks are read (the data is skipped by
+    ``NAXIS = 99999999`` keeps it busy for minutes, and a negative ``NAXISn`` or ``PCOUNT`` makes it walk the same
+    headers again and again. Only the header blocks are read (the data is skipped by
     seeking); a structure that ends early is left for astropy to report. The file position is restored.
 
     Raises
@@ -297,7 +298,12 @@ def check_header_counts(fh: Any, display: str, max_hdus: int = 1000, max_header_
             naxis = values.get(b"NAXIS", 0)
             nelem = 1 if naxis else 0
             for a in range(1, naxis + 1):
-                nelem *= max(values.get(b"NAXIS%d" % a, 0), 0)
+                v = values.get(b"NAXIS%d" % a, 0)
+                if v < 0:  # a negative size sends astropy's HDU walk backwards, over and over
+                    raise SpectrumReadError(display, f"damaged header in HDU {n}: NAXIS{a} = {v} (negative)")
+                nelem *= v
+            if values.get(b"PCOUNT", 0) < 0:
+                raise SpectrumReadError(display, f"damaged header in HDU {n}: PCOUNT = {values[b'PCOUNT']} (negative)")
             data = abs(values.get(b"BITPIX", 8)) // 8 * max(values.get(b"GCOUNT", 1), 1) * (
                 max(values.get(b"PCOUNT", 0), 0) + nelem) if naxis else 0
             pos = header_end + -(-data // _BLOCK) * _BLOCK

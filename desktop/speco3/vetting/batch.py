@@ -27,7 +27,7 @@ from speco3.engine.base import Engine
 from speco3.errors import Speco3Error
 from speco3.spectra.model import Spectrum
 from speco3.vetting.records import ModelVerdict, SpectrumInfo
-from speco3.vetting.store import VettingStore
+from speco3.vetting.store import VettingStore, storable_text
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def file_sha256(path: str | Path, _cache: dict[str, str] | None = None) -> str |
 def trace_folder(root: Path, task: str, key: str, name: str) -> Path:
     """A stable, file-system-safe trace folder for one spectrum and task."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name or "spectrum").strip("._")[:60] or "spectrum"
-    return root / task / f"{safe}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+    return root / task / f"{safe}-{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
 
 
 def vet_one(
@@ -164,7 +164,7 @@ def vet_batch(
         if cancel is not None and cancel.is_set():
             result.cancelled = True
             break
-        if item.key in done:
+        if storable_text(item.key) in done:  # keys come back from SQLite in their storable form
             result.skipped += 1
             if progress is not None:
                 progress(i, result.total, item, None)
@@ -178,7 +178,7 @@ def vet_batch(
         if v is None:
             result.cancelled = True
             break
-        done.add(item.key)
+        done.add(storable_text(item.key))
         result.done += 1
         result.outcomes[v.outcome] = result.outcomes.get(v.outcome, 0) + 1
         if v.outcome in ("engine_error", "input_error"):

@@ -51,6 +51,21 @@ CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL, upd
 RETRY_OUTCOMES = ("cancelled", "engine_error")
 
 
+def storable_text(value: Any) -> Any:
+    """``value`` as SQLite can store it: a str with lone surrogates gets them as ``\\udXXX`` escapes.
+
+    Lone surrogates come from model output and from file names that are not valid UTF-8 (Python's
+    surrogateescape); sqlite3 refuses them with a UnicodeEncodeError. Writes and lookups both go through
+    this function, so a key is found again. Other values are returned unchanged.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
 class VettingStore:
     """The vetting database at ``path`` (created when missing).
 
@@ -124,14 +139,14 @@ class VettingStore:
     def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
         with self._lock:
             try:
-                return self._db.execute(sql, args).fetchall()
+                return self._db.execute(sql, tuple(storable_text(a) for a in args)).fetchall()
             except sqlite3.DatabaseError as exc:
                 raise StoreError(f"{self.path}: read failed ({exc})") from exc
 
     def _write(self, sql: str, args: tuple) -> int:
         try:
             with self._tx() as cur:
-                cur.execute(sql, args)
+                cur.execute(sql, tuple(storable_text(a) for a in args))
                 return int(cur.lastrowid or 0)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: write failed ({exc})") from exc
