@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from speco3.errors import SpectrumReadError
-from speco3.spectra.model import Spectrum, SpectrumMeta
+from speco3.spectra.model import Deferred, Spectrum, SpectrumMeta
 from speco3.spectra.source import Source
 
 log = logging.getLogger(__name__)
@@ -151,33 +151,46 @@ def wcs_axis(src: Source, header: Any, n: int, axis: int = 1) -> tuple[np.ndarra
     dcflag = hfloat(header, "DC-FLAG")
     wfit = (hstr(header, "WFITTYPE") or "").upper()
     is_log = dcflag == 1 or ctype in LOG_CTYPES or ctype.endswith("-LOG") or wfit == "LOG-LINEAR"
-    pix = np.arange(n, dtype=np.float64) + 1.0 - crpix
-    values = crval + pix * step
+    if is_log and crval > 10:
+        raise fail(src, f"log-linear axis flagged but CRVAL{axis}={crval} is not a log10 wavelength")
+    wave = np.arange(n, dtype=np.float64)  # crval + (i + 1 - crpix)·step, in place (one array, same rounding)
+    wave += 1.0
+    wave -= crpix
+    wave *= step
+    wave += crval
     if is_log:
-        if crval > 10:
-            raise fail(src, f"log-linear axis flagged but CRVAL{axis}={crval} is not a log10 wavelength")
-        wave = np.power(10.0, values)
-    else:
-        wave = values
-    wave = wave * factor
+        np.power(10.0, wave, out=wave)
+    if factor != 1.0:
+        wave *= factor
     medium = "air" if ctype.startswith("AWAV") else medium_from(header)
     return wave, medium
 
 
-def ivar_from_sigma(sigma: np.ndarray, bad_above: float = 1e9) -> np.ndarray:
-    """1/σ² where 0 < σ < bad_above, else 0."""
+def ivar_from_sigma(sigma: np.ndarray, bad_above: float = 1e9, *, overwrite: bool = False) -> np.ndarray:
+    """1/σ² where 0 < σ < bad_above, else 0.
+
+    With ``overwrite=True`` a float64 ``sigma`` is turned into the result in place (no new array): for callers
+    that own a freshly read σ array.
+    """
     s = np.asarray(sigma, dtype=np.float64)
-    ok = np.isfinite(s) & (s > 0) & (s < bad_above)
-    out = np.zeros_like(s)
-    out[ok] = 1.0 / (s[ok] * s[ok])
+    with np.errstate(invalid="ignore"):
+        ok = (s > 0) & (s < bad_above)  # False for NaN; ±inf fail one of the bounds
+    if overwrite and s is sigma and s.flags.writeable:
+        out = s
+        np.copyto(out, 0.0, where=~ok)
+    else:
+        out = np.zeros_like(s)
+    np.multiply(s, s, out=out, where=ok)
+    np.divide(1.0, out, out=out, where=ok)
     return out
 
 
 def ivar_from_variance(var: np.ndarray) -> np.ndarray:
     v = np.asarray(var, dtype=np.float64)
-    ok = np.isfinite(v) & (v > 0)
+    with np.errstate(invalid="ignore"):
+        ok = (v > 0) & (v < np.inf)
     out = np.zeros_like(v)
-    out[ok] = 1.0 / v[ok]
+    np.divide(1.0, v, out=out, where=ok)
     return out
 
 
@@ -185,17 +198,23 @@ def median_snr(flux: np.ndarray, ivar: np.ndarray | None, mask: np.ndarray) -> f
     """Median of |flux|·sqrt(ivar) over good pixels (an estimate when the file states no S/N)."""
     if ivar is None:
         return None
-    good = ~mask & (ivar > 0) & np.isfinite(flux)
-    if not good.any():
+    good = ivar > 0
+    good &= ~mask
+    good &= np.isfinite(flux)
+    values = flux[good]  # two selections, then in place: each new array of a long spectrum costs page faults
+    if not values.size:
         return None
-    return float(np.median(np.abs(flux[good]) * np.sqrt(ivar[good])))
+    np.abs(values, out=values)
+    root = ivar[good]
+    values *= np.sqrt(root, out=root)
+    return float(np.median(values, overwrite_input=True))
 
 
 def ascending(wave: np.ndarray, *arrays: np.ndarray | None) -> tuple[Any, ...]:
     """Reorder so that the wavelength ascends (reverse for descending axes, sort otherwise)."""
-    if wave.size < 2 or bool(np.all(np.diff(wave) > 0)):
+    if wave.size < 2 or bool(np.all(wave[1:] > wave[:-1])):  # compares in place of np.diff: no float temporary
         return (wave, *arrays)
-    order = np.arange(wave.size)[::-1] if bool(np.all(np.diff(wave) < 0)) else np.argsort(wave, kind="stable")
+    order = np.arange(wave.size)[::-1] if bool(np.all(wave[1:] < wave[:-1])) else np.argsort(wave, kind="stable")
     return (wave[order], *[None if a is None else a[order] for a in arrays])
 
 
@@ -224,15 +243,24 @@ def make_spectrum(
     bad = np.zeros(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).ravel().copy()
     bad |= ~np.isfinite(flux) | ~np.isfinite(wave)
     if ivar is not None:
-        bad |= ~(ivar > 0)
-        ivar = np.where(np.isfinite(ivar) & (ivar > 0), ivar, 0.0)
+        ok = ivar > 0
+        bad |= ~ok
+        ok &= ivar < np.inf
+        if not ok.all():  # a clean ivar (the usual case) is kept as it is: no copy
+            ivar = np.where(ok, ivar, 0.0)
     wave, flux, ivar, bad = ascending(wave, flux, ivar, bad)
     meta = meta or SpectrumMeta()
-    if meta.snr is None:
-        meta.snr = median_snr(flux, ivar, bad)
-        if meta.snr is not None:
-            meta.extra.setdefault("snr_source", "median flux*sqrt(ivar)")
-    return Spectrum(wave, flux, ivar, bad, flux_unit=flux_unit or "", medium=medium, meta=meta)  # type: ignore[arg-type]
+    spec = Spectrum(wave, flux, ivar, bad, flux_unit=flux_unit or "", medium=medium, meta=meta)  # type: ignore[arg-type]
+    if meta.snr is None and ivar is not None:  # estimated on first access of meta.snr (viewers, the index)
+        meta.snr = Deferred(lambda: _estimated_snr(spec))
+    return spec
+
+
+def _estimated_snr(spec: Spectrum) -> float | None:
+    snr = median_snr(spec.flux, spec.ivar, spec.mask)
+    if snr is not None:
+        spec.meta.extra.setdefault("snr_source", "median flux*sqrt(ivar)")
+    return snr
 
 
 def col(data: Any, *names: str) -> np.ndarray | None:

@@ -5,12 +5,44 @@ Wavelengths are always in Ångström, float64, ascending. ``mask`` is True where
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import numpy as np
 
 Medium = Literal["air", "vacuum", "unknown"]
+
+
+class Deferred:
+    """A value computed on first access of a :class:`LazyField` (e.g. an S/N estimate nobody may ask for)."""
+
+    __slots__ = ("compute",)
+
+    def __init__(self, compute: Callable[[], Any]):
+        self.compute = compute
+
+
+class LazyField:
+    """Data descriptor for a dataclass field that may hold a :class:`Deferred`: resolved once, then cached.
+
+    Reading the field (attribute access, ``to_dict``, ``repr``, ``==``, pickling) always yields the value, never
+    the Deferred; assigning a plain value replaces it.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return None  # the dataclass default
+        value = obj.__dict__.get(self.name)
+        if isinstance(value, Deferred):
+            value = obj.__dict__[self.name] = value.compute()
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.name] = value
 
 
 @dataclass
@@ -26,7 +58,7 @@ class SpectrumMeta:
     redshift_source: str | None = None  # e.g. "LAMOST pipeline", "SPECOBJ", "redrock"
     cls: str | None = None  # STAR / GALAXY / QSO ...
     subclass: str | None = None
-    snr: float | None = None
+    snr: float | None = LazyField()  # type: ignore[assignment]  # None by default; may be estimated on first read
     file_name: str | None = None
     path: str | None = None
     hdu: str | int | None = None
@@ -38,6 +70,9 @@ class SpectrumMeta:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def __getstate__(self) -> dict[str, Any]:  # pickle resolved values, never a Deferred's closure
+        return {k: getattr(self, k) for k in self.__dict__}
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Any
 from astropy.io import fits
 
 from speco3.errors import SpectrumReadError
+from speco3.spectra._header import FastHeader, _parse_value  # noqa: F401 - re-exported (readers, _tables)
 
 log = logging.getLogger(__name__)
 
@@ -29,57 +30,6 @@ BZIP2_MAGIC = b"BZh"
 FITS_MAGIC = b"SIMPLE  ="
 #: ``fits.open(memmap=...)``; False measured faster for the small files of survey archives (benchmarks/bench_read.py).
 MEMMAP = False
-
-
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([EeDd][+-]?\d+)?$")
-_STRING = re.compile(r"\s*'(.*?)'(?=\s*(?:/|$))")  # as astropy: the closing quote is followed by / or the end
-
-
-class FastHeader(dict):
-    """Header values parsed straight from the raw 80-character card images.
-
-    astropy parses a card's value on every lookup (~10-40 µs each); readers look up dozens of keywords, so the
-    values are decoded once here: strings (unquoted, trailing blanks removed), T/F as bool, int, float (also
-    with a D exponent). COMMENT, HISTORY, blank and HIERARCH cards are left out; the first of duplicate
-    keywords wins, as with ``Header.get``. Malformed cards keep their raw text instead of raising.
-    """
-
-    @classmethod
-    def from_hdu(cls, hdu: Any) -> FastHeader:
-        out = cls()
-        for card in hdu.header._cards:
-            image = card._image or card.image  # raw text: .image would verify (and warn) first
-            key = image[:8].rstrip()
-            if not key or key in ("COMMENT", "HISTORY", "HIERARCH", "CONTINUE", "END") or image[8:10] != "= ":
-                continue
-            if key in out:
-                continue
-            value = _parse_value(image[10:80])
-            if len(image) > 80 and isinstance(value, str):  # long string: 'part&' + CONTINUE cards
-                for k in range(80, len(image), 80):
-                    m = _STRING.match(image[k + 8:k + 80])
-                    if not (m and value.endswith("&")):
-                        break
-                    value = value[:-1] + m.group(1).replace("''", "'").rstrip()
-            out[key] = value
-        return out
-
-
-def _parse_value(text: str) -> Any:
-    m = _STRING.match(text)
-    if m:
-        return m.group(1).replace("''", "'").rstrip()
-    value = text.split("/", 1)[0].strip()
-    if value == "T":
-        return True
-    if value == "F":
-        return False
-    if _NUMBER.match(value):
-        try:
-            return int(value)
-        except ValueError:
-            return float(value.replace("D", "E").replace("d", "e"))
-    return value or None
 
 
 class Source:
@@ -120,14 +70,18 @@ class Source:
         """The HDU at position or with EXTNAME ``key``, or None (never raises for a missing HDU)."""
         if self.hdul is None:
             return None
+        cache = self.__dict__.setdefault("_hdus", {})  # identify functions ask for the same HDUs many times
+        if key in cache:
+            return cache[key]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                return self.hdul[key]
+                cache[key] = self.hdul[key]
             except (IndexError, KeyError):
-                return None
+                cache[key] = None
             finally:
                 self._note(caught)
+        return cache[key]
 
     @property
     def primary(self) -> FastHeader:
@@ -283,6 +237,8 @@ def check_header_counts(fh: Any, display: str, max_hdus: int = 1000, max_header_
                     return  # truncated header: astropy reports it
                 for k in range(0, _BLOCK, _CARD):
                     card = block[k : k + _CARD]
+                    if card[:1] not in b"NTBPGE":  # cheap filter: only END and the counting keywords matter
+                        continue
                     if card[:8] == b"END     ":
                         header_end = block_pos + _BLOCK
                         break

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from astropy.io import fits
 
+from speco3.errors import SpectrumReadError
 from speco3.spectra._common import (
     fail,
     hfloat,
@@ -31,7 +32,7 @@ from speco3.spectra._common import (
 from speco3.spectra._tables import column_names
 from speco3.spectra.model import SpectrumMeta
 from speco3.spectra.registry import FileContents
-from speco3.spectra.source import Source
+from speco3.spectra.source import FastHeader, Source, check_header_counts
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def _read_image(src: Source) -> FileContents:
     bands = [hstr(h, f"BANDID{k}") or "" for k in range(1, 6)]
     flat = data.reshape(-1, n)
     flux = flat[0]
-    sigma = None
+    sigma = own_sigma = None  # own_sigma: a σ array read here from the error file (turned into ivar in place)
     for k, label in enumerate(bands[: flat.shape[0]]):
         if k and label.lower().startswith("sigma"):
             sigma = flat[k]
@@ -131,27 +132,37 @@ def _read_image(src: Source) -> FileContents:
             meta.note = f"error spectrum (its flux spectrum is {partner.name})"
             meta.extra["role"] = "error"
         elif sigma is None:
-            sigma = _partner_sigma(src, h, n, partner)
+            sigma = own_sigma = _partner_sigma(src, h, n, partner)
             if sigma is not None:
                 meta.extra["error_file"] = partner.name
     if flat.shape[0] > 1:
         meta.extra["bands"] = [b for b in bands[: flat.shape[0]]]
-    ivar = ivar_from_sigma(sigma) if sigma is not None else None
+    ivar = ivar_from_sigma(sigma, overwrite=sigma is own_sigma) if sigma is not None else None
     spec = make_spectrum(wave, flux, ivar, None, flux_unit=hstr(h, "BUNIT") or "", medium=medium, meta=meta, src=src)
     return FileContents(spectra=[spec], depends_on=[str(comp[1])] if comp else [])
 
 
 def _partner_sigma(src: Source, h, n: int, partner: Path) -> np.ndarray | None:
+    """σ from the error file of the same grid (its primary image), or None when it does not match or is unreadable.
+
+    Only that one HDU is read (``PrimaryHDU.readfrom``) and its header is decoded from the raw cards, so astropy's
+    full header parse and HDU-list bookkeeping (about half the cost of a second ``fits.open``) are skipped.
+    """
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), open(partner, "rb") as fh:
             warnings.simplefilter("ignore")
-            with fits.open(partner, memmap=False) as hp:
-                ph = hp[0].header
-                if ph.get("NAXIS1") != n or hfloat(ph, "CRVAL1") != hfloat(h, "CRVAL1"):
-                    log.info("%s: %s has a different grid; not used as error", src.display, partner.name)
-                    return None
-                return np.asarray(hp[0].data, dtype=np.float64).reshape(-1, n)[0]
-    except (OSError, ValueError, TypeError) as exc:
+            check_header_counts(fh, str(partner), max_hdus=1)
+            hdu = fits.PrimaryHDU.readfrom(fh)
+            ph = FastHeader.from_hdu(hdu)
+            if ph.get("NAXIS1") != n or hfloat(ph, "CRVAL1") != hfloat(h, "CRVAL1"):
+                log.info("%s: %s has a different grid; not used as error", src.display, partner.name)
+                return None
+            data = hdu.data
+            if data is None or data.size % n:
+                log.info("%s: error file %s holds no %d-pixel image", src.display, partner.name, n)
+                return None
+            return np.array(data, dtype=np.float64).reshape(-1, n)[0]  # a copy: the file is closed on return
+    except (OSError, ValueError, TypeError, KeyError, IndexError, SpectrumReadError) as exc:
         log.info("%s: error file %s unreadable: %s", src.display, partner.name, exc)
         return None
 
