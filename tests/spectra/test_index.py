@@ -190,3 +190,16 @@ def test_not_a_database(tmp_path):
     bogus.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(index_mod.ArchiveIndexError, match="not a usable archive index"):
         ArchiveIndex(bogus)
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_for_root_of_missing_folder_raises_and_creates_nothing(tmp_path, monkeypatch, kind):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SPECO3_CACHE_DIR", str(cache))
+    root = tmp_path / "no-such-archive"
+    if kind == "file":
+        root.write_text("not a folder")
+    with pytest.raises(index_mod.ArchiveIndexError, match="archive folder not found" if kind == "missing" else "not a folder"):
+        ArchiveIndex.for_root(root)
+    assert not cache.exists()  # neither the database nor the indexes folder
+    assert not list(tmp_path.rglob("*.sqlite"))

@@ -177,8 +177,18 @@ class ArchiveIndex:
 
     @classmethod
     def for_root(cls, root: str | os.PathLike) -> ArchiveIndex:
-        """The index of ``root`` in ``cache_dir()/indexes/<hash of resolved root>.sqlite``."""
-        resolved = str(Path(root).expanduser().resolve())
+        """The index of ``root`` in ``cache_dir()/indexes/<hash of resolved root>.sqlite``.
+
+        Raises
+        ------
+        ArchiveIndexError
+            When ``root`` is not an existing folder; nothing is created then (no database, no cache folder).
+        """
+        path = Path(root).expanduser()
+        if not path.is_dir():
+            why = "is a file, not a folder" if path.exists() else "archive folder not found"
+            raise ArchiveIndexError(f"{path}: {why}; no index was created")
+        resolved = str(path.resolve())
         digest = hashlib.sha256(resolved.encode("utf-8")).hexdigest()[:20]
         index = cls(ensure(cache_dir() / "indexes") / f"{digest}.sqlite")
         if index.root is None:
