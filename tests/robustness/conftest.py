@@ -43,10 +43,3 @@ def tiny_pair(tmp_path_factory):
         pytest.skip(f"the converter's tiny model is not available: {exc}")
     return tiny_gguf_pair(tmp_path_factory.mktemp("tiny_gguf"), quant="Q8_0")
 
-
-def have_llama() -> bool:
-    try:
-        import llama_cpp.mtmd_cpp  # noqa: F401
-    except Exception:  # ImportError, or OSError when the shared library does not load
-        return False
-    return True

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import gguf
 import pytest
+from robust_helpers import have_llama
 
-from conftest import have_llama
 from speco3.errors import ModelFileError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
