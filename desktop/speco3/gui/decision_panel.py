@@ -2,7 +2,9 @@
 
 The panel holds no state of record: it shows what the main window tells it (the stored decision of the current
 spectrum, the latest model verdict) and emits what the vetter asks for. The main window writes every decision
-to the store at once and answers with `show_saved`.
+to the store at once and answers with `show_saved`. Flags are emitted as they are ticked; a comment being typed
+is emitted (`notesEdited`) after a short pause and at once by `flush_notes` (called before the spectrum changes),
+so notes are stored even when the vetter moves on without deciding or pressing Enter.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import html
 import logging
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 DECISIONS = ("YES", "NO", "UNSURE")
 FLAG_TEXT = {"bad_spectrum": "Bad spectrum", "bad_redshift": "Wrong redshift", "bad_class": "Wrong class",
              "interesting": "Interesting"}
+NOTES_PAUSE_MS = 700  # a comment being typed is saved after this pause (and on leaving the spectrum)
 _STYLE = {"YES": "background:#d4edda", "NO": "background:#f8d7da", "UNSURE": "background:#fff3cd"}
 
 
@@ -39,7 +42,8 @@ class DecisionPanel(QWidget):
 
     Signals
     -------
-    decided(decision) ; acceptModel() ; flagsChanged(list) ; commentChanged(str) ; navigate(step)
+    decided(decision) ; acceptModel() ; flagsChanged(list) ; commentChanged(str) ; navigate(step) ;
+    notesEdited(flags, comment) -- the comment was edited (after a pause, or flushed)
     """
 
     decided = Signal(str)
@@ -47,6 +51,7 @@ class DecisionPanel(QWidget):
     flagsChanged = Signal(list)
     commentChanged = Signal(str)
     navigate = Signal(int)
+    notesEdited = Signal(list, str)
 
     def __init__(self, keymap: Keymap, parent: QWidget | None = None):
         super().__init__(parent)
@@ -73,6 +78,10 @@ class DecisionPanel(QWidget):
             grid.addWidget(cb, i // 2, i % 2)
         self.comment = QLineEdit(objectName="comment", placeholderText=f"Comment ({self._key('comment')}), Enter saves")
         self.comment.returnPressed.connect(self._comment_done)
+        self._notes_timer = QTimer(self, singleShot=True, interval=NOTES_PAUSE_MS)
+        self._notes_timer.timeout.connect(self.flush_notes)
+        self._notes_pending = False
+        self.comment.textEdited.connect(self._comment_edited)
         self.saved = QLabel("", objectName="savedStatus", wordWrap=True)
         nav = QHBoxLayout()
         prev_b = QPushButton(f"◀ Previous ({self._key('previous')})", objectName="prevButton")
@@ -104,6 +113,8 @@ class DecisionPanel(QWidget):
     # -- state shown -------------------------------------------------------------------------------------------
     def show_record(self, decision: str | None, flags: list[str], comment: str, saved_text: str = "") -> None:
         """Show the stored decision of the current spectrum (None: undecided)."""
+        self._notes_timer.stop()  # an edit still pending was flushed by the owner before the record changed
+        self._notes_pending = False
         self._updating = True
         for d, b in self.buttons.items():
             b.setChecked(d == decision)
@@ -150,7 +161,20 @@ class DecisionPanel(QWidget):
         if not self._updating:
             self.flagsChanged.emit(self.flags())
 
+    def flush_notes(self) -> None:
+        """Emit `notesEdited` now when a comment edit is waiting for its pause (no-op otherwise)."""
+        self._notes_timer.stop()
+        if self._notes_pending:
+            self._notes_pending = False
+            self.notesEdited.emit(self.flags(), self.comment.text())
+
+    def _comment_edited(self, _text: str) -> None:
+        self._notes_pending = True
+        self._notes_timer.start()
+
     def _comment_done(self) -> None:
+        self._notes_timer.stop()
+        self._notes_pending = False
         self.commentChanged.emit(self.comment.text())
         self.comment.clearFocus()
         win = self.window()

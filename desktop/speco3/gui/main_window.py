@@ -179,8 +179,7 @@ class MainWindow(QMainWindow):
         self.vetting.error.connect(self.show_message)
         self.decision.decided.connect(self.decide)
         self.decision.acceptModel.connect(self.accept_model)
-        self.decision.flagsChanged.connect(lambda flags: self.vetting.update_notes(flags, self.decision.comment.text()))
-        self.decision.commentChanged.connect(lambda c: self.vetting.update_notes(self.decision.flags(), c))
+        self.vetting.bind_notes(self.decision)  # flags and comment stored as they change, decided or not
         self.decision.navigate.connect(self.vetting.step)
         self.agent_panel.runRequested.connect(lambda t, m: self.agent.run_current(t, m))
         self.agent_panel.cancelRequested.connect(self.agent.cancel)
@@ -317,8 +316,7 @@ class MainWindow(QMainWindow):
     def _on_record(self) -> None:
         dec, mv = self.vetting.current_record()
         saved = f"saved {dec.decided_at[:19].replace('T', ' ')} UTC by {dec.vetter}" if dec else "not decided yet"
-        self.decision.show_record(dec.decision if dec else None, dec.flags if dec else [], dec.comment if dec else "",
-                                  saved)
+        self.decision.show_record(dec.decision if dec else None, *self.vetting.current_notes(), saved)
         if mv is not None:
             who = "(scripted demo — not a model)" if mv.model_id == SCRIPTED_LABEL else f"({mv.model_id})"
             self.decision.show_suggestion(mv.verdict, who if mv.verdict else f"{mv.outcome} {who}")

@@ -2,8 +2,10 @@
 
 The queue is the archive table's row order (the filtered, sorted index, or a loaded candidate list). Every
 decision, flag change and comment goes to the SQLite store immediately (`speco3.vetting.VettingStore`, WAL), with
-the vetter's name, the time and the app version, and apart from the model's verdicts. The current position is
-saved as store state, so reopening the archive resumes where the vetter stopped.
+the vetter's name, the time and the app version, and apart from the model's verdicts. Flags and comment are stored
+as notes of their own (`save_annotation`) the moment they change, decided or not, and come back when the vetter
+returns to the spectrum. The current position is saved as store state, so reopening the archive resumes where the
+vetter stopped.
 """
 
 from __future__ import annotations
@@ -50,9 +52,11 @@ class VettingController(QObject):
 
     Signals
     -------
-    currentChanged(row, entry, spectrum) ; recordChanged() ; message(text) ; error(text)
+    currentChanged(row, entry, spectrum) ; recordChanged() ; message(text) ; error(text) ;
+    leaving() -- emitted before the current spectrum changes or the store closes (pending notes are flushed)
     """
 
+    leaving = Signal()
     currentChanged = Signal(int, object, object)
     recordChanged = Signal()
     message = Signal(str)
@@ -81,8 +85,16 @@ class VettingController(QObject):
         self.store = VettingStore(path)
         log.info("vetting store %s", path)
 
+    def bind_notes(self, panel: Any) -> None:
+        """Store the decision panel's flags and comment as they change, and flush its pending edit on leaving."""
+        panel.flagsChanged.connect(lambda flags: self.update_notes(flags, panel.comment.text()))
+        panel.commentChanged.connect(lambda comment: self.update_notes(panel.flags(), comment))
+        panel.notesEdited.connect(self.save_notes)
+        self.leaving.connect(panel.flush_notes)
+
     def close_store(self) -> None:
         if self.store is not None:
+            self.leaving.emit()
             close = getattr(self.store, "close", None)
             if close:
                 close()
@@ -101,6 +113,7 @@ class VettingController(QObject):
         return verdict, (dec.decision if dec else None)
 
     def set_task(self, task_id: str) -> None:
+        self.leaving.emit()  # pending notes belong to the previous task
         self.task_id = task_id
         self.model.invalidate_states()
         if self.entry is not None:
@@ -113,6 +126,7 @@ class VettingController(QObject):
         if entry is None:
             return False
         t0 = time.perf_counter()
+        self.leaving.emit()  # notes still being typed belong to the spectrum we leave
         try:
             spectrum = self.cache.get(entry)
         except (SpectrumReadError, Speco3Error, OSError) as exc:
@@ -203,14 +217,33 @@ class VettingController(QObject):
             self.step(1)
         return True
 
-    def update_notes(self, flags: list[str], comment: str) -> None:
-        """Flags or comment changed: re-save the current decision with them (kept pending when undecided)."""
+    def save_notes(self, flags: list[str], comment: str) -> bool:
+        """Store the current spectrum's flags and comment now (decided or not); False when they could not be."""
         key = self._current_key()
         if key is None or self.store is None:
+            return False
+        try:
+            self.store.save_annotation(key, self.task_id, list(flags), comment, self.settings.vetter_name())
+        except Speco3Error as exc:
+            self.error.emit(f"flags/comment not saved: {exc}")
+            return False
+        return True
+
+    def current_notes(self) -> tuple[list[str], str]:
+        """(flags, comment) of the current spectrum as last left (notes or the decision, whichever is newer)."""
+        key = self._current_key()
+        if key is None or self.store is None:
+            return [], ""
+        return self.store.notes(key, self.task_id)
+
+    def update_notes(self, flags: list[str], comment: str) -> None:
+        """Flags ticked or comment entered: store them now; a decided spectrum's decision is re-saved with them."""
+        key = self._current_key()
+        if key is None or self.store is None or not self.save_notes(flags, comment):
             return
         dec = self.store.decision(key, self.task_id)
         if dec is None:
-            self.message.emit("flags and comment are saved with the decision (Y / N / U)")
+            self.message.emit("flags and comment saved (not decided yet)")
             return
         auto, self.settings.auto_advance = self.settings.auto_advance, False
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from speco3.vetting.records import (
     DECISIONS,
     STANDARD_FLAGS,
+    Annotation,
     Decision,
     ModelVerdict,
     SpectrumInfo,
@@ -13,6 +14,6 @@ from speco3.vetting.records import (
 from speco3.vetting.store import SCHEMA_VERSION, VettingStore
 
 __all__ = [
-    "DECISIONS", "SCHEMA_VERSION", "STANDARD_FLAGS", "Decision", "ModelVerdict", "SpectrumInfo", "VettingStore",
+    "DECISIONS", "SCHEMA_VERSION", "STANDARD_FLAGS", "Annotation", "Decision", "ModelVerdict", "SpectrumInfo", "VettingStore",
     "spectrum_key",
 ]

@@ -4,7 +4,8 @@ CSV and VOTable are UTF-8; FITS tables hold ASCII only, so other characters are 
 
 One row per spectrum and task, with the spectrum's identity and position, the latest model verdict (verdict,
 outcome, model, prompt version, cost) and the latest human decision (decision, flags, comment, vetter, time, and
-the model verdict the vetter saw). Missing values are masked (empty in CSV, null in VOTable, NaN/TNULL in FITS).
+the model verdict the vetter saw); flags and comment are the vetter's latest, saved as edited even before a
+decision (`VettingStore.save_annotation`). Missing values are masked (empty in CSV, null in VOTable, NaN/TNULL in FITS).
 Every file is written atomically: to a temporary file beside the target, then ``os.replace``.
 """
 
@@ -52,27 +53,34 @@ COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("model_time", "str", None, "When the model ran (UTC)"),
     ("trace_dir", "str", None, "Folder of the evidence trace"),
     ("decision", "str", None, "Human decision YES/NO/UNSURE (empty: not vetted)"),
-    ("flags", "str", None, "Quality flags, comma separated"),
-    ("comment", "str", None, "Vetter comment"),
+    ("flags", "str", None, "Quality flags, comma separated (as last left, also without a decision)"),
+    ("comment", "str", None, "Vetter comment (as last left, also without a decision)"),
     ("vetter", "str", None, "Vetter"),
     ("decided_at", "str", None, "When the decision was made (UTC)"),
     ("model_verdict_seen", "str", None, "Model verdict shown to the vetter"),
+    ("notes_at", "str", None, "When the flags or comment were last changed (UTC)"),
 ]
 FORMATS = {"csv": "ascii.csv", "votable": "votable", "fits": "fits"}
 FILE_MODE = 0o644
 
 
 def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, Any]]:
-    """One dict per (spectrum, task) that has a model verdict or a decision."""
+    """One dict per (spectrum, task) that has a model verdict, a decision or notes (flags/comment)."""
     verdicts = {(v.spectrum_key, v.task): v for v in store.model_verdicts(task)}
     decisions = {(d.spectrum_key, d.task): d for d in store.decisions(task)}
-    keys = list(dict.fromkeys([*verdicts, *decisions]))
+    notes = {(a.spectrum_key, a.task): a for a in store.annotations(task)}
+    keys = list(dict.fromkeys([*verdicts, *decisions, *notes]))
     infos: dict[str, Any] = {}
     rows = []
     for key, tid in keys:
         if key not in infos:
             infos[key] = store.spectrum_info(key)
         s, v, d = infos[key], verdicts.get((key, tid)), decisions.get((key, tid))
+        a = notes.get((key, tid))
+        if a is not None and d is not None and a.updated_at < d.decided_at:
+            a = None  # the decision was made after the notes were last changed: its notes are the latest
+        flags = a.flags if a is not None else (d.flags if d else None)
+        comment = a.comment if a is not None else (d.comment if d else None)
         rows.append({
             "spectrum_key": key, "name": s.name if s else None, "path": s.path if s else None,
             "hdu_index": s.index if s else None, "survey": s.survey if s else None,
@@ -86,9 +94,10 @@ def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, 
             "model_zooms": v.zooms if v else None, "model_tokens": v.tokens if v else None,
             "model_seconds": v.seconds if v else None, "model_time": v.created_at if v else None,
             "trace_dir": v.trace_dir if v else None,
-            "decision": d.decision if d else None, "flags": ",".join(d.flags) if d else None,
-            "comment": d.comment if d else None, "vetter": d.vetter if d else None,
+            "decision": d.decision if d else None, "flags": ",".join(flags) if flags is not None else None,
+            "comment": comment, "vetter": d.vetter if d else (a.vetter if a else None),
             "decided_at": d.decided_at if d else None, "model_verdict_seen": d.model_verdict_seen if d else None,
+            "notes_at": a.updated_at if a is not None else (d.decided_at if d else None),
         })
     return rows
 

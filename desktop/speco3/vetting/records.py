@@ -74,6 +74,22 @@ class Decision:
 
 
 @dataclass
+class Annotation:
+    """The vetter's current flags and comment on one spectrum for one task, saved as they are edited."""
+
+    spectrum_key: str
+    task: str
+    flags: list[str] = field(default_factory=list)
+    comment: str = ""
+    vetter: str = ""
+    updated_at: str = field(default_factory=now_iso)
+    app_version: str = __version__
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
 class SpectrumInfo:
     """What exports show about a spectrum besides the verdicts."""
 

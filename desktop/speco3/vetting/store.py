@@ -18,8 +18,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from speco3 import __version__
 from speco3.errors import StoreError
-from speco3.vetting.records import DECISIONS, VERDICTS, Decision, ModelVerdict, SpectrumInfo, now_iso
+from speco3.vetting.records import (
+    DECISIONS,
+    VERDICTS,
+    Annotation,
+    Decision,
+    ModelVerdict,
+    SpectrumInfo,
+    now_iso,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +55,12 @@ CREATE TABLE IF NOT EXISTS decisions (
     model_verdict_seen TEXT, model_verdict_id INTEGER, decided_at TEXT NOT NULL, app_version TEXT);
 CREATE INDEX IF NOT EXISTS decisions_key ON decisions (spectrum_key, task, id);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at TEXT NOT NULL);
+"""
+#: Added after schema 1 without a version bump: a table that older versions never read, created on open.
+_ANNOTATIONS = """
+CREATE TABLE IF NOT EXISTS annotations (
+    spectrum_key TEXT NOT NULL, task TEXT NOT NULL, flags TEXT NOT NULL, comment TEXT NOT NULL,
+    vetter TEXT NOT NULL, updated_at TEXT NOT NULL, app_version TEXT, PRIMARY KEY (spectrum_key, task))
 """
 # Outcomes that a later run should retry rather than count as done.
 RETRY_OUTCOMES = ("cancelled", "engine_error")
@@ -117,6 +132,10 @@ class VettingStore:
                 for stmt in filter(str.strip, _SCHEMA.split(";")):
                     cur.execute(stmt)
                 cur.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        has = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='annotations'").fetchone()
+        if not has:
+            with self._tx() as cur:
+                cur.execute(_ANNOTATIONS)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Cursor]:
@@ -270,6 +289,56 @@ class VettingStore:
                "GROUP BY spectrum_key, task) ORDER BY id")
         return [self._decision(r) for r in self._query(sql, args)]
 
+    # -- notes (flags and comment) kept apart from decisions ------------------------------------------
+    def save_annotation(self, key: str, task: str, flags: list[str], comment: str, vetter: str = "") -> None:
+        """Store the vetter's current flags and comment on a spectrum at once, decided or not (one row, replaced).
+
+        Empty flags and comment remove the row. The latest decision keeps the notes it was made with; readers
+        that want the notes as the vetter left them use `notes`.
+        """
+        if not key or not task:
+            raise StoreError("notes need a spectrum key and a task")
+        clean = [str(f).strip() for f in flags if str(f).strip()]
+        if not clean and not (comment or "").strip():
+            self._write("DELETE FROM annotations WHERE spectrum_key=? AND task=?", (key, task))
+            return
+        self._write("INSERT INTO annotations VALUES (?,?,?,?,?,?,?) ON CONFLICT(spectrum_key, task) DO UPDATE SET "
+                    "flags=excluded.flags, comment=excluded.comment, vetter=excluded.vetter, "
+                    "updated_at=excluded.updated_at, app_version=excluded.app_version",
+                    (key, task, json.dumps(clean), comment or "", vetter or "", now_iso(), __version__))
+
+    def _annotation_rows(self, where: str, args: tuple) -> list[sqlite3.Row]:
+        try:
+            return self._query(f"SELECT * FROM annotations {where} ORDER BY updated_at", args)
+        except StoreError:  # a read-only store of the first schema has no notes table
+            if self.readonly:
+                return []
+            raise
+
+    @staticmethod
+    def _annotation(row: sqlite3.Row) -> Annotation:
+        d = dict(row)
+        d["flags"] = json.loads(d["flags"] or "[]")
+        return Annotation(**d)
+
+    def annotation(self, key: str, task: str) -> Annotation | None:
+        rows = self._annotation_rows("WHERE spectrum_key=? AND task=?", (key, task))
+        return self._annotation(rows[0]) if rows else None
+
+    def annotations(self, task: str | None = None) -> list[Annotation]:
+        """Every stored note (per spectrum and task), oldest change first."""
+        rows = self._annotation_rows("WHERE task=?" if task else "", (task,) if task else ())
+        return [self._annotation(r) for r in rows]
+
+    def notes(self, key: str, task: str) -> tuple[list[str], str]:
+        """(flags, comment) as the vetter last left them: the newer of the stored notes and the latest decision."""
+        ann, dec = self.annotation(key, task), self.decision(key, task)
+        if ann is not None and (dec is None or ann.updated_at >= dec.decided_at):
+            return list(ann.flags), ann.comment
+        if dec is not None:
+            return list(dec.flags), dec.comment
+        return [], ""
+
     # -- session state -----------------------------------------------------------------------------
     def set_state(self, key: str, value: Any) -> None:
         """Store a JSON-serialisable value (e.g. the queue position) for resuming a session."""
@@ -287,7 +356,8 @@ class VettingStore:
     # -- overview ----------------------------------------------------------------------------------
     def tasks(self) -> list[str]:
         rows = self._query("SELECT task FROM model_verdicts UNION SELECT task FROM decisions ORDER BY 1")
-        return [r[0] for r in rows]
+        tasks = {r[0] for r in rows} | {a.task for a in self.annotations()}
+        return sorted(tasks)
 
     def summary(self) -> dict[str, Any]:
         """Counts per task: model outcomes (latest per spectrum), human decisions (latest), agreement."""
