@@ -66,13 +66,41 @@ class Keymap:
 
     def __init__(self, overrides: dict[str, str] | None = None):
         self.keys: dict[str, str] = dict(DEFAULT_KEYS)
+        #: What was wrong with the overrides, one sentence each (unknown actions, unparsable or conflicting keys).
+        self.problems: list[str] = []
         for name, key in (overrides or {}).items():
             if name not in DEFAULT_KEYS:
-                log.warning("keymap: unknown action %r ignored", name)
+                self._problem(f"unknown action {name!r} ignored")
             elif not normalize(key):
-                log.warning("keymap: unparsable key %r for %s ignored", key, name)
+                self._problem(f"unparsable key {key!r} for {name} ignored (default {DEFAULT_KEYS[name]})")
             else:
                 self.keys[name] = key
+        self._index()
+
+    @classmethod
+    def from_settings(cls, overrides: dict[str, str] | None) -> Keymap:
+        """A usable keymap from saved overrides: overridden actions whose key collides go back to their defaults.
+
+        The settings dialog refuses conflicts, but ``desktop.json`` may be edited by hand or come from another
+        version. See `problems` for what was dropped (the main window shows it in the status bar).
+        """
+        km = cls(overrides)
+        while conflicts := km.conflicts():
+            for key, first, second in conflicts:
+                for action in (first, second):
+                    if normalize(km.keys[action]) != normalize(DEFAULT_KEYS[action]):
+                        other = second if action == first else first
+                        km._problem(f"key {key} of {action} also bound to {other}; {action} uses its default "
+                                    f"{DEFAULT_KEYS[action]}")
+                        km.keys[action] = DEFAULT_KEYS[action]
+            km._index()
+        return km
+
+    def _problem(self, text: str) -> None:
+        log.warning("keymap: %s", text)
+        self.problems.append(text)
+
+    def _index(self) -> None:
         self._by_key = {normalize(k): a for a, k in self.keys.items()}
 
     def overrides(self) -> dict[str, str]:

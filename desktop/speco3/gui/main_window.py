@@ -56,7 +56,7 @@ class MainWindow(QMainWindow):
         from speco3.agent import load_tasks
 
         self.settings = settings or AppSettings.load()
-        self.keymap = Keymap(self.settings.keymap)
+        self.keymap = Keymap.from_settings(self.settings.keymap)  # conflicting/unknown keys -> defaults, warned
         task_errors: list = []
         self.tasks = load_tasks(errors=task_errors)
         self.index: Any = None
@@ -101,6 +101,8 @@ class MainWindow(QMainWindow):
         QApplication.instance().installEventFilter(self.key_filter)
         for err in task_errors:
             self.show_message(f"task file skipped: {err}")
+        if self.keymap.problems:
+            self.show_message(f"keymap in {AppSettings.path()}: " + "; ".join(self.keymap.problems))
         self.resize(1600, 950)
 
     # -- construction --------------------------------------------------------------------------------------------
@@ -411,7 +413,7 @@ class MainWindow(QMainWindow):
 
         dlg = SettingsDialog(self.settings, self)
         if dlg.exec():
-            self.keymap = Keymap(self.settings.keymap)
+            self.keymap = Keymap.from_settings(self.settings.keymap)
             self.key_filter.keymap = self.keymap
             self.decision.keymap = self.keymap
             self.decision.cheat.setText(self.keymap.cheat_sheet_html())
