@@ -4,7 +4,8 @@
   image the model saw beside a JSON trace (``--out DIR``), prints the verdict. Exit status 0 with a verdict,
   3 without one, 130 when interrupted.
 - ``vet DIR|INDEX --task cv --out results.sqlite`` screens an archive (indexed through `speco3.spectra.ArchiveIndex`)
-  with a progress bar on stderr; resumable (spectra done with the same model and prompt version are skipped);
+  with a progress bar on stderr; resumable (spectra done with the same model and prompt version are skipped,
+  unless their file changed: size/mtime against a stamp in the store, then sha256);
   Ctrl-C stops cleanly after the current token, and the next run continues.
 - ``export results.sqlite --csv/--votable/--fits/--html OUT`` writes the tables and the audit report.
 
@@ -146,12 +147,21 @@ def register(sub) -> None:
     _model_options(p)
     p.set_defaults(func=cmd_inspect)
 
-    v = sub.add_parser("vet", help="screen an archive with the model (resumable)")
+    v = sub.add_parser(
+        "vet", help="screen an archive with the model (resumable)",
+        description="Screen an archive with the model; every verdict goes to STORE at once. Resuming: a spectrum "
+        "already screened for this task with the same model and prompt version is skipped, unless its file "
+        "changed since. The file check is cheap: size and modification time against what the store noted when it "
+        "last hashed the file; only when they differ (or the file was modified within 2 s of that hash, when a "
+        "same-size rewrite could keep the time) is the file hashed again, and a sha256 other than the one the "
+        "verdict was made on screens the spectrum again. Runs that were cancelled or hit an engine error are "
+        "always retried.")
     v.add_argument("archive", metavar="DIR|INDEX", help="archive folder, or an index database of one")
     v.add_argument("--task", required=True, help="task id")
     v.add_argument("--out", required=True, metavar="STORE", help="vetting store (SQLite), e.g. results.sqlite")
     v.add_argument("--traces", metavar="DIR", help="trace folder (default: <STORE stem>_traces beside the store)")
-    v.add_argument("--no-resume", action="store_true", help="run again on spectra already done")
+    v.add_argument("--no-resume", action="store_true",
+                   help="run again on spectra already done, changed or not")
     v.add_argument("--limit", type=int, help="screen at most this many spectra")
     v.add_argument("--survey")
     v.add_argument("--cls", help="catalogue class filter (STAR, GALAXY, QSO, ...)")

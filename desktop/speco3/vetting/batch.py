@@ -1,7 +1,9 @@
 """Batch pre-screening: run the agent over many spectra, store each verdict with its trace, resume after a stop.
 
 Used by ``spec-o3 vet`` and by the desktop app's background pre-screen. A spectrum already done for the same
-task, model and prompt version is skipped (runs that were cancelled or hit an engine error are retried). Each
+task, model and prompt version is skipped (runs that were cancelled or hit an engine error are retried) unless its
+file changed since (see `FileCheck`: size and mtime against a stamp kept in the store, the sha256 when they differ
+or cannot be trusted; a changed sha256 means the spectrum is screened again). Each
 verdict row carries the model id, quant, model file digests, prompt version, engine settings, turns, tokens, time,
 the spectrum file's sha256 and the trace folder. Setting ``cancel`` stops between tokens; the interrupted spectrum
 is not recorded, so a resumed run does it again.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import threading
 import time
@@ -52,9 +55,11 @@ class BatchResult:
     cancelled: bool = False
     seconds: float = 0.0
     outcomes: dict[str, int] = field(default_factory=dict)
+    changed: int = 0  # done before, screened again because the file's content changed
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("total", "done", "skipped", "failed", "cancelled", "seconds", "outcomes")}
+        keys = ("total", "done", "skipped", "changed", "failed", "cancelled", "seconds", "outcomes")
+        return {k: getattr(self, k) for k in keys}
 
 
 Progress = Callable[[int, int, VetItem, "ModelVerdict | None"], None]
@@ -79,6 +84,42 @@ def file_sha256(path: str | Path, _cache: dict[str, str] | None = None) -> str |
     return digest
 
 
+#: A stamp is trusted only for files last modified this long before it was taken: a write within the same mtime
+#: tick as the hashing could keep size and mtime while changing the content ("racily clean", as git calls it).
+RACY_NS = 2_000_000_000
+
+
+class FileCheck:
+    """The sha256 of spectrum files, hashed only when their size or mtime differ from the store's stamp.
+
+    A stamp (size, mtime_ns, sha256, when stamped) is written each time a file is hashed. It answers for the file
+    while size and mtime are unchanged and the mtime is older than the stamp by `RACY_NS`; otherwise the file is
+    hashed again and re-stamped. A file that cannot be read gives None.
+    """
+
+    def __init__(self, store: VettingStore, sha_cache: dict[str, str] | None = None):
+        self.store = store
+        self.stamps = store.file_stamps()
+        self.sha_cache = {} if sha_cache is None else sha_cache
+        self.hashed = 0
+
+    def digest(self, path: str) -> str | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        stamp = self.stamps.get(path)
+        if stamp is not None and stamp[:2] == (st.st_size, st.st_mtime_ns) and st.st_mtime_ns < stamp[3] - RACY_NS:
+            return stamp[2]
+        now = time.time_ns()  # before hashing: a write during the hash leaves an mtime that no stamp trusts
+        sha = file_sha256(path, self.sha_cache)
+        if sha is not None:
+            self.hashed += 1
+            self.stamps[path] = (st.st_size, st.st_mtime_ns, sha, now)
+            self.store.record_file_stamp(path, st.st_size, st.st_mtime_ns, sha, now)
+        return sha
+
+
 def trace_folder(root: Path, task: str, key: str, name: str) -> Path:
     """A stable, file-system-safe trace folder for one spectrum and task."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name or "spectrum").strip("._")[:60] or "spectrum"
@@ -97,10 +138,14 @@ def vet_one(
     on_token: Callable[[str], None] | None = None,
     on_step: Callable[[object], None] | None = None,
     sha_cache: dict[str, str] | None = None,
+    files: FileCheck | None = None,
 ) -> ModelVerdict | None:
     """Screen one spectrum and record the verdict; returns it (None when cancelled mid-episode)."""
     info = engine.info
-    sha = file_sha256(item.path, sha_cache) if item.path else None
+    if item.path:
+        sha = files.digest(item.path) if files is not None else file_sha256(item.path, sha_cache)
+    else:
+        sha = None
     base = dict(spectrum_key=item.key, task=task.id, model_id=info.model_id, quant=info.quant,
                 text_sha256=info.text_sha256, mmproj_sha256=info.mmproj_sha256, prompt_version=task.prompt_version,
                 file_sha256=sha, engine_settings=engine.settings.to_dict())
@@ -157,29 +202,32 @@ def vet_batch(
     items = list(items)
     result = BatchResult(total=total if total is not None else len(items))
     t0 = time.perf_counter()
-    done = store.done_keys(task.id, engine.info.model_id, task.prompt_version) if resume else set()
-    sha_cache: dict[str, str] = {}
+    done = store.done_files(task.id, engine.info.model_id, task.prompt_version) if resume else {}
+    files = FileCheck(store)
     root = Path(trace_root) if trace_root is not None else None
     for i, item in enumerate(items, 1):
         if cancel is not None and cancel.is_set():
             result.cancelled = True
             break
-        if storable_text(item.key) in done:  # keys come back from SQLite in their storable form
+        key = storable_text(item.key)  # keys come back from SQLite in their storable form
+        changed = key in done and _file_changed(item, done[key], files)
+        if key in done and not changed:
             result.skipped += 1
             if progress is not None:
                 progress(i, result.total, item, None)
             continue
         try:
             v = vet_one(item, store, engine, task, render, trace_root=root, cancel=cancel, on_token=on_token,
-                        sha_cache=sha_cache)
+                        files=files)
         except Speco3Error as exc:  # the store failed: stop, the next run resumes here
             logger.error("stopping the batch: %s", exc)
             raise
         if v is None:
             result.cancelled = True
             break
-        done.add(storable_text(item.key))
+        done[key] = v.file_sha256
         result.done += 1
+        result.changed += changed
         result.outcomes[v.outcome] = result.outcomes.get(v.outcome, 0) + 1
         if v.outcome in ("engine_error", "input_error"):
             result.failed += 1
@@ -187,3 +235,21 @@ def vet_batch(
             progress(i, result.total, item, v)
     result.seconds = round(time.perf_counter() - t0, 3)
     return result
+
+
+def _file_changed(item: VetItem, recorded: str | None, files: FileCheck) -> bool:
+    """True when the item's file now has another sha256 than the one its stored verdict was made on.
+
+    Unknown cases count as unchanged (the verdict stands): no file, no sha256 recorded, or a file that is gone.
+    """
+    if not item.path or recorded is None:
+        return False
+    current = files.digest(item.path)
+    if current is None:
+        logger.warning("%s: file unreadable now; keeping its earlier verdict", item.path)
+        return False
+    if current != recorded:
+        logger.info("%s changed since it was screened (sha256 %s… -> %s…): screening again", item.path,
+                    recorded[:12], current[:12])
+        return True
+    return False

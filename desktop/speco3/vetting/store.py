@@ -56,12 +56,16 @@ CREATE TABLE IF NOT EXISTS decisions (
 CREATE INDEX IF NOT EXISTS decisions_key ON decisions (spectrum_key, task, id);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at TEXT NOT NULL);
 """
-#: Added after schema 1 without a version bump: a table that older versions never read, created on open.
-_ANNOTATIONS = """
-CREATE TABLE IF NOT EXISTS annotations (
-    spectrum_key TEXT NOT NULL, task TEXT NOT NULL, flags TEXT NOT NULL, comment TEXT NOT NULL,
-    vetter TEXT NOT NULL, updated_at TEXT NOT NULL, app_version TEXT, PRIMARY KEY (spectrum_key, task))
-"""
+#: Added after schema 1 without a version bump: tables that older versions never read, created on open.
+_ADDITIVE = {
+    "annotations": """CREATE TABLE annotations (
+        spectrum_key TEXT NOT NULL, task TEXT NOT NULL, flags TEXT NOT NULL, comment TEXT NOT NULL,
+        vetter TEXT NOT NULL, updated_at TEXT NOT NULL, app_version TEXT, PRIMARY KEY (spectrum_key, task))""",
+    # what a file's sha256 was when it had this size and mtime (a resumed batch hashes only files that changed)
+    "file_stamps": """CREATE TABLE file_stamps (
+        path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL,
+        stamped_ns INTEGER NOT NULL)""",
+}
 # Outcomes that a later run should retry rather than count as done.
 RETRY_OUTCOMES = ("cancelled", "engine_error")
 
@@ -132,10 +136,11 @@ class VettingStore:
                 for stmt in filter(str.strip, _SCHEMA.split(";")):
                     cur.execute(stmt)
                 cur.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        has = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='annotations'").fetchone()
-        if not has:
+        have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if set(_ADDITIVE) - have:
             with self._tx() as cur:
-                cur.execute(_ANNOTATIONS)
+                for name in set(_ADDITIVE) - have:
+                    cur.execute(_ADDITIVE[name])
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Cursor]:
@@ -237,6 +242,26 @@ class VettingStore:
             f"SELECT DISTINCT spectrum_key FROM model_verdicts WHERE task=? AND model_id=? AND prompt_version=? "
             f"AND outcome NOT IN ({marks})", (task, model_id, prompt_version, *RETRY_OUTCOMES))
         return {r[0] for r in rows}
+
+    def done_files(self, task: str, model_id: str, prompt_version: str) -> dict[str, str | None]:
+        """`done_keys` with the file sha256 recorded by each key's latest counted run (None when unknown)."""
+        marks = ",".join("?" * len(RETRY_OUTCOMES))
+        rows = self._query(
+            f"SELECT spectrum_key, file_sha256 FROM model_verdicts WHERE id IN (SELECT MAX(id) FROM model_verdicts "
+            f"WHERE task=? AND model_id=? AND prompt_version=? AND outcome NOT IN ({marks}) GROUP BY spectrum_key)",
+            (task, model_id, prompt_version, *RETRY_OUTCOMES))
+        return {r[0]: r[1] for r in rows}
+
+    def file_stamps(self) -> dict[str, tuple[int, int, str, int]]:
+        """path -> (size, mtime_ns, sha256, stamped_ns) of every file hashed by a batch run."""
+        rows = self._query("SELECT path, size, mtime_ns, sha256, stamped_ns FROM file_stamps")
+        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
+
+    def record_file_stamp(self, path: str, size: int, mtime_ns: int, sha256: str, stamped_ns: int) -> None:
+        """Remember that ``path`` had ``sha256`` while its size and mtime were these (``stamped_ns``: when seen)."""
+        self._write("INSERT INTO file_stamps VALUES (?,?,?,?,?) ON CONFLICT(path) DO UPDATE SET size=excluded.size, "
+                    "mtime_ns=excluded.mtime_ns, sha256=excluded.sha256, stamped_ns=excluded.stamped_ns",
+                    (path, size, mtime_ns, sha256, stamped_ns))
 
     def model_verdicts(self, task: str | None = None, *, latest: bool = True) -> list[ModelVerdict]:
         """Model verdicts (latest per spectrum and task by default), oldest first."""
