@@ -92,6 +92,31 @@ def lines_for_task(task: object | None) -> tuple[Line, ...]:
     return DEFAULT_LINES.get(str(task_id), GENERIC)
 
 
+def label_rows(positions: list[float], widths: list[float], n_rows: int = 3, gap: float = 6.0) -> list[int | None]:
+    """Rows for line labels so that none overlap: 0 is the top row, None hides the label.
+
+    Each label starts at its line's pixel position and extends ``widths[i]`` pixels to the right. Labels are
+    placed in the order given (earlier lines win: task line lists put the defining features first), each in the
+    first row where it keeps ``gap`` pixels from the labels already there; a label that fits in no row is hidden
+    (its line stays drawn). Non-finite positions (lines outside the view) get None and take no room.
+    """
+    taken: list[list[tuple[float, float]]] = [[] for _ in range(max(1, n_rows))]
+    out: list[int | None] = []
+    for x, w in zip(positions, widths, strict=True):
+        if not np.isfinite(x):
+            out.append(None)
+            continue
+        lo, hi = float(x), float(x) + max(float(w), 0.0)
+        for r, row in enumerate(taken):
+            if all(hi + gap <= a or lo >= b + gap for a, b in row):
+                row.append((lo, hi))
+                out.append(r)
+                break
+        else:
+            out.append(None)
+    return out
+
+
 # -- array helpers -------------------------------------------------------------------------------------------------
 def boxcar(flux: np.ndarray, good: np.ndarray, width: int, ivar: np.ndarray | None = None
            ) -> tuple[np.ndarray, np.ndarray | None]:

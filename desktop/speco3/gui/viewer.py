@@ -4,7 +4,9 @@ What it draws, for the human (the model's images come from `speco3.render`, unch
 
 * flux, optionally boxcar-smoothed (inverse-variance weighted, masked pixels excluded);
 * the 1σ band from ivar, masked pixels shaded red, telluric bands shaded grey (observed frame);
-* line markers of the current task class with labels that follow the redshift and the frame;
+* line markers of the current task class with labels that follow the redshift and the frame, laid out in up to
+  three rows so that none overlap at the current zoom (labels that fit nowhere are hidden; re-laid out on zoom,
+  pan and resize; the marker's tooltip still names the line);
 * a y-range from robust percentiles (0.5–99.5 %) of the good pixels in the visible x-range, so noisy edges,
   cosmic rays and masked spikes never squash the plot; mouse drag/wheel pan and zoom in wavelength;
 * a header stating object, class, z, S/N, frame and the wavelength medium (air / vacuum).
@@ -25,6 +27,7 @@ from speco3.gui.lines import (
     air_to_vac,
     boxcar,
     display_range,
+    label_rows,
     lines_for_task,
     mask_runs,
     vac_to_air,
@@ -40,6 +43,9 @@ MASK_BRUSH = pg.mkBrush(230, 60, 60, 45)
 TELLURIC_BRUSH = pg.mkBrush(120, 120, 120, 35)
 HIGHLIGHT_BRUSH = pg.mkBrush(255, 190, 0, 70)
 LINE_PEN = pg.mkPen((20, 140, 60), width=1, style=pg.QtCore.Qt.PenStyle.DashLine)
+LABEL_ROWS = (0.97, 0.91, 0.85)  # label positions along the marker (fraction of the view height), top row first
+TELLURIC_ROWS = (0.04, 0.10)  # the same for the telluric band labels, bottom row first
+LABEL_FILL = pg.mkBrush(255, 255, 255, 210)  # labels stay legible where another marker crosses them
 
 
 class SpectrumViewer(QWidget):
@@ -81,6 +87,8 @@ class SpectrumViewer(QWidget):
         self.vb.setMouseEnabled(x=True, y=False)
         self.vb.enableAutoRange(x=False, y=False)
         self.vb.sigXRangeChanged.connect(self._update_y_range)
+        self.vb.sigXRangeChanged.connect(self._layout_labels)
+        self.vb.sigResized.connect(self._layout_labels)
         self.sigma_upper = pg.PlotDataItem(pen=None)
         self.sigma_lower = pg.PlotDataItem(pen=None)
         self.sigma_fill = pg.FillBetweenItem(self.sigma_lower, self.sigma_upper, brush=SIGMA_BRUSH)
@@ -258,14 +266,33 @@ class SpectrumViewer(QWidget):
                 item = self._line_items[i]
                 if item.label.format != line.name:
                     item.label.setFormat(line.name)
+                    item.setToolTip(line.name)
                 item.setValue(w * factor)
                 continue
             item = pg.InfiniteLine(w * factor, angle=90, pen=LINE_PEN, movable=False, label=line.name,
-                                   labelOpts={"position": 0.97 - 0.06 * (i % 3), "color": (20, 120, 50),
-                                              "anchors": [(0, 0), (0, 0)]})
+                                   labelOpts={"position": LABEL_ROWS[0], "color": (20, 120, 50),
+                                              "anchors": [(0, 0), (0, 0)], "fill": LABEL_FILL})
             item.setZValue(-2)
+            item.setToolTip(line.name)
             self.plot.addItem(item)
             self._line_items.append(item)
+        self._layout_labels()
+
+    def _layout_labels(self, *args) -> None:
+        """Put each line label in the first free row at the current zoom (`label_rows`); hide what fits nowhere."""
+        (lo, hi), width = self.vb.viewRange()[0], float(self.vb.width())
+        if hi <= lo or width <= 0:
+            return
+        bands = [item for item in self._telluric_items if item.isVisible()]
+        for items, rows in ((self._line_items, LABEL_ROWS), (bands, TELLURIC_ROWS)):
+            labels = [item.label for item in items]
+            xs = [(label.line.value() - lo) / (hi - lo) * width for label in labels]
+            xs = [x if -1.0 <= x <= width else float("nan") for x in xs]
+            widths = [label.textItem.boundingRect().width() for label in labels]
+            for label, row in zip(labels, label_rows(xs, widths, len(rows)), strict=True):
+                label.setVisible(row is not None)
+                if row is not None and label.orthoPos != rows[row]:
+                    label.setPosition(rows[row])
 
     def _update_y_range(self, *args) -> None:
         if not self._x.size:
