@@ -16,6 +16,7 @@ _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([EeDd][+-]?\d+)?$")
 _INTEGER = re.compile(r"^[+-]?\d+$")
 _STRING = re.compile(r"\s*'(.*?)'(?=\s*(?:/|$))")  # as astropy: the closing quote is followed by / or the end
 _SKIPPED = ("COMMENT", "HISTORY", "HIERARCH", "CONTINUE", "END")
+_END_CARD = "END" + " " * 77
 
 
 class _Raw:
@@ -58,25 +59,36 @@ class FastHeader(dict):
     @classmethod
     def from_string(cls, text: str) -> FastHeader:
         """Values from a header's raw text (80-character cards up to END), grouping CONTINUE cards as astropy does."""
-        images: list[str] = []
-        for k in range(0, len(text), 80):
-            image = text[k:k + 80]
-            if image[:8] == "END     " or image.rstrip() == "END":
-                break
-            if images and image[:8] == "CONTINUE":
-                images[-1] += image
-            else:
-                images.append(image)
+        images = [text[k:k + 80] for k in range(0, len(text) - 79, 80)]
+        try:
+            images = images[:images.index(_END_CARD)]
+        except ValueError:  # a non-blank END card (or none): look for it card by card
+            for i, image in enumerate(images):
+                if image[:8] == "END     " or image.rstrip() == "END":
+                    images = images[:i]
+                    break
+        if "\nCONTINUE" in "\n".join(img[:8] for img in images):
+            grouped: list[str] = []
+            for image in images:
+                if grouped and image[:8] == "CONTINUE":
+                    grouped[-1] += image
+                else:
+                    grouped.append(image)
+            images = grouped
         return cls._from_images(images)
 
     @classmethod
     def _from_images(cls, images: Iterable[str]) -> FastHeader:
+        valued = [(image[:8].rstrip(), image) for image in images if image[8:10] == "= "]
         out = cls()
-        for image in images:
-            key = image[:8].rstrip()
-            if not key or key in _SKIPPED or image[8:10] != "= " or key in out:
-                continue
-            dict.__setitem__(out, key, _Raw(image))
+        first = {key: image for key, image in reversed(valued)}  # reversed: the first of duplicate keywords wins
+        for key in _SKIPPED:
+            first.pop(key, None)
+        first.pop("", None)
+        for key, _ in valued:  # card order
+            image = first.pop(key, None)
+            if image is not None:
+                dict.__setitem__(out, key, _Raw(image))
         return out
 
     def __getitem__(self, key: Any) -> Any:
