@@ -173,6 +173,7 @@ def test_odd_text_round_trips_exactly(episodes):
     assert seen["surrogate"] and seen["nul"] and seen["100k"], seen
 
 
+@pytest.mark.gui
 def test_real_renderer_episodes(real_spectrum, tmp_path):
     """One episode per category through the real (pyqtgraph, offscreen) renderer."""
     pytest.importorskip("PySide6")

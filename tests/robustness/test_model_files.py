@@ -163,6 +163,7 @@ def test_cli_inspect_reports_the_file_and_never_crashes(variants, tmp_path, spec
         assert not (tmp_path / label).exists()  # no trace folder for a run that never started
 
 
+@pytest.mark.llama
 @pytest.mark.skipif(not have_llama(), reason="llama-cpp-python is not installed")
 def test_probe_keeps_a_native_failure_in_its_child(variants, tiny_pair):
     """Where only loading can tell, `probe_load` does it in a subprocess: this process survives either way."""

@@ -173,6 +173,7 @@ def test_cli_flows_make_no_network_call(guarded, spectra_dir, tmp_path):
     assert (tmp_path / "report.html").stat().st_size > 1000
 
 
+@pytest.mark.llama
 @pytest.mark.skipif(not have_llama(), reason="llama-cpp-python is not installed")
 def test_inspect_on_the_tiny_model_makes_no_network_call(guarded, tiny_pair, spectra_dir, tmp_path):
     text, mmproj = tiny_pair
@@ -182,6 +183,7 @@ def test_inspect_on_the_tiny_model_makes_no_network_call(guarded, tiny_pair, spe
     assert "trace:" in proc.stdout and (tmp_path / "tiny" / "trace.json").is_file()
 
 
+@pytest.mark.gui
 def test_desktop_session_makes_no_network_call(guarded, tmp_path):
     pytest.importorskip("PySide6")
     proc = guarded(["-m", "speco3.gui.app", "--self-test-screenshot", str(tmp_path / "shots")])
@@ -282,6 +284,7 @@ def test_report_references_only_local_images(tmp_path, real_spectrum, pillow_ren
         assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text, re.IGNORECASE), t
 
 
+@pytest.mark.gui
 def test_gui_shows_model_text_as_plain_text(qtbot, real_spectrum, pillow_render):
     """Model output with remote <img> tags reaches the transcript and the verdict label escaped, never as HTML."""
     from speco3.agent import get_task, run_episode
