@@ -9,7 +9,6 @@ import time
 import numpy as np
 from vetting_helpers import make_spectrum, pillow_render
 
-from conftest import NO, YES
 from speco3.agent import get_task
 from speco3.cli import agent as cli_agent
 from speco3.cli import main
@@ -17,6 +16,8 @@ from speco3.engine.scripted import ScriptedEngine
 from speco3.vetting import VettingStore
 from speco3.vetting.batch import FileCheck, VetItem, vet_batch
 
+NO = "<think>Flat.</think><answer>\\boxed{NO}</answer> No emission."
+YES = "<think>Emission at Hα.</think>\n<answer>\\boxed{YES}</answer> Balmer emission."
 OLD = time.time() - 3600  # mtimes well before any stamp: stamps are trusted
 
 
