@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import gzip
 import os
+from pathlib import Path
 
 import fitsfuzz
 import numpy as np
@@ -127,3 +128,17 @@ def test_negative_sizes_are_refused_quickly(spectra_dir, tmp_path, key, value):
                             SpectrumReadError, timeout_s=LIMIT_S)
     assert res["outcome"] == "error" and res["named_file"], res
     assert "negative" in res["reason"]
+
+
+@pytest.mark.parametrize(("name", "keep"), [("sdss/spec-0266-51602-0638.fits", 0.85),
+                                             ("sdss/sample_sdss.fits", 0.55),
+                                             ("other/apStar-r6-2M03290406+3117075.fits", 0.56)])
+def test_file_cut_after_the_data_used_is_reported_truncated(spectra_dir, tmp_path, name, keep):
+    """A half-copied file whose cut lies past the HDUs a reader touches read as complete (astropy never warned)."""
+    raw = (spectra_dir / name).read_bytes()
+    case = fitsfuzz.Case(f"cut-{Path(name).stem}", "truncate", raw[: int(len(raw) * keep)], ".fits")
+    res = fitsfuzz.run_case(case, tmp_path, read_spectra, SpectrumReadError, timeout_s=LIMIT_S)
+    assert res["outcome"] == "error" and "truncated" in res["reason"], res
+    whole = fitsfuzz.run_case(fitsfuzz.Case("whole", "none", raw, ".fits"), tmp_path, read_spectra,
+                              SpectrumReadError, timeout_s=LIMIT_S)
+    assert whole["outcome"] == "ok", whole

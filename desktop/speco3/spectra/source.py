@@ -204,13 +204,19 @@ _BLOCK, _CARD = 2880, 80
 _COUNT_CARD = re.compile(rb"^(NAXIS\d{0,3}|TFIELDS|BITPIX|PCOUNT|GCOUNT) *= *([+-]?\d+) *(?:/.*)?$")
 
 
-def check_header_counts(fh: Any, display: str, max_hdus: int = 1000, max_header_bytes: int = 64 * _BLOCK) -> None:
+def check_header_counts(fh: Any, display: str, max_hdus: int = 1000, max_header_bytes: int = 64 * _BLOCK) -> str | None:
     """Refuse a FITS file whose headers claim a NAXIS or TFIELDS outside 0..999 or a negative size, before astropy.
 
     astropy builds its axis and column lists with a Python loop over the claimed count, so a damaged card such as
     ``NAXIS = 99999999`` keeps it busy for minutes, and a negative ``NAXISn`` or ``PCOUNT`` makes it walk the same
     headers again and again. Only the header blocks are read (the data is skipped by
-    seeking); a structure that ends early is left for astropy to report. The file position is restored.
+    seeking). The file position is restored.
+
+    Returns
+    -------
+    str or None
+        A "truncated" note when the file ends before the data its headers declare (astropy only notices when a
+        reader touches the damaged HDU, so a half-copied file could otherwise pass as complete), else None.
 
     Raises
     ------
@@ -224,17 +230,17 @@ def check_header_counts(fh: Any, display: str, max_hdus: int = 1000, max_header_
         pos = 0
         for n in range(max_hdus):
             if pos + _BLOCK > size:
-                return
+                return None
             values: dict[bytes, int] = {}
             header_end = None
             block_pos = pos
             while header_end is None:
                 if block_pos - pos >= max_header_bytes:
-                    return
+                    return None
                 fh.seek(block_pos)
                 block = fh.read(_BLOCK)
-                if len(block) < _BLOCK:
-                    return  # truncated header: astropy reports it
+                if len(block) < _BLOCK:  # the file ends inside a header
+                    return f"File may have been truncated: the header of HDU {n} ends early (file size {size})"
                 for k in range(0, _BLOCK, _CARD):
                     card = block[k : k + _CARD]
                     if card[:1] not in b"NTBPGE":  # cheap filter: only END and the counting keywords matter
@@ -262,12 +268,16 @@ def check_header_counts(fh: Any, display: str, max_hdus: int = 1000, max_header_
                 raise SpectrumReadError(display, f"damaged header in HDU {n}: PCOUNT = {values[b'PCOUNT']} (negative)")
             data = abs(values.get(b"BITPIX", 8)) // 8 * max(values.get(b"GCOUNT", 1), 1) * (
                 max(values.get(b"PCOUNT", 0), 0) + nelem) if naxis else 0
+            if header_end + data > size:
+                return (f"File may have been truncated: HDU {n} declares {data} data bytes ending at byte "
+                        f"{header_end + data}, the file has {size}")
             pos = header_end + -(-data // _BLOCK) * _BLOCK
     except (OSError, ValueError):  # unseekable or closed: astropy will say what is wrong
-        return
+        return None
     finally:
         with contextlib.suppress(OSError, ValueError):
             fh.seek(start)
+    return None
 
 
 def _sniff_text(raw: bytes) -> str | None:
@@ -311,7 +321,7 @@ def _text_source(raw: bytes, display: str, path: Path | None) -> Source:
 
 
 def _open_fits(target: Any, display: str, path: Path | None) -> Source:
-    check_header_counts(target, display)
+    truncated = check_header_counts(target, display)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -320,6 +330,8 @@ def _open_fits(target: Any, display: str, path: Path | None) -> Source:
             raise SpectrumReadError(display, f"corrupt FITS file: {exc}") from exc
     src = Source(display, path, hdul=hdul)
     src._note(caught)
+    if truncated:
+        src._warnings.append(truncated)
     try:
         _ = hdul[0].header
     except Exception as exc:
