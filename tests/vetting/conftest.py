@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from vetting_helpers import make_spectrum, pillow_render
+from vetting_helpers import NO, YES, ZOOM, items, pillow_render
 
 from speco3.agent import get_task
 from speco3.engine.scripted import ScriptedEngine
 from speco3.vetting import Decision, VettingStore
-from speco3.vetting.batch import VetItem, vet_batch
-
-ZOOM = ('<think>Check Hα.</think>\n<tool_call>\n{"name": "spectral_visualization_tool", "arguments": '
-        '{"label": "Hα <b>", "wavelength_range": [6500, 6600]}}\n</tool_call>')
-YES = "<think>Emission at Hα.</think>\n<answer>\\boxed{YES}</answer> Balmer emission & He II."
-NO = "<think>Flat.</think><answer>\\boxed{NO}</answer> No emission."
-
-
-def items(n: int, *, prefix: str = "spec") -> list[VetItem]:
-    out = []
-    for i in range(n):
-        spec = make_spectrum(name=f"{prefix}{i:02d}.fits", seed=i)
-        out.append(VetItem(key=f"/data/{prefix}{i:02d}.fits#0", load=lambda s=spec: s, name=spec.name))
-    return out
+from speco3.vetting.batch import vet_batch
 
 
 @pytest.fixture

@@ -10,9 +10,8 @@ import threading
 import numpy as np
 import pytest
 from astropy.table import Table
-from vetting_helpers import pillow_render
+from vetting_helpers import NO, YES, ZOOM, items, pillow_render
 
-from conftest import NO, YES, ZOOM, items
 from speco3.agent import Trace, get_task
 from speco3.cli import agent as cli_agent
 from speco3.cli import main

@@ -9,6 +9,7 @@ from PIL import Image, ImageDraw
 
 from speco3.spectra.model import Spectrum, SpectrumMeta
 from speco3.spectra.view import View
+from speco3.vetting.batch import VetItem
 
 
 def pillow_render(view: View) -> bytes:
@@ -38,3 +39,18 @@ def make_spectrum(lo: float = 3700.0, hi: float = 9100.0, n: int = 3000, z: floa
         wl, flux = wl[keep], flux[keep]
     meta = SpectrumMeta(survey="test", redshift=z, file_name=name, path=f"/data/{name}", object_id="obj-1")
     return Spectrum(wl, flux, meta=meta)
+
+
+# Scripted assistant outputs and screening items shared by the vetting tests.
+ZOOM = ('<think>Check Hα.</think>\n<tool_call>\n{"name": "spectral_visualization_tool", "arguments": '
+        '{"label": "Hα <b>", "wavelength_range": [6500, 6600]}}\n</tool_call>')
+YES = "<think>Emission at Hα.</think>\n<answer>\\boxed{YES}</answer> Balmer emission & He II."
+NO = "<think>Flat.</think><answer>\\boxed{NO}</answer> No emission."
+
+
+def items(n: int, *, prefix: str = "spec") -> list[VetItem]:
+    out = []
+    for i in range(n):
+        spec = make_spectrum(name=f"{prefix}{i:02d}.fits", seed=i)
+        out.append(VetItem(key=f"/data/{prefix}{i:02d}.fits#0", load=lambda s=spec: s, name=spec.name))
+    return out
