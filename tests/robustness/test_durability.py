@@ -6,8 +6,9 @@ mid-run whatever the machine's speed).
 After every kill: ``PRAGMA integrity_check`` is ok, every row committed before is still there unchanged, every
 verdict the run reported (its progress line is printed after the commit) is in the store, no spectrum has two
 rows, and every row's trace folder loads. A final resumed run must end with exactly 200 rows. The desktop part
-writes decisions and the queue position through the `VettingStore` calls the GUI's `VettingController` makes
-(``set_state("current_key", …)`` on navigation, ``record_decision`` on Y/N/U and on flag/comment edits).
+writes notes, decisions and the queue position through the `VettingStore` calls the GUI's `VettingController`
+makes (``set_state("current_key", …)`` on navigation, ``save_annotation`` as flags and comment change,
+``record_decision`` on Y/N/U and on later edits).
 """
 
 from __future__ import annotations
@@ -198,8 +199,12 @@ if store.decision(keys[i], "cv") is not None:
 while i < n:
     key = keys[i]
     store.set_state("current_key", key)               # go_to(row)
-    d = Decision(spectrum_key=key, task="cv", decision=("YES", "NO", "UNSURE")[i % 3], flags=["low_snr"] * (i % 2),
-                 comment=f"seen {i} \u2713", vetter="tester")
+    flags, full = ["low_snr"] * (i % 2), f"seen {i} \u2713"
+    for part in (full[:2], full[:5], full):           # notes saved the moment they change (typing a comment)
+        store.save_annotation(key, "cv", flags, part, "tester")
+        print("A", key, part, flush=True)
+    d = Decision(spectrum_key=key, task="cv", decision=("YES", "NO", "UNSURE")[i % 3], flags=flags,
+                 comment=full, vetter="tester")
     store.record_decision(d)                          # decide(): committed when it returns
     print(d.id, key, d.decision, d.comment, flush=True)
     if i % 5 == 0:                                    # update_notes(): the decision re-saved with a new comment
@@ -219,12 +224,16 @@ def test_desktop_decisions_survive_sigkill(tmp_path):
     env = _env(tmp_path)
     rng = random.Random(SEED + 1)
     printed: dict[int, tuple[str, str, str]] = {}
+    noted: dict[str, str] = {}  # key -> last comment reported as saved
     kills = 0
     for trial in range(N_TRIALS):
         out, _, killed = _kill_after_lines(_start(cmd, env), "stdout", rng.randint(20, 200), rng.uniform(0, 0.003))
         kills += killed
         for line in out.split("\n")[:-1]:  # complete lines only: a kill can cut the last one
-            if line != "DONE":
+            if line.startswith("A "):
+                _, key, comment = line.split(" ", 2)
+                noted[key] = comment
+            elif line != "DONE":
                 ident, key, decision, comment = line.split(" ", 3)
                 printed[int(ident)] = (key, decision, comment)
         if not store.exists():
@@ -235,6 +244,12 @@ def test_desktop_decisions_survive_sigkill(tmp_path):
         con.close()
         lost = {i: v for i, v in printed.items() if rows.get(i) != v}
         assert not lost, f"trial {trial}: decisions reported as saved are missing or changed: {list(lost.items())[:3]}"
+        con = sqlite3.connect(store)
+        notes = {r[0]: r[1] for r in con.execute("SELECT spectrum_key, comment FROM annotations WHERE task='cv'")}
+        con.close()
+        # A note reported as saved is there (or the later edit that followed it, written before the kill).
+        stale = {k: c for k, c in noted.items() if not notes.get(k, "").startswith(c)}
+        assert not stale, f"trial {trial}: notes reported as saved are missing: {list(stale.items())[:3]}"
         if "DONE" in out:
             break
     assert kills >= N_TRIALS - 1, kills
@@ -252,4 +267,5 @@ def test_desktop_decisions_survive_sigkill(tmp_path):
             assert d.decision == ("YES", "NO", "UNSURE")[i % 3]
             assert d.comment.startswith(f"seen {i} \u2713")
         assert s.get_state("current_key") == f"/archive/spec-{n - 1:04d}.fits#0"
+        assert all(s.notes(d.spectrum_key, "cv") == (d.flags, d.comment) for d in latest)
     assert _integrity(store) == "ok"
