@@ -4,7 +4,8 @@ Without arguments the app reopens the archive used last (and resumes the vetting
 machine it shows the start screen, which offers the demo archive. ``--demo`` writes the demo archive once into
 ``data_dir()/demo`` and opens it. The hidden option ``--self-test-screenshot DIR`` drives a scripted session on
 the demo archive and saves screenshots (used by the Xvfb test); ``SPECO3_DEMO_AUTORUN=1`` does the same into
-``./screenshots``.
+``./screenshots``. ``--self-test [--json FILE] [--require-gpu] [--hashes]`` checks the installation offscreen,
+without a window, and exits non-zero on any failure (`speco3.selftest`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--demo", action="store_true", help="open the embedded demo archive (written on first use)")
     parser.add_argument("--version", action="version", version=f"spec-o3-desktop {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("--self-test", action="store_true",
+                        help="check this installation offline (no window; --json FILE, --require-gpu) and exit")
     parser.add_argument("--self-test-screenshot", metavar="DIR", help=argparse.SUPPRESS)
     return parser
 
@@ -35,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     import multiprocessing
 
     multiprocessing.freeze_support()  # the archive index reads files in a process pool (frozen bundles too)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--self-test" in argv:  # installation self-test: offscreen, no window; options of its own
+        return _self_test([a for a in argv if a != "--self-test"])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -66,6 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     elif window.settings.last_archive and Path(window.settings.last_archive).is_dir():
         window.open_archive(window.settings.last_archive)
     return app.exec()
+
+
+def _self_test(argv: list[str]) -> int:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from speco3 import selftest
+    from speco3.render import render_view
+
+    return selftest.main(argv, render=render_view)
 
 
 if __name__ == "__main__":  # pragma: no cover
