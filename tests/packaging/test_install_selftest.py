@@ -151,3 +151,18 @@ def test_command_line_self_test_with_the_real_renderer(tmp_path):
     assert sum(line.startswith("PASS  ") for line in lines) == 8 and lines[-1].startswith("RESULT: PASS")
     render = next(c for c in json.loads(report.read_text())["checks"] if c["name"] == "render")
     assert "image tokens" in render["detail"]
+
+
+@pytest.mark.gui
+def test_desktop_entry_point_self_test_and_its_exit_status(tmp_path):
+    """``spec-o3-desktop --self-test``: no window, one line per check; a failing check makes the exit status 1."""
+    llama = pytest.importorskip("llama_cpp.llama_cpp")
+    env = {k: v for k, v in os.environ.items() if k != "QT_QPA_PLATFORM"}
+    cmd = [sys.executable, "-m", "speco3.gui.app", "--self-test", "--json", str(tmp_path / "r.json")]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines()[-1].startswith("RESULT: PASS")
+    assert json.loads((tmp_path / "r.json").read_text())["ok"] is True
+    if not llama.llama_supports_gpu_offload():
+        run = subprocess.run([*cmd, "--require-gpu"], env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 1 and "FAIL  llama.cpp" in run.stdout
