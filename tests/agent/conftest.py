@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from agent_helpers import make_spectrum, pillow_render
 
 from speco3.spectra.model import Spectrum
+from testkit import make_spectrum, pillow_render
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from agent_helpers import make_spectrum
 
 from speco3.agent import Outcome, render_prompt, run_episode, run_to_verdict
 from speco3.agent.steps import AssistantStep, PromptStep, ToolStep, VerdictStep
@@ -13,6 +12,7 @@ from speco3.engine.base import EngineSettings
 from speco3.engine.scripted import ScriptedEngine
 from speco3.errors import EngineError
 from speco3.imaging import PreparedImage
+from testkit import make_spectrum
 
 
 def call(rng, label=None) -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from agent_helpers import make_spectrum, pillow_render
 
 from speco3.agent import protocol as p
 from speco3.agent.tool import invalid_range_text, no_data_text, success_text
 from speco3.imaging import prepare_image
 from speco3.spectra.view import View
+from testkit import make_spectrum, pillow_render
 
 
 @pytest.fixture

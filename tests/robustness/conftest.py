@@ -10,7 +10,6 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "agent"))  # agent_helpers: the Pillow renderer of the agent tests
 
 REAL_SPECTRUM = "lamost/spec-60591-LN042429N340750BM01_sp01-001.fits.gz"
 
@@ -25,7 +24,7 @@ def real_spectrum(spectra_dir):
 
 @pytest.fixture(scope="session")
 def pillow_render():
-    from agent_helpers import pillow_render
+    from testkit import pillow_render
 
     return pillow_render
 

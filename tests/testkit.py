@@ -1,4 +1,7 @@
-"""Agent-test helpers: a small Pillow renderer (no Qt) and synthetic spectra."""
+"""Test kit shared by the agent, vetting and robustness tests: a small Pillow renderer (no Qt) and synthetic spectra.
+
+Importable by name from any test folder: pytest puts `tests/` (the root conftest's folder) on sys.path.
+"""
 
 from __future__ import annotations
 
