@@ -9,6 +9,10 @@ want_tests=0
 # Debian packages: Xvfb and the X/EGL libraries Qt needs (only when missing; needs root or sudo).
 need_apt=()
 command -v Xvfb >/dev/null 2>&1 || need_apt+=(xvfb)
+if [ "$want_tests" = 1 ]; then
+  command -v strace >/dev/null 2>&1 || need_apt+=(strace)                          # offline test watches syscalls
+  command -v desktop-file-validate >/dev/null 2>&1 || need_apt+=(desktop-file-utils)  # packaging test
+fi
 for lib in libEGL.so.1 libGL.so.1 libxkbcommon.so.0 libxkbcommon-x11.so.0 libxcb-cursor.so.0 libfontconfig.so.1 libdbus-1.so.3; do
   ldconfig -p 2>/dev/null | grep -q "$lib" || need_apt+=("$lib")
 done
@@ -18,7 +22,8 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     xvfb xauth libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-image0 \
     libxcb-keysyms1 libxcb-randr0 libxcb-render-util0 libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 \
-    libfontconfig1 libdbus-1-3 fonts-dejavu-core x11-utils >/dev/null
+    libfontconfig1 libdbus-1-3 fonts-dejavu-core x11-utils \
+    $([ "$want_tests" = 1 ] && echo strace desktop-file-utils) >/dev/null
 fi
 
 PY=${PYTHON:-python3}
