@@ -7,22 +7,21 @@ names the step (``"sha256 model.gguf"``), ``done`` and ``total`` count bytes (or
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from speco3.fileio import CHUNK, write_text_atomic
+from speco3.fileio import sha256_file as _sha256_file
 from speco3_models.errors import ModelStoreError
 
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
-CHUNK = 8 << 20
 
 
 def no_progress(label: str, done: int, total: int) -> None:
@@ -31,19 +30,9 @@ def no_progress(label: str, done: int, total: int) -> None:
 
 def sha256_file(path: str | os.PathLike[str], progress: Progress | None = None, label: str | None = None) -> str:
     """SHA-256 hex digest of a file, read in 8 MiB chunks, reporting progress in bytes."""
-    path = Path(path)
     progress = progress or no_progress
-    label = label or f"sha256 {path.name}"
-    total = path.stat().st_size
-    digest = hashlib.sha256()
-    done = 0
-    progress(label, 0, total)
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-            done += len(chunk)
-            progress(label, done, total)
-    return digest.hexdigest()
+    label = label or f"sha256 {Path(path).name}"
+    return _sha256_file(path, lambda done, total: progress(label, done, total))
 
 
 def copy_file(src: Path, dst: Path, progress: Progress | None = None) -> None:
@@ -94,23 +83,8 @@ def place_file(src: Path, dst: Path, mode: str, progress: Progress | None = None
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` so that a reader sees either the old or the new file, never a partial one.
-
-    The text goes to a temporary file in the same folder, is flushed and fsynced, then renamed over ``path``.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write JSON to ``path`` so that a reader sees either the old or the new file, never a partial one."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 @contextlib.contextmanager

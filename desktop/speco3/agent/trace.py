@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import platform
-import tempfile
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from importlib import metadata
@@ -23,6 +21,7 @@ from speco3 import __version__
 from speco3.agent.protocol import render_prompt
 from speco3.agent.steps import STEP_TYPES, Outcome, PromptStep, Step, ToolStep, VerdictStep, ViewSpec
 from speco3.errors import Speco3Error
+from speco3.fileio import write_text_atomic
 from speco3.imaging import FACTOR, PreparedImage
 
 logger = logging.getLogger(__name__)
@@ -179,18 +178,10 @@ class Trace:
             # Model text may hold lone surrogates (invalid UTF-8): written as \udXXX escapes, never an error.
             (folder / "prompt.txt").write_text(self.prompt_text, encoding="utf-8", errors="backslashreplace")
         target = folder / TRACE_FILE
-        fd, tmp = tempfile.mkstemp(prefix=".trace-", suffix=".json", dir=folder)
-        try:
-            # backslashreplace turns a lone surrogate inside a JSON string into its \udXXX escape, which
-            # json.loads reads back as the same character: the model's text round-trips exactly.
-            with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
-                json.dump(self.to_dict(files), fh, ensure_ascii=False, indent=1, allow_nan=True)
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600; traces are meant to be shared
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target
+        # backslashreplace turns a lone surrogate inside a JSON string into its \udXXX escape, which
+        # json.loads reads back as the same character: the model's text round-trips exactly.
+        text = json.dumps(self.to_dict(files), ensure_ascii=False, indent=1, allow_nan=True)
+        return write_text_atomic(target, text, errors="backslashreplace")
 
     @classmethod
     def load(cls, folder: str | Path) -> Trace:

@@ -11,13 +11,13 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from speco3.config import config_dir, data_dir
 from speco3.engine.base import EngineSettings
+from speco3.fileio import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +112,7 @@ class AppSettings:
 
     def save(self, path: Path | None = None) -> Path:
         """Write the settings atomically (temp file + rename)."""
-        path = path or self.path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".desktop-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(asdict(self), fh, indent=2, sort_keys=True)
-        os.replace(tmp, path)
-        return path
+        return write_text_atomic(path or self.path(), json.dumps(asdict(self), indent=2, sort_keys=True))
 
     # -- derived -------------------------------------------------------------------------------------------------
     def resolved_data_folder(self) -> Path:

@@ -28,6 +28,7 @@ from speco3.agent.tool import RenderFn
 from speco3.agent.trace import Trace, spectrum_ref
 from speco3.engine.base import Engine
 from speco3.errors import Speco3Error
+from speco3.fileio import sha256_file
 from speco3.spectra.model import Spectrum
 from speco3.vetting.records import ModelVerdict, SpectrumInfo
 from speco3.vetting.store import VettingStore, storable_text
@@ -70,15 +71,11 @@ def file_sha256(path: str | Path, _cache: dict[str, str] | None = None) -> str |
     key = str(path)
     if _cache is not None and key in _cache:
         return _cache[key]
-    h = hashlib.sha256()
     try:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
+        digest = sha256_file(path)
     except OSError as exc:
         logger.warning("cannot hash %s: %s", path, exc)
         return None
-    digest = h.hexdigest()
     if _cache is not None:
         _cache[key] = digest
     return digest

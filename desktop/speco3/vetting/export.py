@@ -12,9 +12,6 @@ Every file is written atomically: to a temporary file beside the target, then ``
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,7 @@ from astropy.table import MaskedColumn, Table
 
 from speco3 import __version__
 from speco3.errors import StoreError
+from speco3.fileio import write_atomic
 from speco3.vetting.store import VettingStore
 
 logger = logging.getLogger(__name__)
@@ -61,7 +59,6 @@ COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("notes_at", "str", None, "When the flags or comment were last changed (UTC)"),
 ]
 FORMATS = {"csv": "ascii.csv", "votable": "votable", "fits": "fits"}
-FILE_MODE = 0o644
 
 
 def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, Any]]:
@@ -119,23 +116,6 @@ def export_table(store: VettingStore, task: str | None = None) -> Table:
             data = np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
         table.add_column(MaskedColumn(data, name=name, mask=mask, unit=unit, description=desc))
     return table
-
-
-def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
-    """Call ``writer(tmp_path)`` with a temporary file beside ``path``, then move it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        writer(tmp_path)
-        os.chmod(tmp_path, path.stat().st_mode & 0o777 if path.exists() else FILE_MODE)  # mkstemp makes 0600
-        os.replace(tmp_path, path)
-    except BaseException:
-        tmp_path.unlink(missing_ok=True)
-        raise
-    return path
 
 
 def export(store: VettingStore, path: str | Path, fmt: str | None = None, task: str | None = None) -> Path:
