@@ -1,8 +1,6 @@
-"""Process-level helpers of the engine: backend naming, thread defaults, the fallback GGUF header check."""
+"""Process-level helpers of the engine: backend naming, thread defaults, the model-file check."""
 
 from __future__ import annotations
-
-import sys
 
 import gguf
 import numpy as np
@@ -43,55 +41,25 @@ def _write(path, arch, keys=None, with_tensor=True):
     return path
 
 
-@pytest.fixture
-def fallback_check(monkeypatch):
-    """Force the engine's own header check (as when the model store is not installed)."""
-    monkeypatch.setitem(sys.modules, "speco3_models.gguf_check", None)
-    return native.check_model_files
-
-
-@pytest.fixture
-def good_pair(tmp_path):
+@pytest.mark.parametrize("case,reason", [
+    ("missing", "file not found"),
+    ("magic", "GGUF"),
+    ("arch", "qwen2vl"),
+    ("swapped", "qwen2vl"),
+])
+def test_check_model_files_names_the_file_and_problem(tmp_path, case, reason):
+    """The engine refuses bad files through the model store's checks, before llama.cpp sees them."""
     text = _write(tmp_path / "text.gguf", "qwen2vl", {"qwen2vl.embedding_length": 256})
     proj = _write(tmp_path / "mmproj.gguf", "clip", {
         "clip.has_vision_encoder": True, "clip.projector_type": "qwen2.5vl_merger", "clip.vision.projection_dim": 256})
-    return text, proj
-
-
-def test_fallback_check_accepts_a_consistent_pair(fallback_check, good_pair):
-    fallback_check(*good_pair)
-
-
-@pytest.mark.parametrize("case,reason", [
-    ("missing", "file not found"),
-    ("magic", "not a GGUF file"),
-    ("truncated", "truncated"),
-    ("arch", "expected 'qwen2vl'"),
-    ("swapped", "expected 'qwen2vl'"),
-    ("projector", "not a Qwen2/2.5-VL merger"),
-    ("width", "does not match"),
-    ("no_tensors", "no tensors"),
-])
-def test_fallback_check_names_the_problem(fallback_check, good_pair, tmp_path, case, reason):
-    text, proj = good_pair
     if case == "missing":
         text = tmp_path / "absent.gguf"
     elif case == "magic":
         text.write_bytes(b"PK\x03\x04" + b"\x00" * 100)
-    elif case == "truncated":
-        data = text.read_bytes()
-        text.write_bytes(data[:-40])
     elif case == "arch":
         text = _write(tmp_path / "llama.gguf", "llama")
     elif case == "swapped":
         text, proj = proj, text
-    elif case == "projector":
-        proj = _write(tmp_path / "p.gguf", "clip", {"clip.has_vision_encoder": True, "clip.projector_type": "mlp"})
-    elif case == "width":
-        proj = _write(tmp_path / "p.gguf", "clip", {"clip.has_vision_encoder": True,
-                                                    "clip.projector_type": "qwen2.5vl_merger",
-                                                    "clip.vision.projection_dim": 3584})
-    elif case == "no_tensors":
-        text = _write(tmp_path / "empty.gguf", "qwen2vl", with_tensor=False)
-    with pytest.raises(ModelFileError, match=reason):
-        fallback_check(text, proj)
+    with pytest.raises(ModelFileError, match=reason) as err:
+        native.check_model_files(text, proj)
+    assert err.value.path in (str(text), str(proj))

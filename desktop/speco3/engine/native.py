@@ -155,79 +155,18 @@ def default_threads() -> tuple[int, int]:
 def check_model_files(text_path: str | Path, mmproj_path: str | Path) -> None:
     """Check a text GGUF and its projector before llama.cpp sees them (a bad file would abort inside C).
 
-    Uses the model store's ``speco3_models.gguf_check.check_pair`` when it is installed, otherwise a
-    header-level check with `gguf.GGUFReader` (magic, parse, architecture, projector kind, embedding width).
+    The checks are the model store's (`speco3_models.gguf_check.check_pair`): structure, architecture,
+    projector kind and the projector's output width against the text model's embedding width.
 
     Raises
     ------
     ModelFileError
         Naming the file and what is wrong with it.
     """
+    from speco3_models.gguf_check import check_pair
+
     text_path, mmproj_path = Path(text_path), Path(mmproj_path)
     for path in (text_path, mmproj_path):
         if not path.is_file():
             raise ModelFileError(path, "file not found" if not path.exists() else "not a regular file")
-    try:
-        from speco3_models.gguf_check import check_pair
-    except ImportError:
-        check_pair = None
-    if check_pair is not None:
-        check_pair(text_path, mmproj_path)
-        return
-    text = _read_header(text_path)
-    proj = _read_header(mmproj_path)
-    if text.get("general.architecture") != "qwen2vl":
-        raise ModelFileError(
-            text_path,
-            f"text model architecture is {text.get('general.architecture')!r}, expected 'qwen2vl' (Qwen2.5-VL)",
-        )
-    if proj.get("general.architecture") != "clip":
-        raise ModelFileError(
-            mmproj_path, f"projector architecture is {proj.get('general.architecture')!r}, expected 'clip' (mmproj)"
-        )
-    if not proj.get("clip.has_vision_encoder", False):
-        raise ModelFileError(mmproj_path, "projector has no vision encoder")
-    ptype = proj.get("clip.projector_type")
-    if ptype not in ("qwen2.5vl_merger", "qwen2vl_merger"):
-        raise ModelFileError(mmproj_path, f"projector type {ptype!r} is not a Qwen2/2.5-VL merger")
-    width, hidden = proj.get("clip.vision.projection_dim"), text.get("qwen2vl.embedding_length")
-    if width is not None and hidden is not None and int(width) != int(hidden):
-        raise ModelFileError(
-            mmproj_path, f"projector output width {width} does not match the text model's embedding width {hidden}"
-        )
-
-
-_HEADER_KEYS = (
-    "general.architecture",
-    "qwen2vl.embedding_length",
-    "clip.has_vision_encoder",
-    "clip.projector_type",
-    "clip.vision.projection_dim",
-)
-
-
-def _read_header(path: Path) -> dict:
-    with open(path, "rb") as fh:
-        magic = fh.read(4)
-    if magic != b"GGUF":
-        raise ModelFileError(path, f"not a GGUF file (starts with {magic!r})")
-    try:
-        import gguf
-
-        reader = gguf.GGUFReader(path)
-        values = {}
-        for key in _HEADER_KEYS:
-            field = reader.get_field(key)
-            if field is not None:
-                values[key] = field.contents()
-        if not reader.tensors:
-            raise ModelFileError(path, "GGUF file holds no tensors")
-        size = path.stat().st_size
-        for t in reader.tensors:
-            if int(t.data_offset) + int(t.n_bytes) > size:
-                raise ModelFileError(path, f"tensor {t.name} lies beyond the end of the file (truncated download?)")
-        return values
-    except ModelFileError:
-        raise
-    except Exception as exc:
-        raise ModelFileError(path, f"corrupt or truncated GGUF ({type(exc).__name__}: {exc})") from exc
+    check_pair(text_path, mmproj_path)
