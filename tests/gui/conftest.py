@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gui_qtcheck import our_worker_threads, qt_garbage
 from speco3.demo import write_demo_archive
 
 # A session that zooms once and answers; replayed from the start for every episode.
@@ -78,15 +79,39 @@ def make_window(qtbot, engine_factory):
         settings = settings or AppSettings.load()
         settings.vetter = settings.vetter or "tester"
         w = MainWindow(settings=settings, engine_opener=opener or engine_factory)
-        qtbot.addWidget(w)
-        w.show()
+        w.show()  # not qtbot.addWidget: the window deletes itself when closed (WA_DeleteOnClose); closed below
         windows.append(w)
         return w
 
     yield make
+    from shiboken6 import isValid
+
     for w in windows:
-        if w.isVisible():
+        if isValid(w) and w.isVisible():
             w.close()
+
+
+@pytest.fixture(autouse=True)
+def qt_objects_die_on_gui_thread(request):
+    """After every GUI test: no worker thread of ours is left running, and none of our Qt objects is left for the
+    garbage collector (windows closed here are deleted by Qt, on this thread, as the app does at the end of its loop;
+    pyqtgraph's own Python-owned menus are collected by the GUI-thread collector the main window installs)."""
+    yield
+    if "qapp" not in request.fixturenames and "qtbot" not in request.fixturenames:
+        return
+    from PySide6.QtCore import QCoreApplication, QEvent
+    from PySide6.QtWidgets import QApplication
+
+    for w in QApplication.topLevelWidgets():
+        w.close()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    running = our_worker_threads()
+    assert not running, f"worker threads still running after the windows closed: {running}"
+    leaked = [name for name in qt_garbage() if name.startswith("speco3.")]
+    assert not leaked, f"Qt objects of ours left to the cyclic garbage collector: {leaked}"
+    from speco3.gui.workers import restore_automatic_garbage_collection
+
+    restore_automatic_garbage_collection()  # the next non-GUI test runs with Python's default collector
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,11 @@ def installed_models() -> list[tuple[str, str]]:
     except Exception as exc:
         log.warning("model store unavailable: %s", exc)
         return []
+
+
+def _demo_engine_for(spectrum: Any, entry: Any, task: Any):
+    """The scripted demo engine of one spectrum (loaded from ``entry`` when not given)."""
+    return demo_engine(spectrum if spectrum is not None else entry.load(), task)
 
 
 class AgentController(QObject):
@@ -76,15 +82,14 @@ class AgentController(QObject):
         return task
 
     def _job(self, entry: Any, task, model_id: str, spectrum=None, batch: bool = False) -> AgentJob:
+        """A job of plain data: its engine factory binds the opener and values, never this controller or a widget
+        (the worker thread drops the job; a widget reachable from it would be destroyed there)."""
         if model_id == SCRIPTED_LABEL:
-            def factory(spectrum=spectrum, entry=entry, task=task):
-                return demo_engine(spectrum if spectrum is not None else entry.load(), task)
-
-            return AgentJob(entry.key, task, SCRIPTED_LABEL, factory, spectrum=spectrum, entry=entry, batch=batch,
-                            scripted=True)
+            return AgentJob(entry.key, task, SCRIPTED_LABEL, partial(_demo_engine_for, spectrum, entry, task),
+                            spectrum=spectrum, entry=entry, batch=batch, scripted=True)
         es = self.settings.engine_settings()
         key = f"{model_id}|{sorted(es.to_dict().items())}"
-        return AgentJob(entry.key, task, key, lambda: self.engine_opener(model_id, es), spectrum=spectrum,
+        return AgentJob(entry.key, task, key, partial(self.engine_opener, model_id, es), spectrum=spectrum,
                         entry=entry, batch=batch)
 
     # -- interactive ---------------------------------------------------------------------------------------------

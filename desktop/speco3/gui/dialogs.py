@@ -7,10 +7,10 @@ network connection; offline it fails with the store's message, which names ``imp
 from __future__ import annotations
 
 import logging
-import threading
+from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 
 from speco3.gui.keymap import ACTIONS, Keymap, normalize
 from speco3.gui.settings import AppSettings
+from speco3.gui.workers import BackgroundTask
 
 log = logging.getLogger(__name__)
 
@@ -49,27 +50,43 @@ def run_export(store, path: str | Path, fmt: str, task: str | None = None) -> Pa
     return export(store, path, fmt=fmt, task=task)
 
 
-class _Job(QObject):
-    """Runs ``fn(progress)`` in a QThread; progress(text, done, total), finished(result), failed(message)."""
+class _Job(BackgroundTask):
+    """Runs ``fn(progress)`` on a worker thread; progress(text, done, total), finished(result), failed(message).
+
+    ``fn`` is plain data (a model-store method bound with its arguments), never a closure over the dialog.
+    """
 
     progress = Signal(str, int, int)
     finished = Signal(object)
     failed = Signal(str)
 
-    def __init__(self, fn):
-        super().__init__()
+    def __init__(self, fn, parent: QObject | None = None):
+        super().__init__("speco3-model-job", parent)
         self.fn = fn
-        self.cancel = threading.Event()
 
-    @Slot()
-    def run(self) -> None:
+    def work(self) -> None:
         try:
-            result = self.fn(lambda text, done, total: self.progress.emit(str(text), int(done), int(total or 0)))
+            result = self.fn(self._progress)
         except Exception as exc:
             log.warning("model job failed: %s", exc)
             self.failed.emit(str(exc))
             return
         self.finished.emit(result)
+
+    def _progress(self, text, done, total) -> None:
+        self.progress.emit(str(text), int(done), int(total or 0))
+
+
+def _import_pair(store, text: str, mmproj: str, progress) -> str:
+    return store.import_pair(text, mmproj, progress=progress).name
+
+
+def _verify(store, name: str, progress) -> str:
+    return "\n".join(store.verify(name, progress=progress).lines())
+
+
+def _pull(store, name: str, progress) -> str:
+    return store.pull(name, progress=progress).name
 
 
 class ModelManagerDialog(QDialog):
@@ -107,11 +124,10 @@ class ModelManagerDialog(QDialog):
         layout.addLayout(buttons)
         layout.addWidget(self.progress)
         layout.addWidget(self.details, 1)
-        close = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-        close.rejected.connect(self.reject)
-        layout.addWidget(close)
+        self.close_box = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        self.close_box.rejected.connect(self.reject)
+        layout.addWidget(self.close_box)
         self.list.currentTextChanged.connect(self._show_details)
-        self._thread: QThread | None = None
         self._job: _Job | None = None
         self.resize(640, 520)
         self.reload()
@@ -147,20 +163,23 @@ class ModelManagerDialog(QDialog):
             f"width {m.hidden_size}, {m.n_layers} layers\ninstalled {m.created}\n{m.provenance.describe()}")
 
     def _run(self, fn, done_text: str) -> None:
-        if self._thread is not None:
+        if self._job is not None:
             return
         self.progress.setVisible(True)
         self.progress.setRange(0, 0)
-        self._thread = QThread(self)
-        self._job = _Job(fn)
-        self._job.moveToThread(self._thread)
-        self._thread.started.connect(self._job.run)
-        # bound methods of this dialog (GUI thread) make the connections queued; lambdas would run in the worker
+        self.close_box.setEnabled(False)  # a running job is joined before the dialog may close
+        self._job = _Job(fn, parent=self)
         self._done_text = done_text
         self._job.progress.connect(self._on_progress)
         self._job.finished.connect(self._on_finished)
         self._job.failed.connect(self._on_failed)
-        self._thread.start()
+        self._job.start()
+
+    def done(self, result: int) -> None:  # noqa: D401 - Qt override: Close, Esc and the window's close button
+        if self._job is not None:
+            self.details.setPlainText("A model job is running; the dialog closes when it has finished.")
+            return
+        super().done(result)
 
     def _on_finished(self, result) -> None:
         self._done(f"{self._done_text}\n{result}" if result else self._done_text)
@@ -175,9 +194,10 @@ class ModelManagerDialog(QDialog):
         self.progress.setFormat(f"{text} %p%")
 
     def _done(self, text: str) -> None:
-        self._thread.quit()
-        self._thread.wait(5000)
-        self._thread = self._job = None
+        job, self._job = self._job, None
+        job.stop(cancel=False)  # it has emitted its last signal: the join is immediate
+        job.deleteLater()
+        self.close_box.setEnabled(True)
         self.progress.setVisible(False)
         current = self.selected()
         self.reload()
@@ -194,12 +214,12 @@ class ModelManagerDialog(QDialog):
         mmproj, _ = QFileDialog.getOpenFileName(self, "Vision projector GGUF (mmproj)", str(Path(text).parent),
                                                 "GGUF (*.gguf)")
         if mmproj:
-            self._run(lambda p: self.store.import_pair(text, mmproj, progress=p).name, "imported")
+            self._run(partial(_import_pair, self.store, text, mmproj), "imported")
 
     def verify(self) -> None:
         name = self.selected()
         if name:
-            self._run(lambda p: "\n".join(self.store.verify(name, progress=p).lines()), "verified")
+            self._run(partial(_verify, self.store, name), "verified")
 
     def remove(self) -> None:
         name = self.selected()
@@ -214,7 +234,7 @@ class ModelManagerDialog(QDialog):
     def pull(self) -> None:
         name = self.pull_name.currentText().strip()
         if name:
-            self._run(lambda p: self.store.pull(name, progress=p).name, f"pulled {name}")
+            self._run(partial(_pull, self.store, name), f"pulled {name}")
 
 
 class SettingsDialog(QDialog):

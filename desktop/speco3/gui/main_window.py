@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QThread
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -33,7 +33,7 @@ from speco3.gui.keymap import FLAG_ACTIONS, KeyFilter, Keymap
 from speco3.gui.settings import AppSettings
 from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
-from speco3.gui.workers import IndexWorker, InferenceThread, render_png
+from speco3.gui.workers import IndexWorker, InferenceThread, collect_garbage_on_gui_thread, render_png
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +55,18 @@ class MainWindow(QMainWindow):
         super().__init__()
         from speco3.agent import load_tasks
 
+        collect_garbage_on_gui_thread()  # before any worker starts: cycles are then only collected on this thread
+
         self.settings = settings or AppSettings.load()
         self.keymap = Keymap.from_settings(self.settings.keymap)  # conflicting/unknown keys -> defaults, warned
         task_errors: list = []
         self.tasks = load_tasks(errors=task_errors)
         self.index: Any = None
         self.archive_root: str | None = None
-        self._index_thread: QThread | None = None
         self._index_worker: IndexWorker | None = None
         self.setWindowTitle(f"Spec-o3 Desktop {__version__}")
 
-        self.table_model = ArchiveTableModel()
+        self.table_model = ArchiveTableModel(parent=self)
         self.archive = ArchivePanel(self.table_model)
         self.viewer = SpectrumViewer()
         self.agent_panel = AgentPanel()
@@ -104,6 +105,9 @@ class MainWindow(QMainWindow):
         if self.keymap.problems:
             self.show_message(f"keymap in {AppSettings.path()}: " + "; ".join(self.keymap.problems))
         self.resize(1600, 950)
+        # Deleted by Qt on the GUI thread once closed (after closeEvent joined the workers), never by Python's
+        # cyclic garbage collector, which may run on any thread that allocates.
+        self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
 
     # -- construction --------------------------------------------------------------------------------------------
     def _start_page(self) -> QWidget:
@@ -233,28 +237,25 @@ class MainWindow(QMainWindow):
         if not Path(folder).is_dir():
             self.show_error(f"{folder}: not a folder")
             return
-        if self._index_thread is not None:
-            self._index_worker.cancel.set()
-            self._index_thread.quit()
-            self._index_thread.wait(5000)
+        self._stop_index_thread()
         self.archive.set_folder(folder)
         self.archive.show_progress(0, 1, "starting …")
-        self._index_thread = QThread(self)
-        self._index_worker = IndexWorker(folder)
-        self._index_worker.moveToThread(self._index_thread)
-        self._index_thread.started.connect(self._index_worker.run)
+        self._index_worker = IndexWorker(folder, parent=self)
         self._index_worker.progress.connect(self.archive.show_progress)
         self._index_worker.finished.connect(self._index_ready)
         self._index_worker.failed.connect(self._index_failed)
-        self._index_thread.start()
+        self._index_worker.start()
 
     def _stop_index_thread(self) -> None:
-        if self._index_thread is not None:
-            self._index_thread.quit()
-            self._index_thread.wait(5000)
-            self._index_thread = self._index_worker = None
+        """Cancel a running scan, join its thread and let Qt delete the worker (on this thread)."""
+        worker, self._index_worker = self._index_worker, None
+        if worker is not None:
+            worker.stop()
+            worker.deleteLater()
 
     def _index_failed(self, message: str) -> None:
+        if self.sender() is not self._index_worker:  # a scan that was replaced or stopped
+            return
         self._stop_index_thread()
         self.archive.hide_progress()
         self.show_error(message)
@@ -262,6 +263,8 @@ class MainWindow(QMainWindow):
     def _index_ready(self, root: str) -> None:
         from speco3.spectra import ArchiveIndex
 
+        if self.sender() is not self._index_worker:
+            return
         self._stop_index_thread()
         self.archive.hide_progress()
         if self.index is not None:
@@ -405,14 +408,18 @@ class MainWindow(QMainWindow):
     def open_model_manager(self) -> None:
         from speco3.gui.dialogs import ModelManagerDialog
 
-        ModelManagerDialog(self).exec()
+        dlg = ModelManagerDialog(self)
+        dlg.exec()
+        dlg.deleteLater()  # destroyed by Qt on this thread, not left to the garbage collector
         self.refresh_models()
 
     def open_settings(self) -> None:
         from speco3.gui.dialogs import SettingsDialog
 
         dlg = SettingsDialog(self.settings, self)
-        if dlg.exec():
+        accepted = dlg.exec()
+        dlg.deleteLater()
+        if accepted:
             self.keymap = Keymap.from_settings(self.settings.keymap)
             self.key_filter.keymap = self.keymap
             self.decision.keymap = self.keymap
@@ -438,6 +445,7 @@ class MainWindow(QMainWindow):
             log.warning("settings not saved: %s", exc)
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        """Stop and join every worker, close the stores; Qt then deletes the window (WA_DeleteOnClose)."""
         QApplication.instance().removeEventFilter(self.key_filter)
         self.inference.stop()
         self._stop_index_thread()

@@ -109,4 +109,4 @@ class SpectrumCache:
             self._items.clear()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)  # a read in flight takes milliseconds

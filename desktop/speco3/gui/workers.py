@@ -7,11 +7,18 @@ The GUI thread never blocks: every long task runs here and reports back through 
 * `InferenceThread` owns the engine (llama.cpp contexts are not thread-safe; one thread drives them). It serves
   interactive runs first and batch items in between, so the vetter can ask the agent about the current spectrum
   while a batch pre-screen is running. Tokens are coalesced (≈ 25 updates per second) before crossing threads.
+
+Thread rules (a GUI deadlock came from breaking them): a worker receives plain data only (`AgentJob` holds no Qt
+object, and its engine factory no widget), reports through signals of a QObject that lives on the GUI thread, and
+is stopped *and joined* before its widgets go. The QObjects here have parents on the GUI thread, so Qt, not Python
+reference counting or the cyclic garbage collector (which runs on whichever thread allocates), destroys them, on
+the GUI thread.
 """
 
 from __future__ import annotations
 
 import collections
+import gc
 import logging
 import threading
 import time
@@ -20,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Signal
 
 from speco3.spectra.model import Spectrum
 
@@ -47,20 +54,89 @@ def render_png(view) -> bytes:
     return render_view(view).png
 
 
-class IndexWorker(QObject):
-    """Scan an archive folder in a QThread. Signals: progress(done, total, path), finished(root), failed(msg)."""
+_collector = None
+
+
+def collect_garbage_on_gui_thread() -> None:
+    """Turn Python's automatic garbage collection into a timer on the GUI thread (idempotent; call on that thread).
+
+    Python-owned Qt objects in reference cycles exist inside pyqtgraph (a ViewBox and its context menu, say). The
+    automatic collector runs on whichever thread allocates, so the inference thread would destroy such a menu and
+    Qt deadlocks there. pyqtgraph's `GarbageCollector` disables the automatic collector and collects on a QTimer.
+    """
+    global _collector
+    if _collector is None:
+        from pyqtgraph.util.garbage_collector import GarbageCollector
+
+        _collector = GarbageCollector(interval=1.0)
+
+
+def restore_automatic_garbage_collection() -> None:
+    """Undo `collect_garbage_on_gui_thread` after a full collection on this thread (call with no worker running)."""
+    global _collector
+    if _collector is not None:
+        _collector.timer.stop()
+        _collector = None
+        gc.collect()
+        gc.enable()
+
+
+def join_thread(thread: threading.Thread, what: str, warn_every_s: float = 5.0) -> None:
+    """Join ``thread`` however long it takes, logging a warning every ``warn_every_s`` seconds."""
+    waited = 0.0
+    while True:
+        thread.join(warn_every_s)
+        if not thread.is_alive():
+            return
+        waited += warn_every_s
+        log.warning("waiting for %s to stop (%.0f s)", what, waited)
+
+
+class BackgroundTask(QObject):
+    """Runs `work` on a Python thread; the object itself lives, and is destroyed, on the GUI thread.
+
+    Give it a parent (or delete it with ``deleteLater`` after `stop`). Signals emitted in `work` are queued to the
+    GUI thread. `stop` sets `cancel` and joins the thread. Subclasses implement `work` with plain data only.
+    """
+
+    def __init__(self, name: str, parent: QObject | None = None):
+        super().__init__(parent)
+        self.cancel = threading.Event()
+        self._name = name
+        self._thread: threading.Thread | None = None
+
+    def work(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self.work, name=self._name, daemon=True)
+            self._thread.start()
+
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, cancel: bool = True) -> None:
+        """Ask `work` to stop (``cancel``) and join its thread."""
+        if cancel:
+            self.cancel.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            join_thread(thread, self._name)
+
+
+class IndexWorker(BackgroundTask):
+    """Scan an archive folder on a worker thread. Signals: progress(done, total, path), finished(root), failed(msg)."""
 
     progress = Signal(int, int, str)
     finished = Signal(str)
     failed = Signal(str)
 
-    def __init__(self, root: str | Path):
-        super().__init__()
+    def __init__(self, root: str | Path, parent: QObject | None = None):
+        super().__init__("speco3-index", parent)
         self.root = str(root)
-        self.cancel = threading.Event()
 
-    @Slot()
-    def run(self) -> None:
+    def work(self) -> None:
         from speco3.spectra import ArchiveIndex
 
         last = [0.0]
@@ -78,9 +154,7 @@ class IndexWorker(QObject):
             try:
                 index.scan(self.root, progress=progress, workers=2)
             finally:
-                close = getattr(index, "close", None)
-                if close:
-                    close()
+                index.close()
         except InterruptedError:
             self.failed.emit("indexing cancelled")
             return
@@ -108,10 +182,11 @@ class AgentJob:
 
 
 class InferenceThread(QObject):
-    """The worker that owns the engine, living in its own QThread; see module doc.
+    """The owner of the engine: a QObject on the GUI thread (signals, queues) driving one Python worker thread.
 
-    (A QObject moved to a QThread rather than a QThread subclass: with PySide6 6.12 on Python 3.11 a Python
-    ``QThread.run`` override crashes when the thread ends.)
+    The worker is a plain `threading.Thread` (a Python ``QThread.run`` override crashes PySide6 6.12 on Python 3.11
+    when the thread ends); signals emitted from it are queued to the GUI thread. `stop` cancels, then joins it:
+    call it before the parent widget is destroyed.
 
     Signals
     -------
@@ -128,13 +203,10 @@ class InferenceThread(QObject):
     batch_state = Signal(str)
     engine_status = Signal(str)
 
-    def __init__(self, render: Callable[[Any], bytes] = render_png, parent=None):
-        super().__init__()
+    def __init__(self, render: Callable[[Any], bytes] = render_png, parent: QObject | None = None):
+        super().__init__(parent)
         self.render = render
-        self._thread = QThread(parent)
-        self._thread.setObjectName("InferenceThread")
-        self.moveToThread(self._thread)
-        self._thread.started.connect(self._loop)
+        self._worker: threading.Thread | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = False
@@ -150,10 +222,13 @@ class InferenceThread(QObject):
 
     # -- GUI-thread API ------------------------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread.start()
+        if self._worker is not None:
+            return
+        self._worker = threading.Thread(target=self._loop, name="speco3-inference", daemon=True)
+        self._worker.start()
 
     def isRunning(self) -> bool:  # noqa: N802 - mirrors QThread
-        return self._thread.isRunning()
+        return self._worker is not None and self._worker.is_alive()
 
     def submit(self, job: AgentJob) -> int:
         """Queue an interactive run (served before batch items); returns its job id."""
@@ -212,8 +287,13 @@ class InferenceThread(QObject):
         with self._lock:
             return self._current is not None or bool(self._interactive)
 
-    def stop(self, timeout_ms: int = 5000) -> None:
-        """Cancel everything, close the engine and end the thread."""
+    def stop(self) -> None:
+        """Cancel everything, close the engine and join the worker thread (however long the current step takes).
+
+        A running generation stops at its next token; an engine that is still loading finishes loading first (a
+        native call cannot be interrupted). Joining without a bound is deliberate: destroying widgets while the
+        worker still runs is what deadlocks Qt.
+        """
         with self._lock:
             self._stop = True
             self._batch.clear()
@@ -222,8 +302,9 @@ class InferenceThread(QObject):
         if cur is not None:
             cur.cancel.set()
         self._wake.set()
-        self._thread.quit()
-        self._thread.wait(timeout_ms)
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            join_thread(worker, "the inference thread (a model still loading finishes first)")
 
     # -- worker thread -------------------------------------------------------------------------------------------
     def _next_job(self) -> AgentJob | None:
@@ -238,8 +319,14 @@ class InferenceThread(QObject):
                 self._current = None
             return self._current
 
-    @Slot()
     def _loop(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self._close_engine()
+            release_render_scene()
+
+    def _serve(self) -> None:
         while True:
             with self._lock:
                 if self._stop:
@@ -264,8 +351,6 @@ class InferenceThread(QObject):
                     self.batch_progress.emit(done, total)
                     if not left and done >= total:
                         self.batch_state.emit("finished")
-        self._close_engine()
-        release_render_scene()
 
     def _close_engine(self) -> None:
         if self._engine is not None:
