@@ -6,4 +6,7 @@ bash scripts/setup.sh --tests
 export QT_QPA_PLATFORM=offscreen
 .venv/bin/ruff check desktop converters models tests
 .venv/bin/lint-imports
-.venv/bin/python -m pytest "$@"
+# Outer bound on the whole run: SIGABRT makes Python's faulthandler print every thread's stack, then the run ends.
+# (macOS has no `timeout` unless coreutils is installed; the per-test watchdogs still apply there.)
+bound=(); command -v timeout >/dev/null 2>&1 && bound=(timeout --signal=ABRT --kill-after=30 "${SPECO3_SUITE_TIMEOUT:-60m}")
+${bound[@]+"${bound[@]}"} .venv/bin/python -m pytest "$@"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,22 @@ os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SPECO3_SHARED", REPO.parent / "shared"))
 SPECTRA = SHARED / "spectra"
+
+
+# -- hang watchdog ----------------------------------------------------------------------------------------------
+# pytest-timeout (``timeout_method = "thread"`` in pyproject) dumps the stacks and exits when a test overruns, but it
+# needs the GIL. A native deadlock that holds the GIL (a Qt destructor waiting on a lock, say) defeats it, so every
+# test is also guarded by faulthandler's C-level watchdog: it needs no GIL, dumps every thread's stack and exits.
+WATCHDOG_S = float(os.environ.get("SPECO3_TEST_WATCHDOG_S", "420"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    faulthandler.dump_traceback_later(WATCHDOG_S, exit=True, file=sys.__stderr__)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 class NetworkBlocked(RuntimeError):

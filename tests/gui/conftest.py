@@ -6,8 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from gui_qtcheck import our_worker_threads, qt_garbage
+
 from speco3.demo import write_demo_archive
 
 # A session that zooms once and answers; replayed from the start for every episode.

@@ -13,12 +13,11 @@ import gc
 import threading
 
 import pytest
+from gui_qtcheck import our_worker_threads, qt_garbage, qt_objects_reachable
 from PySide6.QtCore import QCoreApplication, QEvent
 from shiboken6 import isValid
 
 from speco3.gui.demo_session import SCRIPTED_LABEL
-
-from gui_qtcheck import our_worker_threads, qt_garbage, qt_objects_reachable
 
 pytestmark = pytest.mark.gui
 
