@@ -24,11 +24,27 @@ SPECTRA = SHARED / "spectra"
 # needs the GIL. A native deadlock that holds the GIL (a Qt destructor waiting on a lock, say) defeats it, so every
 # test is also guarded by faulthandler's C-level watchdog: it needs no GIL, dumps every thread's stack and exits.
 WATCHDOG_S = float(os.environ.get("SPECO3_TEST_WATCHDOG_S", "420"))
+_watchdog_file = None
+
+
+def _real_stderr(config):
+    """A file on the terminal's stderr: pytest has already redirected fd 2 into its capture when conftests load,
+    and a dump written there would vanish with the process. Its fd capture keeps a copy of the real one."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    err = getattr(getattr(capman, "_global_capturing", None), "err", None)
+    fd = getattr(err, "targetfd_save", None)
+    return open(os.dup(fd), "w", closefd=True) if isinstance(fd, int) else sys.__stderr__  # noqa: SIM115
+
+
+def pytest_configure(config):
+    global _watchdog_file
+    _watchdog_file = _real_stderr(config)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    faulthandler.dump_traceback_later(WATCHDOG_S, exit=True, file=sys.__stderr__)
+    if _watchdog_file is not None:
+        faulthandler.dump_traceback_later(WATCHDOG_S, exit=True, file=_watchdog_file)
     try:
         yield
     finally:
