@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import gguf
-import numpy as np
+import os
+import sys
+from pathlib import Path
+
 import pytest
 
 from speco3.engine import native
 from speco3.engine.native import Device
 from speco3.errors import ModelFileError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+from ggufs import rewrite_gguf, write_mmproj_gguf, write_text_gguf  # noqa: E402
 
 CPU = Device("CPU", "CPU", "CPU", "AMD EPYC")
 CUDA = Device("CUDA", "CUDA0", "GPU", "NVIDIA H200")
@@ -27,39 +32,73 @@ def test_default_threads_are_positive():
     assert 1 <= threads <= batch
 
 
-def _write(path, arch, keys=None, with_tensor=True):
-    w = gguf.GGUFWriter(str(path), arch)
-    for key, value in (keys or {}).items():
-        (w.add_uint32 if isinstance(value, int) and not isinstance(value, bool) else
-         w.add_bool if isinstance(value, bool) else w.add_string)(key, value)
-    if with_tensor:
-        w.add_tensor("t.weight", np.zeros((4, 4), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+@pytest.fixture
+def good_pair(tmp_path):
+    """A complete, matching text model + projector (hidden size 64): every case below changes one thing in it."""
+    return write_text_gguf(tmp_path / "text.gguf"), write_mmproj_gguf(tmp_path / "mmproj.gguf")
 
 
-@pytest.mark.parametrize("case,reason", [
-    ("missing", "file not found"),
-    ("magic", "GGUF"),
-    ("arch", "qwen2vl"),
-    ("swapped", "qwen2vl"),
-])
-def test_check_model_files_names_the_file_and_problem(tmp_path, case, reason):
-    """The engine refuses bad files through the model store's checks, before llama.cpp sees them."""
-    text = _write(tmp_path / "text.gguf", "qwen2vl", {"qwen2vl.embedding_length": 256})
-    proj = _write(tmp_path / "mmproj.gguf", "clip", {
-        "clip.has_vision_encoder": True, "clip.projector_type": "qwen2.5vl_merger", "clip.vision.projection_dim": 256})
-    if case == "missing":
-        text = tmp_path / "absent.gguf"
-    elif case == "magic":
-        text.write_bytes(b"PK\x03\x04" + b"\x00" * 100)
-    elif case == "arch":
-        text = _write(tmp_path / "llama.gguf", "llama")
-    elif case == "swapped":
-        text, proj = proj, text
-    with pytest.raises(ModelFileError, match=reason) as err:
+def test_check_model_files_accepts_a_good_pair(good_pair):
+    from speco3_models.gguf_check import check_pair
+
+    assert native.check_model_files(*good_pair) is None
+    assert check_pair(*good_pair).width == 64  # the same pair, through the checks the engine relies on
+
+
+def _refused(text, proj, which, reason):
+    with pytest.raises(ModelFileError) as err:
         native.check_model_files(text, proj)
-    assert err.value.path in (str(text), str(proj))
+    assert err.value.reason == reason
+    assert err.value.path == str(which)
+
+
+def test_missing_and_non_regular_files_are_refused(good_pair, tmp_path):
+    text, proj = good_pair
+    _refused(tmp_path / "absent.gguf", proj, tmp_path / "absent.gguf", "file not found")
+    _refused(text, tmp_path / "absent-mmproj.gguf", tmp_path / "absent-mmproj.gguf", "file not found")
+    folder = tmp_path / "folder.gguf"
+    folder.mkdir()
+    _refused(folder, proj, folder, "not a regular file")
+    if hasattr(os, "mkfifo"):  # a FIFO would block llama.cpp's open()
+        fifo = tmp_path / "fifo.gguf"
+        os.mkfifo(fifo)
+        _refused(text, fifo, fifo, "not a regular file")
+
+
+def test_wrong_magic_is_refused(good_pair):
+    text, proj = good_pair
+    text.write_bytes(b"PK\x03\x04" + text.read_bytes()[4:])  # the same file but for its first four bytes
+    _refused(text, proj, text, "not a GGUF file (no 'GGUF' magic; the file starts with b'PK\\x03\\x04')")
+
+
+def test_wrong_text_architecture_is_refused(good_pair, tmp_path):
+    """Only general.architecture differs (every qwen2vl.* key and tensor is there): the architecture check alone fails."""
+    text, proj = good_pair
+    llama = rewrite_gguf(text, tmp_path / "llama.gguf", {"general.architecture": "llama"})
+    _refused(llama, proj, llama, "architecture is 'llama', expected 'qwen2vl' (Qwen2.5-VL text model)")
+
+
+def test_swapped_pair_is_refused(good_pair):
+    text, proj = good_pair
+    _refused(proj, text, proj, "architecture is 'clip', expected 'qwen2vl' (Qwen2.5-VL text model) "
+                               "— this is a vision projector, not the text model")
+
+
+def test_wrong_projector_type_is_refused(good_pair, tmp_path):
+    text, proj = good_pair
+    q2 = rewrite_gguf(proj, tmp_path / "q2.gguf", {"clip.projector_type": "qwen2vl_merger"})
+    _refused(text, q2, q2, "projector type is 'qwen2vl_merger', expected 'qwen2.5vl_merger' "
+                           "(a Qwen2-VL projector; Spec-o3 needs Qwen2.5-VL)")
+
+
+def test_missing_text_metadata_is_refused(good_pair, tmp_path):
+    text, proj = good_pair
+    t = write_text_gguf(tmp_path / "t.gguf", drop_keys=("qwen2vl.block_count",))
+    _refused(t, proj, t, "incomplete text model metadata: missing qwen2vl.block_count")
+
+
+def test_projector_of_another_model_is_refused(good_pair, tmp_path):
+    text, _ = good_pair
+    wide = write_mmproj_gguf(tmp_path / "wide.gguf", proj_dim=128)
+    _refused(text, wide, wide, "projector output width is 128 but the text model text.gguf has hidden size 64: "
+                               "this projector belongs to another model")

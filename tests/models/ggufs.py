@@ -120,9 +120,12 @@ def _finish(w: gguf.GGUFWriter) -> None:
 
 
 def rewrite_gguf(src: Path, dst: Path, overrides: dict) -> Path:
-    """Copy a GGUF file with some metadata values replaced (tensors copied byte for byte)."""
+    """Copy a GGUF file with some metadata values replaced (tensors copied byte for byte).
+
+    ``general.architecture`` may be among the overrides: only that value changes (the keys keep their prefix).
+    """
     r = gguf.GGUFReader(str(src))
-    w = gguf.GGUFWriter(str(dst), r.fields["general.architecture"].contents())
+    w = gguf.GGUFWriter(str(dst), overrides.get("general.architecture", r.fields["general.architecture"].contents()))
     for key, f in r.fields.items():
         if key.startswith("GGUF.") or key == "general.architecture":
             continue

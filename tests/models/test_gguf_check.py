@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+import threading
 import time
 
 import pytest
@@ -182,8 +183,30 @@ def test_missing_and_unreadable_paths(tmp_path):
     folder = tmp_path / "dir.gguf"
     folder.mkdir()
     _fails(folder, "not a regular file")
-    if hasattr(os, "mkfifo"):
-        pass  # FIFOs are refused as "not a regular file" by the same branch
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_fifo_is_refused_without_opening_it(tmp_path):
+    """A FIFO named like a model is refused before any read (opening it for reading would block without a writer)."""
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    done = threading.Event()
+    reasons: list[str] = []
+
+    def check():
+        try:
+            read_gguf_summary(fifo)
+        except ModelFileError as exc:
+            reasons.append(exc.reason)
+        finally:
+            done.set()
+
+    threading.Thread(target=check, daemon=True).start()
+    if not done.wait(5.0):  # blocked in open(): let it see end-of-file, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        done.wait(5.0)
+        pytest.fail("the check opened the FIFO for reading (it blocked until a writer came)")
+    assert reasons == ["not a regular file"]
 
 
 def test_scan_decoder_agrees_with_ggufs_reader_on_converter_output(tmp_path):

@@ -44,6 +44,7 @@ class Case:
     kind: str
     data: bytes
     suffix: str  # ".fits" or ".fits.gz"
+    source: Path | None = None  # the unmutated file
 
 
 def source_files(spectra_dir: Path) -> list[Path]:
@@ -246,7 +247,7 @@ def generate(spectra_dir: Path, count: int, seed: int = 0) -> Iterator[Case]:
         if data is None:
             continue
         produced += 1
-        yield Case(name=f"{produced:05d}-{kind}-{path.name}", kind=kind, data=data, suffix=suffix)
+        yield Case(name=f"{produced:05d}-{kind}-{path.name}", kind=kind, data=data, suffix=suffix, source=path)
 
 
 class CaseTimeout(BaseException):
@@ -280,13 +281,15 @@ def check_spectrum(spec) -> str | None:
     return None
 
 
-def run_case(case: Case, folder: Path, read, expected_error, timeout_s: float = 2.0, hard_factor: float = 5.0) -> dict:
+def run_case(case: Case, folder: Path, read, expected_error, timeout_s: float = 2.0, hard_factor: float = 5.0,
+             keep_spectra: bool = False) -> dict:
     """Read one case with ``read(path)``; classify the result. Never raises (except KeyboardInterrupt).
 
     Outcomes: ``ok`` (valid spectra), ``error`` (``expected_error``), ``invalid_spectrum`` (a spectrum breaking
     the contract, see `check_spectrum`), ``crash`` (any other exception), ``slow`` (ok or error after more than
     ``timeout_s``) and ``hang`` (interrupted by SIGALRM after ``timeout_s * hard_factor``). ``error`` results
-    record whether the message names the file (``named_file``).
+    record the exception class (``error_type``) and whether the message names the file (``named_file``);
+    ``ok`` results hold the spectra (``spectra``) when ``keep_spectra`` is true.
     """
     path = folder / (case.name.replace("/", "_") + case.suffix)
     path.write_bytes(case.data)
@@ -307,6 +310,8 @@ def run_case(case: Case, folder: Path, read, expected_error, timeout_s: float = 
             signal.setitimer(signal.ITIMER_REAL, 0)
         result["outcome"] = "ok"
         result["n_spectra"] = len(spectra)
+        if keep_spectra:
+            result["spectra"] = spectra
         for spec in spectra:
             why = check_spectrum(spec)
             if why:
@@ -317,6 +322,7 @@ def run_case(case: Case, folder: Path, read, expected_error, timeout_s: float = 
         result["outcome"] = "hang"
     except expected_error as exc:
         result["outcome"] = "error"
+        result["error_type"] = type(exc).__name__
         result["error"] = str(exc)[:200]
         result["reason"] = getattr(exc, "reason", str(exc))[:200]
         result["named_file"] = str(path) in str(exc) or path.name in str(exc)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import json
-import math
 import os
 import random
 
@@ -237,4 +236,4 @@ def test_vetting_store_keeps_lone_surrogates(tmp_path, real_spectrum, pillow_ren
         again = vet_batch(items, store, engine, get_task("cv"), pillow_render, trace_root=tmp_path / "tr")
         assert again.skipped == 1 and again.done == 0  # resume finds the key
         assert len(store.model_verdicts("cv", latest=False)) == 1
-    assert math.isfinite(res.seconds)
+    assert 0 < res.seconds < 60  # timed, and no hang (a scripted engine: well under a second unloaded)
