@@ -181,7 +181,8 @@ def read_fallback(src: Any) -> list[Spectrum]:
             s.meta.extra["specutils_loader"] = fmt
             s.meta.note = f"read by specutils' '{fmt}' loader (no Spec-o3 reader knows this layout)"
         return out
-    raise SpectrumReadError(src.display, "unknown layout; specutils' loaders failed too: " + "; ".join(errors))
+    raise SpectrumReadError(src.display, f"unknown layout: {src.describe()} (specutils' loaders failed too: "
+                            + "; ".join(errors) + ")")
 
 
 def register(reg) -> None:
