@@ -99,9 +99,7 @@ def write_spectrum_votable(spec: Spectrum, path: Path) -> Path:
     vt = resource.tables[0]
     vt.name = spec.name
     vt.utype = "spec:Spectrum"
-    for f in vt.fields:
-        meta = table[f.name].meta
-        f.ucd, f.utype = meta["ucd"], meta["utype"]
+    # from_table has copied each column's meta ucd/utype onto its FIELD
     t = _target(spec)
     params = [Param(vot, name="TARGET", datatype="char", arraysize="*", value=t["name"], ucd="meta.id;src",
                     utype="spec:Spectrum.Target.Name")]
