@@ -83,6 +83,10 @@ EXCLUDES: tuple[str, ...] = (
     "hf_xet",  # Xet transfer accelerator (11 MB); huggingface-hub falls back to plain HTTP downloads without it
 )
 
+#: Excluded packages that one first-party module may still import, because it is an optional bridge that tells the
+#: user the package is missing (the bundle has no specutils: Spectrum.to_specutils says so; no fallback reader).
+OPTIONAL_IMPORTERS: dict[str, tuple[str, ...]] = {"specutils": ("desktop/speco3/spectra/specutils_io.py",)}
+
 #: Submodules of first-party packages that are development tools, not part of the app.
 FIRST_PARTY_SKIP = re.compile(r"(^|\.)(tests?|conftest|benchmarks?|__main__)(\.|$)")
 

@@ -44,7 +44,10 @@ def test_no_first_party_module_imports_an_excluded_package(manifest, repo):
     offenders = []
     for folder in ("desktop", "models", "converters"):
         for path in (repo / folder).rglob("*.py"):
+            rel = path.relative_to(repo).as_posix()
             for name in _imports(path):
+                if rel in manifest.OPTIONAL_IMPORTERS.get(name.split(".")[0], ()):
+                    continue  # an optional bridge that reports the missing package
                 if name in excluded or name.split(".")[0] in excluded:
                     offenders.append(f"{path.relative_to(repo)} imports {name}")
     assert not offenders, "the bundle leaves these out: " + "; ".join(offenders)

@@ -25,6 +25,8 @@ def register(sub) -> None:
     p = sub.add_parser("info", help="show format, metadata and pixel statistics of spectrum files")
     p.add_argument("files", nargs="+", metavar="FILE", help="spectrum files or FILE#N addresses")
     p.add_argument("--json", action="store_true", help="print JSON instead of text blocks")
+    p.add_argument("--specutils", action="store_true",
+                   help="also show each spectrum as specutils sees it (Spectrum.to_specutils(); needs specutils)")
     p.set_defaults(func=cmd_info)
 
     q = sub.add_parser("index", help="index an archive folder (incremental) and summarise it")
@@ -76,6 +78,18 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
+def specutils_record(spec) -> dict[str, Any]:
+    """What ``spec.to_specutils()`` holds: class, units, axis range, uncertainty type, masked pixels, redshift."""
+    sp = spec.to_specutils()
+    axis = sp.spectral_axis
+    unc = sp.uncertainty
+    return {"class": f"{type(sp).__module__.split('.')[0]}.{type(sp).__name__}", "flux_unit": sp.flux.unit.to_string(),
+            "spectral_axis": f"{axis.value.min():.2f} - {axis.value.max():.2f} {axis.unit}",
+            "uncertainty": type(unc).__name__ if unc is not None else None,
+            "masked": int(sp.mask.sum()) if sp.mask is not None else 0,
+            "redshift": float(sp.redshift.value) if spec.meta.redshift is not None else None}
+
+
 def _block(rec: dict[str, Any]) -> str:
     lines = [f"{rec['path'] or rec['file_name']}#{rec['index']}  [{rec['format']}]"]
 
@@ -101,6 +115,14 @@ def _block(rec: dict[str, Any]) -> str:
     add("flux unit", rec["flux_unit"] or "(arbitrary / not stated)")
     add("errors", "ivar" if rec["has_ivar"] else "none")
     add("note", rec["note"])
+    if rec["format"] == "specutils-fallback":
+        add("reader", "specutils fallback: no Spec-o3 reader knows this layout; specutils' "
+            f"'{rec['extra'].get('specutils_loader')}' loader read it")
+    if "specutils" in rec:
+        su = rec["specutils"]
+        add("specutils", f"{su['class']}: flux [{su['flux_unit'] or 'dimensionless'}], {su['spectral_axis']}, "
+            f"uncertainty {su['uncertainty'] or 'none'}, {su['masked']} masked"
+            + (f", z={su['redshift']:.6g}" if su["redshift"] is not None else ""))
     return "\n".join(lines)
 
 
@@ -126,6 +148,8 @@ def cmd_info(args) -> int:
             continue
         for spec in specs:
             rec = spectrum_record(spec)
+            if args.specutils:
+                rec["specutils"] = specutils_record(spec)
             records.append(rec)
             if not args.json:
                 print(_block(rec) + "\n")

@@ -30,6 +30,7 @@ from speco3.gui.archive_panel import ArchivePanel
 from speco3.gui.decision_panel import DecisionPanel
 from speco3.gui.demo_session import SCRIPTED_LABEL, is_demo_spectrum
 from speco3.gui.keymap import FLAG_ACTIONS, KeyFilter, Keymap
+from speco3.gui.samp_panel import SampPanel
 from speco3.gui.settings import AppSettings
 from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
@@ -93,6 +94,7 @@ class MainWindow(QMainWindow):
         self._build_status_bar()
         self._build_menus()
         self._connect()
+        self.samp = SampPanel(self)  # SAMP toolbar, status and handlers; off unless settings.samp_enabled
         self.agent_panel.set_tasks(self.tasks, self.settings.task if self.settings.task in self.tasks else None)
         self.vetting.set_task(self.agent_panel.task_id())
         self.viewer.set_task(self.tasks.get(self.agent_panel.task_id()))
@@ -447,6 +449,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt override
         """Stop and join every worker, close the stores; Qt then deletes the window (WA_DeleteOnClose)."""
         QApplication.instance().removeEventFilter(self.key_filter)
+        self.samp.shutdown()  # SAMP threads joined before any widget goes
         self.inference.stop()
         self._stop_index_thread()
         self.vetting.cache.close()

@@ -46,6 +46,10 @@ class AppSettings:
         Go to the next spectrum after a decision.
     last_archive : str
         Archive folder opened last (reopened at start).
+    samp_enabled : bool
+        Connect to a SAMP hub (TOPCAT, SPLAT-VO, Aladin) at start; off by default (no socket is opened then).
+    samp_match_arcsec : int
+        Tolerance for selecting the archive spectrum nearest a position sent over SAMP.
     """
 
     vetter: str = ""
@@ -59,6 +63,8 @@ class AppSettings:
     keymap: dict[str, str] = field(default_factory=dict)
     auto_advance: bool = True
     last_archive: str = ""
+    samp_enabled: bool = False
+    samp_match_arcsec: int = 5
 
     # -- persistence ---------------------------------------------------------------------------------------------
     @staticmethod

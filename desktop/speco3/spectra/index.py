@@ -365,6 +365,22 @@ class ArchiveIndex:
             row = self._db.execute(f"SELECT {','.join(COLUMNS[:-1])} FROM spectra WHERE key=?", (key,)).fetchone()
         return self._entry(self.root or "", row) if row else None
 
+    def near(self, ra: float, dec: float, radius_deg: float) -> list[IndexEntry]:
+        """Readable entries whose position lies in the RA/Dec box around (ra, dec) that holds the radius."""
+        import math
+
+        d_lo, d_hi = dec - radius_deg, dec + radius_deg
+        cos = math.cos(math.radians(min(abs(dec) + radius_deg, 89.999)))
+        dra = 180.0 if cos <= 0 or radius_deg / cos >= 180.0 else radius_deg / cos
+        lo, hi = (ra - dra) % 360.0, (ra + dra) % 360.0
+        ra_sql = "(ra BETWEEN ? AND ?)" if dra >= 180.0 or lo <= hi else "(ra >= ? OR ra <= ?)"
+        ra_args = (0.0, 360.0) if dra >= 180.0 else (lo, hi)
+        sql = (f"SELECT {','.join(COLUMNS[:-1])} FROM spectra WHERE has_error=0 AND dec BETWEEN ? AND ? AND "
+               f"{ra_sql} ORDER BY key")
+        with self._lock:
+            rows = self._db.execute(sql, (d_lo, d_hi, *ra_args)).fetchall()
+        return [self._entry(self.root or "", r) for r in rows]
+
     def errors(self) -> list[IndexEntry]:
         """Rows of files that could not be read, by key."""
         return self.query(has_error=True, sort="key")

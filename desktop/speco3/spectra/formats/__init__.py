@@ -13,3 +13,6 @@ def load_all(register: Callable[..., None]) -> None:
 
     for name in MODULES:
         importlib.import_module(f"{__name__}.{name}").register(register)
+    from speco3.spectra import specutils_io  # lowest priority: specutils' loaders, when installed
+
+    specutils_io.register(register)

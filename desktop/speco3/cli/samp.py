@@ -1,0 +1,145 @@
+"""``spec-o3 samp``: send spectra, vetting tables and positions to TOPCAT, SPLAT-VO or Aladin over SAMP.
+
+``samp status`` lists the hub's applications; ``samp send FILE[#N]`` sends a spectrum (VOTable or FITS copy) to
+the spectrum viewers, ``--point`` also points sky viewers at its position; ``samp send-table results.sqlite``
+sends the vetting store's table (verdicts, p_yes where present, decisions) to table viewers. Every call waits at
+most ``--timeout`` seconds for the hub and for each peer's reply; the exit status is 1 when nothing accepted
+the message. The copies live in a private temporary folder removed on exit (peers have read them by then:
+SAMP calls return when the peer has loaded the file). Only hubs on this machine are used.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from speco3.errors import Speco3Error
+
+
+class SampCliError(Speco3Error):
+    """A SAMP command failed; the message says why."""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("samp", help="exchange spectra and tables with TOPCAT, SPLAT-VO and Aladin (SAMP)")
+    ss = p.add_subparsers(dest="samp_command", metavar="ACTION", required=True)
+    common = {"--timeout": {"type": float, "default": 5.0, "help": "seconds to wait for the hub and each reply"},
+              "--to": {"metavar": "APP", "help": "only this application (name as the hub lists it)"}}
+
+    def add(parser) -> None:
+        for flag, kw in common.items():
+            parser.add_argument(flag, **kw)
+
+    st = ss.add_parser("status", help="show the SAMP hub and the applications registered with it")
+    st.add_argument("--timeout", type=float, default=5.0)
+    st.set_defaults(func=cmd_status)
+    s = ss.add_parser("send", help="send a spectrum (spectrum.load.ssa-generic)")
+    s.add_argument("spectrum", metavar="FILE[#N]")
+    s.add_argument("--format", choices=("votable", "fits"), default="votable", help="copy sent (default votable)")
+    s.add_argument("--point", action="store_true", help="also send the position (coord.pointAt.sky)")
+    add(s)
+    s.set_defaults(func=cmd_send)
+    t = ss.add_parser("send-table", help="send a vetting store's table (table.load.votable)")
+    t.add_argument("store", metavar="RESULTS.sqlite")
+    t.add_argument("--task", help="only this task")
+    add(t)
+    t.set_defaults(func=cmd_send_table)
+
+
+def _link(timeout: float) -> Any:
+    from speco3.interop.samp import SampError, SampLink
+
+    def show(event: Any) -> None:
+        if getattr(event, "state", None) in ("error", "lost"):
+            print(f"samp: {event.text}", file=sys.stderr)
+
+    link = SampLink(show, timeout=timeout, ping_interval=3600)
+    try:
+        link.connect().result(timeout + 5)
+    except (SampError, TimeoutError) as exc:
+        link.stop(timeout=2)
+        raise SampCliError(str(exc) or "the SAMP hub did not answer") from exc
+    return link
+
+
+def _recipient(link: Any, name: str | None) -> str | None:
+    if not name:
+        return None
+    for peer in link.peers:
+        if peer.name.lower() == name.lower() or peer.id == name:
+            return peer.id
+    known = ", ".join(p.name for p in link.peers) or "none"
+    raise SampCliError(f"no application called {name!r} on the hub (registered: {known})")
+
+
+def _finish(link: Any, futures: list[tuple[str, Any]], timeout: float) -> int:
+    from speco3.interop.samp import SampError
+
+    status = 0
+    try:
+        for what, fut in futures:
+            try:
+                results = fut.result(timeout * 4 + 10)
+            except (SampError, TimeoutError) as exc:
+                print(f"{what}: {exc}", file=sys.stderr)
+                status = 1
+                continue
+            for peer, result in results.items():
+                print(f"{what} -> {peer}: {result}")
+            if not any(r == "ok" for r in results.values()):
+                status = 1
+    finally:
+        link.stop(timeout=timeout)
+    return status
+
+
+def cmd_status(args) -> int:
+    link = _link(args.timeout)
+    try:
+        print(f"connected to the SAMP hub as {link.name}")
+        for peer in link.peers:
+            print(f"  {peer.name:<24} {peer.id:<8} {len(peer.mtypes)} message types")
+        if not link.peers:
+            print("  no other application is registered")
+    finally:
+        link.stop(timeout=args.timeout)
+    return 0
+
+
+def cmd_send(args) -> int:
+    from speco3.spectra import read_spectrum
+
+    spec = read_spectrum(args.spectrum)
+    link = _link(args.timeout)
+    try:
+        to = _recipient(link, args.to)
+        futures = [("spectrum", link.send_spectrum(spec, args.format, to))]
+        if args.point:
+            if spec.meta.ra is None or spec.meta.dec is None:
+                print(f"{spec.name}: no RA/Dec in the file; position not sent", file=sys.stderr)
+            else:
+                futures.append(("position", link.point_at(spec.meta.ra, spec.meta.dec, to)))
+    except BaseException:
+        link.stop(timeout=args.timeout)
+        raise
+    return _finish(link, futures, args.timeout)
+
+
+def cmd_send_table(args) -> int:
+    from pathlib import Path
+
+    from speco3.interop.tables import store_table
+    from speco3.vetting import VettingStore
+
+    with VettingStore(args.store, readonly=True) as store:
+        table, keys = store_table(store, args.task)
+    if not len(table):
+        raise SampCliError(f"{args.store}: no verdicts or decisions to send" + (f" for task {args.task}" if args.task
+                                                                              else ""))
+    link = _link(args.timeout)
+    try:
+        fut = link.send_table(table, keys, f"spec-o3 {Path(args.store).stem}", _recipient(link, args.to))
+    except BaseException:
+        link.stop(timeout=args.timeout)
+        raise
+    return _finish(link, [("table", fut)], args.timeout)

@@ -1,0 +1,120 @@
+"""Tables and look-ups for SAMP: the candidate table sent to TOPCAT, and the spectrum nearest a sky position.
+
+A candidate table has one row per spectrum with its identity and position, the latest model verdict, ``p_yes``
+where the store holds one, and the human decision with flags and comment. Row ``i`` of the table is
+``keys[i]``, so that TOPCAT's ``table.highlight.row`` / ``table.select.rowList`` come back to the same spectra.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+#: (column, kind, unit, description) of a queue table.
+QUEUE_COLUMNS: list[tuple[str, str, str | None, str]] = [
+    ("key", "str", None, "Archive key of the spectrum (file#index)"),
+    ("name", "str", None, "Spectrum name"),
+    ("path", "str", None, "File path"),
+    ("hdu_index", "int", None, "Index of the spectrum in its file"),
+    ("survey", "str", None, "Survey"),
+    ("object_id", "str", None, "Survey object id"),
+    ("ra", "float", "deg", "Right ascension"),
+    ("dec", "float", "deg", "Declination"),
+    ("redshift", "float", None, "Catalogue redshift"),
+    ("snr", "float", None, "Signal-to-noise ratio"),
+    ("task", "str", None, "Task id"),
+    ("model_verdict", "str", None, "Latest model verdict YES/NO (empty: none)"),
+    ("model_id", "str", None, "Model of that verdict"),
+    ("p_yes", "float", None, "Model probability of YES, where the store has one"),
+    ("decision", "str", None, "Human decision YES/NO/UNSURE (empty: not vetted)"),
+    ("flags", "str", None, "Quality flags, comma separated"),
+    ("comment", "str", None, "Vetter comment"),
+]
+
+
+def _p_yes(verdict: Any) -> float | None:
+    p = getattr(verdict, "p_yes", None) if verdict is not None else None
+    try:
+        return float(p) if p is not None and math.isfinite(float(p)) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def build_table(rows: Sequence[dict[str, Any]], columns: list[tuple[str, str, str | None, str]]) -> Any:
+    """An astropy Table from dict rows, masked where a value is None."""
+    from astropy.table import MaskedColumn, Table
+
+    table = Table()
+    for name, kind, unit, desc in columns:
+        values = [r.get(name) for r in rows]
+        mask = np.array([v is None for v in values], dtype=bool)
+        if kind == "str":
+            data = np.array(["" if v is None else str(v) for v in values], dtype=str)
+            if data.dtype.itemsize == 0:
+                data = data.astype("U1")
+        elif kind == "int":
+            data = np.array([0 if v is None else int(v) for v in values], dtype=np.int64)
+        else:
+            data = np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+        table.add_column(MaskedColumn(data, name=name, mask=mask, unit=unit, description=desc))
+    return table
+
+
+def queue_table(entries: Sequence[Any], store: Any, task: str, key_of: Callable[[Any], str]) -> tuple[Any, list[str]]:
+    """(table, row keys) of archive index entries with their stored verdicts and decisions for ``task``.
+
+    ``key_of(entry)`` gives the vetting-store key of an entry; the returned keys are the entries' archive keys.
+    """
+    rows, keys = [], []
+    for e in entries:
+        skey = key_of(e)
+        mv = store.latest_model_verdict(skey, task) if store is not None else None
+        dec = store.decision(skey, task) if store is not None else None
+        flags, comment = store.notes(skey, task) if store is not None else ([], "")
+        rows.append({
+            "key": e.key, "name": e.name, "path": e.path, "hdu_index": e.index, "survey": e.survey,
+            "object_id": e.object_id, "ra": e.ra, "dec": e.dec, "redshift": e.redshift, "snr": e.snr, "task": task,
+            "model_verdict": mv.verdict if mv else None, "model_id": mv.model_id if mv else None, "p_yes": _p_yes(mv),
+            "decision": dec.decision if dec else None, "flags": ",".join(flags) if flags else None,
+            "comment": comment or None,
+        })
+        keys.append(str(e.key))
+    return build_table(rows, QUEUE_COLUMNS), keys
+
+
+def store_table(store: Any, task: str | None = None) -> tuple[Any, list[str]]:
+    """(table, row keys) of a vetting store's export (`speco3.vetting.export`), plus ``p_yes`` where present."""
+    from astropy.table import MaskedColumn
+
+    from speco3.vetting.export import export_table
+
+    table = export_table(store, task)
+    keys = [str(k) for k in table["spectrum_key"]]
+    verdicts = {(v.spectrum_key, v.task): v for v in store.model_verdicts(task)}
+    p = [_p_yes(verdicts.get((k, t))) for k, t in zip(keys, table["task"], strict=True)]
+    if any(x is not None for x in p):
+        data = np.array([np.nan if x is None else x for x in p], dtype=np.float64)
+        table.add_column(MaskedColumn(data, name="p_yes", mask=[x is None for x in p],
+                                      description="Model probability of YES"), index=table.colnames.index("model_verdict") + 1)
+    return table, keys
+
+
+def separation_deg(ra1: float, dec1: float, ra2: np.ndarray, dec2: np.ndarray) -> np.ndarray:
+    """Great-circle distance in degrees (haversine)."""
+    r1, d1, r2, d2 = map(np.radians, (ra1, dec1, ra2, dec2))
+    h = np.sin((d2 - d1) / 2) ** 2 + np.cos(d1) * np.cos(d2) * np.sin((r2 - r1) / 2) ** 2
+    return np.degrees(2 * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0))))
+
+
+def nearest_entry(index: Any, ra: float, dec: float, radius_arcsec: float) -> tuple[Any, float] | None:
+    """(entry, separation in arcsec) of the archive spectrum nearest (ra, dec) within the radius, or None."""
+    candidates = index.near(ra, dec, radius_arcsec / 3600.0)
+    if not candidates:
+        return None
+    sep = separation_deg(ra, dec, np.array([e.ra for e in candidates], dtype=float),
+                         np.array([e.dec for e in candidates], dtype=float)) * 3600.0
+    best = int(np.argmin(sep))
+    return (candidates[best], float(sep[best])) if sep[best] <= radius_arcsec else None

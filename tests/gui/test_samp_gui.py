@@ -1,0 +1,106 @@
+"""SAMP in the desktop app: off by default; sends to a real peer; the peer drives the selection (pytest-qt)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import sampkit
+from sampkit import POINT_AT, SPECTRUM_LOAD, TABLE_LOAD
+
+pytestmark = [pytest.mark.gui, pytest.mark.allow_network_loopback]
+samp_env, hub, recorder = sampkit.samp_env, sampkit.hub, sampkit.recorder  # fixtures
+
+
+def _samp_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "speco3-samp" and t.is_alive()]
+
+
+def test_samp_is_off_by_default(make_window):
+    w = make_window()
+    assert w.settings.samp_enabled is False
+    assert w.samp.link is None and not w.samp.toggle.isChecked()
+    assert w.samp.status.text() == "SAMP off"
+    assert not w.samp.send_spectrum_action.isEnabled()
+
+
+def test_no_hub_is_a_status_message(qtbot, samp_env, make_window):
+    w = make_window()
+    w.samp.toggle.setChecked(True)
+    qtbot.waitUntil(lambda: "no SAMP hub running" in w.statusBar().currentMessage(), timeout=10000)
+    assert w.settings.samp_enabled is True  # the switch is remembered
+    w.samp.toggle.setChecked(False)
+    assert w.samp.link is None and not _samp_threads()
+
+
+def test_send_and_receive_with_a_peer(qtbot, recorder, make_window, demo_archive, open_and_wait):
+    from speco3.interop.messages import HIGHLIGHT, SELECT_ROWS
+
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    w.samp.toggle.setChecked(True)
+    qtbot.waitUntil(lambda: w.samp.status.text().startswith("SAMP on"), timeout=10000)
+    qtbot.waitUntil(lambda: "(1 peers)" in w.samp.status.text(), timeout=10000)
+    assert any("Recorder" in a.text() for a in w.samp.peers_menu.actions())
+
+    # send: spectrum, queue table, position
+    w.samp.send_spectrum()
+    params = recorder.wait_for(SPECTRUM_LOAD)
+    assert params["name"] == w.vetting.spectrum.name
+    w.samp.send_table()
+    tparams = recorder.wait_for(TABLE_LOAD)
+    from astropy.table import Table
+
+    from speco3.interop.messages import local_path
+
+    sent = Table.read(local_path(tparams["url"]), format="votable")
+    assert len(sent) == w.table_model.loaded_rows() == 20
+    assert list(sent["key"]) == [w.table_model.entry(r).key for r in range(20)]
+    w.samp.point_at()
+    assert float(recorder.wait_for(POINT_AT)["ra"]) == pytest.approx(w.samp.position()[0])
+
+    # receive: TOPCAT highlights row 5 of the table sent, then selects rows 7 and 3
+    me = recorder.id_of("Spec-o3 Desktop")
+    threading.Thread(target=recorder.call, args=(me, HIGHLIGHT, {"table-id": tparams["table-id"], "row": "5"}),
+                     daemon=True).start()
+    qtbot.waitUntil(lambda: w.vetting.row == 5, timeout=10000)
+    assert w.vetting.entry.key == sent["key"][5]
+    threading.Thread(target=recorder.call, daemon=True, args=(
+        me, SELECT_ROWS, {"table-id": tparams["table-id"], "row-list": ["7", "3"]})).start()
+    qtbot.waitUntil(lambda: w.table_model.is_candidate_list and w.table_model.loaded_rows() == 2, timeout=10000)
+    assert w.vetting.entry.key == sent["key"][7]
+
+    # Aladin points at a position: the nearest archive spectrum (within the tolerance) becomes current
+    w.table_model.set_entries(None)
+    qtbot.waitUntil(lambda: w.table_model.loaded_rows() == 20, timeout=5000)
+    target = w.table_model.entry(11)
+    threading.Thread(target=recorder.call, daemon=True, args=(
+        me, POINT_AT, {"ra": repr(target.ra + 1.0 / 3600), "dec": repr(target.dec)})).start()
+    qtbot.waitUntil(lambda: w.vetting.entry is not None and w.vetting.entry.key == target.key, timeout=10000)
+    threading.Thread(target=recorder.call, daemon=True, args=(
+        me, POINT_AT, {"ra": repr((target.ra + 0.5) % 360), "dec": repr(target.dec)})).start()
+    qtbot.waitUntil(lambda: "no spectrum within 5″" in w.statusBar().currentMessage(), timeout=10000)
+
+    # a candidate list arrives as a VOTable: it becomes the vetting queue through the candidate-list loader
+    cand = demo_archive / "candidates.vot"
+    threading.Thread(target=recorder.call, daemon=True, args=(
+        me, TABLE_LOAD, {"url": cand.resolve().as_uri(), "name": "cands"})).start()
+    qtbot.waitUntil(lambda: w.table_model.is_candidate_list and w.table_model.loaded_rows() == 14, timeout=10000)
+
+    # garbage from the peer: a status message, the window carries on
+    threading.Thread(target=recorder.call, daemon=True, args=(me, HIGHLIGHT, {"row": "zz"})).start()
+    qtbot.waitUntil(lambda: "ignored table.highlight.row" in w.statusBar().currentMessage(), timeout=10000)
+
+    folder = w.samp.link.files.path
+    w.close()  # closeEvent stops SAMP: threads joined, temporary files gone
+    assert w.samp.link is None and not _samp_threads() and not folder.exists()
+
+
+def test_hub_shutdown_shows_in_the_status(qtbot, hub, make_window):
+    w = make_window()
+    w.samp.toggle.setChecked(True)
+    qtbot.waitUntil(lambda: w.samp.status.text().startswith("SAMP on"), timeout=10000)
+    hub.stop()
+    qtbot.waitUntil(lambda: w.samp.status.text() == "SAMP: hub lost", timeout=15000)
+    assert not w.samp.send_spectrum_action.isEnabled()
