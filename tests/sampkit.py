@@ -138,7 +138,7 @@ def link(samp_env):
     from speco3.interop import SampLink
 
     events = Events()
-    lk = SampLink(events, timeout=2.0, ping_interval=0.5)
+    lk = SampLink(events, timeout=8.0, ping_interval=0.5)  # generous: peers answer slowly on a loaded machine
     lk.events = events
     yield lk
     lk.stop(timeout=5)

@@ -145,6 +145,7 @@ def test_malformed_incoming_is_a_status_message(link, recorder):
 
 def test_peer_that_never_replies_and_peer_that_answers_garbage(link, recorder):
     link.connect().result(10)
+    link.timeout = 2.0  # how long a peer's reply is awaited
     recorder.mode[POINT_AT] = "silent"
     t0 = time.monotonic()
     assert link.point_at(1.0, 2.0).result(15) == {"Recorder": "no reply in time"}
