@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
@@ -30,6 +29,7 @@ from speco3.gui.archive_panel import ArchivePanel
 from speco3.gui.decision_panel import DecisionPanel
 from speco3.gui.demo_session import SCRIPTED_LABEL, is_demo_spectrum
 from speco3.gui.keymap import FLAG_ACTIONS, KeyFilter, Keymap
+from speco3.gui.menus import build_menus
 from speco3.gui.samp_panel import SampPanel
 from speco3.gui.settings import AppSettings
 from speco3.gui.vetting import VettingController, store_path_for
@@ -92,7 +92,7 @@ class MainWindow(QMainWindow):
         main.setSizes([560, 800, 300])
         self.setCentralWidget(main)
         self._build_status_bar()
-        self._build_menus()
+        build_menus(self)
         self._connect()
         self.samp = SampPanel(self)  # SAMP toolbar, status and handlers; off unless settings.samp_enabled
         self.agent_panel.set_tasks(self.tasks, self.settings.task if self.settings.task in self.tasks else None)
@@ -139,43 +139,6 @@ class MainWindow(QMainWindow):
         self.batch_bar = self.batch.bar
         for w in (self.batch.bar, self.batch.pause, self.batch.cancel):
             self.statusBar().addPermanentWidget(w)
-
-    def _action(self, menu, text: str, slot, shortcut: str | None = None) -> QAction:
-        act = QAction(text, self)
-        if shortcut:
-            act.setShortcut(QKeySequence(shortcut))
-        act.triggered.connect(slot)
-        menu.addAction(act)
-        return act
-
-    def _build_menus(self) -> None:
-        mb = self.menuBar()
-        f = mb.addMenu("&File")
-        self._action(f, "Open archive folder…", self.choose_archive, "Ctrl+O")
-        self._action(f, "Open the demo archive", self.open_demo)
-        f.addSeparator()
-        self._action(f, "Load candidate list (CSV, FITS, VOTable)…", self.choose_candidates)
-        self._action(f, "Use the filtered table as the queue", lambda: self.table_model.set_entries(None))
-        f.addSeparator()
-        self._action(f, "Quit", self.close, "Ctrl+Q")
-        e = mb.addMenu("&Export")
-        for text, fmt, ext in (("CSV…", "csv", "csv"), ("VOTable…", "votable", "vot"), ("FITS table…", "fits", "fits"),
-                               ("HTML audit report…", "html", "html")):
-            self._action(e, text, lambda _c=False, fmt=fmt, ext=ext: self.choose_export(fmt, ext))
-        a = mb.addMenu("&Agent")
-        self._action(a, "Run on this spectrum (A)", self.run_agent)
-        self._action(a, "Cancel run (Esc)", self.agent.cancel)
-        a.addSeparator()
-        self._action(a, "Batch pre-screen the queue", self.start_batch)
-        self._action(a, "Pause / resume batch", self.toggle_batch_pause)
-        self._action(a, "Cancel batch", self.inference.cancel_batch)
-        m = mb.addMenu("&Models")
-        self._action(m, "Model manager…", self.open_model_manager)
-        s = mb.addMenu("&Settings")
-        self._action(s, "Settings…", self.open_settings)
-        h = mb.addMenu("&Help")
-        self._action(h, "Keyboard cheat sheet (H)", self.decision.toggle_cheat_sheet)
-        self._action(h, "About", lambda: QMessageBox.about(self, "Spec-o3 Desktop", f"Spec-o3 Desktop {__version__}"))
 
     def _connect(self) -> None:
         self.archive.openRequested.connect(self.choose_archive)

@@ -1,0 +1,51 @@
+"""The main window's menu bar: every action calls a public method of the window or of its parts."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QMessageBox
+
+from speco3 import __version__
+
+EXPORTS = (("CSV…", "csv", "csv"), ("VOTable…", "votable", "vot"), ("FITS table…", "fits", "fits"),
+           ("HTML audit report…", "html", "html"))
+
+
+def add_action(window, menu, text: str, slot, shortcut: str | None = None) -> QAction:
+    """An action owned by ``window`` (Qt deletes it with the window), added to ``menu``."""
+    act = QAction(text, window)
+    if shortcut:
+        act.setShortcut(QKeySequence(shortcut))
+    act.triggered.connect(slot)
+    menu.addAction(act)
+    return act
+
+
+def build_menus(w) -> None:
+    """File, Export, Agent, Models, Settings and Help menus of the main window ``w``."""
+    mb = w.menuBar()
+    f = mb.addMenu("&File")
+    add_action(w, f, "Open archive folder…", w.choose_archive, "Ctrl+O")
+    add_action(w, f, "Open the demo archive", w.open_demo)
+    f.addSeparator()
+    add_action(w, f, "Load candidate list (CSV, FITS, VOTable)…", w.choose_candidates)
+    add_action(w, f, "Use the filtered table as the queue", lambda: w.table_model.set_entries(None))
+    f.addSeparator()
+    add_action(w, f, "Quit", w.close, "Ctrl+Q")
+    e = mb.addMenu("&Export")
+    for text, fmt, ext in EXPORTS:
+        add_action(w, e, text, lambda _c=False, fmt=fmt, ext=ext: w.choose_export(fmt, ext))
+    a = mb.addMenu("&Agent")
+    add_action(w, a, "Run on this spectrum (A)", w.run_agent)
+    add_action(w, a, "Cancel run (Esc)", w.agent.cancel)
+    a.addSeparator()
+    add_action(w, a, "Batch pre-screen the queue", w.start_batch)
+    add_action(w, a, "Pause / resume batch", w.toggle_batch_pause)
+    add_action(w, a, "Cancel batch", w.inference.cancel_batch)
+    m = mb.addMenu("&Models")
+    add_action(w, m, "Model manager…", w.open_model_manager)
+    s = mb.addMenu("&Settings")
+    add_action(w, s, "Settings…", w.open_settings)
+    h = mb.addMenu("&Help")
+    add_action(w, h, "Keyboard cheat sheet (H)", w.decision.toggle_cheat_sheet)
+    add_action(w, h, "About", lambda: QMessageBox.about(w, "Spec-o3 Desktop", f"Spec-o3 Desktop {__version__}"))
