@@ -83,3 +83,44 @@ def test_settings_dialog_writes_settings_and_rejects_conflicts(qtbot):
     dlg.accept()
     assert (s.vetter, s.n_threads, s.n_gpu_layers, s.image_max_tokens) == ("M. Jia", 6, 0, 640)
     assert s.keymap == {"next": "J"}
+
+
+def test_model_manager_stays_open_while_its_job_runs_and_joins_it(qtbot):
+    """Closing the dialog mid-job is refused with a note (its worker would outlive the widgets); after the job
+    finishes it closes, and no worker thread is left."""
+    import threading
+
+    from gui_qtcheck import our_worker_threads
+
+    gate = threading.Event()
+
+    class SlowStore(StubStore):
+        def verify(self, name, progress=None):
+            gate.wait(20)
+            return super().verify(name, progress)
+
+    store = SlowStore()
+    dlg = ModelManagerDialog(store=store)
+    qtbot.addWidget(dlg)
+    dlg.show()
+    dlg.list.setCurrentRow(0)
+    dlg.verify()
+    assert our_worker_threads() == ["speco3-model-job"] and not dlg.close_box.isEnabled()
+    dlg.reject()
+    assert dlg.isVisible() and "closes when it has finished" in dlg.details.toPlainText()
+    gate.set()
+    qtbot.waitUntil(lambda: "OK" in dlg.details.toPlainText(), timeout=10000)
+    assert our_worker_threads() == [] and dlg.close_box.isEnabled()
+    dlg.reject()
+    assert not dlg.isVisible()
+
+
+def test_settings_dialog_switches_samp(qtbot):
+    s = AppSettings()
+    dlg = SettingsDialog(s)
+    qtbot.addWidget(dlg)
+    assert not dlg.samp.isChecked()  # off by default
+    dlg.samp.setChecked(True)
+    dlg.samp_match.setValue(12)
+    dlg.accept()
+    assert s.samp_enabled is True and s.samp_match_arcsec == 12

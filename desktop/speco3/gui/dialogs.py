@@ -265,6 +265,12 @@ class SettingsDialog(QDialog):
         form.addRow("GPU layers (-1 automatic, 0 CPU only)", self.gpu_layers)
         form.addRow("Context (KV cells)", self.n_ctx)
         form.addRow("Image token cap", self.image_tokens)
+        self.samp = QCheckBox("Connect to a SAMP hub (TOPCAT, Aladin, SPLAT-VO on this machine)", objectName="sampOn",
+                              checked=settings.samp_enabled)
+        self.samp_match = QSpinBox(objectName="sampMatch", minimum=1, maximum=3600, suffix=" arcsec",
+                                   value=settings.samp_match_arcsec)
+        form.addRow("SAMP", self.samp)
+        form.addRow("Sky position match", self.samp_match)
         tabs.addTab(general, "General")
         keys = QWidget()
         kform = QFormLayout(keys)
@@ -301,5 +307,7 @@ class SettingsDialog(QDialog):
         s.n_gpu_layers = None if self.gpu_layers.value() < 0 else self.gpu_layers.value()
         s.n_ctx = self.n_ctx.value()
         s.image_max_tokens = self.image_tokens.value() or None
+        s.samp_enabled = self.samp.isChecked()
+        s.samp_match_arcsec = self.samp_match.value()
         s.keymap = keymap.overrides()
         super().accept()

@@ -389,6 +389,7 @@ class MainWindow(QMainWindow):
             self.key_filter.keymap = self.keymap
             self.decision.keymap = self.keymap
             self.decision.cheat.setText(self.keymap.cheat_sheet_html())
+            self.samp.toggle.setChecked(self.settings.samp_enabled)  # connects or disconnects as chosen
             self._save_settings()
 
     # -- misc ----------------------------------------------------------------------------------------------------
