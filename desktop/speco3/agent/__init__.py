@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from speco3.agent.loop import MAX_TURNS, run_episode, run_to_verdict
+from speco3.agent.loop import run_episode, run_to_verdict
 from speco3.agent.protocol import (
     IMAGE_PLACEHOLDER,
+    MAX_TURNS,
     TOOL_NAME,
     TOOL_SCHEMA_JSON,
     first_turn_parts,
