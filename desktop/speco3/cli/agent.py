@@ -41,18 +41,21 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--text", metavar="GGUF", help="text model GGUF (with --mmproj)")
     g.add_argument("--mmproj", metavar="GGUF", help="vision projector GGUF (with --text)")
     g.add_argument("--scripted", metavar="FILE", help=argparse.SUPPRESS)
-    g.add_argument("--n-ctx", type=int, default=16384, help="context window in tokens (default 16384)")
+    g.add_argument("--n-ctx", type=int, help="context window in KV cells (default: the engine default)")
     g.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     g.add_argument("--n-gpu-layers", type=int, help="layers on the GPU (default: all when supported)")
     g.add_argument("--image-max-tokens", type=int, help="cap on image tokens per image (saves memory)")
-    g.add_argument("--max-turns", type=int, default=8, help="assistant-turn budget (8, as trained)")
+    g.add_argument("--max-turns", type=int, help="assistant-turn budget (default: the budget the model was trained with)")
 
 
 def engine_settings(args):
     from speco3.engine.base import EngineSettings
 
-    return EngineSettings(n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
-                          image_max_tokens=args.image_max_tokens)
+    settings = EngineSettings(n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+                              image_max_tokens=args.image_max_tokens)
+    if args.n_ctx is not None:
+        settings.n_ctx = args.n_ctx
+    return settings
 
 
 def open_cli_engine(args):
@@ -194,6 +197,7 @@ def _safe_name(text: str) -> str:
 
 def cmd_inspect(args) -> int:
     from speco3.agent import (
+        MAX_TURNS,
         AssistantStep,
         Outcome,
         PromptStep,
@@ -216,11 +220,12 @@ def cmd_inspect(args) -> int:
     stream = None if args.quiet else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
     cancel = threading.Event()
     final = None
+    max_turns = MAX_TURNS if args.max_turns is None else args.max_turns
     print(f"{spectrum.name} · task {task.id} ({task.target_class}) · model {engine.info.model_id}", flush=True)
     try:
         with sigint_cancels(cancel):
             for step in trace.follow(run_episode(engine, spectrum, task, render, cancel=cancel, on_token=stream,
-                                                 max_turns=args.max_turns)):
+                                                 max_turns=max_turns)):
                 if isinstance(step, PromptStep):
                     print(f"[full view {step.image.width}×{step.image.height} px, {step.image.n_tokens} image tokens]")
                 elif isinstance(step, AssistantStep) and not args.quiet:
