@@ -106,10 +106,6 @@ class IndexEntry:
     error: str | None = None
 
     @property
-    def z(self) -> float | None:
-        return self.redshift
-
-    @property
     def name(self) -> str:
         """Display name: file name, plus ``#N`` beyond the first spectrum of a file."""
         base = self.file_name or PurePosixPath(self.key.rsplit("#", 1)[0]).name
