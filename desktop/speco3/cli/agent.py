@@ -262,24 +262,29 @@ class ProgressBar:
         self.t0 = time.perf_counter()
         self.ran = 0
         self.counts: dict[str, int] = {}
+        self.last = "skipped (done before)"
 
-    def update(self, i: int, item, verdict) -> None:
+    def record(self, item, verdict) -> None:
+        """The batch's ``on_item``: tally the outcome of the item just screened (None: skipped)."""
+        self.last = verdict.outcome if verdict is not None else "skipped (done before)"
         if verdict is not None:
             self.ran += 1
             self.counts[verdict.outcome] = self.counts.get(verdict.outcome, 0) + 1
+
+    def __call__(self, key: str, i: int, total: int) -> None:
+        """The batch's ``progress``: redraw the line (or print one line per item without a terminal)."""
         elapsed = time.perf_counter() - self.t0
         per = elapsed / self.ran if self.ran else 0.0
         eta = per * (self.total - i) if self.ran else 0.0
         width = 24
         filled = int(width * i / self.total) if self.total else width
         tally = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-        what = (verdict.outcome if verdict is not None else "skipped (done before)")
         line = (f"[{'#' * filled}{'.' * (width - filled)}] {i}/{self.total} {tally} | "
                 f"{per:.1f} s/spectrum | ETA {eta / 60:.1f} min")
         if self.tty:
             self.stream.write("\r" + line[:160].ljust(160))
         else:
-            self.stream.write(f"{i}/{self.total} {item.key}: {what}\n")
+            self.stream.write(f"{i}/{self.total} {key}: {self.last}\n")
         self.stream.flush()
 
     def close(self) -> None:
@@ -298,7 +303,7 @@ def _archive_entries(args):
 
         tty = sys.stderr.isatty()
 
-        def progress(done: int, total: int, rel: str) -> None:
+        def progress(rel: str, done: int, total: int) -> None:
             if tty:
                 print(f"\rindexing {done}/{total} files", end="", file=sys.stderr, flush=True)
 
@@ -342,7 +347,7 @@ def cmd_vet(args) -> int:
         fill_model_digests(engine.info)
         with sigint_cancels(cancel):
             result = vet_batch(items, store, engine, task, render, trace_root=traces, cancel=cancel,
-                               progress=lambda i, n, item, v: bar.update(i, item, v), resume=not args.no_resume)
+                               progress=bar, on_item=bar.record, resume=not args.no_resume)
     finally:
         bar.close()
         engine.close()
