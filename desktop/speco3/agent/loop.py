@@ -14,14 +14,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from speco3.agent.protocol import (
     IM_END,
     MAX_TURNS,
-    first_turn_parts,
-    parse_answer,
     ParsedAnswer,
     ParsedCall,
+    first_turn_parts,
+    parse_answer,
     parse_tool_calls,
     split_reasoning,
     tool_turn_parts,
@@ -36,6 +37,7 @@ from speco3.spectra.model import Spectrum
 from speco3.spectra.view import View
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _safe_callback(on_token: Callable[[str], None] | None) -> Callable[[str], None] | None:
@@ -85,7 +87,7 @@ class Episode:
         if self.cancelled():
             yield self.finish(Outcome.CANCELLED, "cancelled before the first turn")
             return
-        failed = self.engine_call(lambda: self.start(first.image, task_text), "engine failed to start the episode")
+        _, failed = self.engine_call(lambda: self.start(first.image, task_text), "engine failed to start the episode")
         if failed is not None:
             yield failed
             return
@@ -122,12 +124,10 @@ class Episode:
             yield self.finish(Outcome.CANCELLED, f"cancelled before turn {turn}")
             return
         t0 = time.perf_counter()
-        results: list[GenerationResult] = []
-        failed = self.engine_call(lambda: results.append(self.generate()), f"generation failed in turn {turn}")
-        if failed is not None:
+        res, failed = self.engine_call(self.generate, f"generation failed in turn {turn}")
+        if res is None:
             yield failed
             return
-        res = results[0]
         step, call = self.record(turn, res, t0)
         yield step
         end = self.end_of_turn(turn, res, call, step.content)
@@ -194,7 +194,7 @@ class Episode:
                 self.feed([IM_END])
             self.feed(tool_turn_parts(result.image, result.text))
 
-        failed = self.engine_call(feed_tool_turn, "engine failed to take the tool turn")
+        _, failed = self.engine_call(feed_tool_turn, "engine failed to take the tool turn")
         if failed is not None:
             yield failed
 
@@ -206,16 +206,16 @@ class Episode:
         self.engine.extend(parts)
         self.conversation.extend(parts)
 
-    def engine_call(self, action: Callable[[], object], failure: str) -> VerdictStep | None:
-        """Run an engine action; a full context or an engine error becomes the final verdict."""
+    def engine_call(self, action: Callable[[], T], failure: str) -> tuple[T | None, VerdictStep | None]:
+        """Run an engine action: ``(its result, None)``, or ``(None, the final verdict)`` when the context is full
+        or the engine fails (``failure`` is logged with the traceback)."""
         try:
-            action()
+            return action(), None
         except ContextFullError as exc:
-            return self.finish(Outcome.CONTEXT_FULL, str(exc))
+            return None, self.finish(Outcome.CONTEXT_FULL, str(exc))
         except Exception as exc:
             logger.exception("%s", failure)
-            return self.finish(Outcome.ENGINE_ERROR, f"{type(exc).__name__}: {exc}")
-        return None
+            return None, self.finish(Outcome.ENGINE_ERROR, f"{type(exc).__name__}: {exc}")
 
     def finish(self, outcome: Outcome, detail: str = "", answer: ParsedAnswer | None = None, content: str = ""
                ) -> VerdictStep:

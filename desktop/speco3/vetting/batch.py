@@ -28,8 +28,7 @@ from speco3.agent.tool import RenderFn
 from speco3.agent.trace import Trace, spectrum_ref
 from speco3.engine.base import Engine
 from speco3.errors import Speco3Error
-from speco3.fileio import Progress
-from speco3.fileio import sha256_file
+from speco3.fileio import Progress, sha256_file
 from speco3.spectra.model import Spectrum
 from speco3.vetting.records import ModelVerdict, SpectrumInfo
 from speco3.vetting.store import VettingStore, storable_text
