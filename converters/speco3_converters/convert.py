@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from speco3.errors import ConversionError
+from speco3.fileio import Progress
 
 from .gguf_stream import write_file
 from .plan import ConversionPlan
@@ -15,7 +15,6 @@ from .qwen25vl import build_plan
 
 logger = logging.getLogger(__name__)
 
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)

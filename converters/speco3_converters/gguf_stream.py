@@ -19,13 +19,13 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 
 from speco3.errors import ConversionError
+from speco3.fileio import Progress
 
 from .plan import FilePlan, PlannedTensor
 from .safetensors_io import DEFAULT_BLOCK_BYTES, SafetensorsCheckpoint, TensorRef, bf16_to_f32
 
 logger = logging.getLogger(__name__)
 
-Progress = Callable[[str, int, int], None]
 _SAME = {("BF16", QT.BF16), ("F16", QT.F16), ("F32", QT.F32)}
 
 

@@ -1,4 +1,5 @@
-"""Atomic file writes and file hashing shared by the store, exports, traces, settings and the model store.
+"""Atomic file writes, file hashing and the progress callback shared by the store, exports, traces, settings,
+the archive index, the vetting batch, the converter and the model store.
 
 A reader of a file written by `write_atomic` sees either the old or the new content, never a partial file: the
 content goes to a temporary file beside the target, is flushed to disk, then renamed over the target.
@@ -11,9 +12,25 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 FILE_MODE = 0o644  # mkstemp creates 0600; what we write is meant to be read by the user's other tools
 CHUNK = 8 << 20
+
+
+class Progress(Protocol):
+    """The one progress callback of Spec-o3: ``progress(label, done, total)``.
+
+    ``label`` names the step or the item just done (``"sha256 model.gguf"``, a file's path in the archive, a
+    spectrum's key); ``done`` and ``total`` count bytes or items (``total`` 0 = unknown). A callback may raise to
+    cancel the work (the caller then stops and re-raises).
+    """
+
+    def __call__(self, label: str, done: int, total: int) -> None: ...
+
+
+def no_progress(label: str, done: int, total: int) -> None:
+    """A progress callback that does nothing."""
 
 
 def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
@@ -44,20 +61,21 @@ def write_text_atomic(path: str | Path, text: str, *, errors: str = "strict") ->
     return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8", errors=errors))
 
 
-def sha256_file(path: str | Path, progress: Callable[[int, int], None] | None = None) -> str:
-    """SHA-256 hex digest of a file, read in 8 MiB chunks; ``progress(done_bytes, total_bytes)`` after each.
+def sha256_file(path: str | os.PathLike[str], progress: Progress | None = None, label: str | None = None) -> str:
+    """SHA-256 hex digest of a file, read in 8 MiB chunks; ``progress(label, done_bytes, total_bytes)`` after each.
 
-    Raises `OSError` when the file cannot be read (a progress callback may raise to cancel).
+    ``label`` defaults to ``"sha256 <file name>"``. Raises `OSError` when the file cannot be read (a progress
+    callback may raise to cancel).
     """
+    progress = progress or no_progress
+    label = label or f"sha256 {Path(path).name}"
     digest = hashlib.sha256()
     total = os.stat(path).st_size
     done = 0
-    if progress:
-        progress(0, total)
+    progress(label, 0, total)
     with open(path, "rb") as fh:
         while chunk := fh.read(CHUNK):
             digest.update(chunk)
             done += len(chunk)
-            if progress:
-                progress(done, total)
+            progress(label, done, total)
     return digest.hexdigest()

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from speco3.errors import ConversionError
+from speco3.fileio import Progress, no_progress
 from speco3_models import catalog
-from speco3_models.files import Progress, no_progress
 from speco3_models.gguf_check import check_pair
 from speco3_models.installed import InstalledModel, Provenance, check_name
 from speco3_models.store import ModelStore

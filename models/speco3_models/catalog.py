@@ -15,6 +15,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from speco3.engine.base import DEFAULT_N_CTX
 from speco3_models.errors import ModelStoreError
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class CatalogModel:
 
     @property
     def recommended_ctx(self) -> int:
-        return int(self.recommended.get("n_ctx", 16384))
+        return int(self.recommended.get("n_ctx", DEFAULT_N_CTX))
 
     @property
     def image_max_tokens(self) -> int | None:

@@ -1,7 +1,7 @@
 """File helpers of the model store: hashing and copying with progress, atomic JSON writes, a manifest lock.
 
-Progress callbacks everywhere in `speco3_models` have the signature ``progress(label, done, total)``: ``label``
-names the step (``"sha256 model.gguf"``), ``done`` and ``total`` count bytes (or steps; ``total`` 0 = unknown).
+Progress callbacks are `speco3.fileio.Progress`, ``progress(label, done, total)``: here ``label`` names the step
+(``"sha256 model.gguf"``), ``done`` and ``total`` count bytes (or steps; ``total`` 0 = unknown).
 """
 
 from __future__ import annotations
@@ -11,29 +11,14 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from speco3.fileio import CHUNK, write_text_atomic
-from speco3.fileio import sha256_file as _sha256_file
+from speco3.fileio import CHUNK, Progress, no_progress, write_text_atomic
 from speco3_models.errors import ModelStoreError
 
 logger = logging.getLogger(__name__)
-
-Progress = Callable[[str, int, int], None]
-
-
-def no_progress(label: str, done: int, total: int) -> None:
-    """A progress callback that does nothing."""
-
-
-def sha256_file(path: str | os.PathLike[str], progress: Progress | None = None, label: str | None = None) -> str:
-    """SHA-256 hex digest of a file, read in 8 MiB chunks, reporting progress in bytes."""
-    progress = progress or no_progress
-    label = label or f"sha256 {Path(path).name}"
-    return _sha256_file(path, lambda done, total: progress(label, done, total))
-
 
 def copy_file(src: Path, dst: Path, progress: Progress | None = None) -> None:
     """Copy ``src`` to ``dst`` through a temporary name in the destination folder, reporting progress."""

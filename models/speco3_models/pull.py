@@ -17,11 +17,11 @@ import os
 import shutil
 from pathlib import Path
 
+from speco3.fileio import Progress, no_progress, sha256_file
 from speco3_models import catalog
 from speco3_models.build import QUANTS
 from speco3_models.catalog import format_bytes
 from speco3_models.errors import DownloadError, ModelStoreError, OfflineError, OperationCancelled
-from speco3_models.files import Progress, no_progress, sha256_file
 from speco3_models.installed import InstalledModel, Provenance
 from speco3_models.store import ModelStore
 

@@ -24,9 +24,10 @@ from typing import Any
 
 from speco3.config import data_dir
 from speco3.errors import ModelFileError
+from speco3.fileio import Progress, sha256_file
 from speco3_models import catalog
 from speco3_models.errors import HOW_TO_GET_A_MODEL, ModelNotInstalledError, ModelStoreError
-from speco3_models.files import Progress, atomic_write_json, locked, place_file, sha256_file
+from speco3_models.files import atomic_write_json, locked, place_file
 from speco3_models.gguf_check import (
     TEXT_ARCH,
     check_pair,

@@ -73,7 +73,7 @@ def test_builtin_tasks_are_astrophysically_specific():
     assert len({t.prompt_version for t in tasks.values()}) == len(tasks)
     halpha = [ln for ln in tasks["cv"].lines if ln.name == "Hα"][0]
     assert halpha.wavelength == pytest.approx(6564.61, abs=0.02)  # vacuum, not air 6562.8
-    heii = [ln for ln in tasks["cv"].lines if ln.name == "He II"][0]
+    heii = [ln for ln in tasks["cv"].lines if ln.name == "He II 4686"][0]
     assert heii.wavelength == pytest.approx(4687.02, abs=0.05)
 
 

@@ -55,7 +55,7 @@ def test_lazy_paging_over_100k_rows(qtbot):
     model.fetchMore(QModelIndex())
     assert model.rowCount() == 2 * PAGE and index.queries[-1] == (PAGE, PAGE, "file_name")
     assert model.data(model.index(300, 0)) == "f000300.fits"
-    assert model.data(model.index(300, COL["z"])) == "0.00300"
+    assert model.data(model.index(300, COL["redshift"])) == "0.00300"
     # a view scrolled to the end asks for more pages only as needed
     from PySide6.QtWidgets import QTableView
 

@@ -44,11 +44,11 @@ def test_demo_under_xvfb_with_screenshots(xserver, tmp_path):
     env = dict(os.environ, DISPLAY=xserver, QT_QPA_PLATFORM="xcb")
     exe = Path(sys.executable).with_name("spec-o3-desktop")
     cmd = [str(exe)] if exe.is_file() else [sys.executable, "-m", "speco3.gui.app"]
-    proc = subprocess.run(cmd + ["--self-test-screenshot", str(out)], env=env, capture_output=True, text=True,
+    proc = subprocess.run(cmd + ["--screenshot-tour", str(out)], env=env, capture_output=True, text=True,
                           timeout=240)
     log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-3000:] + (out / "selftest-error.txt").read_text() \
-        if (out / "selftest-error.txt").exists() else log[-3000:]
+    assert proc.returncode == 0, log[-3000:] + (out / "tour-error.txt").read_text() \
+        if (out / "tour-error.txt").exists() else log[-3000:]
     assert "self-test: decided by key" in log
     for name in SHOTS:
         path = out / f"{name}.png"

@@ -186,7 +186,7 @@ def test_inspect_on_the_tiny_model_makes_no_network_call(guarded, tiny_pair, spe
 @pytest.mark.gui
 def test_desktop_session_makes_no_network_call(guarded, tmp_path):
     pytest.importorskip("PySide6")
-    proc = guarded(["-m", "speco3.gui.app", "--self-test-screenshot", str(tmp_path / "shots")])
+    proc = guarded(["-m", "speco3.gui.app", "--screenshot-tour", str(tmp_path / "shots")])
     assert "self-test: decided by key" in proc.stdout + proc.stderr
     assert len(list((tmp_path / "shots").glob("*.png"))) >= 3
 

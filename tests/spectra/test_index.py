@@ -24,7 +24,7 @@ def shared_index(tmp_path_factory, spectra_dir):
     db = tmp_path_factory.mktemp("idx") / "shared.sqlite"
     ix = ArchiveIndex(db)
     calls = []
-    summary = ix.scan(spectra_dir, progress=lambda d, t, p: calls.append((d, t, p)), workers=2)
+    summary = ix.scan(spectra_dir, progress=lambda p, d, t: calls.append((d, t, p)), workers=2)
     yield ix, summary, calls
     ix.close()
 
@@ -116,13 +116,13 @@ def test_incremental_rescan(small_archive, tmp_path):
 
     _bump(small_archive / "lamost/spec-55859-F5902_sp01-002.fits.gz")
     seen = []
-    touched = ix.scan(small_archive, progress=lambda d, t, p: seen.append(p))
+    touched = ix.scan(small_archive, progress=lambda p, d, t: seen.append(p))
     assert touched.files_read == 1 and seen == ["lamost/spec-55859-F5902_sp01-002.fits.gz"]
 
     # a changed redrock file makes its coadd re-read (dependency), nothing else
     _bump(small_archive / "desi/redrock-4-80613-thru20210324.fits")
     seen.clear()
-    ix.scan(small_archive, progress=lambda d, t, p: seen.append(p))
+    ix.scan(small_archive, progress=lambda p, d, t: seen.append(p))
     assert sorted(seen) == ["desi/coadd-4-80613-thru20210324.fits", "desi/redrock-4-80613-thru20210324.fits"]
 
     (small_archive / "lamost/spec-58397-EG014118N254444M01_sp03-031.fits").unlink()
@@ -160,7 +160,7 @@ def test_for_root_uses_cache_dir(small_archive, monkeypatch, tmp_path):
 def test_progress_callback_can_cancel(small_archive, tmp_path):
     ix = ArchiveIndex(tmp_path / "cancel.sqlite")
 
-    def cancel(done, total, path):
+    def cancel(path, done, total):
         if done == 2:
             raise InterruptedError("stop")
 

@@ -13,9 +13,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from speco3.agent.protocol import (
     IM_END,
+    MAX_TURNS,
+    ParsedAnswer,
+    ParsedCall,
     first_turn_parts,
     parse_answer,
     parse_tool_calls,
@@ -25,15 +30,14 @@ from speco3.agent.protocol import (
 from speco3.agent.steps import AssistantStep, Outcome, PromptStep, Step, ToolStep, VerdictStep, ViewSpec
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn, run_tool
-from speco3.engine.base import Engine, Part
+from speco3.engine.base import Engine, GenerationResult, Part
 from speco3.errors import ContextFullError
-from speco3.imaging import prepare_image
+from speco3.imaging import PreparedImage, prepare_image
 from speco3.spectra.model import Spectrum
 from speco3.spectra.view import View
 
 logger = logging.getLogger(__name__)
-
-MAX_TURNS = 8
+T = TypeVar("T")
 
 
 def _safe_callback(on_token: Callable[[str], None] | None) -> Callable[[str], None] | None:
@@ -48,6 +52,184 @@ def _safe_callback(on_token: Callable[[str], None] | None) -> Callable[[str], No
             logger.exception("on_token callback failed")
 
     return emit
+
+
+@dataclass
+class Episode:
+    """The state of one episode: the conversation as fed to the engine, the running totals, the budget.
+
+    `run` yields the step records; each method below is one part of the protocol and returns the `VerdictStep`
+    that ends the episode when something stops it (or None to go on).
+    """
+
+    engine: Engine
+    spectrum: Spectrum
+    render: RenderFn
+    cancel: threading.Event | None = None
+    on_token: Callable[[str], None] | None = None
+    max_turns: int = MAX_TURNS
+    image_max_tokens: int | None = None
+    max_tokens_per_turn: int | None = None
+    conversation: list[Part] = field(default_factory=list)
+    turns: int = 0
+    tokens: int = 0
+    prompt_tokens: int = 0
+    image_tokens: int = 0
+    zooms: int = 0
+    t_start: float = field(default_factory=time.perf_counter)
+
+    # -- the episode -----------------------------------------------------------------------------------------
+    def run(self, task_id: str, task_text: str) -> Iterator[Step]:
+        first = self.full_view(task_id, task_text)
+        yield first
+        if isinstance(first, VerdictStep):
+            return
+        if self.cancelled():
+            yield self.finish(Outcome.CANCELLED, "cancelled before the first turn")
+            return
+        _, failed = self.engine_call(lambda: self.start(first.image, task_text), "engine failed to start the episode")
+        if failed is not None:
+            yield failed
+            return
+        for turn in range(1, self.max_turns + 1):
+            for step in self.turn(turn):
+                yield step
+                if isinstance(step, VerdictStep):
+                    return
+        yield self.finish(Outcome.BUDGET_EXHAUSTED, f"no verdict after {self.max_turns} turns")  # max_turns < 1
+
+    def full_view(self, task_id: str, task_text: str) -> PromptStep | VerdictStep:
+        """The first step: the whole spectrum rendered for the first user turn."""
+        t0 = time.perf_counter()
+        full = View(self.spectrum, None, frame="rest")
+        if full.data_range() is None:
+            return self.finish(Outcome.INPUT_ERROR, f"{self.spectrum.name}: no finite data points to show")
+        try:
+            image = prepare_image(self.render(full), max_tokens=self.image_max_tokens)
+        except Exception as exc:
+            logger.exception("full view of %s could not be rendered", self.spectrum.name)
+            return self.finish(Outcome.INPUT_ERROR, f"full view could not be rendered: {exc}")
+        return PromptStep(turn=0, seconds=time.perf_counter() - t0, task_id=task_id, task_text=task_text,
+                          view=full, view_spec=ViewSpec.of(full), image=image)
+
+    def start(self, image: PreparedImage, task_text: str) -> None:
+        """Load the model if needed, start a new conversation and feed the system and first user turns."""
+        self.engine.load()
+        self.engine.reset()
+        self.feed(first_turn_parts(image, task_text))
+
+    def turn(self, turn: int) -> Iterator[Step]:
+        """One assistant turn: generate; then the verdict, or the tool call and its tool turn."""
+        if self.cancelled():
+            yield self.finish(Outcome.CANCELLED, f"cancelled before turn {turn}")
+            return
+        t0 = time.perf_counter()
+        res, failed = self.engine_call(self.generate, f"generation failed in turn {turn}")
+        if res is None:
+            yield failed
+            return
+        step, call = self.record(turn, res, t0)
+        yield step
+        end = self.end_of_turn(turn, res, call, step.content)
+        if end is not None:
+            yield end
+            return
+        assert call is not None
+        yield from self.zoom(turn, call, res)
+
+    # -- parts of a turn -------------------------------------------------------------------------------------
+    def generate(self) -> GenerationResult:
+        return self.engine.generate(max_tokens=self.max_tokens_per_turn, on_token=self.on_token, cancel=self.cancel)
+
+    def record(self, turn: int, res: GenerationResult, t0: float) -> tuple[AssistantStep, ParsedCall | None]:
+        """Count the turn, keep its tokens verbatim in the conversation, and parse its first tool call."""
+        self.turns = turn
+        self.tokens += res.n_tokens
+        self.prompt_tokens += res.prompt_tokens
+        self.image_tokens += res.image_tokens
+        self.conversation.append(res.text + (IM_END if res.stop_reason == "stop" else ""))
+        calls = parse_tool_calls(res.text) if res.stop_reason in ("stop", "length") else []
+        reasoning, content = split_reasoning(res.text)
+        call = calls[0] if calls else None
+        step = AssistantStep(
+            turn=turn, seconds=time.perf_counter() - t0, text=res.text, reasoning=reasoning, content=content,
+            tool_name=call.name if call else None, tool_arguments=call.arguments if call else None,
+            n_tokens=res.n_tokens, prompt_tokens=res.prompt_tokens, image_tokens=res.image_tokens,
+            stop_reason=res.stop_reason, tokens_per_s=res.tokens_per_s,
+        )
+        return step, call
+
+    def end_of_turn(self, turn: int, res: GenerationResult, call: ParsedCall | None, content: str
+                    ) -> VerdictStep | None:
+        """The verdict when this turn ends the episode (stopped, answered, unparsable, out of budget)."""
+        if res.stop_reason == "cancelled":
+            return self.finish(Outcome.CANCELLED, f"cancelled during turn {turn}")
+        if res.stop_reason == "context_full":
+            return self.finish(Outcome.CONTEXT_FULL, f"context window full during turn {turn}")
+        if call is None:
+            answer = parse_answer(res.text)
+            if answer.verdict is not None:
+                return self.finish(Outcome(answer.verdict), answer=answer, content=content)
+            if res.stop_reason == "length":
+                return self.finish(Outcome.FORMAT_ERROR, f"turn {turn} reached {self.max_tokens_per_turn} tokens",
+                                   answer, content)
+            return self.finish(Outcome.FORMAT_ERROR, f"turn {turn} has neither a parsable tool call nor an answer",
+                               answer, content)
+        if turn >= self.max_turns:
+            return self.finish(Outcome.BUDGET_EXHAUSTED, f"still calling the tool after {self.max_turns} turns")
+        return None
+
+    def zoom(self, turn: int, call: ParsedCall, res: GenerationResult) -> Iterator[Step]:
+        """Run the (first) tool call and feed its tool turn right after the sampled message."""
+        result = run_tool(call, self.spectrum, self.render, image_max_tokens=self.image_max_tokens)
+        self.zooms += int(result.ok)
+        yield ToolStep(
+            turn=turn, seconds=result.seconds, label=result.label, wavelength_range=result.wavelength_range,
+            ok=result.ok, error=result.error, response_text=result.text, view=result.view,
+            view_spec=ViewSpec.of(result.view) if result.view is not None else None, image=result.image,
+        )
+
+        def feed_tool_turn() -> None:
+            if res.stop_reason == "length":  # close the truncated message before the tool turn
+                self.feed([IM_END])
+            self.feed(tool_turn_parts(result.image, result.text))
+
+        _, failed = self.engine_call(feed_tool_turn, "engine failed to take the tool turn")
+        if failed is not None:
+            yield failed
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def feed(self, parts: list[Part]) -> None:
+        self.engine.extend(parts)
+        self.conversation.extend(parts)
+
+    def engine_call(self, action: Callable[[], T], failure: str) -> tuple[T | None, VerdictStep | None]:
+        """Run an engine action: ``(its result, None)``, or ``(None, the final verdict)`` when the context is full
+        or the engine fails (``failure`` is logged with the traceback)."""
+        try:
+            return action(), None
+        except ContextFullError as exc:
+            return None, self.finish(Outcome.CONTEXT_FULL, str(exc))
+        except Exception as exc:
+            logger.exception("%s", failure)
+            return None, self.finish(Outcome.ENGINE_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def finish(self, outcome: Outcome, detail: str = "", answer: ParsedAnswer | None = None, content: str = ""
+               ) -> VerdictStep:
+        """The final record of the episode."""
+        if detail:
+            log = logger.info if outcome in (Outcome.CANCELLED, Outcome.FORMAT_ERROR) else logger.warning
+            log("episode on %s ended: %s (%s)", self.spectrum.name, outcome.value, detail)
+        return VerdictStep(
+            turn=self.turns, seconds=time.perf_counter() - self.t_start, outcome=outcome, verdict=outcome.verdict,
+            answer=content or (answer.answer if answer else ""), method=answer.method if answer else "none",
+            strict=answer.strict if answer else False, detail=detail, turns=self.turns,
+            tokens_generated=self.tokens, prompt_tokens=self.prompt_tokens, image_tokens=self.image_tokens,
+            zooms=self.zooms, extra={"conversation": self.conversation},
+        )
 
 
 def run_episode(
@@ -84,143 +266,14 @@ def run_episode(
     max_tokens_per_turn : int, optional
         Generation cap per assistant turn. Defaults to the engine setting.
     """
-    t_start = time.perf_counter()
     task_id, task_text = (task.id, task.text) if isinstance(task, Task) else ("custom", str(task))
-    settings = getattr(engine, "settings", None)
-    if image_max_tokens is None and settings is not None:
-        image_max_tokens = settings.image_max_tokens
-    if max_tokens_per_turn is None and settings is not None:
-        max_tokens_per_turn = settings.max_tokens_per_turn
-    emit = _safe_callback(on_token)
-    conversation: list[Part] = []
-    totals = {"turns": 0, "tokens": 0, "prompt": 0, "image": 0, "zooms": 0}
-
-    def finish(outcome: Outcome, detail: str = "", answer=None, content: str = "") -> VerdictStep:
-        if detail:
-            log = logger.info if outcome in (Outcome.CANCELLED, Outcome.FORMAT_ERROR) else logger.warning
-            log("episode on %s ended: %s (%s)", spectrum.name, outcome.value, detail)
-        return VerdictStep(
-            turn=totals["turns"],
-            seconds=time.perf_counter() - t_start,
-            outcome=outcome,
-            verdict=outcome.verdict,
-            answer=content or (answer.answer if answer else ""),
-            method=answer.method if answer else "none",
-            strict=answer.strict if answer else False,
-            detail=detail,
-            turns=totals["turns"],
-            tokens_generated=totals["tokens"],
-            prompt_tokens=totals["prompt"],
-            image_tokens=totals["image"],
-            zooms=totals["zooms"],
-            extra={"conversation": conversation},
-        )
-
-    def cancelled() -> bool:
-        return cancel is not None and cancel.is_set()
-
-    # -- the full view -------------------------------------------------------------------------------
-    t0 = time.perf_counter()
-    full = View(spectrum, None, frame="rest")
-    if full.data_range() is None:
-        yield finish(Outcome.INPUT_ERROR, f"{spectrum.name}: no finite data points to show")
-        return
-    try:
-        image = prepare_image(render(full), max_tokens=image_max_tokens)
-    except Exception as exc:
-        logger.exception("full view of %s could not be rendered", spectrum.name)
-        yield finish(Outcome.INPUT_ERROR, f"full view could not be rendered: {exc}")
-        return
-    yield PromptStep(turn=0, seconds=time.perf_counter() - t0, task_id=task_id, task_text=task_text,
-                     view=full, view_spec=ViewSpec.of(full), image=image)
-    if cancelled():
-        yield finish(Outcome.CANCELLED, "cancelled before the first turn")
-        return
-
-    def feed(parts: list[Part]) -> None:
-        engine.extend(parts)
-        conversation.extend(parts)
-
-    try:
-        engine.load()
-        engine.reset()
-        feed(first_turn_parts(image, task_text))
-    except ContextFullError as exc:
-        yield finish(Outcome.CONTEXT_FULL, str(exc))
-        return
-    except Exception as exc:
-        logger.exception("engine failed to start the episode")
-        yield finish(Outcome.ENGINE_ERROR, f"{type(exc).__name__}: {exc}")
-        return
-
-    # -- assistant turns -----------------------------------------------------------------------------
-    for turn in range(1, max_turns + 1):
-        if cancelled():
-            yield finish(Outcome.CANCELLED, f"cancelled before turn {turn}")
-            return
-        t0 = time.perf_counter()
-        try:
-            res = engine.generate(max_tokens=max_tokens_per_turn, on_token=emit, cancel=cancel)
-        except ContextFullError as exc:
-            yield finish(Outcome.CONTEXT_FULL, str(exc))
-            return
-        except Exception as exc:
-            logger.exception("generation failed in turn %d", turn)
-            yield finish(Outcome.ENGINE_ERROR, f"{type(exc).__name__}: {exc}")
-            return
-        totals["turns"] = turn
-        totals["tokens"] += res.n_tokens
-        totals["prompt"] += res.prompt_tokens
-        totals["image"] += res.image_tokens
-        conversation.append(res.text + (IM_END if res.stop_reason == "stop" else ""))
-        calls = parse_tool_calls(res.text) if res.stop_reason in ("stop", "length") else []
-        reasoning, content = split_reasoning(res.text)
-        call = calls[0] if calls else None
-        yield AssistantStep(
-            turn=turn, seconds=time.perf_counter() - t0, text=res.text, reasoning=reasoning, content=content,
-            tool_name=call.name if call else None, tool_arguments=call.arguments if call else None,
-            n_tokens=res.n_tokens, prompt_tokens=res.prompt_tokens, image_tokens=res.image_tokens,
-            stop_reason=res.stop_reason, tokens_per_s=res.tokens_per_s,
-        )
-        if res.stop_reason == "cancelled":
-            yield finish(Outcome.CANCELLED, f"cancelled during turn {turn}")
-            return
-        if res.stop_reason == "context_full":
-            yield finish(Outcome.CONTEXT_FULL, f"context window full during turn {turn}")
-            return
-        if call is None:
-            answer = parse_answer(res.text)
-            if answer.verdict is not None:
-                yield finish(Outcome(answer.verdict), answer=answer, content=content)
-            elif res.stop_reason == "length":
-                yield finish(Outcome.FORMAT_ERROR, f"turn {turn} reached {max_tokens_per_turn} tokens", answer,
-                             content)
-            else:
-                yield finish(Outcome.FORMAT_ERROR, f"turn {turn} has neither a parsable tool call nor an answer",
-                             answer, content)
-            return
-        if turn >= max_turns:
-            yield finish(Outcome.BUDGET_EXHAUSTED, f"still calling the tool after {max_turns} turns")
-            return
-        result = run_tool(call, spectrum, render, image_max_tokens=image_max_tokens)
-        totals["zooms"] += int(result.ok)
-        yield ToolStep(
-            turn=turn, seconds=result.seconds, label=result.label, wavelength_range=result.wavelength_range,
-            ok=result.ok, error=result.error, response_text=result.text, view=result.view,
-            view_spec=ViewSpec.of(result.view) if result.view is not None else None, image=result.image,
-        )
-        try:
-            if res.stop_reason == "length":  # close the truncated message before the tool turn
-                feed([IM_END])
-            feed(tool_turn_parts(result.image, result.text))
-        except ContextFullError as exc:
-            yield finish(Outcome.CONTEXT_FULL, str(exc))
-            return
-        except Exception as exc:
-            logger.exception("engine failed to take the tool turn")
-            yield finish(Outcome.ENGINE_ERROR, f"{type(exc).__name__}: {exc}")
-            return
-    yield finish(Outcome.BUDGET_EXHAUSTED, f"no verdict after {max_turns} turns")  # max_turns < 1
+    episode = Episode(
+        engine, spectrum, render, cancel=cancel, on_token=_safe_callback(on_token), max_turns=max_turns,
+        image_max_tokens=engine.settings.image_max_tokens if image_max_tokens is None else image_max_tokens,
+        max_tokens_per_turn=(engine.settings.max_tokens_per_turn if max_tokens_per_turn is None
+                             else max_tokens_per_turn),
+    )
+    yield from episode.run(task_id, task_text)
 
 
 def run_to_verdict(*args, **kwargs) -> tuple[list[Step], VerdictStep]:

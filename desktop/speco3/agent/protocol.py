@@ -30,6 +30,7 @@ IM_END = "<|im_end|>"
 IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
 SYSTEM_PROMPT = "You are a helpful assistant."
 TOOL_NAME = "spectral_visualization_tool"
+MAX_TURNS = 8  # assistant-turn budget of an episode, as in training
 
 #: The tool schema as the model saw it (no ``items`` entry: the training code's schema type dropped it).
 TOOL_SCHEMA: dict[str, Any] = {

@@ -41,12 +41,17 @@ DEFAULT_OUTPUT_FORMAT = (
 
 
 @dataclass(frozen=True)
-class LineMarker:
-    """A line or band head for the viewer: name, rest wavelength in Å (vacuum), kind."""
+class Line:
+    """A spectral line or molecular band head that the viewer marks.
+
+    ``wavelength`` is the rest wavelength in Å, **vacuum** (the viewer converts it to air for spectra in air).
+    The name carries the usual designation, which by astronomers' convention is the rounded *air* wavelength:
+    ``"He II 4686"`` for 4687.02 Å in vacuum.
+    """
 
     name: str
     wavelength: float
-    kind: str = "line"
+    kind: str = "line"  # one of LINE_KINDS
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class Task:
     primary_indicators: tuple[str, ...] = ()
     secondary_indicators: tuple[str, ...] = ()
     output_format: str = DEFAULT_OUTPUT_FORMAT
-    lines: tuple[LineMarker, ...] = ()
+    lines: tuple[Line, ...] = ()
     verbatim_text: str | None = None
     source: str = "builtin"
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -139,7 +144,7 @@ def task_from_dict(d: Any, where: str) -> Task:
             raise TaskError(f"{at}.wavelength' must be a rest wavelength in Å (500-100000), got {wl!r}")
         if kind not in LINE_KINDS:
             raise TaskError(f"{at}.kind' must be one of {', '.join(LINE_KINDS)}, got {kind!r}")
-        lines.append(LineMarker(name, float(wl), kind))
+        lines.append(Line(name, float(wl), kind))
     known = {"id", "target_class", "question", "primary_indicators", "secondary_indicators", "output_format",
              "text", "lines"}
     return Task(

@@ -41,18 +41,21 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--text", metavar="GGUF", help="text model GGUF (with --mmproj)")
     g.add_argument("--mmproj", metavar="GGUF", help="vision projector GGUF (with --text)")
     g.add_argument("--scripted", metavar="FILE", help=argparse.SUPPRESS)
-    g.add_argument("--n-ctx", type=int, default=16384, help="context window in tokens (default 16384)")
+    g.add_argument("--n-ctx", type=int, help="context window in KV cells (default: the engine default)")
     g.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     g.add_argument("--n-gpu-layers", type=int, help="layers on the GPU (default: all when supported)")
     g.add_argument("--image-max-tokens", type=int, help="cap on image tokens per image (saves memory)")
-    g.add_argument("--max-turns", type=int, default=8, help="assistant-turn budget (8, as trained)")
+    g.add_argument("--max-turns", type=int, help="assistant-turn budget (default: the budget the model was trained with)")
 
 
 def engine_settings(args):
     from speco3.engine.base import EngineSettings
 
-    return EngineSettings(n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
-                          image_max_tokens=args.image_max_tokens)
+    settings = EngineSettings(n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+                              image_max_tokens=args.image_max_tokens)
+    if args.n_ctx is not None:
+        settings.n_ctx = args.n_ctx
+    return settings
 
 
 def open_cli_engine(args):
@@ -194,6 +197,7 @@ def _safe_name(text: str) -> str:
 
 def cmd_inspect(args) -> int:
     from speco3.agent import (
+        MAX_TURNS,
         AssistantStep,
         Outcome,
         PromptStep,
@@ -216,11 +220,12 @@ def cmd_inspect(args) -> int:
     stream = None if args.quiet else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
     cancel = threading.Event()
     final = None
+    max_turns = MAX_TURNS if args.max_turns is None else args.max_turns
     print(f"{spectrum.name} · task {task.id} ({task.target_class}) · model {engine.info.model_id}", flush=True)
     try:
         with sigint_cancels(cancel):
             for step in trace.follow(run_episode(engine, spectrum, task, render, cancel=cancel, on_token=stream,
-                                                 max_turns=args.max_turns)):
+                                                 max_turns=max_turns)):
                 if isinstance(step, PromptStep):
                     print(f"[full view {step.image.width}×{step.image.height} px, {step.image.n_tokens} image tokens]")
                 elif isinstance(step, AssistantStep) and not args.quiet:
@@ -257,24 +262,29 @@ class ProgressBar:
         self.t0 = time.perf_counter()
         self.ran = 0
         self.counts: dict[str, int] = {}
+        self.last = "skipped (done before)"
 
-    def update(self, i: int, item, verdict) -> None:
+    def record(self, item, verdict) -> None:
+        """The batch's ``on_item``: tally the outcome of the item just screened (None: skipped)."""
+        self.last = verdict.outcome if verdict is not None else "skipped (done before)"
         if verdict is not None:
             self.ran += 1
             self.counts[verdict.outcome] = self.counts.get(verdict.outcome, 0) + 1
+
+    def __call__(self, key: str, i: int, total: int) -> None:
+        """The batch's ``progress``: redraw the line (or print one line per item without a terminal)."""
         elapsed = time.perf_counter() - self.t0
         per = elapsed / self.ran if self.ran else 0.0
         eta = per * (self.total - i) if self.ran else 0.0
         width = 24
         filled = int(width * i / self.total) if self.total else width
         tally = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-        what = (verdict.outcome if verdict is not None else "skipped (done before)")
         line = (f"[{'#' * filled}{'.' * (width - filled)}] {i}/{self.total} {tally} | "
                 f"{per:.1f} s/spectrum | ETA {eta / 60:.1f} min")
         if self.tty:
             self.stream.write("\r" + line[:160].ljust(160))
         else:
-            self.stream.write(f"{i}/{self.total} {item.key}: {what}\n")
+            self.stream.write(f"{i}/{self.total} {key}: {self.last}\n")
         self.stream.flush()
 
     def close(self) -> None:
@@ -293,7 +303,7 @@ def _archive_entries(args):
 
         tty = sys.stderr.isatty()
 
-        def progress(done: int, total: int, rel: str) -> None:
+        def progress(rel: str, done: int, total: int) -> None:
             if tty:
                 print(f"\rindexing {done}/{total} files", end="", file=sys.stderr, flush=True)
 
@@ -337,7 +347,7 @@ def cmd_vet(args) -> int:
         fill_model_digests(engine.info)
         with sigint_cancels(cancel):
             result = vet_batch(items, store, engine, task, render, trace_root=traces, cancel=cancel,
-                               progress=lambda i, n, item, v: bar.update(i, item, v), resume=not args.no_resume)
+                               progress=bar, on_item=bar.record, resume=not args.no_resume)
     finally:
         bar.close()
         engine.close()

@@ -174,7 +174,7 @@ class ProgressBar:
         self._last = 0.0
         self._decile = -1
 
-    def __call__(self, done: int, total: int, path: str) -> None:
+    def __call__(self, path: str, done: int, total: int) -> None:
         frac = done / total if total else 1.0
         now = time.monotonic()
         rate = done / max(now - self.t0, 1e-6)

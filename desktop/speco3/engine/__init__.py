@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from speco3.engine.base import Engine, EngineSettings, EngineStats, GenerationResult, ModelInfo, Part
-from speco3.errors import ModelFileError
 
 logger = logging.getLogger(__name__)
 
@@ -32,42 +31,21 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-def _first_attr(obj: Any, *names: str):
-    for name in names:
-        value = getattr(obj, name, None)
-        if value is not None:
-            return value
-    return None
-
-
 def _model_paths(model: Any) -> tuple[Path, Path, ModelInfo]:
     """Text and projector paths plus a `ModelInfo` for an installed model, a name, or a ``(text, mmproj)`` pair."""
+    from speco3_models.installed import InstalledModel
+    from speco3_models.store import resolve_model
+
     if model is None or isinstance(model, str) and Path(model).suffix != ".gguf":
-        try:
-            from speco3_models.store import resolve_model
-        except ImportError as exc:
-            raise ModelFileError("<model store>", "no model store is available; pass (text.gguf, mmproj.gguf)") from exc
         model = resolve_model(model)
     if isinstance(model, (tuple, list)):
         if len(model) != 2:
             raise TypeError("a model given as paths must be (text_gguf, mmproj_gguf)")
         text, mmproj = Path(model[0]), Path(model[1])
         return text, mmproj, ModelInfo(model_id=text.stem, text_path=str(text), mmproj_path=str(mmproj))
-    text = _first_attr(model, "text_path", "text")
-    mmproj = _first_attr(model, "mmproj_path", "mmproj")
-    if text is None or mmproj is None:
-        raise TypeError(f"cannot find the model files of {model!r}")
-    if callable(getattr(model, "model_info", None)):
-        return Path(text), Path(mmproj), model.model_info()
-    info = ModelInfo(
-        model_id=str(_first_attr(model, "name", "model_id") or Path(text).stem),
-        quant=_first_attr(model, "quant"),
-        text_sha256=_first_attr(model, "text_sha256"),
-        mmproj_sha256=_first_attr(model, "mmproj_sha256"),
-        text_path=str(text),
-        mmproj_path=str(mmproj),
-    )
-    return Path(text), Path(mmproj), info
+    if not isinstance(model, InstalledModel):
+        raise TypeError(f"a model is an installed model, its name, or (text_gguf, mmproj_gguf); got {model!r:.120}")
+    return model.text_path, model.mmproj_path, model.model_info()
 
 
 def open_engine(model: Any = None, settings: EngineSettings | None = None, *, threaded: bool = True,

@@ -23,12 +23,14 @@ Part = str | PreparedImage
 StopReason = Literal["stop", "length", "cancelled", "context_full"]
 TokenCallback = Callable[[str], None]
 
+DEFAULT_N_CTX = 16384  # context window (KV cells): 8 turns with 4-5 images and ~2k tokens of reasoning fit
+
 
 @dataclass
 class EngineSettings:
     """User-facing engine settings (persisted by the GUI, recorded with every verdict)."""
 
-    n_ctx: int = 16384
+    n_ctx: int = DEFAULT_N_CTX
     n_threads: int | None = None  # None: physical cores
     n_gpu_layers: int | None = None  # None: all layers when llama.cpp supports GPU offload, else 0
     flash_attn: bool = True

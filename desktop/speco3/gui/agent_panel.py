@@ -27,6 +27,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from speco3.agent.steps import Step, VerdictStep
+from speco3.agent.tasks import Task
+from speco3.agent.trace import Trace
 from speco3.gui.demo_session import SCRIPTED_LABEL
 
 log = logging.getLogger(__name__)
@@ -106,11 +109,11 @@ class AgentPanel(QWidget):
         self._timer.timeout.connect(self._update_status)
 
     # -- configuration -------------------------------------------------------------------------------------------
-    def set_tasks(self, tasks: dict, current: str | None = None) -> None:
+    def set_tasks(self, tasks: dict[str, Task], current: str | None = None) -> None:
         self.task_box.blockSignals(True)
         self.task_box.clear()
         for task_id, task in tasks.items():
-            self.task_box.addItem(f"{task_id} — {getattr(task, 'target_class', task_id)}", task_id)
+            self.task_box.addItem(f"{task_id} — {task.target_class}", task_id)
         if current is not None and (i := self.task_box.findData(current)) >= 0:
             self.task_box.setCurrentIndex(i)
         self.task_box.blockSignals(False)
@@ -180,10 +183,10 @@ class AgentPanel(QWidget):
         self.transcript.setTextCursor(cursor)
         self.transcript.ensureCursorVisible()
 
-    def add_step(self, job_id: int, step) -> None:
+    def add_step(self, job_id: int, step: Step) -> None:
         if job_id != self._job:
             return
-        kind = getattr(step, "kind", "")
+        kind = step.kind
         if kind == "assistant":
             self._done_tokens += step.n_tokens
             self._live_chars = 0
@@ -224,8 +227,8 @@ class AgentPanel(QWidget):
         self._append_html(f"<p>▶ zoom <a href='zoom:{i}'><b>{html.escape(label)}</b> {lo:g}–{hi:g} Å</a> "
                           f"(rest frame)</p><br>")
 
-    def _show_verdict(self, step) -> None:
-        outcome = getattr(step.outcome, "value", str(step.outcome))
+    def _show_verdict(self, step: VerdictStep) -> None:
+        outcome = step.outcome.value
         scripted = self._info.get("scripted")
         who = SCRIPTED_LABEL if scripted else f"model {self._info.get('model', '?')}"
         if step.verdict:
@@ -238,19 +241,19 @@ class AgentPanel(QWidget):
                              + (f"<br><small>{answer}</small>" if answer else "")
                              + "<br><small>Suggestion only — press Enter to accept it, or decide yourself.</small>")
 
-    def show_trace(self, trace, heading: str) -> None:
+    def show_trace(self, trace: Trace, heading: str) -> None:
         """Replay a stored trace (after a batch run or on revisit): transcript, clickable zooms, verdict."""
         if self.running:
             return
         self.clear()
-        model = getattr(trace, "model", {}) or {}
+        model = trace.model
         scripted = bool(model.get("scripted"))
         self._info = {"scripted": scripted, "model": model.get("model_id", "?")}
         banner = f"<p style='background:#fff3cd;color:#7a5200'><b>⚠ {SCRIPTED_LABEL}.</b></p>" if scripted else ""
         self.transcript.setHtml(banner + f"<p><b>{html.escape(heading)}</b> (stored run)</p>")
         self._new_block()
         for step in trace.steps:
-            kind = getattr(step, "kind", "")
+            kind = step.kind
             if kind == "assistant":
                 cursor = self.transcript.textCursor()
                 cursor.movePosition(QTextCursor.MoveOperation.End)

@@ -2,7 +2,7 @@
 
 Without arguments the app reopens the archive used last (and resumes the vetting session there); on a fresh
 machine it shows the start screen, which offers the demo archive. ``--demo`` writes the demo archive once into
-``data_dir()/demo`` and opens it. The hidden option ``--self-test-screenshot DIR`` drives a scripted session on
+``data_dir()/demo`` and opens it. The hidden option ``--screenshot-tour DIR`` drives a scripted session on
 the demo archive and saves screenshots (used by the Xvfb test); ``SPECO3_DEMO_AUTORUN=1`` does the same into
 ``./screenshots``. ``--self-test [--json FILE] [--require-gpu] [--hashes]`` checks the installation offscreen,
 without a window, and exits non-zero on any failure (`speco3.selftest`).
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     parser.add_argument("--self-test", action="store_true",
                         help="check this installation offline (no window; --json FILE, --require-gpu) and exit")
-    parser.add_argument("--self-test-screenshot", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--screenshot-tour", metavar="DIR", help=argparse.SUPPRESS)
     return parser
 
 
@@ -59,12 +59,12 @@ def main(argv: list[str] | None = None) -> int:
 
     window = MainWindow()
     window.show()
-    shots = args.self_test_screenshot or ("screenshots" if os.environ.get("SPECO3_DEMO_AUTORUN") == "1" else None)
+    shots = args.screenshot_tour or ("screenshots" if os.environ.get("SPECO3_DEMO_AUTORUN") == "1" else None)
     if shots:
-        from speco3.gui.selftest import SelfTest
+        from speco3.gui.screenshot_tour import ScreenshotTour
 
-        window._selftest = SelfTest(window, Path(shots))  # kept alive by the window
-        window._selftest.start()
+        window._tour = ScreenshotTour(window, Path(shots))  # kept alive by the window
+        window._tour.start()
     elif args.demo:
         window.open_demo()
     elif args.folder:

@@ -17,10 +17,12 @@ from typing import Any
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor
 
+from speco3.spectra.index import IndexEntry
+
 log = logging.getLogger(__name__)
 
 PAGE = 256
-# (field, header, index sort key or None when the index cannot sort by it)
+# (IndexEntry attribute or "model"/"decision", header, index sort key or None when the index cannot sort by it)
 COLUMNS: tuple[tuple[str, str, str | None], ...] = (
     ("name", "Spectrum", "key"),
     ("model", "Model", None),
@@ -28,7 +30,7 @@ COLUMNS: tuple[tuple[str, str, str | None], ...] = (
     ("survey", "Survey", "survey"),
     ("cls", "Class", "cls"),
     ("subclass", "Subclass", "subclass"),
-    ("z", "z", "redshift"),
+    ("redshift", "z", "redshift"),
     ("snr", "S/N", "snr"),
     ("object_id", "Object ID", "object_id"),
 )
@@ -36,7 +38,7 @@ COL = {name: i for i, (name, _h, _s) in enumerate(COLUMNS)}
 VERDICT_STATES = ("any", "undecided", "decided", "YES", "NO", "UNSURE", "model YES", "model NO", "no model verdict")
 _COLOURS = {"YES": QColor(40, 150, 60), "NO": QColor(190, 50, 50), "UNSURE": QColor(200, 140, 0)}
 
-StateFn = Callable[[Any], tuple[str | None, str | None]]  # entry -> (model verdict, human decision)
+StateFn = Callable[[IndexEntry], tuple[str | None, str | None]]  # entry -> (model verdict, human decision)
 
 
 @dataclass
@@ -56,15 +58,9 @@ class Filters:
         return {k: v for k, v in out.items() if v not in (None, "")}
 
 
-def entry_value(entry: Any, name: str) -> Any:
-    """A display field of an index entry (tolerant to the entry's exact attribute names)."""
-    if name == "name":
-        key = getattr(entry, "key", "")
-        return getattr(entry, "name", None) or str(key).rsplit("/", 1)[-1]
-    if name == "z":
-        z = getattr(entry, "z", None)
-        return getattr(entry, "redshift", None) if z is None else z
-    return getattr(entry, name, None)
+def entry_value(entry: IndexEntry, name: str) -> Any:
+    """The value of column ``name`` (an `IndexEntry` attribute of `COLUMNS`) for ``entry``."""
+    return getattr(entry, name)
 
 
 @dataclass
@@ -75,7 +71,7 @@ class _Source:
     filters: Filters = field(default_factory=Filters)
     sort: str | None = None
     descending: bool = False
-    entries: list[Any] | None = None
+    entries: list[IndexEntry] | None = None
     offset: int = 0  # next index offset to read
     total: int = 0  # rows the index reports for the SQL filters
     exhausted: bool = True
@@ -88,7 +84,7 @@ class ArchiveTableModel(QAbstractTableModel):
         super().__init__(parent)
         self.state_fn: StateFn = state_fn or (lambda entry: (None, None))
         self._src = _Source()
-        self._rows: list[Any] = []
+        self._rows: list[IndexEntry] = []
         self._state_cache: dict[str, tuple[str | None, str | None]] = {}
         self._sort_col: int | None = None
         self._sort_desc = False
@@ -103,7 +99,7 @@ class ArchiveTableModel(QAbstractTableModel):
         self._src.filters = filters
         self.refresh()
 
-    def set_entries(self, entries: list[Any] | None) -> None:
+    def set_entries(self, entries: list[IndexEntry] | None) -> None:
         """Use an explicit entry list (a loaded candidate list) as the queue; None goes back to the index."""
         self._src.entries = list(entries) if entries is not None else None
         self.refresh()
@@ -155,7 +151,7 @@ class ArchiveTableModel(QAbstractTableModel):
             self.dataChanged.emit(self.index(r, COL["model"]), self.index(r, COL["decision"]))
 
     # -- lazy paging ---------------------------------------------------------------------------------------------
-    def _read_page(self, size: int = PAGE) -> list[Any]:
+    def _read_page(self, size: int = PAGE) -> list[IndexEntry]:
         src = self._src
         kwargs = src.filters.index_kwargs()
         sort_key = COLUMNS[self._sort_col][2] if self._sort_col is not None else None
@@ -181,7 +177,7 @@ class ArchiveTableModel(QAbstractTableModel):
             return
         start = len(self._rows)
         src = self._src
-        pending: list[Any] = []
+        pending: list[IndexEntry] = []
         # With a verdict-state filter a page may yield nothing: keep reading (bounded) until rows appear.
         for _ in range(64):
             before = len(self._rows)
@@ -200,7 +196,7 @@ class ArchiveTableModel(QAbstractTableModel):
             self.fetchMore()
 
     # -- verdict states ------------------------------------------------------------------------------------------
-    def state(self, entry: Any) -> tuple[str | None, str | None]:
+    def state(self, entry: IndexEntry) -> tuple[str | None, str | None]:
         """(model verdict, human decision) of an entry, cached by entry key."""
         key = entry.key
         if key not in self._state_cache:
@@ -211,7 +207,7 @@ class ArchiveTableModel(QAbstractTableModel):
                 self._state_cache[key] = (None, None)
         return self._state_cache[key]
 
-    def _state_ok(self, entry: Any) -> bool:
+    def _state_ok(self, entry: IndexEntry) -> bool:
         want = self._src.filters.state
         if want == "any":
             return True
@@ -225,7 +221,7 @@ class ArchiveTableModel(QAbstractTableModel):
     def _state_sort(self) -> bool:
         return self._sort_col is not None and COLUMNS[self._sort_col][2] is None
 
-    def _sorted_by_state(self, rows: list[Any]) -> list[Any]:
+    def _sorted_by_state(self, rows: list[IndexEntry]) -> list[IndexEntry]:
         which = 0 if COLUMNS[self._sort_col][0] == "model" else 1
         order = {"YES": 0, "UNSURE": 1, "NO": 2, None: 3}
         return sorted(rows, key=lambda e: order.get(self.state(e)[which], 3), reverse=self._sort_desc)
@@ -258,14 +254,14 @@ class ArchiveTableModel(QAbstractTableModel):
             value = entry_value(entry, name)
             if value is None:
                 return ""
-            if name == "z":
+            if name == "redshift":
                 return f"{float(value):.5f}"
             if name == "snr":
                 return f"{float(value):.1f}"
             return str(value)
         if role == Qt.ItemDataRole.ToolTipRole:
-            return str(getattr(entry, "path", "") or entry.key)
-        if role == Qt.ItemDataRole.TextAlignmentRole and name in ("z", "snr"):
+            return entry.path or entry.key
+        if role == Qt.ItemDataRole.TextAlignmentRole and name in ("redshift", "snr"):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
@@ -283,7 +279,7 @@ class ArchiveTableModel(QAbstractTableModel):
         self.refresh()
 
     # -- rows ----------------------------------------------------------------------------------------------------
-    def entry(self, row: int) -> Any | None:
+    def entry(self, row: int) -> IndexEntry | None:
         return self._rows[row] if 0 <= row < len(self._rows) else None
 
     def loaded_rows(self) -> int:

@@ -12,6 +12,7 @@ import json
 import logging
 import re
 
+from speco3.agent.tasks import Task
 from speco3.demo import CATALOGUE
 from speco3.engine.scripted import ScriptedEngine
 from speco3.spectra.model import Spectrum
@@ -35,12 +36,11 @@ def is_demo_spectrum(spectrum: Spectrum | None) -> bool:
     return spectrum is not None and demo_truth(spectrum) is not None
 
 
-def _windows(task) -> list[tuple[str, float, float]]:
+def _windows(task: Task) -> list[tuple[str, float, float]]:
     out = []
-    for line in getattr(task, "lines", ())[:6]:
-        w = float(line.wavelength)
-        kind = getattr(line, "kind", "line")
-        lo, hi = (w - 180, w + 60) if kind == "band" else (w - 60, w + 60)
+    for line in task.lines[:6]:
+        w = line.wavelength
+        lo, hi = (w - 180, w + 60) if line.kind == "band" else (w - 60, w + 60)
         out.append((f"Zoom on {line.name} region", round(lo), round(hi)))
     if not out:
         out = [("Zoom on Hβ region", 4800, 4920), ("Zoom on Hα region", 6500, 6630)]
@@ -53,10 +53,10 @@ def _call(label: str, lo: float, hi: float) -> str:
                                         ensure_ascii=False) + "\n</tool_call>"
 
 
-def demo_script(spectrum: Spectrum, task) -> list[str]:
+def demo_script(spectrum: Spectrum, task: Task) -> list[str]:
     """The canned assistant outputs for ``spectrum`` and ``task`` (see module doc)."""
     truth = demo_truth(spectrum)
-    target = getattr(task, "target_class", getattr(task, "id", "the target class"))
+    target = task.target_class
     windows = _windows(task)
     outputs = []
     for i, (label, lo, hi) in enumerate(windows):
@@ -64,7 +64,7 @@ def demo_script(spectrum: Spectrum, task) -> list[str]:
                 f"The question is whether this is a {target}; " if i == 0 else "[Scripted demo.] ")
         outputs.append(f"<think>{lead}next I request the {label.removeprefix('Zoom on ')} "
                        f"({lo}–{hi} Å, rest frame) to show the zoom tool.</think>\n{_call(label, lo, hi)}")
-    verdict = "YES" if truth == getattr(task, "id", None) else "NO"
+    verdict = "YES" if truth == task.id else "NO"
     outputs.append(
         "<think>[Scripted demo.] A real model would weigh the zoomed features here. This scripted session "
         "instead reads the demo catalogue's ground truth for this synthetic spectrum.</think>\n"
@@ -74,7 +74,7 @@ def demo_script(spectrum: Spectrum, task) -> list[str]:
     return outputs
 
 
-def demo_engine(spectrum: Spectrum, task, delay_s: float = 0.01) -> ScriptedEngine:
+def demo_engine(spectrum: Spectrum, task: Task, delay_s: float = 0.01) -> ScriptedEngine:
     """A `ScriptedEngine` replaying `demo_script` (a short delay per piece makes the streaming visible)."""
     from speco3.engine.base import ModelInfo
 

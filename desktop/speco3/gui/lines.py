@@ -1,50 +1,32 @@
-"""Line lists, telluric bands and the array helpers of the viewer (no Qt).
+"""The viewer's line markers, telluric bands and array helpers (no Qt).
 
-Wavelengths are rest-frame **vacuum** Å. The viewer converts them to air (IAU/Morton 2000 formula) when the
-spectrum says its wavelengths are in air, and states the medium on screen. The agent's task library may carry its
-own line lists (attribute ``lines`` of a task); `lines_for_task` prefers those and falls back to the lists here.
+Line markers come from the task library (`speco3.agent.tasks`, the ``lines`` of each task file): the viewer
+marks exactly the lines of the current task, and `GENERIC` when no task is chosen. Wavelengths are rest-frame
+**vacuum** Å; the viewer converts them to air (IAU/Morton 2000 formula) when the spectrum says its wavelengths are
+in air, and states the medium on screen.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 
+from speco3.agent.tasks import Line, Task
+
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class Line:
-    """A spectral line or molecular band head."""
-
-    name: str
-    wavelength: float  # rest vacuum Å
-    kind: str = "line"  # "emission", "absorption", "band", "line"
-
-
-BALMER = (Line("Hα", 6564.61), Line("Hβ", 4862.68), Line("Hγ", 4341.68), Line("Hδ", 4102.89), Line("Hε", 3971.20))
-GENERIC = BALMER + (
-    Line("Ca K", 3934.78, "absorption"), Line("Ca H", 3969.59, "absorption"), Line("G band", 4305.0, "absorption"),
-    Line("Mg b", 5176.7, "absorption"), Line("Na D", 5893.0, "absorption"), Line("Ca II 8544", 8544.44, "absorption"),
-    Line("[O II]", 3728.48, "emission"), Line("[O III]", 5008.24, "emission"), Line("[N II]", 6585.27, "emission"),
-    Line("[S II]", 6718.29, "emission"),
+# Shown when no task is chosen (vacuum Å; the names carry the usual air-wavelength designation). A line that a
+# built-in task also marks has the same name and wavelength there (tests/gui/test_line_markers.py).
+GENERIC: tuple[Line, ...] = (
+    Line("Hα", 6564.61), Line("Hβ", 4862.68), Line("Hγ", 4341.68), Line("Hδ", 4102.89), Line("Hε", 3971.20),
+    Line("Ca II K", 3934.78, "absorption"), Line("Ca II H", 3969.59, "absorption"),
+    Line("G band", 4305.0, "absorption"), Line("Mg b", 5176.7, "absorption"), Line("Na D", 5894.57, "absorption"),
+    Line("Ca II 8542", 8544.44, "absorption"), Line("[O II]", 3728.48, "emission"),
+    Line("[O III] 5007", 5008.24, "emission"), Line("[N II] 6583", 6585.27, "emission"),
+    Line("[S II] 6716", 6718.29, "emission"),
 )
-DEFAULT_LINES: dict[str, tuple[Line, ...]] = {
-    "cv": BALMER + (Line("He II 4686", 4687.02, "emission"), Line("He I 5876", 5877.25, "emission"),
-                    Line("He I 6678", 6679.99, "emission"), Line("He I 4471", 4472.7, "emission")),
-    "carbon": (Line("C₂ 4737", 4737.0, "band"), Line("C₂ 5165", 5165.0, "band"), Line("C₂ 5636", 5636.0, "band"),
-               Line("CN 7088", 7088.0, "band"), Line("CN 7874", 7874.0, "band"), Line("CN 8067", 8067.0, "band"),
-               Line("Na D", 5893.0, "absorption")),
-    "ss": (Line("ZrO 4620", 4620.0, "band"), Line("ZrO 5298", 5298.0, "band"), Line("ZrO 5552", 5552.0, "band"),
-           Line("ZrO 6345", 6345.0, "band"), Line("ZrO 6474", 6474.0, "band"), Line("TiO 7054", 7054.0, "band")),
-    "gm": tuple(Line(f"TiO {w:.0f}", w, "band") for w in (4761.0, 4954.0, 5167.0, 5448.0, 5847.0, 6159.0, 6651.0,
-                                                           7054.0, 7589.0, 8432.0)) + (Line("Ca II 8544", 8544.44),),
-    "wd": BALMER + (Line("H8", 3890.17), Line("He I 4471", 4472.7)),
-    "generic": GENERIC,
-}
 # Telluric absorption in the observed frame (air Å): O2 B, H2O, O2 A, H2O.
 TELLURIC_BANDS: tuple[tuple[float, float, str], ...] = (
     (6860.0, 6925.0, "O₂ B"), (7150.0, 7350.0, "H₂O"), (7590.0, 7700.0, "O₂ A"), (8120.0, 8350.0, "H₂O"),
@@ -70,26 +52,9 @@ def air_to_vac(wavelength: np.ndarray | float) -> np.ndarray | float:
     return float(w) if np.ndim(w) == 0 else w
 
 
-def lines_for_task(task: object | None) -> tuple[Line, ...]:
-    """Lines to mark for a task object or task id (``"cv"``, …); the generic list when nothing matches."""
-    if task is None:
-        return GENERIC
-    if isinstance(task, str):
-        return DEFAULT_LINES.get(task, GENERIC)
-    own = getattr(task, "lines", None)
-    if own:
-        out = []
-        for item in own:
-            name = getattr(item, "name", None) or (item[0] if isinstance(item, (tuple, list)) else str(item))
-            wl = getattr(item, "wavelength", None)
-            if wl is None and isinstance(item, (tuple, list)) and len(item) > 1:
-                wl = item[1]
-            if wl is not None:
-                out.append(Line(str(name), float(wl)))
-        if out:
-            return tuple(out)
-    task_id = getattr(task, "id", None) or getattr(task, "name", None)
-    return DEFAULT_LINES.get(str(task_id), GENERIC)
+def lines_for_task(task: Task | None) -> tuple[Line, ...]:
+    """The lines to mark for ``task``: its own line list, or `GENERIC` without a task or when the list is empty."""
+    return task.lines if task is not None and task.lines else GENERIC
 
 
 def label_rows(positions: list[float], widths: list[float], n_rows: int = 3, gap: float = 6.0) -> list[int | None]:

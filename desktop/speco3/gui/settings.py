@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from speco3.config import config_dir, data_dir
-from speco3.engine.base import EngineSettings
+from speco3.engine.base import DEFAULT_N_CTX, EngineSettings
 from speco3.fileio import write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class AppSettings:
     data_folder: str = ""
     n_threads: int | None = None
     n_gpu_layers: int | None = None
-    n_ctx: int = 16384
+    n_ctx: int = DEFAULT_N_CTX
     image_max_tokens: int | None = None
     model_id: str = ""
     task: str = "cv"

@@ -22,6 +22,7 @@ from speco3.errors import Speco3Error, SpectrumReadError
 from speco3.gui.archive_model import ArchiveTableModel
 from speco3.gui.demo_session import SCRIPTED_LABEL
 from speco3.gui.prefetch import SpectrumCache
+from speco3.spectra.index import IndexEntry
 from speco3.spectra.model import Spectrum
 
 log = logging.getLogger(__name__)
@@ -30,14 +31,9 @@ PREFETCH_AHEAD = 3
 PREFETCH_BEHIND = 1
 
 
-def store_key(entry: Any) -> str:
+def store_key(entry: IndexEntry) -> str:
     """Store key of an index entry: the spectrum address ``PATH#N`` (as `speco3.vetting.records.spectrum_key`)."""
-    key = str(entry.key)
-    n = getattr(entry, "index", None)
-    if n is None:
-        n = key.rsplit("#", 1)[1] if "#" in key else "0"
-    path = getattr(entry, "path", None)
-    return f"{path}#{n}" if path else key
+    return f"{entry.path}#{entry.index}"
 
 
 def store_path_for(archive_root: str | Path, data_folder: Path) -> Path:
@@ -95,9 +91,7 @@ class VettingController(QObject):
     def close_store(self) -> None:
         if self.store is not None:
             self.leaving.emit()
-            close = getattr(self.store, "close", None)
-            if close:
-                close()
+            self.store.close()
         self.store = None
 
     def state_of(self, entry: Any) -> tuple[str | None, str | None]:

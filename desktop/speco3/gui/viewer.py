@@ -21,9 +21,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from speco3.agent.tasks import Line, Task
 from speco3.gui.lines import (
     TELLURIC_BANDS,
-    Line,
     air_to_vac,
     boxcar,
     display_range,
@@ -66,8 +66,7 @@ class SpectrumViewer(QWidget):
         self.smooth_index = 0
         self.show_lines = True
         self.show_sigma = True
-        self._task: object | None = "generic"
-        self._lines: tuple[Line, ...] = lines_for_task("generic")
+        self._lines: tuple[Line, ...] = lines_for_task(None)
         self._x = self._y = self._sig = np.empty(0)
         self._region_items: list[pg.GraphicsObject] = []
         self._line_items: list[pg.InfiniteLine] = []
@@ -111,9 +110,8 @@ class SpectrumViewer(QWidget):
         self._clear_highlight()
         self._redraw(reset_x=not keep_range)
 
-    def set_task(self, task: object | None) -> None:
-        """Mark the lines of ``task`` (a task object or id such as ``"cv"``)."""
-        self._task = task
+    def set_task(self, task: Task | None) -> None:
+        """Mark the lines of ``task`` (the generic list when None)."""
         self._lines = lines_for_task(task)
         self._draw_lines()
 

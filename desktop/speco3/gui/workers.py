@@ -141,7 +141,7 @@ class IndexWorker(BackgroundTask):
 
         last = [0.0]
 
-        def progress(done: int, total: int, path) -> None:
+        def progress(path: str, done: int, total: int) -> None:
             now = time.perf_counter()
             if now - last[0] > 0.05 or done == total:
                 last[0] = now

@@ -18,7 +18,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
@@ -26,12 +26,12 @@ from typing import Any
 
 from speco3.config import cache_dir, ensure
 from speco3.errors import Speco3Error, SpectrumReadError
+from speco3.fileio import Progress
 from speco3.spectra._scan import scan_file, wanted
 from speco3.spectra.model import Spectrum
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[int, int, str], None]
 SORTABLE = ("key", "file_name", "survey", "cls", "subclass", "redshift", "snr", "object_id", "format", "n_pixels",
             "wmin", "wmax", "masked_fraction", "ra", "dec", "file_mtime", "file_size", "data_release")
 #: Formats whose reading depends on other files of their folder (redrock siblings, error companions).
@@ -104,10 +104,6 @@ class IndexEntry:
     file_size: int | None = None
     file_mtime: float | None = None
     error: str | None = None
-
-    @property
-    def z(self) -> float | None:
-        return self.redshift
 
     @property
     def name(self) -> str:
@@ -218,7 +214,11 @@ class ArchiveIndex:
 
     # -- scanning ---------------------------------------------------------------------------------------
     def scan(self, root: str | os.PathLike, progress: Progress | None = None, workers: int = 2) -> ScanSummary:
-        """Index ``root`` recursively; only new or changed files (and their dependants) are read."""
+        """Index ``root`` recursively; only new or changed files (and their dependants) are read.
+
+        ``progress(rel_path, files_done, files_to_read)`` after each file read; it may raise to stop (the files
+        read so far are kept).
+        """
         t0 = time.perf_counter()
         rootp = Path(root).expanduser().resolve()
         if not rootp.is_dir():
@@ -272,7 +272,7 @@ class ArchiveIndex:
                     self._write(batch, found, summary)
                     batch = []
                 if progress is not None:
-                    progress(done, len(todo), res["rel"])
+                    progress(res["rel"], done, len(todo))
         finally:
             if batch:
                 self._write(batch, found, summary)

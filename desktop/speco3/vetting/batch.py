@@ -28,7 +28,7 @@ from speco3.agent.tool import RenderFn
 from speco3.agent.trace import Trace, spectrum_ref
 from speco3.engine.base import Engine
 from speco3.errors import Speco3Error
-from speco3.fileio import sha256_file
+from speco3.fileio import Progress, sha256_file
 from speco3.spectra.model import Spectrum
 from speco3.vetting.records import ModelVerdict, SpectrumInfo
 from speco3.vetting.store import VettingStore, storable_text
@@ -63,7 +63,7 @@ class BatchResult:
         return {k: getattr(self, k) for k in keys}
 
 
-Progress = Callable[[int, int, VetItem, "ModelVerdict | None"], None]
+ItemDone = Callable[[VetItem, ModelVerdict | None], None]  # the item and its new verdict (None: skipped)
 
 
 def file_sha256(path: str | Path, _cache: dict[str, str] | None = None) -> str | None:
@@ -191,11 +191,16 @@ def vet_batch(
     trace_root: str | Path | None = None,
     cancel: threading.Event | None = None,
     progress: Progress | None = None,
+    on_item: ItemDone | None = None,
     on_token: Callable[[str], None] | None = None,
     resume: bool = True,
     total: int | None = None,
 ) -> BatchResult:
-    """Screen ``items`` in order; see module doc. ``progress(i, total, item, verdict_or_None)`` after each item."""
+    """Screen ``items`` in order; see module doc.
+
+    After each item, ``on_item(item, verdict)`` (``verdict`` None when it was done before and skipped), then
+    ``progress(item.key, i, total)``.
+    """
     items = list(items)
     result = BatchResult(total=total if total is not None else len(items))
     t0 = time.perf_counter()
@@ -210,8 +215,7 @@ def vet_batch(
         changed = key in done and _file_changed(item, done[key], files)
         if key in done and not changed:
             result.skipped += 1
-            if progress is not None:
-                progress(i, result.total, item, None)
+            _report(progress, on_item, i, result.total, item, None)
             continue
         try:
             v = vet_one(item, store, engine, task, render, trace_root=root, cancel=cancel, on_token=on_token,
@@ -228,10 +232,17 @@ def vet_batch(
         result.outcomes[v.outcome] = result.outcomes.get(v.outcome, 0) + 1
         if v.outcome in ("engine_error", "input_error"):
             result.failed += 1
-        if progress is not None:
-            progress(i, result.total, item, v)
+        _report(progress, on_item, i, result.total, item, v)
     result.seconds = round(time.perf_counter() - t0, 3)
     return result
+
+
+def _report(progress: Progress | None, on_item: ItemDone | None, i: int, total: int, item: VetItem,
+            verdict: ModelVerdict | None) -> None:
+    if on_item is not None:
+        on_item(item, verdict)
+    if progress is not None:
+        progress(item.key, i, total)
 
 
 def _file_changed(item: VetItem, recorded: str | None, files: FileCheck) -> bool:

@@ -1,9 +1,10 @@
-"""A scripted walk through the app on the demo archive that saves screenshots (hidden ``--self-test-screenshot``).
+"""The screenshot tour: a scripted walk through the app on the demo archive (hidden ``--screenshot-tour DIR``).
 
 Steps: start screen → open the demo archive → select the first CV → run the agent (the labelled scripted demo
 session when no model is installed) and capture it mid-stream → final verdict → click the first zoom → decide YES
 with the keyboard → quit. Each screenshot is ``QWidget.grab()`` of the main window (what the X server shows).
-A step that does not happen in time writes ``selftest-error.txt`` and exits with status 1.
+A step that does not happen in time writes ``tour-error.txt`` and exits with status 1. (The installation
+self-test is a different thing: `speco3.selftest`.)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from PySide6.QtWidgets import QApplication
 log = logging.getLogger(__name__)
 
 
-class SelfTest(QObject):
+class ScreenshotTour(QObject):
     """See module doc."""
 
     def __init__(self, window, folder: Path, timeout_s: float = 120.0):
@@ -75,7 +76,7 @@ class SelfTest(QObject):
             self._fail(f"{name}: not reached in {self.timeout_s:.0f} s")
 
     def _fail(self, text: str) -> None:
-        (self.folder / "selftest-error.txt").write_text(text + "\n")
+        (self.folder / "tour-error.txt").write_text(text + "\n")
         self._timer.stop()
         self.window.close()
         QApplication.instance().exit(1)
