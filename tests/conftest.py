@@ -68,10 +68,13 @@ def _user_dirs(tmp_path_factory, monkeypatch):
     yield
 
 
-# --- Test data (issue 11.2) -------------------------------------------------------------------------------------
+# --- Test data and strict skips (issue 11.2) -------------------------------------------------------------------
 # The real spectra, reference renders and protocol fixtures live in tests/data (tests/testdata.py names the
-# folders; origin, licence and sha256 of each file: tests/data/README.md).
+# folders; origin, licence and sha256 of each file: tests/data/README.md). strict_skips turns every skip into a
+# failure under SPECO3_STRICT_SKIPS=1 (scripts/test.sh) unless the test is marked @pytest.mark.optin("ENV_VAR").
 from testdata import PROTOCOL, SPECTRA  # noqa: E402
+
+pytest_plugins = ["strict_skips"]
 
 
 @pytest.fixture(scope="session")
