@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import random
 import shutil
 import statistics
@@ -29,11 +28,13 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tests" / "robustness"))
 sys.path.insert(0, str(REPO / "tests" / "agent"))
+sys.path.insert(0, str(REPO / "tests"))
 
 import adversarial  # noqa: E402
 
-SPECTRUM = Path(os.environ.get("SPECO3_SHARED", REPO.parent / "shared")) / "spectra" / "lamost" / \
-    "spec-60591-LN042429N340750BM01_sp01-001.fits.gz"
+from testdata import SPECTRA  # noqa: E402
+
+SPECTRUM = SPECTRA / "lamost" / "spec-60591-LN042429N340750BM01_sp01-001.fits.gz"
 
 
 def run(outputs, spectrum, render, folder: Path, unlimited: bool) -> dict:

@@ -1,4 +1,4 @@
-"""FITS fuzzing at scale: thousands of seeded mutations of the shared spectra through ``read_spectra``.
+"""FITS fuzzing at scale: thousands of seeded mutations of the test spectra through ``read_spectra``.
 
 Usage::
 
@@ -20,7 +20,6 @@ import argparse
 import collections
 import contextlib
 import json
-import os
 import re
 import shutil
 import statistics
@@ -33,10 +32,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tests" / "robustness"))
+sys.path.insert(0, str(REPO / "tests"))
 
 import fitsfuzz  # noqa: E402
 
-SPECTRA = Path(os.environ.get("SPECO3_SHARED", REPO.parent / "shared")) / "spectra"
+from testdata import SPECTRA  # noqa: E402
 
 
 def worker(folder: Path, limit: float) -> int:

@@ -6,7 +6,7 @@ printed beside the median because a shared machine's load makes medians noisy. T
 arrays a reader needs (flux, ivar or error, wavelength or its log, mask) plus the class/z cards or columns;
 it builds no Spectrum and does no unit or grid work. Goal: ours ≤ 1.15 × floor.
 
-Run: ``.venv/bin/python benchmarks/bench_read.py [--reps 15] [--shared PATH]``; prints JSON.
+Run: ``.venv/bin/python benchmarks/bench_read.py [--reps 15] [--data PATH]``; prints JSON.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from speco3.spectra import read_spectra
 from speco3.spectra import source as source_mod
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from testdata import DATA  # noqa: E402
 
 
 def bare_lamost_new(p):
@@ -165,11 +168,11 @@ def memmap_comparison(shared: Path, reps: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--shared", default=os.environ.get("SPECO3_SHARED", str(REPO.parent / "shared")))
+    ap.add_argument("--data", default=str(DATA), help="folder holding spectra/ (tests/data)")
     args = ap.parse_args(argv)
-    shared = Path(args.shared)
+    shared = Path(args.data)
     if not (shared / "spectra").is_dir():
-        print(json.dumps({"error": f"shared spectra not found under {shared}"}))
+        print(json.dumps({"error": f"spectra not found under {shared}"}))
         return 1
     t0 = time.perf_counter()
     formats = run(shared, args.reps)

@@ -1,4 +1,4 @@
-"""A matplotlib implementation of the training renderer (DESIGN.md §3), for benchmarks and tests only.
+"""A matplotlib implementation of the training renderer (docs/design.md §3), for benchmarks and tests only.
 
 matplotlib is not a runtime dependency of Spec-o3 Desktop. This module reproduces the training routine's
 plotting so that the pyqtgraph renderer can be measured against it (speed, pixel size, layout) in the same

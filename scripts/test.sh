@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
 export QT_QPA_PLATFORM=offscreen
+export SPECO3_STRICT_SKIPS=1   # a skip fails the run unless the test is opt-in (tests/strict_skips.py)
 .venv/bin/ruff check desktop converters models tests
 .venv/bin/lint-imports
 # Outer bound on the whole run: SIGABRT makes Python's faulthandler print every thread's stack, then the run ends.

@@ -2,7 +2,7 @@
 
 Text model → arch ``qwen2vl`` (llama.cpp ``src/models/qwen2vl.cpp``); vision tower and merger → arch
 ``clip`` with projector type ``qwen2.5vl_merger`` (``tools/mtmd/models/qwen2vl.cpp``). The mapping is the
-one of llama.cpp's ``conversion/qwenvl.py`` (see ``notes/llama-stack.md`` §1), with two differences on
+one of llama.cpp's ``conversion/qwenvl.py`` (facts: ``docs/design.md`` §6), with two differences on
 purpose: both checkpoint naming layouts are accepted (``visual.*``/``model.*`` and
 ``model.visual.*``/``model.language_model.*``), and the Spec-o3 chat template is written.
 """

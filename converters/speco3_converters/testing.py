@@ -1,6 +1,6 @@
 """Tiny random-weight Qwen2.5-VL checkpoints and cached GGUF pairs, for tests and benchmarks.
 
-The tiny model has the real architecture at toy size (DESIGN.md §7): text hidden 256, intermediate 768,
+The tiny model has the real architecture at toy size (docs/design.md §7): text hidden 256, intermediate 768,
 4 heads of 64, 2 KV heads, M-RoPE sections [8, 12, 12]; a 4-block vision tower (hidden 128, 4 heads,
 intermediate 336 — not a multiple of 32, like the real 3420) with full attention in blocks 1 and 3;
 a byte-level BPE tokenizer with the Qwen special tokens. Norm weights and biases are random (defaults of

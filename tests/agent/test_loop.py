@@ -27,7 +27,7 @@ ANSWER_YES = "<think>Hα is in emission.</think>\n<answer>\\boxed{YES}</answer> 
 ANSWER_NO = "<think>Nothing there.</think><answer>\\boxed{NO}</answer>"
 
 
-def test_zoom_then_answer(spectrum, render, shared_dir):
+def test_zoom_then_answer(spectrum, render, protocol_dir):
     first = call([6500, 6600], "Zoom on Hα region")
     engine = ScriptedEngine([first, ANSWER_YES])
     steps, final = run_to_verdict(engine, spectrum, "TASK TEXT", render)
@@ -41,7 +41,7 @@ def test_zoom_then_answer(spectrum, render, shared_dir):
     assert isinstance(tool.image, PreparedImage) and tool.image.width % 28 == 0 and tool.image.height % 28 == 0
     assert steps[1].reasoning == "Look closer." and steps[1].tool_name == "spectral_visualization_tool"
     # The exact bytes the engine received: the golden fixtures joined by the model's own turns.
-    proto = shared_dir / "protocol"
+    proto = protocol_dir
     expected = (
         (proto / "first_turn.txt").read_text(encoding="utf-8")
         + first + "<|im_end|>"
@@ -54,7 +54,7 @@ def test_zoom_then_answer(spectrum, render, shared_dir):
     assert images[0] is steps[0].image and images[1] is tool.image
 
 
-def test_invalid_range_gets_error_text_and_no_image(spectrum, render, shared_dir):
+def test_invalid_range_gets_error_text_and_no_image(spectrum, render, protocol_dir):
     engine = ScriptedEngine([call([10000, 12000]), ANSWER_NO])
     steps, final = run_to_verdict(engine, spectrum, "TASK TEXT", render)
     tool = steps[2]
@@ -62,7 +62,7 @@ def test_invalid_range_gets_error_text_and_no_image(spectrum, render, shared_dir
     assert tool.response_text == ("Error: The specified wavelength range [10000, 12000] is invalid or outside the "
                                   "available data range [3700.0, 9100.0].")
     tail = render_prompt(engine.conversation).split("<|im_end|>", 3)[3]
-    assert tail.startswith((shared_dir / "protocol" / "tool_turn_error.txt").read_text(encoding="utf-8"))
+    assert tail.startswith((protocol_dir / "tool_turn_error.txt").read_text(encoding="utf-8"))
     assert final.outcome is Outcome.NO
 
 

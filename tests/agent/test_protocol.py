@@ -18,26 +18,26 @@ def image():
     return prepare_image(pillow_render(View(make_spectrum())))
 
 
-def fixture(shared_dir, name: str) -> str:
-    return (shared_dir / "protocol" / name).read_bytes().decode("utf-8")
+def fixture(protocol_dir, name: str) -> str:
+    return (protocol_dir / name).read_bytes().decode("utf-8")
 
 
-def test_first_turn_bytes(shared_dir, image):
-    assert p.render_prompt(p.first_turn_parts(image, "TASK TEXT")) == fixture(shared_dir, "first_turn.txt")
+def test_first_turn_bytes(protocol_dir, image):
+    assert p.render_prompt(p.first_turn_parts(image, "TASK TEXT")) == fixture(protocol_dir, "first_turn.txt")
 
 
-def test_tool_turn_image_bytes(shared_dir, image):
+def test_tool_turn_image_bytes(protocol_dir, image):
     text = success_text((6500, 6600), "Zoom on Hα region")
-    assert p.render_prompt(p.tool_turn_parts(image, text)) == fixture(shared_dir, "tool_turn_image.txt")
+    assert p.render_prompt(p.tool_turn_parts(image, text)) == fixture(protocol_dir, "tool_turn_image.txt")
 
 
-def test_tool_turn_error_bytes(shared_dir):
+def test_tool_turn_error_bytes(protocol_dir):
     text = invalid_range_text([10000, 12000], (3700.0, 9100.0))
-    assert p.render_prompt(p.tool_turn_parts(None, text)) == fixture(shared_dir, "tool_turn_error.txt")
+    assert p.render_prompt(p.tool_turn_parts(None, text)) == fixture(protocol_dir, "tool_turn_error.txt")
 
 
-def test_schema_is_the_trained_string(shared_dir):
-    first = fixture(shared_dir, "first_turn.txt")
+def test_schema_is_the_trained_string(protocol_dir):
+    first = fixture(protocol_dir, "first_turn.txt")
     assert "\n" + p.TOOL_SCHEMA_JSON + "\n" in first
     assert '"items"' not in p.TOOL_SCHEMA_JSON
     assert json.loads(p.TOOL_SCHEMA_JSON)["function"]["name"] == p.TOOL_NAME

@@ -107,12 +107,12 @@ def test_tokenizer_metadata(converted):
     assert len(reader.get_field("tokenizer.ggml.merges").contents()) > 300
 
 
-def test_embedded_chat_template_reproduces_the_protocol_fixtures(converted, shared_dir):
+def test_embedded_chat_template_reproduces_the_protocol_fixtures(converted, protocol_dir):
     """The template read back from the GGUF renders the byte-exact Spec-o3 training strings."""
     _, res = converted
     template = _field(res.text_path, "tokenizer.chat_template")
     assert template == speco3_chat_template() and "<tool_response>" in template
-    protocol = shared_dir / "protocol"
+    protocol = protocol_dir
     schema = {"type": "function", "function": {
         "name": "spectral_visualization_tool",
         "description": "A tool for visualizing spectral data with wavelength range zooming capabilities.",

@@ -106,7 +106,6 @@ def test_models_needs_an_action(argv):
 
 
 def test_failed_convert_leaves_nothing_in_the_store(capsys, tmp_path):
-    pytest.importorskip("speco3_converters.convert")
     ckpt = tmp_path / "broken"
     ckpt.mkdir()
     (ckpt / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')

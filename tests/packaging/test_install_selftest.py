@@ -110,10 +110,12 @@ def test_corrupt_store_manifest_fails_the_model_store_check():
     assert not results["model store"].ok and "manifest" in results["model store"].detail
 
 
-def test_require_gpu_fails_on_a_cpu_only_build():
+def test_require_gpu_fails_on_a_cpu_only_build_and_passes_on_a_gpu_build():
     llama = pytest.importorskip("llama_cpp.llama_cpp")
     if llama.llama_supports_gpu_offload():
-        pytest.skip("this llama.cpp build offloads to a GPU")
+        _text, info = selftest.check_llama(require_gpu=True)
+        assert info["gpu_offload"] is True
+        return
     with pytest.raises(selftest.SelfTestError, match="GPU offload required"):
         selftest.check_llama(require_gpu=True)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -10,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from testdata import REFERENCE_RENDERS, SPECTRA
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
@@ -28,11 +29,11 @@ class RefRender:
         return self.png.stem
 
 
-def reference_renders(shared: Path) -> list[RefRender]:
-    """Parse ``reference-renders/*.png`` names: ``<source stem>_<full|A-B>.png``."""
+def reference_renders() -> list[RefRender]:
+    """Parse ``tests/data/reference-renders/*.png`` names: ``<source stem>_<full|A-B>.png``."""
     out = []
-    lamost = shared / "spectra" / "lamost"
-    for png in sorted((shared / "reference-renders").glob("*.png")):
+    lamost = SPECTRA / "lamost"
+    for png in sorted(REFERENCE_RENDERS.glob("*.png")):
         m = re.fullmatch(r"(.+)_(full|(\d+)-(\d+))", png.stem)
         assert m, png
         stem = m.group(1)
@@ -42,8 +43,7 @@ def reference_renders(shared: Path) -> list[RefRender]:
     return out
 
 
-SHARED = Path(os.environ.get("SPECO3_SHARED", REPO.parent / "shared"))
-REFERENCES = reference_renders(SHARED) if (SHARED / "reference-renders").is_dir() else []
+REFERENCES = reference_renders()
 
 
 def read_lamost_coadd(path: Path) -> tuple[np.ndarray, np.ndarray, float]:
@@ -86,10 +86,8 @@ def mpl_reference():
 def pytest_generate_tests(metafunc):
     """Parametrize every test that takes ``ref_render`` over the reference renders."""
     if "ref_render" in metafunc.fixturenames:
-        if not REFERENCES:
-            metafunc.parametrize("ref_render", [pytest.param(None, marks=pytest.mark.skip("no reference renders"))])
-        else:
-            metafunc.parametrize("ref_render", REFERENCES, ids=[r.id for r in REFERENCES])
+        assert REFERENCES, f"no reference renders in {REFERENCE_RENDERS}"
+        metafunc.parametrize("ref_render", REFERENCES, ids=[r.id for r in REFERENCES])
 
 
 @pytest.fixture

@@ -51,7 +51,7 @@ def test_reference_looks_the_same(ref_render, ref_view):
 
 
 def test_reference_examples_known_sizes(lamost_spectrum):
-    """DESIGN.md §3: a full LAMOST view is 792×472 px and a 100 Å zoom 596×352 px."""
+    """docs/design.md §3: a full LAMOST view is 792×472 px and a 100 Å zoom 596×352 px."""
     spec = lamost_spectrum("spec-60591-LN042429N340750BM01_sp01-001.fits.gz")
     full = render_view(View(spec))
     zoom = render_view(View(spec, wavelength_range=(6500, 6600)))

@@ -36,9 +36,7 @@ def tiny_pair(tmp_path_factory):
     if override:
         text, mmproj = override.split(",")
         return Path(text), Path(mmproj)
-    try:
-        from speco3_converters.testing import tiny_gguf_pair
-    except ImportError as exc:  # pragma: no cover
-        pytest.skip(f"the converter's tiny model is not available: {exc}")
+    from speco3_converters.testing import tiny_gguf_pair
+
     return tiny_gguf_pair(tmp_path_factory.mktemp("tiny_gguf"), quant="Q8_0")
 

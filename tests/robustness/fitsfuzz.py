@@ -1,6 +1,6 @@
 """Seeded FITS mutator for the robustness suite and the fuzz benchmark.
 
-Each case is a (name, kind, bytes) triple derived from a real file in ``shared/spectra``: truncation, bit flips in
+Each case is a (name, kind, bytes) triple derived from a real file in ``tests/data/spectra``: truncation, bit flips in
 headers and data, lying NAXISn / BITPIX / TFORM cards, broken CONTINUE cards, NaN / inf / zero-length arrays, wrong
 column types and gzip corruption. The same seed gives the same cases.
 """

@@ -175,7 +175,6 @@ def test_odd_text_round_trips_exactly(episodes):
 @pytest.mark.gui
 def test_real_renderer_episodes(real_spectrum, tmp_path):
     """One episode per category through the real (pyqtgraph, offscreen) renderer."""
-    pytest.importorskip("PySide6")
     from speco3.render import render_view
 
     def render(view):

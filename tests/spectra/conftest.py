@@ -1,4 +1,4 @@
-"""Fixtures of the spectra tests: paths into the shared real spectra, small writable archives."""
+"""Fixtures of the spectra tests: paths into the real spectra of tests/data, small writable archives."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spectra_path(spectra_dir):
-    """``spectra_path("sdss/spec-0266-51602-0638.fits")`` -> absolute path in the shared folder."""
+    """``spectra_path("sdss/spec-0266-51602-0638.fits")`` -> absolute path in ``tests/data/spectra``."""
 
     def get(rel: str) -> Path:
         p = spectra_dir / rel
-        if not p.exists():
-            pytest.skip(f"{rel} missing from the shared spectra")
+        assert p.is_file(), f"{rel} is missing from {spectra_dir} (listed in tests/data/README.md)"
         return p
 
     return get

@@ -1,4 +1,4 @@
-"""The Spec-o3 chat protocol, byte for byte (DESIGN.md §2, ``shared/protocol/``).
+"""The Spec-o3 chat protocol, byte for byte (docs/design.md §2; fixtures in ``tests/data/protocol/``).
 
 The model was trained with verl's multi-turn tool agent on the Qwen2.5-VL chat template with one tool. This
 module holds the exact strings (system turn, tools block, tool schema, tool-response sentences), builds the

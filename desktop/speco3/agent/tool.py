@@ -1,6 +1,6 @@
 """The zoom tool ``spectral_visualization_tool``: argument checks, the View it renders, the exact response texts.
 
-Checks run in the order of the training tool (``shared/protocol/README.md``): ``wavelength_range`` must hold two
+Checks run in the order of the training tool (``docs/design.md`` §2): ``wavelength_range`` must hold two
 numbers with min < max and must overlap the rest-frame data range (a partial overlap is rendered); a range with no
 data point inside gets the "No data points" error; arguments that are not a JSON object, or an unknown tool name,
 get ``Error when executing tool: <reason>``. Ranges are in the rest frame λ/(1+z) with the catalogue redshift.

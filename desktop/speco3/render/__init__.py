@@ -1,6 +1,6 @@
 """Training-faithful spectrum renderer: :class:`~speco3.spectra.view.View` → PNG bytes.
 
-The Spec-o3 model was trained on matplotlib plots (DESIGN.md §3). :func:`render_view` draws the same plot with
+The Spec-o3 model was trained on matplotlib plots (docs/design.md §3). :func:`render_view` draws the same plot with
 pyqtgraph offscreen — same figure-size classes at 80 dpi, the same tight-layout placement and tight-bbox crop,
 tick steps, labels, grid and stats box — much faster than matplotlib and without it as a dependency.
 

@@ -1,4 +1,4 @@
-"""Layout rules of the training renderer (DESIGN.md §3), as pure functions without Qt.
+"""Layout rules of the training renderer (docs/design.md §3), as pure functions without Qt.
 
 The Spec-o3 training routine drew its images with matplotlib at 80 dpi and saved them with a tight bounding
 box. Everything that decides *what* the picture shows — figure-size class, tick steps and tick labels, axis
@@ -86,7 +86,7 @@ def figure_size(span: float, n_points: int, zoom: bool) -> tuple[float, float]:
 
 
 def x_tick_steps(span: float) -> tuple[float, float]:
-    """Major and minor x tick step (Å) for a wavelength span (DESIGN.md §3 table)."""
+    """Major and minor x tick step (Å) for a wavelength span (docs/design.md §3 table)."""
     for min_span, major, minor in _X_STEPS:
         if span >= min_span:
             return major, minor

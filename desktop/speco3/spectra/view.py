@@ -1,7 +1,7 @@
 """A `View`: what part of a spectrum to draw and how. Pure data, no Qt.
 
 The agent's zoom tool builds Views; ``speco3.render`` turns them into PNG bytes. The data selection follows the
-training renderer (DESIGN.md §3): non-finite points dropped, sorted by wavelength, rest frame λ/(1+z) with the
+training renderer (docs/design.md §3): non-finite points dropped, sorted by wavelength, rest frame λ/(1+z) with the
 catalogue redshift, flux drawn as stored (bad pixels are not masked in the model's view), and the points inside
 the requested range (partial overlap is fine).
 """
