@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from speco3.errors import ConversionError
+from speco3_base.errors import ConversionError
 
 from .gguf_stream import write_file
 from .plan import ConversionPlan

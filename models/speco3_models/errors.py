@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from speco3.errors import Speco3Error
+from speco3_base.errors import Speco3Error
 
 HOW_TO_GET_A_MODEL = (
     "get one with 'spec-o3 models pull spec-o3-7b' (downloads the checkpoint and converts it here), "

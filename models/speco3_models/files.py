@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from speco3.fileio import CHUNK, write_text_atomic
-from speco3.fileio import sha256_file as _sha256_file
+from speco3_base.fileio import CHUNK, write_text_atomic
+from speco3_base.fileio import sha256_file as _sha256_file
 from speco3_models.errors import ModelStoreError
 
 logger = logging.getLogger(__name__)

@@ -58,7 +58,7 @@ def _model_paths(model: Any) -> tuple[Path, Path, ModelInfo]:
     if text is None or mmproj is None:
         raise TypeError(f"cannot find the model files of {model!r}")
     if callable(getattr(model, "model_info", None)):
-        return Path(text), Path(mmproj), model.model_info()
+        return Path(text), Path(mmproj), ModelInfo(**model.model_info())
     info = ModelInfo(
         model_id=str(_first_attr(model, "name", "model_id") or Path(text).stem),
         quant=_first_attr(model, "quant"),

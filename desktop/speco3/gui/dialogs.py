@@ -214,7 +214,10 @@ class ModelManagerDialog(QDialog):
     def pull(self) -> None:
         name = self.pull_name.currentText().strip()
         if name:
-            self._run(lambda p: self.store.pull(name, progress=p).name, f"pulled {name}")
+            from speco3_converters.build import build_model
+            from speco3_models.pull import pull
+
+            self._run(lambda p: pull(self.store, name, progress=p, convert=build_model).name, f"pulled {name}")
 
 
 class SettingsDialog(QDialog):
