@@ -82,3 +82,27 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"shared folder not found at {SHARED}")
     return SHARED
+
+
+# ---------------------------------------------------------------------------------------- shared tiny model
+# One converted tiny Qwen2.5-VL pair per quantization, built once and kept in pytest's cache folder
+# (``.pytest_cache/d/speco3-tiny-gguf``; ``SPECO3_TEST_CACHE`` overrides) under a name made from a digest of the
+# converter's and the model builder's source: a changed converter or builder makes a new pair, an unchanged one
+# is reused by every fixture of this run and of later runs.
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(request):
+    """``tiny_gguf(quant="Q8_0") -> (text_gguf, mmproj_gguf)``: the shared tiny pair at ``quant``.
+
+    ``quant`` is one of ``F32``, ``F16``, ``Q8_0``, ``Q4_K_M`` (the quantized ones need llama-cpp-python).
+    Every returned pair passed `speco3_models.gguf_check.check_pair`.
+    """
+    from speco3_testkit.tinymodel import tiny_gguf_pair
+
+    cache = Path(os.environ.get("SPECO3_TEST_CACHE") or request.config.cache.mkdir("speco3-tiny-gguf"))
+
+    def get(quant: str = "Q8_0") -> tuple[Path, Path]:
+        return tiny_gguf_pair(cache, quant)
+
+    return get

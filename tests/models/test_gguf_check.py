@@ -188,7 +188,7 @@ def test_missing_and_unreadable_paths(tmp_path):
 
 def test_scan_decoder_agrees_with_ggufs_reader_on_converter_output(tmp_path):
     """Two independent parsers: the bounded scan's values equal gguf's reader's on real converter files."""
-    testing = pytest.importorskip("speco3_converters.testing")
+    testing = pytest.importorskip("speco3_testkit.tinymodel")
     from speco3_converters.convert import convert_checkpoint
 
     hf = testing.make_tiny_qwen25vl(tmp_path / "hf", tied=True)
