@@ -92,7 +92,16 @@ def shared_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_gguf(request):
+def tiny_cache_dir(request, tmp_path_factory) -> Path:
+    """Folder of the shared tiny pairs (a fresh temporary one when pytest's cache is switched off)."""
+    if os.environ.get("SPECO3_TEST_CACHE"):
+        return Path(os.environ["SPECO3_TEST_CACHE"])
+    cache = getattr(request.config, "cache", None)
+    return Path(cache.mkdir("speco3-tiny-gguf")) if cache is not None else tmp_path_factory.mktemp("tiny-gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tiny_cache_dir):
     """``tiny_gguf(quant="Q8_0") -> (text_gguf, mmproj_gguf)``: the shared tiny pair at ``quant``.
 
     ``quant`` is one of ``F32``, ``F16``, ``Q8_0``, ``Q4_K_M`` (the quantized ones need llama-cpp-python).
@@ -100,7 +109,7 @@ def tiny_gguf(request):
     """
     from speco3_testkit.tinymodel import tiny_gguf_pair
 
-    cache = Path(os.environ.get("SPECO3_TEST_CACHE") or request.config.cache.mkdir("speco3-tiny-gguf"))
+    cache = tiny_cache_dir
 
     def get(quant: str = "Q8_0") -> tuple[Path, Path]:
         return tiny_gguf_pair(cache, quant)
