@@ -4,8 +4,8 @@ Whether a file is a complete, consistent Qwen2.5-VL text model or vision project
 `speco3_models.gguf_check` (a bounded scan of the header and tensor table: milliseconds even on a 152k-token
 vocabulary, no tensor data read). :func:`verify_gguf` runs it and then checks what the converter or the
 quantizer expected of this particular file (tensor count, ``general.file_type``, tensor types, width,
-metadata values). A file that is not what llama.cpp can load raises :class:`~speco3.errors.ModelFileError`
-(from the checker); a valid file that is not what was expected raises :class:`~speco3.errors.ConversionError`.
+metadata values). A file that is not what llama.cpp can load raises :class:`~speco3_base.errors.ModelFileError`
+(from the checker); a valid file that is not what was expected raises :class:`~speco3_base.errors.ConversionError`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Errors of the model store, raised on purpose with a message a user can act on.
 
-`speco3.errors.ModelFileError` (a single file is missing, corrupt or of the wrong kind) stays the error of
+`speco3_base.errors.ModelFileError` (a single file is missing, corrupt or of the wrong kind) stays the error of
 `speco3_models.gguf_check`; the classes here cover the store as a whole.
 """
 
