@@ -4,6 +4,7 @@ local stand-in for the hub (no network), including checksum checks."""
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import subprocess
 import sys
@@ -64,7 +65,8 @@ def test_core_modules_do_not_import_huggingface_hub(tmp_path):
             "from speco3.cli import main\n"
             "main(['models', 'list'])\n"
             "assert 'huggingface_hub' not in sys.modules, 'imported huggingface_hub'\n")
-    env = {"SPECO3_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    env = {"SPECO3_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
+           **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}  # the sources under test, not an install
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
 
