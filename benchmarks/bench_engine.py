@@ -13,7 +13,7 @@ turns with a zoom image each; the model's greedy tokens are kept verbatim) is ru
 
 Prints JSON: tokens evaluated, images encoded, image tokens encoded and wall time per path, the unique content of
 the conversation, and the ratios naive / ours. Run: ``.venv/bin/python benchmarks/bench_engine.py``; ``--quick``: 8
-tokens per turn, one run per path. The tiny model is built into ``SPECO3_TEST_CACHE`` when set (shared with the
+tokens per turn, one run per path, images of a tenth of the tokens. The tiny model is built into ``SPECO3_TEST_CACHE`` when set (shared with the
 tests), else into a temporary folder.
 """
 
@@ -47,6 +47,7 @@ REQUIRES = ("llama_cpp",)
 JSON_KEYS = ("ours", "naive", "ratios_naive_over_ours", "handler", "same_text_both_paths")
 KEYS = ("text_tokens_evaluated", "images_encoded", "image_tokens_encoded", "wall_s")
 SIZES = [(792, 472), (596, 352), (596, 352), (700, 360)]  # a full LAMOST view and 3 zoom windows (pixels)
+QUICK_SIZES = [(224, 140), (168, 112), (168, 112), (196, 112)]  # --quick: same shapes, a tenth of the tokens
 
 
 def tool_turn(image, lo, hi):
@@ -55,10 +56,10 @@ def tool_turn(image, lo, hi):
             "<|im_end|>\n<|im_start|>assistant\n"]
 
 
-def make_images():
+def make_images(sizes=SIZES):
     """Four distinct plot-like images at the sizes the renderer produces."""
     out = []
-    for seed, (w, h) in enumerate(SIZES):
+    for seed, (w, h) in enumerate(sizes):
         rng = np.random.default_rng(seed)
         pixels = np.full((h, w, 3), 255, np.uint8)
         pixels[rng.integers(0, h, 4000), rng.integers(0, w, 4000)] = (40, 90, 200)
@@ -161,7 +162,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-handler", action="store_true", help="skip the llama-cpp-python MTMDChatHandler path")
     ap.add_argument("--exact", action="store_true",
                     help="F32 KV cache, flash attention off: both paths must then produce the same text")
-    ap.add_argument("--quick", action="store_true", help="8 tokens per turn, one run per path")
+    ap.add_argument("--quick", action="store_true", help="8 tokens per turn, one run per path, small images")
     args = ap.parse_args(argv)
     if args.quick:
         args.max_tokens, args.repeat = 8, 1
@@ -177,7 +178,7 @@ def main(argv=None) -> int:
                                   kv_type="f32" if args.exact else "f16")
         engine = LlamaMtmdEngine(text, mmproj, settings, warmup=False)
         engine.load()
-        images = make_images()
+        images = make_images(QUICK_SIZES if args.quick else SIZES)
         try:
             run(engine, images, 4, naive=False)  # warm up allocators once
             ours = naive = None
