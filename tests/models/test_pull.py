@@ -160,6 +160,23 @@ def test_pull_refuses_an_incomplete_checkpoint(tmp_path, monkeypatch):
         pull(ModelStore(), "spec-o3-7b")
 
 
+def test_a_checkpoint_without_a_converter_is_refused_before_any_download(tmp_path, monkeypatch):
+    """The model package never imports the converter: a safetensors repository needs the caller's convert step."""
+    from speco3_models import catalog
+
+    repo = tmp_path / "ckpt"
+    repo.mkdir()
+    for name in catalog.get("spec-o3-7b").required_files:
+        (repo / name).write_text("{}")
+    (repo / "model.safetensors").write_bytes(b"\0" * 16)
+    hub = FakeHub(repo)
+    hub.install(monkeypatch)
+    with pytest.raises(ModelStoreError, match="holds a safetensors checkpoint, which must be converted, and no "
+                                              "converter was given"):
+        pull(ModelStore(), "spec-o3-7b")
+    assert hub.downloads == []
+
+
 def test_blocked_sockets_give_the_offline_message(monkeypatch):
     """With offline mode off, the suite's socket guard stands in for a machine without a network."""
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
