@@ -2,9 +2,9 @@
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_adversarial.py [--episodes 1900] [--seed 0] [--real-render]
+    .venv/bin/python benchmarks/bench_adversarial.py [--episodes 1900] [--seed 0] [--real-render] [--quick]
 
-Runs ``tests/robustness/adversarial.py`` episodes on a real LAMOST spectrum (Pillow renderer by default, the Qt
+Runs `speco3_testkit.adversarial` episodes on a real LAMOST spectrum (Pillow renderer by default, the Qt
 renderer ``speco3.render`` with ``--real-render``), saves and reloads every trace, and prints JSON: outcomes by
 category, escaped exceptions, trace save/load failures, budget overruns, turns and tool calls per category, time
 per episode, and the ratio of the mean episode time to that of plain valid episodes (one zoom, then an answer)
@@ -24,15 +24,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import _kit  # noqa: F401 - puts the test kit on sys.path
+
+from speco3_testkit import adversarial
+from speco3_testkit.testdata import SPECTRA
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(REPO / "tests" / "robustness"))
-sys.path.insert(0, str(REPO / "tests" / "agent"))
-sys.path.insert(0, str(REPO / "tests"))
+#: Headline keys of the printed JSON (the README's benchmark table lists them).
+JSON_KEYS = ("episodes", "escaped_exceptions", "trace_failures", "over_budget", "outcomes", "by_category",
+             "mean_episode_s", "ratio_to_reference")
 
-import adversarial  # noqa: E402
-
-from testdata import SPECTRA  # noqa: E402
 
 SPECTRUM = SPECTRA / "lamost" / "spec-60591-LN042429N340750BM01_sp01-001.fits.gz"
 
@@ -74,7 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--episodes", type=int, default=100 * len(adversarial.CATEGORIES))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--real-render", action="store_true", help="render with speco3.render (Qt) instead of Pillow")
+    ap.add_argument("--quick", action="store_true", help="one episode per category, 3 reference episodes")
     args = ap.parse_args(argv)
+    n_reference = 3 if args.quick else 30
+    if args.quick:
+        args.episodes = len(adversarial.CATEGORIES)
     import logging
 
     logging.disable(logging.WARNING)
@@ -87,11 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         def render(view):
             return render_view(view).png
     else:
-        from agent_helpers import pillow_render as render
+        from speco3_testkit.spectra import pillow_render as render
     work = Path(tempfile.mkdtemp(prefix="advbench-"))
     rng = random.Random(args.seed + 1)
     reference = [run(adversarial.episode("valid_then_answer", rng), spectrum, render, work / f"ref{i}", True)["seconds"]
-                 for i in range(30)]
+                 for i in range(n_reference)]
     by_cat: dict[str, list[dict]] = collections.defaultdict(list)
     t0 = time.perf_counter()
     for i, (cat, outputs) in enumerate(adversarial.generate(args.episodes, seed=args.seed)):

@@ -13,7 +13,11 @@ projector) in a child process and reports
 
 Everything is written under a temporary folder (``--dir``) and removed at the end.
 
-Run: ``.venv/bin/python benchmarks/bench_convert.py [--layers 16] [--dir /tmp]``; prints JSON.
+Run: ``.venv/bin/python benchmarks/bench_convert.py [--layers 16] [--dir /tmp]``; prints JSON. ``--quick``: a
+toy-sized checkpoint in 4 MiB shards (seconds, same code paths). ``--shape 7b`` (opt-in, real scale): a
+Qwen2.5-VL-7B-shaped checkpoint (28 layers of hidden 3584, 32 vision blocks, about 8.3 B parameters, 16.6 GB of
+bf16): it needs about 34 GB free under ``--dir`` (checkpoint + converted output, then checkpoint + copy) and
+runs for several times the default's wall time (not measured here).
 """
 
 from __future__ import annotations
@@ -31,15 +35,28 @@ import tempfile
 import time
 from pathlib import Path
 
+import _kit  # noqa: F401 - puts the test kit on sys.path
 import numpy as np
 
 from speco3_converters.hfconfig import load_config
 from speco3_converters.qwen25vl import expected_shapes
-from speco3_converters.testing import make_tiny_qwen25vl, model_config, write_side_files
-from speco3_converters.tinybpe import build_tokenizer_json
+from speco3_testkit.tinybpe import build_tokenizer_json
+from speco3_testkit.tinymodel import make_tiny_qwen25vl, model_config, write_side_files
 
 SHARD_BYTES = 1 << 30
 CHUNK = 1 << 24  # elements per random chunk
+#: Headline keys of the printed JSON (the README's benchmark table lists them).
+JSON_KEYS = ("checkpoint_bytes", "convert_MBps", "plain_copy_MBps", "convert_vs_copy_throughput",
+             "peak_rss_MiB", "peak_rss_ok")
+#: (text dims, vision dims) of the generated checkpoint; ``layers`` of the text model is set by ``--layers``.
+SHAPES = {
+    "1.5b": ({"hidden": 1536, "intermediate": 8960, "heads": 12, "kv_heads": 2, "vocab": 151936, "mrope": [16, 24, 24]},
+             {"depth": 8, "hidden": 1280, "intermediate": 3420, "heads": 16, "fullatt": [3, 7]}),
+    "7b": ({"hidden": 3584, "intermediate": 18944, "heads": 28, "kv_heads": 4, "vocab": 152064, "mrope": [16, 24, 24]},
+           {"depth": 32, "hidden": 1280, "intermediate": 3420, "heads": 16, "fullatt": [7, 15, 23, 31]}),
+    "quick": ({"hidden": 256, "intermediate": 768, "heads": 4, "kv_heads": 2, "vocab": 2048, "mrope": [8, 12, 12]},
+              {"depth": 4, "hidden": 128, "intermediate": 336, "heads": 4, "fullatt": [1, 3]}),
+}
 
 
 def _random_bf16(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -48,13 +65,12 @@ def _random_bf16(rng: np.random.Generator, n: int) -> np.ndarray:
     return (r & np.uint16(0x807F)) | np.uint16(0x3B80 + ((r[0] & 1) << 7))
 
 
-def write_checkpoint(folder: Path, layers: int, seed: int = 0) -> tuple[int, int]:
+def write_checkpoint(folder: Path, layers: int, seed: int = 0, shape: str = "1.5b",
+                     shard_bytes: int = SHARD_BYTES) -> tuple[int, int]:
     """Write the random checkpoint; returns (bytes of tensor data, parameter count)."""
     tok, added = build_tokenizer_json()
-    cfg = model_config(added, text_dims={"hidden": 1536, "intermediate": 8960, "heads": 12, "kv_heads": 2,
-                                         "layers": layers, "vocab": 151936, "mrope": [16, 24, 24]},
-                       vision_dims={"depth": 8, "hidden": 1280, "intermediate": 3420, "heads": 16,
-                                    "fullatt": [3, 7]})
+    text_dims, vision_dims = SHAPES[shape]
+    cfg = model_config(added, text_dims={**text_dims, "layers": layers}, vision_dims=vision_dims)
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     write_side_files(folder, tok, added)
@@ -62,7 +78,7 @@ def write_checkpoint(folder: Path, layers: int, seed: int = 0) -> tuple[int, int
     groups, cur, size = [], [], 0
     for name, shape in shapes.items():
         nbytes = math.prod(shape) * 2
-        if cur and size + nbytes > SHARD_BYTES:
+        if cur and size + nbytes > shard_bytes:
             groups.append(cur)
             cur, size = [], 0
         cur.append((name, shape, nbytes))
@@ -123,12 +139,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", type=int, default=16, help="text layers (16 → ~1.4 B parameters, 2.8 GB)")
     ap.add_argument("--dir", default=None, help="scratch folder (default: system temp)")
+    ap.add_argument("--shape", choices=("1.5b", "7b"), default="1.5b",
+                    help="7b: opt-in real-scale checkpoint (28 layers unless --layers; ~34 GB free disk needed)")
+    ap.add_argument("--quick", action="store_true", help="toy-sized checkpoint in 4 MiB shards (seconds)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.shape, args.layers = "quick", 2
+    elif args.shape == "7b" and args.layers == 16:
+        args.layers = 28
     work = Path(tempfile.mkdtemp(prefix="speco3-bench-convert-", dir=args.dir))
     try:
         src = work / "hf"
         t0 = time.perf_counter()
-        nbytes, params = write_checkpoint(src, args.layers)
+        nbytes, params = write_checkpoint(src, args.layers, shape=args.shape,
+                                          shard_bytes=4 << 20 if args.quick else SHARD_BYTES)
         gen_s = time.perf_counter() - t0
         child_s, conv = convert_in_child(src, work / "gguf")  # first child: RUSAGE_CHILDREN is its peak
         conv_s = conv["convert_s"]
@@ -146,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         _, tiny_conv = convert_in_child(tiny, work / "tiny-gguf")
         mb = nbytes / 1e6
         result = {
+            "shape": f"{args.shape}, {args.layers} text layers",
             "checkpoint_bytes": nbytes,
             "parameters": params,
             "generate_s": round(gen_s, 2),
@@ -163,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             "output_bytes": conv["text_bytes"] + conv["mmproj_bytes"],
             "text_types": conv["text_types"],
             "note": "convert_s and plain_copy_s both start and end with os.sync() (output on disk); convert_s is "
-                    "planning + writing both GGUFs; verify_s (gguf reader on both outputs) and child_wall_s "
+                    "planning + writing both GGUFs; verify_s (speco3_models.gguf_check on both outputs) and child_wall_s "
                     "(interpreter start + convert + verify) are reported apart",
         }
         print(json.dumps(result, indent=2))

@@ -12,7 +12,9 @@ turns with a zoom image each; the model's greedy tokens are kept verbatim) is ru
   only), counting its text evaluations (``Llama.eval``) and image evaluations (``mtmd_helper_eval_chunk_single``).
 
 Prints JSON: tokens evaluated, images encoded, image tokens encoded and wall time per path, the unique content of
-the conversation, and the ratios naive / ours. Run: ``.venv/bin/python benchmarks/bench_engine.py``.
+the conversation, and the ratios naive / ours. Run: ``.venv/bin/python benchmarks/bench_engine.py``; ``--quick``: 8
+tokens per turn, one run per path, images of a tenth of the tokens. The tiny model is built into ``SPECO3_TEST_CACHE`` when set (shared with the
+tests), else into a temporary folder.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import argparse
 import base64
 import io
 import json
+import os
 import sys
 import tempfile
 import time
 
+import _kit  # noqa: F401 - puts the test kit on sys.path
 import numpy as np
 from PIL import Image
 
@@ -38,8 +42,12 @@ SYSTEM = ("<|im_start|>system\nYou are a helpful assistant.\n\n# Tools\n\nYou ma
 TASK = ("\nAnalyze the provided spectrum to determine if it is a **Carbon Star (C-type)**.\n- Primary: C2 Swan "
         "bands\n- Secondary: CN bands<|im_end|>\n<|im_start|>assistant\n")
 ZOOMS = [(4700, 5200), (5500, 5700), (6500, 6600)]
+REQUIRES = ("llama_cpp",)
+#: Headline keys of the printed JSON (the README's benchmark table lists them).
+JSON_KEYS = ("ours", "naive", "ratios_naive_over_ours", "handler", "same_text_both_paths")
 KEYS = ("text_tokens_evaluated", "images_encoded", "image_tokens_encoded", "wall_s")
 SIZES = [(792, 472), (596, 352), (596, 352), (700, 360)]  # a full LAMOST view and 3 zoom windows (pixels)
+QUICK_SIZES = [(224, 140), (168, 112), (168, 112), (196, 112)]  # --quick: same shapes, a tenth of the tokens
 
 
 def tool_turn(image, lo, hi):
@@ -48,10 +56,10 @@ def tool_turn(image, lo, hi):
             "<|im_end|>\n<|im_start|>assistant\n"]
 
 
-def make_images():
+def make_images(sizes=SIZES):
     """Four distinct plot-like images at the sizes the renderer produces."""
     out = []
-    for seed, (w, h) in enumerate(SIZES):
+    for seed, (w, h) in enumerate(sizes):
         rng = np.random.default_rng(seed)
         pixels = np.full((h, w, 3), 255, np.uint8)
         pixels[rng.integers(0, h, 4000), rng.integers(0, w, 4000)] = (40, 90, 200)
@@ -154,20 +162,23 @@ def main(argv=None) -> int:
     ap.add_argument("--no-handler", action="store_true", help="skip the llama-cpp-python MTMDChatHandler path")
     ap.add_argument("--exact", action="store_true",
                     help="F32 KV cache, flash attention off: both paths must then produce the same text")
+    ap.add_argument("--quick", action="store_true", help="8 tokens per turn, one run per path, small images")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.max_tokens, args.repeat = 8, 1
     with tempfile.TemporaryDirectory() as tmp:
         if args.text and args.mmproj:
             text, mmproj, model = args.text, args.mmproj, "given"
         else:
-            from speco3_converters.testing import tiny_gguf_pair
+            from speco3_testkit.tinymodel import tiny_gguf_pair
 
-            text, mmproj = tiny_gguf_pair(tmp, quant=args.quant)
+            text, mmproj = tiny_gguf_pair(os.environ.get("SPECO3_TEST_CACHE") or tmp, quant=args.quant)
             model = f"tiny Qwen2.5-VL ({args.quant})"
         settings = EngineSettings(n_ctx=8192, n_threads=args.threads, n_gpu_layers=0, flash_attn=not args.exact,
                                   kv_type="f32" if args.exact else "f16")
         engine = LlamaMtmdEngine(text, mmproj, settings, warmup=False)
         engine.load()
-        images = make_images()
+        images = make_images(QUICK_SIZES if args.quick else SIZES)
         try:
             run(engine, images, 4, naive=False)  # warm up allocators once
             ours = naive = None

@@ -10,11 +10,13 @@ data is a hole, so it costs no disk and no time to make. Measured:
 - reference: ``gguf.GGUFReader(path)`` alone, in the same process;
 - ``sha256`` MB/s vs a plain read of the same (page-cached) 512 MB file.
 
-Run: ``.venv/bin/python benchmarks/bench_model_checks.py``; prints JSON.
+Run: ``.venv/bin/python benchmarks/bench_model_checks.py``; prints JSON. ``--quick``: 2 layers and 8,192 tokens
+(same file layout, seconds), a 16 MB hashing file, one run of each timing.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
@@ -30,6 +32,8 @@ from speco3_models.gguf_check import check_text_model, read_gguf_summary
 from speco3_models.gguf_scan import scan_gguf
 
 N_EMBD, N_FF, N_LAYER, N_VOCAB = 3584, 18944, 28, 152064
+#: Headline keys of the printed JSON (the README's benchmark table lists them).
+JSON_KEYS = ("file", "seconds", "ratios", "hashing")
 
 
 def _qbytes(rows: int, cols: int, qtype: QT) -> tuple[int, int]:
@@ -37,9 +41,9 @@ def _qbytes(rows: int, cols: int, qtype: QT) -> tuple[int, int]:
     return rows, cols // block * size
 
 
-def write_sparse_7b(path: Path) -> int:
+def write_sparse_7b(path: Path, n_layer: int = N_LAYER, n_vocab: int = N_VOCAB) -> int:
     w = gguf.GGUFWriter(str(path), "qwen2vl")
-    w.add_block_count(N_LAYER)
+    w.add_block_count(n_layer)
     w.add_context_length(128000)
     w.add_embedding_length(N_EMBD)
     w.add_feed_forward_length(N_FF)
@@ -51,9 +55,9 @@ def write_sparse_7b(path: Path) -> int:
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
-    w.add_token_list([f"tok{i:06d}" for i in range(N_VOCAB)])
-    w.add_token_types([1] * N_VOCAB)
-    w.add_token_merges([f"t{i} k{i}" for i in range(151387)])
+    w.add_token_list([f"tok{i:06d}" for i in range(n_vocab)])
+    w.add_token_types([1] * n_vocab)
+    w.add_token_merges([f"t{i} k{i}" for i in range(n_vocab - 677)])
     w.add_chat_template("{{ messages }}")
     total = 0
 
@@ -67,10 +71,10 @@ def write_sparse_7b(path: Path) -> int:
         w.add_tensor_info(name, shape, np.dtype(dtype), nbytes, raw_dtype=qtype)
         total += nbytes + (-nbytes % 32)
 
-    add("token_embd.weight", N_VOCAB, N_EMBD, QT.Q4_K)
-    add("output.weight", N_VOCAB, N_EMBD, QT.Q6_K)
+    add("token_embd.weight", n_vocab, N_EMBD, QT.Q4_K)
+    add("output.weight", n_vocab, N_EMBD, QT.Q6_K)
     add("output_norm.weight", N_EMBD, None, QT.F32)
-    for i in range(N_LAYER):
+    for i in range(n_layer):
         add(f"blk.{i}.attn_norm.weight", N_EMBD, None, QT.F32)
         add(f"blk.{i}.ffn_norm.weight", N_EMBD, None, QT.F32)
         add(f"blk.{i}.attn_q.weight", N_EMBD, N_EMBD, QT.Q4_K)
@@ -103,19 +107,24 @@ def timed(fn, repeat: int = 3) -> tuple[float, object]:
     return best, out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2 layers, 8,192 tokens, a 16 MB hashing file, one run each")
+    args = ap.parse_args(argv)
+    n_layer, n_vocab = (2, 8192) if args.quick else (N_LAYER, N_VOCAB)
+    repeat = 1 if args.quick else 3
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sparse-7b-Q4_K_M.gguf"
         t0 = time.perf_counter()
-        size = write_sparse_7b(path)
+        size = write_sparse_7b(path, n_layer, n_vocab)
         t_write = time.perf_counter() - t0
-        t_reader, _ = timed(lambda: gguf.GGUFReader(str(path)))
-        t_scan, scan = timed(lambda: scan_gguf(path))
-        t_summary, summary = timed(lambda: read_gguf_summary(path))
+        t_reader, _ = timed(lambda: gguf.GGUFReader(str(path)), repeat)
+        t_scan, scan = timed(lambda: scan_gguf(path), repeat)
+        t_summary, summary = timed(lambda: read_gguf_summary(path), repeat)
         t_deep, _ = timed(lambda: read_gguf_summary(path, use_reader=True), repeat=1)
-        t_check, _ = timed(lambda: check_text_model(summary))
+        t_check, _ = timed(lambda: check_text_model(summary), repeat)
         blob = Path(tmp) / "blob.bin"
-        blob.write_bytes(os.urandom(512 << 20))
+        blob.write_bytes(os.urandom((16 if args.quick else 512) << 20))
         mb = blob.stat().st_size / 1e6
 
         def plain_read():
@@ -123,11 +132,11 @@ def main() -> None:
                 while fh.read(8 << 20):
                     pass
 
-        t_read, _ = timed(plain_read)
-        t_hash, _ = timed(lambda: sha256_file(blob))
+        t_read, _ = timed(plain_read, repeat)
+        t_hash, _ = timed(lambda: sha256_file(blob), repeat)
     print(json.dumps({
         "file": {"size_bytes": size, "tensors": scan.n_tensors, "metadata_keys": scan.n_kv,
-                 "tokens": N_VOCAB, "written_in_s": round(t_write, 2)},
+                 "tokens": n_vocab, "layers": n_layer, "written_in_s": round(t_write, 2)},
         "seconds": {"scan": round(t_scan, 3), "summary": round(t_summary, 3),
                     "summary_cross_checked_with_reader": round(t_deep, 3),
                     "check_text_model": round(t_check, 4), "reference_GGUFReader_alone": round(t_reader, 3)},

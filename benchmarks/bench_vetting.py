@@ -1,11 +1,12 @@
 """Vetting store and export figures: durable decision latency, resume lookup, export sizes and times.
 
-Run: ``.venv/bin/python benchmarks/bench_vetting.py``. Prints JSON. The reference is the same store opened with
+Run: ``.venv/bin/python benchmarks/bench_vetting.py [--quick]``. Prints JSON (``--quick``: 20 decisions, 500 rows). The reference is the same store opened with
 ``synchronous=NORMAL`` in the same process (what durability costs per decision).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -16,6 +17,10 @@ from pathlib import Path
 from speco3.vetting import Decision, ModelVerdict, VettingStore
 from speco3.vetting.export import export
 from speco3.vetting.report import write_report
+
+#: Headline keys of the printed JSON (the README's benchmark table lists them).
+JSON_KEYS = ("decision_write_ms", "model_verdict_inserts_per_s", "resume_done_keys_ms",
+             "latest_model_verdict_ms", "exports_10k_rows")
 
 
 def decision_latency(store: VettingStore, n: int, tag: str) -> list[float]:
@@ -28,9 +33,12 @@ def decision_latency(store: VettingStore, n: int, tag: str) -> list[float]:
     return times
 
 
-def main() -> int:
-    n_dec = 200
-    n_rows = 10_000
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="20 decisions, 500 model verdicts")
+    args = ap.parse_args(argv)
+    n_dec = 20 if args.quick else 200
+    n_rows = 500 if args.quick else 10_000
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         store = VettingStore(tmp / "full.sqlite")

@@ -36,8 +36,10 @@ ICON_DIR = PACKAGING_DIR / "icons"
 ICON_SVG = ICON_DIR / "spec-o3.svg"
 ICON_SIZES: tuple[int, ...] = (16, 22, 24, 32, 48, 64, 128, 256, 512)
 
-#: Import packages of this distribution (source roots ``desktop/``, ``models/``, ``converters/``).
-FIRST_PARTY: tuple[str, ...] = ("speco3", "speco3_models", "speco3_converters")
+#: Import packages of this distribution and their source roots (the test kit, ``tests/support``, is not one).
+SOURCE_ROOTS: dict[str, str] = {"speco3": "desktop", "speco3_base": "desktop", "speco3_models": "models",
+                                "speco3_converters": "converters"}
+FIRST_PARTY: tuple[str, ...] = tuple(SOURCE_ROOTS)
 
 #: Modules the frozen app needs although no static ``import`` names them (ctypes bindings, lazy imports).
 EXTRA_HIDDEN_IMPORTS: tuple[str, ...] = (
@@ -144,14 +146,18 @@ def package_dir(name: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def package_roots(root: Path = ROOT) -> dict[str, Path]:
+    """Folder of each first-party import package."""
+    return {package: root / folder / package for package, folder in SOURCE_ROOTS.items()}
+
+
 def first_party_modules(root: Path = ROOT) -> list[str]:
     """Every first-party module found in the source tree (tests and benchmarks left out).
 
     The source tree, not ``pkgutil``, is the reference: a module that fails to import at build time must make the
     bundle's self-test fail, not silently vanish from the bundle.
     """
-    roots = {"speco3": root / "desktop" / "speco3", "speco3_models": root / "models" / "speco3_models",
-             "speco3_converters": root / "converters" / "speco3_converters"}
+    roots = package_roots(root)
     modules: list[str] = []
     for package, folder in roots.items():
         if not folder.is_dir():
@@ -179,8 +185,7 @@ def first_party_data(root: Path = ROOT) -> list[tuple[str, str]]:
     Everything in a package folder that is not Python source or bytecode is data (task library TOML/JSON,
     model catalog, templates, icons), mirroring ``[tool.setuptools.package-data]``.
     """
-    roots = {"speco3": root / "desktop" / "speco3", "speco3_models": root / "models" / "speco3_models",
-             "speco3_converters": root / "converters" / "speco3_converters"}
+    roots = package_roots(root)
     pairs: list[tuple[str, str]] = []
     for package, folder in roots.items():
         if not folder.is_dir():

@@ -106,7 +106,7 @@ def _user_dirs(tmp_path_factory, monkeypatch):
 # The real spectra, reference renders and protocol fixtures live in tests/data (tests/testdata.py names the
 # folders; origin, licence and sha256 of each file: tests/data/README.md). strict_skips turns every skip into a
 # failure under SPECO3_STRICT_SKIPS=1 (scripts/test.sh) unless the test is marked @pytest.mark.optin("ENV_VAR").
-from testdata import PROTOCOL, SPECTRA  # noqa: E402
+from speco3_testkit.testdata import PROTOCOL, SPECTRA  # noqa: E402
 
 pytest_plugins = ["strict_skips"]
 
@@ -121,3 +121,36 @@ def spectra_dir() -> Path:
 def protocol_dir() -> Path:
     """The byte-exact protocol strings (``tests/data/protocol``)."""
     return PROTOCOL
+
+
+# ---------------------------------------------------------------------------------------- shared tiny model
+# One converted tiny Qwen2.5-VL pair per quantization, built once and kept in pytest's cache folder
+# (``.pytest_cache/d/speco3-tiny-gguf``; ``SPECO3_TEST_CACHE`` overrides) under a name made from a digest of the
+# converter's and the model builder's source: a changed converter or builder makes a new pair, an unchanged one
+# is reused by every fixture of this run and of later runs.
+
+
+@pytest.fixture(scope="session")
+def tiny_cache_dir(request, tmp_path_factory) -> Path:
+    """Folder of the shared tiny pairs (a fresh temporary one when pytest's cache is switched off)."""
+    if os.environ.get("SPECO3_TEST_CACHE"):
+        return Path(os.environ["SPECO3_TEST_CACHE"])
+    cache = getattr(request.config, "cache", None)
+    return Path(cache.mkdir("speco3-tiny-gguf")) if cache is not None else tmp_path_factory.mktemp("tiny-gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tiny_cache_dir):
+    """``tiny_gguf(quant="Q8_0") -> (text_gguf, mmproj_gguf)``: the shared tiny pair at ``quant``.
+
+    ``quant`` is one of ``F32``, ``F16``, ``Q8_0``, ``Q4_K_M`` (the quantized ones need llama-cpp-python).
+    Every returned pair passed `speco3_models.gguf_check.check_pair`.
+    """
+    from speco3_testkit.tinymodel import tiny_gguf_pair
+
+    cache = tiny_cache_dir
+
+    def get(quant: str = "Q8_0") -> tuple[Path, Path]:
+        return tiny_gguf_pair(cache, quant)
+
+    return get

@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from testdata import DATA, listed_checksums
+from speco3_testkit.testdata import DATA, listed_checksums
 
 
 def on_disk() -> set[str]:

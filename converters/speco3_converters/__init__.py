@@ -4,8 +4,11 @@ Public API
 ----------
 - :func:`convert_checkpoint` / :class:`ConvertResult` — torch-free, streaming conversion.
 - :mod:`speco3_converters.quantize` — ``quantize(src, dst, qtype)`` through llama.cpp, in a subprocess.
-- :mod:`speco3_converters.verify` — ``verify_gguf(path, kind, expect)`` with gguf's reader.
-- :mod:`speco3_converters.testing` — tiny random Qwen2.5-VL checkpoints and cached GGUF pairs for tests.
+- :mod:`speco3_converters.verify` — ``verify_gguf(path, kind, expect)``: `speco3_models.gguf_check` plus the
+  converter's expectations.
+- :mod:`speco3_converters.build` — ``build_model(store, hf_dir, quant=...)``: convert, quantize, verify, register.
+
+Below the application (`speco3`), above the model store (`speco3_models`); never imports the application.
 """
 
 from __future__ import annotations

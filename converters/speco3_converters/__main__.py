@@ -12,7 +12,7 @@ import logging
 import sys
 import time
 
-from speco3.errors import Speco3Error
+from speco3_base.errors import Speco3Error
 
 from .convert import convert_checkpoint
 

@@ -6,8 +6,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from speco3.errors import ConversionError
-from speco3.fileio import Progress
+from speco3_base.errors import ConversionError
+from speco3_base.fileio import Progress
 
 from .gguf_stream import write_file
 from .plan import ConversionPlan

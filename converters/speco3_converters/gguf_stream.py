@@ -18,8 +18,8 @@ import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-from speco3.errors import ConversionError
-from speco3.fileio import Progress
+from speco3_base.errors import ConversionError
+from speco3_base.fileio import Progress
 
 from .plan import FilePlan, PlannedTensor
 from .safetensors_io import DEFAULT_BLOCK_BYTES, SafetensorsCheckpoint, TensorRef, bf16_to_f32

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speco3.errors import ConversionError
+from speco3_base.errors import ConversionError
 
 logger = logging.getLogger(__name__)
 

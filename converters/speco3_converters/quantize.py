@@ -3,7 +3,7 @@
 The call blocks for minutes on a 7B model and aborts the process on a malformed file, so it runs in a
 subprocess (``python -m speco3_converters.quantize``). llama.cpp logs one line per tensor
 (``[  12/ 339] blk.0.attn_q.weight ...``); the parent reads them to report progress. The input is checked
-with gguf's reader before llama.cpp sees it and the output is verified before it replaces ``dst``.
+(`speco3_models.gguf_check`) before llama.cpp sees it and the output is verified before it replaces ``dst``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from pathlib import Path
 
 from gguf import GGMLQuantizationType as QT
 
-from speco3.errors import ConversionError
+from speco3_base.errors import ConversionError
+from speco3_models.gguf_check import PROJECTOR_ARCH, TEXT_ARCH, read_gguf_summary
 
-from .verify import read_gguf, verify_gguf
+from .verify import verify_gguf
 
 logger = logging.getLogger(__name__)
 
@@ -67,16 +68,13 @@ def quantize(src: str | Path, dst: str | Path, qtype: str = "Q4_K_M", *,
     src, dst = Path(src), Path(dst)
     if qtype not in FTYPES:
         raise ConversionError(f"unknown quantization {qtype!r}; choose one of {', '.join(FTYPES)}")
-    reader = read_gguf(src)
-    field = reader.get_field("general.architecture")
-    arch = field.contents() if field is not None else None
-    kind = {"qwen2vl": "text", "clip": "mmproj"}.get(arch)
+    summary = read_gguf_summary(src)
+    kind = {TEXT_ARCH: "text", PROJECTOR_ARCH: "mmproj"}.get(summary.arch)
     if kind is None:
-        raise ConversionError(f"{src}: cannot quantize architecture {arch!r} (expected qwen2vl or clip)")
+        raise ConversionError(f"{src}: cannot quantize architecture {summary.arch!r} (expected qwen2vl or clip)")
     if kind == "mmproj" and qtype not in ("Q8_0", "F16"):
         raise ConversionError(f"{src}: a vision projector should stay F16 or Q8_0, not {qtype}")
-    quantized = sorted({t.tensor_type.name for t in reader.tensors} - _FLOAT_SOURCES)
-    del reader
+    quantized = sorted(set(summary.tensor_types) - _FLOAT_SOURCES)
     if quantized:
         raise ConversionError(f"{src}: already quantized ({', '.join(quantized)}); quantize from the F16/BF16 file")
     verify_gguf(src, kind)

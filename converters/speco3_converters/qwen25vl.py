@@ -15,7 +15,7 @@ from pathlib import Path
 import gguf
 from gguf import GGMLQuantizationType as QT
 
-from speco3.errors import ConversionError
+from speco3_base.errors import ConversionError
 
 from .chat_template import speco3_chat_template
 from .hfconfig import Qwen25VLConfig, load_config

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from speco3.errors import ConversionError
+from speco3_base.errors import ConversionError
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import gguf
 
-from speco3.errors import ConversionError
+from speco3_base.errors import ConversionError
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
+from speco3_base import APP_NAME
+
 __version__ = "0.1.0"
-APP_NAME = "spec-o3"
 
 __all__ = ["APP_NAME", "__version__"]

@@ -1,4 +1,5 @@
-"""Typed errors of the headless core.
+"""Typed errors of the headless core (`Speco3Error`, `ModelFileError` and `ConversionError` come from
+`speco3_base.errors`, shared with the model store and the converter).
 
 Every error a user can meet carries a short, specific message that names the thing
 (file, model, task) and the reason. The GUI shows ``str(error)``; tracebacks go to the log.
@@ -8,9 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from speco3_base.errors import ConversionError, ModelFileError, Speco3Error
 
-class Speco3Error(Exception):
-    """Base class of all errors raised on purpose by Spec-o3."""
+__all__ = ["ContextFullError", "ConversionError", "EngineError", "ModelFileError", "Speco3Error", "SpectrumReadError",
+           "StoreError", "TaskError"]
 
 
 class SpectrumReadError(Speco3Error):
@@ -28,19 +30,6 @@ class SpectrumReadError(Speco3Error):
         self.path = str(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
-
-
-class ModelFileError(Speco3Error):
-    """A model file (GGUF text model or projector) is missing, corrupt or of the wrong kind."""
-
-    def __init__(self, path: str | Path, reason: str):
-        self.path = str(path)
-        self.reason = reason
-        super().__init__(f"{self.path}: {reason}")
-
-
-class ConversionError(Speco3Error):
-    """A checkpoint cannot be converted (unsupported, incomplete or inconsistent)."""
 
 
 class EngineError(Speco3Error):

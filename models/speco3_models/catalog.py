@@ -15,11 +15,13 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from speco3.engine.base import DEFAULT_N_CTX
+from speco3_base.defaults import DEFAULT_N_CTX
 from speco3_models.errors import ModelStoreError
 
 logger = logging.getLogger(__name__)
 
+#: Text quantizations a model can be built or pulled at (``F16``/``BF16``/``F32``: no quantization step).
+QUANTS: tuple[str, ...] = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16", "BF16", "F32")
 #: Quantizations offered for the text model, best size/quality trade-off first.
 QUANT_PREFERENCE: tuple[str, ...] = ("Q4_K_M", "Q5_K_M", "Q8_0", "F16", "BF16", "F32")
 

@@ -1,12 +1,12 @@
 """Errors of the model store, raised on purpose with a message a user can act on.
 
-`speco3.errors.ModelFileError` (a single file is missing, corrupt or of the wrong kind) stays the error of
+`speco3_base.errors.ModelFileError` (a single file is missing, corrupt or of the wrong kind) stays the error of
 `speco3_models.gguf_check`; the classes here cover the store as a whole.
 """
 
 from __future__ import annotations
 
-from speco3.errors import Speco3Error
+from speco3_base.errors import Speco3Error
 
 HOW_TO_GET_A_MODEL = (
     "get one with 'spec-o3 models pull spec-o3-7b' (downloads the checkpoint and converts it here), "

@@ -1,6 +1,6 @@
 """File helpers of the model store: hashing and copying with progress, atomic JSON writes, a manifest lock.
 
-Progress callbacks are `speco3.fileio.Progress`, ``progress(label, done, total)``: here ``label`` names the step
+Progress callbacks are `speco3_base.fileio.Progress`, ``progress(label, done, total)``: here ``label`` names the step
 (``"sha256 model.gguf"``), ``done`` and ``total`` count bytes (or steps; ``total`` 0 = unknown).
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from speco3.fileio import CHUNK, Progress, no_progress, write_text_atomic
+from speco3_base.fileio import CHUNK, Progress, no_progress, write_text_atomic
 from speco3_models.errors import ModelStoreError
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any
 
 from gguf import GGUFReader, GGUFValueType, LlamaFileType
 
-from speco3.errors import ModelFileError
+from speco3_base.errors import ModelFileError
 from speco3_models.gguf_scan import MAX_DECODED_ARRAY, LargeArray, ScanResult, scan_gguf
 
 logger = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from gguf.constants import (
     GGUFValueType,
 )
 
-from speco3.errors import ModelFileError
+from speco3_base.errors import ModelFileError
 
 logger = logging.getLogger(__name__)
 

@@ -86,13 +86,11 @@ class InstalledModel:
     def catalog_entry(self) -> catalog.CatalogModel | None:
         return catalog.find(self.catalog_id) if self.catalog_id else None
 
-    def model_info(self):
-        """The engine's `ModelInfo` for this model (recorded with every verdict)."""
-        from speco3.engine.base import ModelInfo
-
-        return ModelInfo(model_id=self.catalog_id or self.name, quant=self.quant, text_sha256=self.text.sha256,
-                         mmproj_sha256=self.mmproj.sha256, text_path=str(self.text_path),
-                         mmproj_path=str(self.mmproj_path))
+    def model_info(self) -> dict[str, str | None]:
+        """The fields of the engine's ``ModelInfo`` for this model (recorded with every verdict)."""
+        return {"model_id": self.catalog_id or self.name, "quant": self.quant, "text_sha256": self.text.sha256,
+                "mmproj_sha256": self.mmproj.sha256, "text_path": str(self.text_path),
+                "mmproj_path": str(self.mmproj_path)}
 
     def to_dict(self, root: Path | None = None) -> dict[str, Any]:
         """Manifest form; managed files under ``root`` are stored relative to it (the store can be moved)."""

@@ -2,7 +2,8 @@
 
 This is the only module that imports huggingface-hub, and only inside `pull`. A repository holding GGUF files is
 imported directly (text file for the asked quantization + projector); a repository holding a safetensors
-checkpoint is downloaded and then converted and quantized here (`speco3_models.build`). Every downloaded file is
+checkpoint is downloaded and then handed to the caller's ``convert`` step (the application passes
+`speco3_converters.build.build_model`; this package sits below the converter and never imports it). Every downloaded file is
 checked against the repository's own checksums (sha256 of LFS files, git blob id of small files). Downloads go to
 ``<store>/downloads/`` and resume where they stopped.
 """
@@ -15,15 +16,18 @@ import io
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from speco3.fileio import Progress, no_progress, sha256_file
+from speco3_base.fileio import Progress, no_progress, sha256_file
 from speco3_models import catalog
-from speco3_models.build import QUANTS
-from speco3_models.catalog import format_bytes
+from speco3_models.catalog import QUANTS, format_bytes
 from speco3_models.errors import DownloadError, ModelStoreError, OfflineError, OperationCancelled
 from speco3_models.installed import InstalledModel, Provenance
-from speco3_models.store import ModelStore
+
+if TYPE_CHECKING:
+    from speco3_models.store import ModelStore
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +82,19 @@ def _choose_gguf(files: list[str], quant: str) -> tuple[str, str]:
     return sorted(texts, key=len)[0], proj
 
 
-def pull(store: ModelStore, name: str, quant: str | None = None, *, revision: str | None = None,
-         progress: Progress | None = None, keep_checkpoint: bool = False, install_name: str | None = None,
-         make_default: bool = False, token: str | None = None) -> InstalledModel:
+def pull(store: ModelStore, name: str, quant: str | None = None, *, convert: Callable[..., Any] | None = None,
+         revision: str | None = None, progress: Progress | None = None, keep_checkpoint: bool = False,
+         install_name: str | None = None, make_default: bool = False, token: str | None = None) -> InstalledModel:
     """Download ``name`` (a catalog model or a Hugging Face repo id) and install it at ``quant``.
+
+    Parameters
+    ----------
+    store : ModelStore
+        Where the model is installed.
+    convert : callable, optional
+        ``convert(store, checkpoint_dir, *, quant, name, progress, provenance, catalog_id, make_default)``
+        returning an object with ``.model``: builds an installed model from a downloaded safetensors checkpoint
+        (`speco3_converters.build.build_model`). Without it only repositories holding GGUF files can be pulled.
 
     Raises
     ------
@@ -135,6 +148,10 @@ def pull(store: ModelStore, name: str, quant: str | None = None, *, revision: st
         wanted = [f for f in files if f in required or f in optional] + weights
         if quant not in QUANTS:
             raise ModelStoreError(f"unknown quantization {quant!r}; choose one of {', '.join(QUANTS)}")
+        if convert is None:
+            raise ModelStoreError(f"{repo_id} holds a safetensors checkpoint, which must be converted, and no "
+                                  "converter was given; use 'spec-o3 models pull', or pass "
+                                  "convert=speco3_converters.build.build_model")
     total = sum(siblings[f].size or 0 for f in wanted)
     dest = store.downloads_dir() / repo_id.replace("/", "--") / sha[:12]
     free = store.disk_free()
@@ -179,10 +196,8 @@ def pull(store: ModelStore, name: str, quant: str | None = None, *, revision: st
                                   known_sha256=arrived)
         shutil.rmtree(dest, ignore_errors=True)  # only the hub's download bookkeeping is left there
     else:
-        from speco3_models.build import build_model
-
-        model = build_model(store, dest, quant=quant, name=target, progress=progress, provenance=prov,
-                            catalog_id=entry.name if entry else None, make_default=make_default).model
+        model = convert(store, dest, quant=quant, name=target, progress=progress, provenance=prov,
+                        catalog_id=entry.name if entry else None, make_default=make_default).model
         if not keep_checkpoint:
             shutil.rmtree(dest, ignore_errors=True)
     return model

@@ -7,7 +7,7 @@ Layout under the store root (default ``data_dir()/models``)::
     <name>/                files of one installed model (copied, moved or hard-linked here)
     downloads/             partial and finished hub downloads (``pull``)
 
-Nothing here touches the network; `ModelStore.pull` delegates to `speco3_models.pull`, which imports
+Nothing here touches the network; downloads are `speco3_models.pull.pull(store, ...)`, which imports
 huggingface-hub only when called.
 """
 
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speco3.config import data_dir
-from speco3.errors import ModelFileError
-from speco3.fileio import Progress, sha256_file
+from speco3_base.dirs import data_dir
+from speco3_base.errors import ModelFileError
+from speco3_base.fileio import Progress, sha256_file
 from speco3_models import catalog
 from speco3_models.errors import HOW_TO_GET_A_MODEL, ModelNotInstalledError, ModelStoreError
 from speco3_models.files import atomic_write_json, locked, place_file
@@ -282,12 +282,6 @@ class ModelStore:
         prov = Provenance("converted", str(source_dir), converter_version, dict(details or {}))
         return self.import_pair(text, mmproj, name, copy=False, move=True, progress=progress, provenance=prov,
                                 catalog_id=catalog_id, make_default=make_default)
-
-    def pull(self, name: str, quant: str | None = None, *, progress: Progress | None = None, **kwargs: Any):
-        """Download a model from the Hugging Face Hub (only when the user asks); see `speco3_models.pull.pull`."""
-        from speco3_models.pull import pull
-
-        return pull(self, name, quant=quant, progress=progress, **kwargs)
 
     # -- checking and removing ----------------------------------------------------------------------------
     def verify(self, name: str, *, hashes: bool = True, progress: Progress | None = None) -> VerifyReport:

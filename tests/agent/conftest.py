@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from speco3.spectra.model import Spectrum
-from testkit import make_spectrum, pillow_render
+from speco3_testkit.spectra import make_spectrum, pillow_render
 
 
 @pytest.fixture

@@ -21,14 +21,13 @@ except ImportError:  # not installed: a skip (a failure under SPECO3_STRICT_SKIP
 
 
 @pytest.fixture(scope="module")
-def tiny_engine(tmp_path_factory):
+def tiny_engine(tiny_gguf):
     if not HAVE_LLAMA:
         pytest.skip("llama-cpp-python (with mtmd) is not installed")
     from speco3.engine.base import EngineSettings
     from speco3.engine.llama import LlamaMtmdEngine
-    from speco3_converters.testing import tiny_gguf_pair
 
-    text, mmproj = tiny_gguf_pair(tmp_path_factory.mktemp("tiny"), quant="Q8_0")
+    text, mmproj = tiny_gguf("Q8_0")
     settings = EngineSettings(n_ctx=4096, n_threads=2, n_gpu_layers=0, mmproj_on_gpu=False, image_max_tokens=120,
                               max_tokens_per_turn=96)
     engine = LlamaMtmdEngine(text, mmproj, settings, warmup=False)

@@ -12,7 +12,7 @@ from speco3.engine.base import EngineSettings
 from speco3.engine.scripted import ScriptedEngine
 from speco3.errors import EngineError
 from speco3.imaging import PreparedImage
-from testkit import make_spectrum
+from speco3_testkit.spectra import make_spectrum
 
 
 def call(rng, label=None) -> str:

@@ -10,7 +10,7 @@ from speco3.agent import protocol as p
 from speco3.agent.tool import invalid_range_text, no_data_text, success_text
 from speco3.imaging import prepare_image
 from speco3.spectra.view import View
-from testkit import make_spectrum, pillow_render
+from speco3_testkit.spectra import make_spectrum, pillow_render
 
 
 @pytest.fixture

@@ -159,7 +159,7 @@ def test_load_script_forms(tmp_path):
 
 
 def test_script_selection_is_deterministic_and_varies(spectrum, render):
-    from testkit import make_spectrum
+    from speco3_testkit.spectra import make_spectrum
 
     eng = ScriptedEngine(scripts=[[YES], ["<think>n</think><answer>\\boxed{NO}</answer>"]])
     verdicts = []

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from speco3_converters.testing import make_tiny_qwen25vl
+from speco3_testkit.tinymodel import make_tiny_qwen25vl
 
 
 @pytest.fixture(scope="session")

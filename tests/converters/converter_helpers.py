@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from speco3_converters.safetensors_io import read_header
-from speco3_converters.testing import write_safetensors
+from speco3_testkit.tinymodel import write_safetensors
 
 try:
     import llama_cpp.mtmd_cpp  # noqa: F401

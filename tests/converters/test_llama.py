@@ -11,9 +11,8 @@ from converter_helpers import needs_llama
 from speco3.errors import ConversionError, ModelFileError
 from speco3_converters import convert_checkpoint
 from speco3_converters.quantize import quantize
-from speco3_converters.smoke import smoke_test
-from speco3_converters.testing import tiny_gguf_pair
 from speco3_converters.verify import verify_gguf
+from speco3_testkit.smoke import smoke_test
 
 pytestmark = [pytest.mark.llama, needs_llama]
 
@@ -46,12 +45,11 @@ def test_convert_quantize_load_and_generate(tiny_ckpts, test_image, tmp_path, op
     assert np.std(r["logits"]) > 0.1  # not a degenerate forward
 
 
-def test_pairs_agree_across_quantizations(test_image, tmp_path_factory):
+def test_pairs_agree_across_quantizations(test_image, tiny_gguf):
     """F16 and Q8_0 of the same weights predict nearly the same distribution; Q4_K_M stays close."""
-    cache = tmp_path_factory.mktemp("pairs")
     logits = {}
     for q in ("F16", "Q8_0", "Q4_K_M"):
-        text, mmproj = tiny_gguf_pair(cache, q)
+        text, mmproj = tiny_gguf(q)
         logits[q] = smoke_test(text, mmproj, test_image, n_predict=1)["logits"]
 
     def cos(a, b):
@@ -60,9 +58,9 @@ def test_pairs_agree_across_quantizations(test_image, tmp_path_factory):
     assert cos(logits["F16"], logits["Q8_0"]) > 0.999
     assert cos(logits["F16"], logits["Q4_K_M"]) > 0.95
     # cached: a second call returns the same files without rebuilding them
-    text, _ = tiny_gguf_pair(cache, "Q8_0")
+    text, _ = tiny_gguf("Q8_0")
     mtime = os.stat(text).st_mtime_ns
-    assert tiny_gguf_pair(cache, "Q8_0")[0] == text and os.stat(text).st_mtime_ns == mtime
+    assert tiny_gguf("Q8_0")[0] == text and os.stat(text).st_mtime_ns == mtime
 
 
 def test_projector_quantized_by_llama_cpp(tiny_ckpts, test_image, tmp_path):

@@ -15,7 +15,7 @@ from converter_helpers import needs_llama
 
 from speco3_converters import convert_checkpoint
 from speco3_converters.hfconfig import CLIP_MEAN, CLIP_STD
-from speco3_converters.smoke import smoke_test
+from speco3_testkit.smoke import smoke_test
 
 pytestmark = [pytest.mark.parity, pytest.mark.llama, needs_llama]
 torch = pytest.importorskip("torch")

@@ -26,8 +26,8 @@ TIGHT = dict(n_ctx=2048, flash_attn=False, kv_type="f32", n_threads=2, mmproj_on
 
 
 @pytest.fixture(scope="session")
-def tiny_pair(tmp_path_factory):
-    """``(text_gguf, mmproj_gguf)`` of the tiny random Qwen2.5-VL, F32, built once per session.
+def tiny_pair(tiny_gguf):
+    """``(text_gguf, mmproj_gguf)`` of the tiny random Qwen2.5-VL, F32 (the shared cached pair).
 
     ``SPECO3_TINY_GGUF=text.gguf,mmproj.gguf`` points the tests at an existing tiny pair instead.
     """
@@ -37,9 +37,7 @@ def tiny_pair(tmp_path_factory):
     if override:
         text, mmproj = override.split(",")
         return text, mmproj
-    from speco3_converters.testing import tiny_gguf_pair
-
-    text, mmproj = tiny_gguf_pair(tmp_path_factory.mktemp("tiny_gguf"), quant="F32")
+    text, mmproj = tiny_gguf("F32")
     return str(text), str(mmproj)
 
 

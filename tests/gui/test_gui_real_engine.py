@@ -16,12 +16,10 @@ pytestmark = [pytest.mark.gui, pytest.mark.llama]
 
 
 @pytest.fixture(scope="session")
-def tiny_model_files(tmp_path_factory):
+def tiny_model_files(tiny_gguf):
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("llama-cpp-python is not installed")
-    from speco3_converters.testing import tiny_gguf_pair
-
-    return tiny_gguf_pair(tmp_path_factory.mktemp("tiny-gguf"), quant="Q8_0")
+    return tiny_gguf("Q8_0")
 
 
 def test_real_engine_streams_into_the_panel(qtbot, make_window, demo_archive, open_and_wait, tiny_model_files):

@@ -211,8 +211,8 @@ def test_fifo_is_refused_without_opening_it(tmp_path):
 
 def test_scan_decoder_agrees_with_ggufs_reader_on_converter_output(tmp_path):
     """Two independent parsers: the bounded scan's values equal gguf's reader's on real converter files."""
-    from speco3_converters import testing
     from speco3_converters.convert import convert_checkpoint
+    from speco3_testkit import tinymodel as testing
 
     hf = testing.make_tiny_qwen25vl(tmp_path / "hf", tied=True)
     res = convert_checkpoint(hf, tmp_path / "out", outtype="bf16", name="tiny")

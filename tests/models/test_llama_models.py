@@ -12,14 +12,16 @@ from ggufs import rewrite_gguf, write_mmproj_gguf, write_text_gguf
 from test_pull import FakeHub
 
 from speco3.cli import main
+from speco3_converters.build import build_model
 from speco3_models.gguf_check import check_pair
 from speco3_models.probe import probe_load
+from speco3_models.pull import pull
 from speco3_models.store import ModelStore, resolve_model
 
 pytestmark = pytest.mark.llama
 pytest.importorskip("llama_cpp")  # the llm extra; a failure under SPECO3_STRICT_SKIPS=1
 
-from speco3_converters import testing  # noqa: E402
+from speco3_testkit import tinymodel as testing  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +30,8 @@ def tiny_ckpt(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tiny_pair(tmp_path_factory):
-    return testing.tiny_gguf_pair(tmp_path_factory.mktemp("tinycache"), "Q8_0")
+def tiny_pair(tiny_gguf):
+    return tiny_gguf("Q8_0")
 
 
 def test_convert_registers_a_model_that_loads(tiny_ckpt, capsys):
@@ -79,7 +81,7 @@ def test_pull_of_a_safetensors_repository_converts_it(tiny_ckpt, monkeypatch):
     hub.siblings = lambda: sibs
     hub.install(monkeypatch)
     store = ModelStore()
-    model = store.pull("someone/spec-o3-tiny", "Q8_0")
+    model = pull(store, "someone/spec-o3-tiny", "Q8_0", convert=build_model)
     assert set(hub.downloads) == {p.name for p in tiny_ckpt.iterdir()}
     assert model.provenance.kind == "pulled" and model.provenance.source.startswith("someone/spec-o3-tiny@0123")
     assert model.provenance.converter_version and model.quant == "Q8_0"

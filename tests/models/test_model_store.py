@@ -126,7 +126,7 @@ def test_default_and_resolve(make_pair):
     store.remove("other")
     assert store.default().name == big.name and store.default_name() is None
     info = big.model_info()
-    assert info.model_id == "spec-o3-7b" and info.text_sha256 == big.text.sha256
+    assert info["model_id"] == "spec-o3-7b" and info["text_sha256"] == big.text.sha256
 
 
 def test_manifest_survives_a_crash_mid_write(gguf_pair, make_pair, monkeypatch):

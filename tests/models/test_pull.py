@@ -4,6 +4,7 @@ local stand-in for the hub (no network), including checksum checks."""
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from speco3_models.errors import DownloadError, ModelStoreError, OfflineError, OperationCancelled
+from speco3_models.pull import pull
 from speco3_models.store import ModelStore
 
 
@@ -32,7 +34,7 @@ def test_offline_pull_is_plain_and_makes_no_network_call(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", record("create_connection"))
     start = time.monotonic()
     with pytest.raises(OfflineError) as info:
-        ModelStore().pull("spec-o3-7b")
+        pull(ModelStore(), "spec-o3-7b")
     assert time.monotonic() - start < 1.0
     msg = str(info.value)
     assert "offline" in msg and "Maxwell-Jia/spec-o3-7b" in msg
@@ -50,20 +52,21 @@ def test_unreachable_hub_gives_the_same_plain_message(monkeypatch):
 
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", refuse)
     with pytest.raises(OfflineError, match="cannot reach the Hugging Face Hub.*spec-o3 models import"):
-        ModelStore().pull("spec-o3-3b")
+        pull(ModelStore(), "spec-o3-3b")
 
 
 def test_unknown_name_lists_catalog():
     with pytest.raises(ModelStoreError, match="known models: spec-o3-7b, spec-o3-3b"):
-        ModelStore().pull("spec-o3-9b")
+        pull(ModelStore(), "spec-o3-9b")
 
 
 def test_core_modules_do_not_import_huggingface_hub(tmp_path):
-    code = ("import sys, speco3_models.store, speco3_models.gguf_check, speco3_models.build, speco3.cli.models\n"
+    code = ("import sys, speco3_models.store, speco3_models.gguf_check, speco3_converters.build, speco3.cli.models\n"
             "from speco3.cli import main\n"
             "main(['models', 'list'])\n"
             "assert 'huggingface_hub' not in sys.modules, 'imported huggingface_hub'\n")
-    env = {"SPECO3_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    env = {"SPECO3_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
+           **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}  # the sources under test, not an install
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
 
@@ -125,7 +128,7 @@ def test_pull_of_a_gguf_repository(tmp_path, make_pair, monkeypatch):
     hub.install(monkeypatch)
     seen = []
     store = ModelStore()
-    model = store.pull("someone/tiny-gguf", "Q8_0", progress=lambda lbl, d, t: seen.append((lbl, d, t)))
+    model = pull(store, "someone/tiny-gguf", "Q8_0", progress=lambda lbl, d, t: seen.append((lbl, d, t)))
     assert hub.downloads == ["tiny-Q8_0.gguf", "mmproj-tiny-f16.gguf"]
     assert model.provenance.kind == "pulled"
     assert model.provenance.source == "someone/tiny-gguf@0123456789abcdef0123456789abcdef01234567"
@@ -135,7 +138,7 @@ def test_pull_of_a_gguf_repository(tmp_path, make_pair, monkeypatch):
     starts = [lbl for lbl, done, _ in seen if lbl == "sha256 tiny-Q8_0.gguf" and done == 0]
     assert len(starts) == 1, "the hash computed on arrival is reused when the file is moved into the store"
     with pytest.raises(DownloadError, match="no Q4_K_M text model in the repository"):
-        store.pull("someone/tiny-gguf", "Q4_K_M")
+        pull(store, "someone/tiny-gguf", "Q4_K_M")
 
 
 def test_pull_refuses_a_file_that_does_not_match_its_checksum(tmp_path, make_pair, monkeypatch):
@@ -143,7 +146,7 @@ def test_pull_refuses_a_file_that_does_not_match_its_checksum(tmp_path, make_pai
     hub.install(monkeypatch)
     store = ModelStore()
     with pytest.raises(DownloadError, match="does not match the repository's checksum"):
-        store.pull("someone/tiny-gguf", "Q8_0")
+        pull(store, "someone/tiny-gguf", "Q8_0")
     assert store.list() == []
     assert not list(store.downloads_dir().rglob("mmproj-tiny-f16.gguf")), "the damaged file is deleted"
 
@@ -154,7 +157,24 @@ def test_pull_refuses_an_incomplete_checkpoint(tmp_path, monkeypatch):
     (repo / "config.json").write_text("{}")
     FakeHub(repo).install(monkeypatch)
     with pytest.raises(DownloadError, match="missing tokenizer.json.*safetensors"):
-        ModelStore().pull("spec-o3-7b")
+        pull(ModelStore(), "spec-o3-7b")
+
+
+def test_a_checkpoint_without_a_converter_is_refused_before_any_download(tmp_path, monkeypatch):
+    """The model package never imports the converter: a safetensors repository needs the caller's convert step."""
+    from speco3_models import catalog
+
+    repo = tmp_path / "ckpt"
+    repo.mkdir()
+    for name in catalog.get("spec-o3-7b").required_files:
+        (repo / name).write_text("{}")
+    (repo / "model.safetensors").write_bytes(b"\0" * 16)
+    hub = FakeHub(repo)
+    hub.install(monkeypatch)
+    with pytest.raises(ModelStoreError, match="holds a safetensors checkpoint, which must be converted, and no "
+                                              "converter was given"):
+        pull(ModelStore(), "spec-o3-7b")
+    assert hub.downloads == []
 
 
 def test_blocked_sockets_give_the_offline_message(monkeypatch):
@@ -163,7 +183,7 @@ def test_blocked_sockets_give_the_offline_message(monkeypatch):
     monkeypatch.delenv("SPECO3_OFFLINE", raising=False)
     start = time.monotonic()
     with pytest.raises(OfflineError, match="spec-o3 convert HF_DIR"):
-        ModelStore().pull("spec-o3-7b")
+        pull(ModelStore(), "spec-o3-7b")
     assert time.monotonic() - start < 10
 
 
@@ -176,7 +196,7 @@ def test_cancel_from_the_progress_callback(tmp_path, make_pair, monkeypatch):
 
     store = ModelStore()
     with pytest.raises(OperationCancelled):
-        store.pull("someone/tiny-gguf", "Q8_0", progress=cancel)
+        pull(store, "someone/tiny-gguf", "Q8_0", progress=cancel)
     assert store.list() == []
 
 
@@ -185,6 +205,6 @@ def test_pull_checks_name_and_quant_before_any_download(gguf_pair, monkeypatch):
     store = ModelStore()
     store.import_pair(*gguf_pair, name="spec-o3-7b-q4_k_m")
     with pytest.raises(ModelStoreError, match="spec-o3-7b-q4_k_m is already installed"):
-        store.pull("spec-o3-7b")
+        pull(store, "spec-o3-7b")
     with pytest.raises(ModelStoreError, match="unknown quantization 'Q3_X'"):
-        store.pull("spec-o3-3b", "q3_x")
+        pull(store, "spec-o3-3b", "q3_x")

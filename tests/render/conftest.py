@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testdata import REFERENCE_RENDERS, SPECTRA
+from speco3_testkit.testdata import REFERENCE_RENDERS, SPECTRA
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"

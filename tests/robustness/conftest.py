@@ -24,19 +24,17 @@ def real_spectrum(spectra_dir):
 
 @pytest.fixture(scope="session")
 def pillow_render():
-    from testkit import pillow_render
+    from speco3_testkit.spectra import pillow_render
 
     return pillow_render
 
 
 @pytest.fixture(scope="session")
-def tiny_pair(tmp_path_factory):
-    """``(text_gguf, mmproj_gguf)`` of the converter's tiny random Qwen2.5-VL (Q8_0), built once per session."""
+def tiny_pair(tiny_gguf):
+    """``(text_gguf, mmproj_gguf)`` of the converter's tiny random Qwen2.5-VL (Q8_0, the shared cached pair)."""
     override = os.environ.get("SPECO3_TINY_GGUF")
     if override:
         text, mmproj = override.split(",")
         return Path(text), Path(mmproj)
-    from speco3_converters.testing import tiny_gguf_pair
-
-    return tiny_gguf_pair(tmp_path_factory.mktemp("tiny_gguf"), quant="Q8_0")
+    return tiny_gguf("Q8_0")
 

@@ -14,7 +14,6 @@ import json
 import os
 import random
 
-import adversarial
 import pytest
 
 from speco3.agent import MAX_TURNS, Trace, get_task, parse_tool_calls, run_episode
@@ -23,6 +22,7 @@ from speco3.agent.steps import AssistantStep, Outcome, PromptStep, ToolStep, Ver
 from speco3.agent.tool import run_tool
 from speco3.engine.base import EngineSettings
 from speco3.engine.scripted import ScriptedEngine
+from speco3_testkit import adversarial
 
 N_EPISODES = int(os.environ.get("SPECO3_ADV_EPISODES", str(30 * len(adversarial.CATEGORIES))))
 SEED = int(os.environ.get("SPECO3_ADV_SEED", "0"))

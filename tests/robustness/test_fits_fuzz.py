@@ -11,12 +11,12 @@ import gzip
 import os
 from pathlib import Path
 
-import fitsfuzz
 import numpy as np
 import pytest
 
 from speco3.errors import SpectrumReadError
 from speco3.spectra import read_spectra
+from speco3_testkit import fitsfuzz
 
 N_CASES = int(os.environ.get("SPECO3_FUZZ_CASES", "300"))
 SEED = int(os.environ.get("SPECO3_FUZZ_SEED", "0"))

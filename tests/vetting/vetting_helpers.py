@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from speco3.vetting.batch import VetItem
-from testkit import make_spectrum, pillow_render  # noqa: F401 - re-exported for the vetting tests
+from speco3_testkit.spectra import make_spectrum, pillow_render  # noqa: F401 - re-exported for the vetting tests
 
 # Scripted assistant outputs and screening items shared by the vetting tests.
 ZOOM = ('<think>Check Hα.</think>\n<tool_call>\n{"name": "spectral_visualization_tool", "arguments": '

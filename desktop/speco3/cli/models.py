@@ -104,6 +104,11 @@ def cmd_list(args) -> int:
 
 
 def cmd_pull(args) -> int:
+    from speco3_converters.build import (
+        build_model,  # the converter runs when the repository holds safetensors
+    )
+    from speco3_models.pull import pull
+
     store = _store(args)
     entry = catalog.find(args.name)
     if entry is not None:
@@ -111,9 +116,8 @@ def cmd_pull(args) -> int:
         print(f"Pulling {entry.repo_id}: download {entry.download_bytes}, installed size {size}", file=sys.stderr)
     progress = StderrProgress()
     try:
-        model = store.pull(args.name, args.quant, revision=args.revision, progress=progress,
-                           keep_checkpoint=args.keep_checkpoint, install_name=args.install_name,
-                           make_default=args.default)
+        model = pull(store, args.name, args.quant, convert=build_model, revision=args.revision, progress=progress,
+                     keep_checkpoint=args.keep_checkpoint, install_name=args.install_name, make_default=args.default)
     finally:
         progress.close()
     print(f"installed {model.name} ({model.quant}, {format_bytes(model.size)})")
@@ -189,7 +193,7 @@ def cmd_default(args) -> int:
 
 
 def cmd_convert(args) -> int:
-    from speco3_models.build import build_model
+    from speco3_converters.build import build_model
 
     store = None if args.no_register else _store(args)
     progress = StderrProgress()

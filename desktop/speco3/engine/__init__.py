@@ -45,7 +45,7 @@ def _model_paths(model: Any) -> tuple[Path, Path, ModelInfo]:
         return text, mmproj, ModelInfo(model_id=text.stem, text_path=str(text), mmproj_path=str(mmproj))
     if not isinstance(model, InstalledModel):
         raise TypeError(f"a model is an installed model, its name, or (text_gguf, mmproj_gguf); got {model!r:.120}")
-    return model.text_path, model.mmproj_path, model.model_info()
+    return model.text_path, model.mmproj_path, ModelInfo(**model.model_info())
 
 
 def open_engine(model: Any = None, settings: EngineSettings | None = None, *, threaded: bool = True,

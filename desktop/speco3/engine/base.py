@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from speco3.imaging import PreparedImage
+from speco3_base.defaults import DEFAULT_N_CTX  # noqa: F401 - re-exported: speco3.engine.base.DEFAULT_N_CTX
 
 Part = str | PreparedImage
 StopReason = Literal["stop", "length", "cancelled", "context_full"]
 TokenCallback = Callable[[str], None]
 
-DEFAULT_N_CTX = 16384  # context window (KV cells): 8 turns with 4-5 images and ~2k tokens of reasoning fit
 
 
 @dataclass

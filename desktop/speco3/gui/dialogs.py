@@ -86,7 +86,10 @@ def _verify(store, name: str, progress) -> str:
 
 
 def _pull(store, name: str, progress) -> str:
-    return store.pull(name, progress=progress).name
+    from speco3_converters.build import build_model
+    from speco3_models.pull import pull
+
+    return pull(store, name, progress=progress, convert=build_model).name
 
 
 class ModelManagerDialog(QDialog):

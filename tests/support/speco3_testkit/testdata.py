@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"  # tests/data
 SPECTRA = DATA / "spectra"
 REFERENCE_RENDERS = DATA / "reference-renders"
 PROTOCOL = DATA / "protocol"

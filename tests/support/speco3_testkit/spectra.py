@@ -1,6 +1,4 @@
-"""Test kit shared by the agent, vetting and robustness tests: a small Pillow renderer (no Qt) and synthetic spectra.
-
-Importable by name from any test folder: pytest puts `tests/` (the root conftest's folder) on sys.path.
+"""A small Pillow renderer (no Qt) and synthetic spectra, shared by the agent, vetting and robustness tests.
 """
 
 from __future__ import annotations

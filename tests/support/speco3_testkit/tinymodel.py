@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .hfconfig import CLIP_MEAN, CLIP_STD
+from speco3_converters.hfconfig import CLIP_MEAN, CLIP_STD
+
 from .tinybpe import build_tokenizer_json, tokenizer_config
 
 logger = logging.getLogger(__name__)
@@ -236,12 +237,15 @@ _PAIR_TYPES = {"F32": ("f32", "f32", None), "F16": ("f16", "f16", None),
                "Q8_0": ("bf16", "f16", "Q8_0"), "Q4_K_M": ("bf16", "f16", "Q4_K_M")}
 
 
-def _source_digest() -> str:
+def source_digest() -> str:
+    """Digest of what a tiny pair is made from: the converter package and this kit's model builder."""
     h = hashlib.sha256()
-    pkg = resources.files(__package__)
-    for name in sorted(p.name for p in pkg.iterdir() if p.name.endswith((".py", ".jinja"))):
-        h.update(name.encode())
-        h.update(pkg.joinpath(name).read_bytes())
+    for pkg, only in (("speco3_converters", None), (__package__, ("tinymodel.py", "tinybpe.py"))):
+        root = resources.files(pkg)
+        for name in sorted(p.name for p in root.iterdir() if p.name.endswith((".py", ".jinja"))):
+            if only is None or name in only:
+                h.update(f"{pkg}/{name}".encode())
+                h.update(root.joinpath(name).read_bytes())
     return h.hexdigest()
 
 
@@ -264,8 +268,8 @@ def tiny_gguf_pair(cache_dir: str | Path, quant: str = "Q8_0") -> tuple[Path, Pa
     Parameters
     ----------
     cache_dir : path-like
-        Cache folder; the pair lives in a sub-folder named after a digest of the converter's source
-        and ``quant``, so a changed converter rebuilds it.
+        Cache folder; the pair lives in a sub-folder named after `source_digest` and ``quant``, so a
+        changed converter or model builder rebuilds it.
     quant : {"Q8_0", "F16", "F32", "Q4_K_M"}
         Text model type. The projector is F16 (F32 for ``"F32"``).
 
@@ -273,19 +277,27 @@ def tiny_gguf_pair(cache_dir: str | Path, quant: str = "Q8_0") -> tuple[Path, Pa
     -------
     (text_gguf, mmproj_gguf) : tuple of Path
     """
-    from .convert import convert_checkpoint
-    from .quantize import quantize
-    from .verify import verify_pair
+    from speco3.errors import ModelFileError
+    from speco3_converters.convert import convert_checkpoint
+    from speco3_converters.quantize import quantize
+    from speco3_models.gguf_check import check_pair
 
     if quant not in _PAIR_TYPES:
         raise ValueError(f"quant must be one of {', '.join(_PAIR_TYPES)}, not {quant!r}")
     outtype, mmproj_type, qtype = _PAIR_TYPES[quant]
-    key = hashlib.sha256(f"{_source_digest()}|{quant}|seed0".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{source_digest()}|{quant}|seed0".encode()).hexdigest()[:16]
     folder = Path(cache_dir) / f"tiny-qwen25vl-{quant}-{key}"
     text, mmproj = folder / f"tiny-{quant}.gguf", folder / f"mmproj-tiny-{mmproj_type.upper()}.gguf"
     with _locked(Path(cache_dir) / ".tiny-gguf.lock"):
         if text.is_file() and mmproj.is_file():
-            return text, mmproj
+            try:
+                check_pair(text, mmproj)  # milliseconds; a damaged cached file is rebuilt, not handed out
+                return text, mmproj
+            except ModelFileError as exc:
+                logger.warning("rebuilding the cached tiny pair: %s", exc)
+        for old in Path(cache_dir).glob(f"tiny-qwen25vl-{quant}-*"):  # pairs of an older converter or builder
+            if old != folder:
+                shutil.rmtree(old, ignore_errors=True)
         work = folder / "work"
         shutil.rmtree(work, ignore_errors=True)
         hf = make_tiny_qwen25vl(work / "hf", seed=0)
@@ -296,5 +308,5 @@ def tiny_gguf_pair(cache_dir: str | Path, quant: str = "Q8_0") -> tuple[Path, Pa
             quantize(res.text_path, text, qtype)
         os.replace(res.mmproj_path, mmproj)
         shutil.rmtree(work, ignore_errors=True)
-        verify_pair(text, mmproj)
+        check_pair(text, mmproj)
     return text, mmproj

@@ -142,10 +142,12 @@ def smoke_test(text: str | Path, mmproj: str | Path, image: str | Path, *, timeo
     with tempfile.TemporaryDirectory(prefix="speco3-smoke-") as tmp:
         out = Path(tmp) / "result"
         args = {"text": str(text), "mmproj": str(mmproj), "image": str(image), "out": str(out), **kwargs}
-        cmd = [sys.executable, "-m", "speco3_converters.smoke", json.dumps(args)]
+        cmd = [sys.executable, "-m", "speco3_testkit.smoke", json.dumps(args)]
+        kit_root = str(Path(__file__).resolve().parents[1])  # the child imports this module from the test kit
+        path = os.pathsep.join(p for p in (kit_root, os.environ.get("PYTHONPATH", "")) if p)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path})
         except subprocess.TimeoutExpired as exc:
             raise EngineError(f"{Path(text).name}: forward pass did not finish within {timeout:.0f} s") from exc
         if proc.returncode != 0 or not out.with_suffix(".json").is_file():
@@ -158,7 +160,7 @@ def smoke_test(text: str | Path, mmproj: str | Path, image: str | Path, *, timeo
 
 
 def _child(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m speco3_converters.smoke")
+    parser = argparse.ArgumentParser(prog="python -m speco3_testkit.smoke")
     parser.add_argument("spec", help="JSON object with text, mmproj, image, out and run_pair options")
     spec = json.loads(parser.parse_args(argv).spec)
     out = Path(spec.pop("out"))

@@ -1,8 +1,8 @@
-"""Checkpoint folder → quantized, verified, registered model, through the converter package's public API.
+"""Checkpoint folder → quantized, verified, registered model.
 
-Used by ``spec-o3 convert`` and by `speco3_models.pull` when a repository holds safetensors. The steps: convert
-(text GGUF at ``outtype`` + F16 projector), quantize the text model, verify both files (the converter's own
-verification and this package's header and pair checks), delete the intermediate, register in the store.
+Used by ``spec-o3 convert`` and, handed to `speco3_models.pull.pull` as its ``convert`` step, when a repository
+holds safetensors. The steps: convert (text GGUF at ``outtype`` + F16 projector), quantize the text model, check
+the pair (`verify_pair`, i.e. `speco3_models.gguf_check`), delete the intermediate, register in the store.
 """
 
 from __future__ import annotations
@@ -13,19 +13,24 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from speco3.errors import ConversionError
-from speco3.fileio import Progress, no_progress
+from speco3_base.errors import ConversionError
+from speco3_base.fileio import Progress, no_progress
 from speco3_models import catalog
-from speco3_models.gguf_check import check_pair
+from speco3_models.catalog import QUANTS
 from speco3_models.installed import InstalledModel, Provenance, check_name
-from speco3_models.store import ModelStore
+
+from . import __version__
+from .convert import convert_checkpoint
+from .quantize import quantize
+from .verify import verify_pair
+
+if TYPE_CHECKING:
+    from speco3_models.store import ModelStore
 
 logger = logging.getLogger(__name__)
 
-#: Text quantizations the build offers (``F16``/``BF16``/``F32``: no quantization step).
-QUANTS = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16", "BF16", "F32")
 _FLOAT = ("F16", "BF16", "F32")
 
 
@@ -42,22 +47,7 @@ class BuildResult:
 
 def converter_version() -> str:
     """Version string of the converter package (recorded as provenance)."""
-    try:
-        import speco3_converters
-    except ImportError:  # pragma: no cover - same distribution
-        return "unavailable"
-    from speco3 import __version__
-
-    return str(getattr(speco3_converters, "__version__", __version__))
-
-
-def _converter_api():
-    try:
-        from speco3_converters import quantize, verify
-        from speco3_converters.convert import convert_checkpoint
-    except ImportError as exc:
-        raise ConversionError(f"the converter is not available in this installation ({exc})") from exc
-    return convert_checkpoint, quantize, verify
+    return __version__
 
 
 def default_build_name(hf_dir: Path, quant: str) -> str:
@@ -82,7 +72,7 @@ def build_model(store: ModelStore | None, hf_dir: str | Path, *, quant: str = "Q
     hf_dir : path-like
         Checkpoint folder.
     quant : str
-        Text model quantization, one of `QUANTS`.
+        Text model quantization, one of `speco3_models.catalog.QUANTS`.
     outtype : str
         Type of the intermediate text GGUF written by the converter (``bf16`` copies bf16 weights exactly).
     mmproj_type : {"f16", "q8_0", "f32"}
@@ -110,7 +100,6 @@ def build_model(store: ModelStore | None, hf_dir: str | Path, *, quant: str = "Q
         raise ConversionError(f"{hf_dir}: not a folder (expected a Hugging Face checkpoint folder)")
     if quant in _FLOAT:  # written directly by the converter, no quantization step
         outtype = quant.lower()
-    convert_checkpoint, quantize, verify = _converter_api()
     name = check_name(name or default_build_name(hf_dir, quant))
     base = name[: -len(quant) - 1] if name.lower().endswith(f"-{quant.lower()}") else name
     if dry_run:
@@ -128,8 +117,7 @@ def build_model(store: ModelStore | None, hf_dir: str | Path, *, quant: str = "Q
     work.mkdir(parents=True, exist_ok=True)
     try:
         text, mmproj, intermediate, res, seconds = _convert_quantize_verify(
-            convert_checkpoint, quantize, verify, hf_dir, work, base, quant, outtype, mmproj_type,
-            keep_intermediate, progress)
+            hf_dir, work, base, quant, outtype, mmproj_type, keep_intermediate, progress)
     except BaseException:
         if not out_dir:  # a failed build leaves no half-written gigabytes in the store
             shutil.rmtree(work, ignore_errors=True)
@@ -152,8 +140,8 @@ def build_model(store: ModelStore | None, hf_dir: str | Path, *, quant: str = "Q
     return BuildResult(text, mmproj, model, res.plan, seconds)
 
 
-def _convert_quantize_verify(convert_checkpoint, quantize, verify, hf_dir: Path, work: Path, base: str, quant: str,
-                             outtype: str, mmproj_type: str, keep_intermediate: bool, progress: Progress):
+def _convert_quantize_verify(hf_dir: Path, work: Path, base: str, quant: str, outtype: str, mmproj_type: str,
+                             keep_intermediate: bool, progress: Progress):
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
     res = convert_checkpoint(hf_dir, work, outtype=outtype, mmproj_type=mmproj_type, name=base, progress=progress,
@@ -164,7 +152,7 @@ def _convert_quantize_verify(convert_checkpoint, quantize, verify, hf_dir: Path,
     if quant != outtype.upper():
         dst = work / f"{base}-{quant}.gguf"
         t0 = time.monotonic()
-        quantize.quantize(text, dst, quant, progress=progress)
+        quantize(text, dst, quant, progress=progress)
         seconds["quantize"] = time.monotonic() - t0
         if keep_intermediate:
             intermediate = text
@@ -173,9 +161,7 @@ def _convert_quantize_verify(convert_checkpoint, quantize, verify, hf_dir: Path,
         text = dst
     t0 = time.monotonic()
     progress("verify", 0, 2)
-    verify.verify_gguf(text, "text")
-    verify.verify_gguf(mmproj, "mmproj")
-    check_pair(text, mmproj)
+    verify_pair(text, mmproj)
     progress("verify", 2, 2)
     seconds["verify"] = time.monotonic() - t0
     return text, mmproj, intermediate, res, seconds

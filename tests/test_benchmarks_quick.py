@@ -1,0 +1,63 @@
+"""Every ``benchmarks/bench_*.py`` runs in ``--quick`` mode and prints JSON with the keys the README names.
+
+The benchmarks are found by file name, so a new one is covered without editing this file. Each declares
+``JSON_KEYS`` (the headline keys of its JSON, listed in the README's benchmark table) and, when it needs an
+optional package, ``REQUIRES``; both are read from the source without importing it. Figures are not checked:
+timings belong to the benchmarks, not to tests.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((REPO / "benchmarks").glob("bench_*.py"))
+
+
+def declared(script: Path, name: str) -> tuple[str, ...]:
+    """The tuple of strings assigned to ``name`` at the top level of ``script`` (empty when absent)."""
+    for node in ast.parse(script.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    return ()
+
+
+def readme_rows() -> dict[str, str]:
+    """Row of the README's benchmark table per script name."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Benchmarks", 1)[1].split("\n## ", 1)[0]
+    return {m.group(1): line for line in section.splitlines() if (m := re.match(r"\|\s*`(bench_\w+\.py)", line))}
+
+
+def test_readme_table_lists_every_benchmark_with_its_json_keys():
+    rows = readme_rows()
+    assert sorted(rows) == [s.name for s in SCRIPTS], "one README row per benchmarks/bench_*.py"
+    for script in SCRIPTS:
+        keys = declared(script, "JSON_KEYS")
+        assert keys, f"{script.name} declares no JSON_KEYS"
+        missing = [k for k in keys if f"`{k}`" not in rows[script.name]]
+        assert not missing, f"the README row of {script.name} does not name {missing}"
+        assert f"benchmarks/{script.name}" in rows[script.name], f"no full-size command for {script.name}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.stem)
+def test_benchmark_runs_quick_and_prints_its_keys(script, tiny_cache_dir, tmp_path):
+    for module in declared(script, "REQUIRES"):
+        pytest.importorskip(module)
+    env = {**os.environ, "SPECO3_TEST_CACHE": str(tiny_cache_dir),
+           "QT_QPA_PLATFORM": "offscreen"}
+    proc = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=env)
+    assert proc.returncode == 0, f"{script.name} --quick exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    report = json.loads(proc.stdout)
+    missing = [k for k in declared(script, "JSON_KEYS") if k not in report]
+    assert not missing, f"{script.name} --quick printed no {missing}"
