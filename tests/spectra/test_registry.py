@@ -190,18 +190,26 @@ def test_reader_bug_becomes_a_read_error(monkeypatch, tmp_path):
 @pytest.mark.parametrize("rel", [SDSS, LRS, "desi/coadd-4-80613-thru20210324.fits", "generic/UM184_nF.fits",
                                  "lamost/med-58625-TD192102N424113K01_sp12-076.fits.gz", "other/odbue5030_x1d.fits"])
 def test_damaged_copies_fail_cleanly(spectra_path, tmp_path, rel):
-    """Truncated or byte-flipped copies of real files either read or raise SpectrumReadError naming the file."""
+    """A cut copy of a real file is refused with SpectrumReadError naming the file (it ends before the data its
+    headers declare); a byte-flipped copy either reads as valid spectra or is refused the same way."""
     data = spectra_path(rel).read_bytes()
     rng = np.random.default_rng(len(data))
-    variants = [data[:cut] for cut in (2880, 5760, len(data) // 2, len(data) - 2880, len(data) - 7)]
+    cuts = [data[:cut] for cut in (2880, 5760, len(data) // 2, len(data) - 2880, len(data) - 7)]
+    flips = []
     for _ in range(6):
         b = bytearray(data)
         pos = rng.integers(0, min(len(b), 20000), 8)
         for p in pos:
             b[p] = int(rng.integers(0, 256))
-        variants.append(bytes(b))
-    for k, blob in enumerate(variants):
-        p = tmp_path / f"damaged{k}.fits"
+        flips.append(bytes(b))
+    for k, blob in enumerate(cuts):
+        p = tmp_path / f"cut{k}.fits"
+        p.write_bytes(blob)
+        with pytest.raises(SpectrumReadError) as err:
+            read_spectra(p)
+        assert err.value.path == str(p) and err.value.reason, f"cut at {len(blob)} of {len(data)} bytes"
+    for k, blob in enumerate(flips):
+        p = tmp_path / f"flipped{k}.fits"
         p.write_bytes(blob)
         try:
             specs = read_spectra(p)
