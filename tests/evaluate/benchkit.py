@@ -74,7 +74,7 @@ def rows_from_spectra(spectra, labels: list[tuple[str, str]], images: list[bytes
     out = []
     for i, (task, truth) in enumerate(labels):
         s = spectra[i % len(spectra)]
-        good = s.good
+        good = np.flatnonzero(s.good)[i:]  # each row its own cut, so each row's image differs
         out.append(row(task, truth, f"{s.name}-{i}", s.wavelength[good], s.flux[good], s.meta.redshift or 0.0,
                        images[i % len(images)] if images else None, index=i))
     return out

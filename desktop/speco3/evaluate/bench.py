@@ -100,7 +100,10 @@ def _field(table, dotted: str, path: Path):
 def _check_type(arr, dotted: str, kind: str, path: Path) -> None:
     pa, _ = _import_pyarrow()
     t = arr.type
-    numeric = (lambda x: pa.types.is_floating(x) or pa.types.is_integer(x) or pa.types.is_null(x))
+
+    def numeric(x) -> bool:
+        return pa.types.is_floating(x) or pa.types.is_integer(x) or pa.types.is_null(x)
+
     ok = {
         "string": lambda: pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t),
         "number": lambda: numeric(t),
