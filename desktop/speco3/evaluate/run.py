@@ -142,14 +142,14 @@ RESULT_FIELDS = ("key", "task", "truth", "verdict", "outcome", "correct", "turns
                  "same_size_class", "render_similarity")
 
 
-def results(store: VettingStore, tasks: list[str] | None = None) -> list[dict]:
+def results(store: VettingStore, tasks: list[str] | None = None, model_id: str | None = None) -> list[dict]:
     """Per-item rows: the latest decision (YES/NO; UNSURE and undecided items are left out) against the latest
-    model verdict, with the model's turns, zooms, time and tokens and the render comparison when there is one."""
+    model verdict (of ``model_id`` when given), with the model's turns, zooms, time and tokens and the render comparison when there is one."""
     truths = {(d.spectrum_key, d.task): d.decision for d in store.decisions() if d.decision in ("YES", "NO")}
     rows = []
     for v in store.model_verdicts():
         truth = truths.get((v.spectrum_key, v.task))
-        if truth is None or (tasks and v.task not in tasks):
+        if truth is None or (tasks and v.task not in tasks) or (model_id and v.model_id != model_id):
             continue
         sim = store.get_state(f"render:{v.spectrum_key}") or {}
         rows.append({"key": v.spectrum_key, "task": v.task, "truth": truth, "verdict": v.verdict,
