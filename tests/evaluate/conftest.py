@@ -30,3 +30,16 @@ def render():
     from testkit import pillow_render
 
     return pillow_render
+
+
+@pytest.fixture(scope="session")
+def tiny_builds(tmp_path_factory):
+    """``{"F16": (text, mmproj), "Q8_0": (text, mmproj)}``: two builds of the tiny random Qwen2.5-VL checkpoint."""
+    try:
+        import llama_cpp.mtmd_cpp  # noqa: F401
+
+        from speco3_converters.testing import tiny_gguf_pair
+    except Exception as exc:  # ImportError, or OSError when the shared library does not load
+        pytest.skip(f"llama-cpp-python or the converter's tiny model is not available: {exc}")
+    cache = tmp_path_factory.mktemp("tiny_builds")
+    return {q: tuple(str(p) for p in tiny_gguf_pair(cache, quant=q)) for q in ("F16", "Q8_0")}

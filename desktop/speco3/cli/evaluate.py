@@ -167,7 +167,8 @@ def _compare(args, items, out: Path, source: Path) -> int:
     )
     from speco3.evaluate.metrics import summarize
 
-    builds = sorted(args.compare, key=lambda b: precision_rank(b))  # stable: the first given wins a tie
+    # most precise first (ranked by the text file's or the name's quant); stable: the first given wins a tie
+    builds = sorted(args.compare, key=lambda b: precision_rank(Path(b.split(",")[0]).name))
     render = RENDER_FACTORY()
     probes_ref, report, summaries, rows_by = None, {"reference": builds[0], "builds": {}}, {}, {}
     probe_items = [i for i in items if i.error is None][:args.probe_items]
