@@ -139,7 +139,7 @@ def evaluate_items(
 
 RESULT_FIELDS = ("key", "task", "truth", "verdict", "outcome", "correct", "turns", "zooms", "seconds", "tokens",
                  "model_id", "quant", "detail", "render_width", "render_height", "shipped_width", "shipped_height",
-                 "same_size_class", "render_similarity")
+                 "same_size_class", "render_similarity", "render_error")
 
 
 def results(store: VettingStore, tasks: list[str] | None = None, model_id: str | None = None) -> list[dict]:
