@@ -1,6 +1,6 @@
 """SpecVI-Bench parquet files: one row per item, read with pyarrow into `BenchItem`s.
 
-The columns (DESIGN.md, "SpecVI-Bench parquet"): ``images`` (a list of ``{bytes, path}``, the first image the model
+The columns of the SpecVI-Bench release: ``images`` (a list of ``{bytes, path}``, the first image the model
 saw in training), ``data_source`` (carbon/cv/gm/ss/wd), ``prompt`` (the chat as a list of ``{content, role}``),
 ``reward_model.ground_truth`` (YES/NO), ``extra_info.name`` and
 ``extra_info.tools_kwargs.spectral_visualization_tool.create_kwargs`` with ``wavelength``, ``flux`` and

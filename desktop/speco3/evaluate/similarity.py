@@ -1,7 +1,7 @@
 """How close our full-view render is to the image a benchmark ships (renderer drift on real data).
 
 Two figures: the pixel sizes and whether they fall in the same size class (the training renderer's figure size
-follows the wavelength span, DESIGN.md §3; same class = both sides within 10 %), and a similarity in [-1, 1]:
+follows the wavelength span, docs/design.md §3; same class = both sides within 10 %), and a similarity in [-1, 1]:
 the Pearson correlation of the two images' ink (1 − grey level) after resizing ours to theirs, halving both and a Gaussian
 blur that forgives offsets of a few pixels. 1.0 is the same picture; unrelated plots land near 0.
 """
