@@ -148,8 +148,8 @@ def test_bad_inputs_give_clear_errors(tmp_path, capsys):
     path = write_bench(tmp_path / "b.parquet", [r], pa.schema([f for f in SCHEMA if f.name != "data_source"]))
     assert main(["evaluate", str(path), "--scripted", _script(tmp_path, [[YES]])]) == 1
     assert "missing column 'data_source'" in capsys.readouterr().err
-    assert main(["evaluate", str(path), "--rollouts", "3"]) == 1
-    assert "--rollouts" in capsys.readouterr().err
+    assert main(["evaluate", str(path), "--rollouts", "0"]) == 1
+    assert "--rollouts must be at least 1" in capsys.readouterr().err
     assert main(["evaluate", str(tmp_path / "x.txt")]) == 1
     assert ".parquet" in capsys.readouterr().err
     empty = tmp_path / "empty.sqlite"

@@ -79,3 +79,21 @@ def test_first_turn_divergence_is_zero_against_itself_and_positive_across_builds
     across = divergence([probes["F16"]], [probes["Q8_0"]])
     assert probes["Q8_0"].tokens == probes["F16"].tokens  # teacher-forced on the reference's tokens
     assert across["positions"] == same["positions"] and across["mean_kl"] > 0
+
+
+def test_rollouts_on_the_tiny_model(bench_path, tiny_builds, tmp_path, capsys):
+    from speco3.vetting import VettingStore
+
+    text, mmproj = tiny_builds["Q8_0"]
+    out = tmp_path / "run"
+    argv = ["evaluate", str(bench_path), "--text", text, "--mmproj", mmproj, "--tasks", "cv", "--limit", "2",
+            "--rollouts", "2", "--temperature", "0.9", "--out", str(out), "--json", *SMALL]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["n"] == 2 and 0 <= summary["brier"] <= 1 and 0 <= summary["ece"] <= 1
+    with VettingStore(out / "run.sqlite", readonly=True) as store:
+        runs = store.model_verdicts()
+    assert sorted((v.engine_settings["seed"], v.engine_settings["temperature"]) for v in runs) == \
+        [(0, 0.9), (0, 0.9), (1, 0.9), (1, 0.9)]
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert html.count("<img") == 4  # F1, render similarity, reliability diagram, risk-coverage curve

@@ -36,7 +36,9 @@ def register(sub) -> None:
     p.add_argument("source", metavar="BENCH.parquet|STORE.sqlite")
     p.add_argument("--tasks", help="comma-separated task ids (default: all)")
     p.add_argument("--limit", type=int, help="at most N items per task (a quick look)")
-    p.add_argument("--rollouts", type=int, default=1, metavar="K", help="rollouts per item for calibration")
+    p.add_argument("--rollouts", type=int, default=1, metavar="K",
+                   help="sampled runs per item (K > 1: Brier score, calibration error, reliability and risk-coverage)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the rollouts (K > 1)")
     p.add_argument("--out", metavar="DIR", help="run folder (default: ./spec-o3-eval-<bench>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--compare", nargs="+", metavar="BUILD", help="builds to compare (names or TEXT,MMPROJ pairs)")
@@ -70,9 +72,8 @@ def _emit(args, summary: dict, rows: list[dict], out: Path | None, title: str, e
 
 
 def cmd_evaluate(args) -> int:
-    if args.rollouts != 1:
-        raise Speco3Error("--rollouts needs the multi-rollout engine (the confidence feature), which this version "
-                          "does not have yet; run with K = 1")
+    if args.rollouts < 1:
+        raise Speco3Error(f"--rollouts must be at least 1, got {args.rollouts}")
     source = Path(args.source).expanduser()
     if source.suffix in (".sqlite", ".db", ".sqlite3"):
         return _evaluate_store(args, source)
@@ -118,7 +119,8 @@ def _run(args, items, engine, store_path: Path):
             with sigint_cancels(cancel):
                 res = evaluate_items(items, store, engine, render, cancel=cancel,
                                      progress=lambda i, n, item, v: bar.update(i, item, v),
-                                     trace_root=store_path.with_name("traces"))
+                                     trace_root=store_path.with_name("traces"), rollouts=args.rollouts,
+                                     temperature=args.temperature)
         finally:
             bar.close()
         return res, results(store, model_id=engine.info.model_id)

@@ -75,6 +75,11 @@ def summarize(rows: Sequence[dict]) -> dict:
         out[f"macro_{key}"] = float(np.mean([s[key] for s in tasks.values()])) if tasks else 0.0
     for key in ("mean_turns", "mean_zooms", "mean_seconds", "mean_tokens"):
         out[key] = _mean(r.get(key.removeprefix("mean_")) for r in rows)
+    probs = [r.get("p_yes") for r in rows]
+    if rows and all(p is not None for p in probs):
+        y = [int(r["truth"] == POSITIVE) for r in rows]
+        out.update(brier=brier(y, probs), ece=expected_calibration_error(y, probs), reliability=reliability(y, probs),
+                   risk_coverage=risk_coverage(y, probs))
     return out
 
 

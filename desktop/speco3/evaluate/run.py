@@ -13,6 +13,7 @@ recorded. The full view the model saw is compared with the benchmark's shipped i
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -34,6 +35,12 @@ from speco3.vetting.store import VettingStore, storable_text
 logger = logging.getLogger(__name__)
 
 TRUTH_VETTER = "benchmark"
+ROLLOUT_RE = re.compile(r"^(?P<base>.*)~r(?P<k>\d+)$")
+
+
+def rollout_key(key: str, k: int, rollouts: int) -> str:
+    """The store key of rollout ``k`` of an item (the item's own key when there is one rollout)."""
+    return key if rollouts == 1 else f"{key}~r{k}"
 
 
 @dataclass
@@ -92,8 +99,25 @@ def evaluate_items(
     cancel: threading.Event | None = None,
     progress: Callable[[int, int, EvalItem, ModelVerdict | None], None] | None = None,
     trace_root: str | Path | None = None,
+    rollouts: int = 1,
+    temperature: float = 1.0,
 ) -> RunResult:
-    """Run the agent on every item not done yet; see module doc. ``progress(i, total, item, verdict_or_None)``."""
+    """Run the agent on every item not done yet; see module doc. ``progress(i, total, item, verdict_or_None)``.
+
+    With ``rollouts`` K > 1 each item runs K times, sampled at ``temperature`` with seeds ``settings.seed + k``
+    (recorded with each verdict), under the keys ``KEY~rK``; `results` folds them into one row with ``p_yes``.
+    """
+    if rollouts < 1:
+        raise ValueError(f"rollouts must be at least 1, got {rollouts}")
+    settings = engine.settings
+    saved = (settings.seed, settings.temperature)
+    try:
+        return _evaluate(items, store, engine, render, cancel, progress, trace_root, rollouts, temperature, saved[0])
+    finally:
+        settings.seed, settings.temperature = saved
+
+
+def _evaluate(items, store, engine, render, cancel, progress, trace_root, rollouts, temperature, seed0) -> RunResult:
     result = RunResult(total=len(items))
     t0 = time.perf_counter()
     model_id = engine.info.model_id
@@ -115,22 +139,31 @@ def evaluate_items(
         pv = task.prompt_version
         if (task.id, pv) not in done:
             done[(task.id, pv)] = store.done_keys(task.id, model_id, pv)
-        if key in done[(task.id, pv)]:
+        todo = [k for k in range(rollouts) if storable_text(rollout_key(item.key, k, rollouts))
+                not in done[(task.id, pv)]]
+        if not todo:
             result.skipped += 1
             if progress is not None:
                 progress(i, result.total, item, None)
             continue
-        tap.full = None
-        v = vet_one(VetItem(key=item.key, load=item.load, name=item.name, error=item.error), store, engine, task,
-                    tap, trace_root=Path(trace_root) if trace_root else None, cancel=cancel)
+        v = None
+        for k in todo:
+            if rollouts > 1:
+                engine.settings.seed, engine.settings.temperature = seed0 + k, temperature
+            rkey = rollout_key(item.key, k, rollouts)
+            tap.full = None
+            v = vet_one(VetItem(key=rkey, load=item.load, name=item.name, error=item.error), store, engine, task,
+                        tap, trace_root=Path(trace_root) if trace_root else None, cancel=cancel)
+            if v is None:
+                break
+            if k == 0 and item.image is not None and tap.full is not None:
+                store.set_state(f"render:{key}", render_similarity(tap.full, item.image))
+            done[(task.id, pv)].add(storable_text(rkey))
+            result.outcomes[v.outcome] = result.outcomes.get(v.outcome, 0) + 1
         if v is None:
             result.cancelled = True
             break
-        if item.image is not None and tap.full is not None:
-            store.set_state(f"render:{key}", render_similarity(tap.full, item.image))
-        done[(task.id, pv)].add(key)
         result.done += 1
-        result.outcomes[v.outcome] = result.outcomes.get(v.outcome, 0) + 1
         if progress is not None:
             progress(i, result.total, item, v)
     result.seconds = round(time.perf_counter() - t0, 3)
@@ -139,21 +172,40 @@ def evaluate_items(
 
 RESULT_FIELDS = ("key", "task", "truth", "verdict", "outcome", "correct", "turns", "zooms", "seconds", "tokens",
                  "model_id", "quant", "detail", "render_width", "render_height", "shipped_width", "shipped_height",
-                 "same_size_class", "render_similarity", "render_error")
+                 "same_size_class", "render_similarity", "render_error", "rollouts", "p_yes")
 
 
 def results(store: VettingStore, tasks: list[str] | None = None, model_id: str | None = None) -> list[dict]:
     """Per-item rows: the latest decision (YES/NO; UNSURE and undecided items are left out) against the latest
-    model verdict (of ``model_id`` when given), with the model's turns, zooms, time and tokens and the render comparison when there is one."""
+    model verdict (of ``model_id`` when given), with the model's turns, zooms, time and tokens and the render
+    comparison when there is one. Rollouts (``KEY~rK``) fold into one row: the majority verdict (none on a tie),
+    ``p_yes`` = share of YES among them, and the means of turns, zooms, seconds and tokens."""
     truths = {(d.spectrum_key, d.task): d.decision for d in store.decisions() if d.decision in ("YES", "NO")}
-    rows = []
+    groups: dict[tuple[str, str], list[ModelVerdict]] = {}
     for v in store.model_verdicts():
-        truth = truths.get((v.spectrum_key, v.task))
-        if truth is None or (tasks and v.task not in tasks) or (model_id and v.model_id != model_id):
+        m = ROLLOUT_RE.match(v.spectrum_key)
+        base = m.group("base") if m else v.spectrum_key
+        if (base, v.task) not in truths or (tasks and v.task not in tasks) or (model_id and v.model_id != model_id):
             continue
-        sim = store.get_state(f"render:{v.spectrum_key}") or {}
-        rows.append({"key": v.spectrum_key, "task": v.task, "truth": truth, "verdict": v.verdict,
-                     "outcome": v.outcome, "correct": v.verdict == truth, "turns": v.turns, "zooms": v.zooms,
-                     "seconds": v.seconds, "tokens": v.tokens, "model_id": v.model_id, "quant": v.quant,
-                     "detail": v.detail, **{k: sim.get(k) for k in RESULT_FIELDS[13:]}})
+        groups.setdefault((base, v.task), []).append(v)
+    rows = []
+    for (key, task), vs in groups.items():
+        truth = truths[(key, task)]
+        sim = store.get_state(f"render:{key}") or {}
+        if len(vs) == 1 and not ROLLOUT_RE.match(vs[0].spectrum_key):
+            v = vs[0]
+            verdict, outcome, extra = v.verdict, v.outcome, {"rollouts": 1, "p_yes": None}
+        else:
+            yes, no = sum(v.verdict == "YES" for v in vs), sum(v.verdict == "NO" for v in vs)
+            verdict = "YES" if yes > no else "NO" if no > yes else None
+            outcomes = [v.outcome for v in vs]
+            outcome = verdict or max(set(outcomes), key=outcomes.count)
+            extra = {"rollouts": len(vs), "p_yes": yes / len(vs)}
+            v = vs[-1]
+        mean = (lambda attr: sum(getattr(x, attr) or 0 for x in vs) / len(vs)) if len(vs) > 1 else \
+            (lambda attr: getattr(vs[0], attr))
+        rows.append({"key": key, "task": task, "truth": truth, "verdict": verdict, "outcome": outcome,
+                     "correct": verdict == truth, "turns": mean("turns"), "zooms": mean("zooms"),
+                     "seconds": mean("seconds"), "tokens": mean("tokens"), "model_id": v.model_id, "quant": v.quant,
+                     "detail": v.detail, **{k: sim.get(k) for k in RESULT_FIELDS[13:20]}, **extra})
     return rows
