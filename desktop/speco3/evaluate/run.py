@@ -175,6 +175,13 @@ RESULT_FIELDS = ("key", "task", "truth", "verdict", "outcome", "correct", "turns
                  "same_size_class", "render_similarity", "render_error", "rollouts", "p_yes")
 
 
+def _mean(runs: list[ModelVerdict], attr: str):
+    """One run's value as stored; the mean over several rollouts."""
+    if len(runs) == 1:
+        return getattr(runs[0], attr)
+    return sum(getattr(r, attr) or 0 for r in runs) / len(runs)
+
+
 def results(store: VettingStore, tasks: list[str] | None = None, model_id: str | None = None) -> list[dict]:
     """Per-item rows: the latest decision (YES/NO; UNSURE and undecided items are left out) against the latest
     model verdict (of ``model_id`` when given), with the model's turns, zooms, time and tokens and the render
@@ -202,10 +209,8 @@ def results(store: VettingStore, tasks: list[str] | None = None, model_id: str |
             outcome = verdict or max(set(outcomes), key=outcomes.count)
             extra = {"rollouts": len(vs), "p_yes": yes / len(vs)}
             v = vs[-1]
-        mean = (lambda attr: sum(getattr(x, attr) or 0 for x in vs) / len(vs)) if len(vs) > 1 else \
-            (lambda attr: getattr(vs[0], attr))
         rows.append({"key": key, "task": task, "truth": truth, "verdict": verdict, "outcome": outcome,
-                     "correct": verdict == truth, "turns": mean("turns"), "zooms": mean("zooms"),
-                     "seconds": mean("seconds"), "tokens": mean("tokens"), "model_id": v.model_id, "quant": v.quant,
+                     "correct": verdict == truth, **{a: _mean(vs, a) for a in ("turns", "zooms", "seconds", "tokens")},
+                     "model_id": v.model_id, "quant": v.quant,
                      "detail": v.detail, **{k: sim.get(k) for k in RESULT_FIELDS[13:20]}, **extra})
     return rows
