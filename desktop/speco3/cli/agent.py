@@ -46,15 +46,13 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-gpu-layers", type=int, help="layers on the GPU (default: all when supported)")
     g.add_argument("--image-max-tokens", type=int, help="cap on image tokens per image (saves memory)")
     g.add_argument("--max-turns", type=int, default=8, help="assistant-turn budget (8, as trained)")
-    g.add_argument("--max-tokens-per-turn", type=int, default=2048, help="generation cap per assistant turn")
 
 
 def engine_settings(args):
     from speco3.engine.base import EngineSettings
 
     return EngineSettings(n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
-                          image_max_tokens=args.image_max_tokens,
-                          max_tokens_per_turn=getattr(args, "max_tokens_per_turn", 2048))
+                          image_max_tokens=args.image_max_tokens)
 
 
 def open_cli_engine(args):

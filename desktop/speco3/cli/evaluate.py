@@ -44,6 +44,7 @@ def register(sub) -> None:
     p.add_argument("--compare", nargs="+", metavar="BUILD", help="builds to compare (names or TEXT,MMPROJ pairs)")
     p.add_argument("--probe-items", type=int, default=4, help="--compare: items of the first-turn check")
     p.add_argument("--probe-positions", type=int, default=16, help="--compare: generated positions compared")
+    p.add_argument("--max-tokens-per-turn", type=int, help="generation cap per assistant turn (default: the engine's)")
     _model_options(p)
     p.set_defaults(func=cmd_evaluate)
 
@@ -52,6 +53,13 @@ def _raw():
     import argparse
 
     return argparse.RawDescriptionHelpFormatter
+
+
+def _open_engine(args):
+    engine = open_cli_engine(args)
+    if args.max_tokens_per_turn:
+        engine.settings.max_tokens_per_turn = args.max_tokens_per_turn  # read by the agent loop at each episode
+    return engine
 
 
 def _tasks(args) -> list[str] | None:
@@ -89,7 +97,7 @@ def cmd_evaluate(args) -> int:
     out = Path(args.out) if args.out else Path.cwd() / f"spec-o3-eval-{source.stem}"
     if args.compare:
         return _compare(args, items, out, source)
-    engine = open_cli_engine(args)
+    engine = _open_engine(args)
     try:
         fill_model_digests(engine.info)
         res, rows = _run(args, items, engine, out / "run.sqlite")
@@ -177,7 +185,7 @@ def _compare(args, items, out: Path, source: Path) -> int:
     cancelled = False
     for build in builds:
         label = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(build.split(",")[0]).stem)[:60]
-        engine = open_cli_engine(_build_args(args, build))
+        engine = _open_engine(_build_args(args, build))
         try:
             probes = None
             if has_logits(engine) and args.probe_positions > 0:
