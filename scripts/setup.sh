@@ -38,5 +38,5 @@ if [ "$want_tests" = 1 ]; then
     .venv/bin/python -m pip install -q "torch==2.13.0" "transformers>=4.50" || echo "warning: torch/transformers not installed; parity tests will be skipped" >&2
   fi
 else
-  .venv/bin/python -m pip install -q -e ".[llm,hub,samp,specutils,eval]" || .venv/bin/python -m pip install -q -e .
+  .venv/bin/python -m pip install -q -e ".[llm,hub,samp,specutils]" || .venv/bin/python -m pip install -q -e .
 fi

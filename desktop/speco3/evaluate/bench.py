@@ -73,8 +73,8 @@ def _import_pyarrow():
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
-    except ImportError as exc:  # pragma: no cover - pyarrow is in the eval extra
-        raise Speco3Error("reading SpecVI-Bench parquet needs pyarrow (pip install 'spec-o3[eval]')") from exc
+    except ImportError as exc:  # pragma: no cover - pyarrow is a core dependency
+        raise Speco3Error("reading SpecVI-Bench parquet needs pyarrow, a dependency of spec-o3 (pip install pyarrow)") from exc
     return pa, pq
 
 
