@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def bench_path(real_spectra, tmp_path_factory):
 
 @pytest.fixture
 def render():
-    from testkit import pillow_render
+    from benchkit import pillow_render
 
     return pillow_render
 
@@ -37,9 +38,12 @@ def tiny_builds(tmp_path_factory):
     """``{"F16": (text, mmproj), "Q8_0": (text, mmproj)}``: two builds of the tiny random Qwen2.5-VL checkpoint."""
     try:
         import llama_cpp.mtmd_cpp  # noqa: F401
-
-        from speco3_converters.testing import tiny_gguf_pair
     except Exception as exc:  # ImportError, or OSError when the shared library does not load
-        pytest.skip(f"llama-cpp-python or the converter's tiny model is not available: {exc}")
-    cache = tmp_path_factory.mktemp("tiny_builds")
+        pytest.skip(f"llama-cpp-python is not available: {exc}")
+    try:  # the test kit's home once the shared test support package is in place
+        from speco3_testkit.tinymodel import tiny_gguf_pair
+    except ImportError:
+        from speco3_converters.testing import tiny_gguf_pair
+    cache = Path(os.environ["SPECO3_TEST_CACHE"]) if os.environ.get("SPECO3_TEST_CACHE") else \
+        tmp_path_factory.mktemp("tiny_builds")
     return {q: tuple(str(p) for p in tiny_gguf_pair(cache, quant=q)) for q in ("F16", "Q8_0")}

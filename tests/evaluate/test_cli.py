@@ -23,7 +23,7 @@ ZOOM = ('<think>z</think>\n<tool_call>\n{"name": "spectral_visualization_tool", 
 
 @pytest.fixture(autouse=True)
 def _pillow(monkeypatch):
-    from testkit import pillow_render
+    from benchkit import pillow_render
 
     monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
 
@@ -68,7 +68,7 @@ def test_json_summary_matches_sklearn_on_the_item_csv(bench_path, tmp_path, caps
 
 
 def test_ctrl_c_stops_cleanly_and_the_next_run_continues(bench_path, tmp_path, capsys, monkeypatch):
-    from testkit import pillow_render
+    from benchkit import pillow_render
 
     calls = [0]
 

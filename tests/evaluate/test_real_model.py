@@ -19,7 +19,7 @@ CLEAN = {"YES", "NO", "format_error", "budget_exhausted"}
 
 @pytest.fixture(autouse=True)
 def _pillow(monkeypatch):
-    from testkit import pillow_render
+    from benchkit import pillow_render
 
     monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
 
@@ -53,11 +53,12 @@ def test_compare_builds_with_the_first_turn_check(bench_path, tiny_builds, tmp_p
 
 
 def test_first_turn_divergence_is_zero_against_itself_and_positive_across_builds(tiny_builds, real_spectra):
+    from benchkit import pillow_render
+
     from speco3.agent import get_task
     from speco3.engine.base import EngineSettings
     from speco3.engine.llama import LlamaMtmdEngine
     from speco3.evaluate.compare import divergence, probe_first_turn
-    from testkit import pillow_render
 
     settings = EngineSettings(n_ctx=4096, n_threads=2, n_gpu_layers=0, mmproj_on_gpu=False, image_max_tokens=120,
                               flash_attn=False, kv_type="f32")

@@ -26,8 +26,8 @@ def _bench_row(spectra_dir, stem: str, shipped: bytes, i: int) -> dict:
     return row("cv", "NO", stem, s.wavelength[ok], s.flux[ok], s.meta.redshift or 0.0, shipped, index=i)
 
 
-def test_drift_shows_on_real_renders(spectra_dir, shared_dir, tmp_path, capsys):
-    refs = shared_dir / "reference-renders"
+def test_drift_shows_on_real_renders(spectra_dir, tmp_path, capsys):
+    refs = spectra_dir.parent / "reference-renders"  # beside the spectra, wherever the test data lives
     a, b = (refs / f"{A}_full.png").read_bytes(), (refs / f"{B}_full.png").read_bytes()
     # rows 0 and 1 ship their own reference render, row 2 ships another spectrum's (a drifted renderer)
     bench = write_bench(tmp_path / "b.parquet", [_bench_row(spectra_dir, A, a, 0), _bench_row(spectra_dir, B, b, 1),
