@@ -62,6 +62,16 @@ def _open_engine(args):
     return engine
 
 
+def _progress(bar):
+    """``progress(i, total, item, verdict)`` of `evaluate_items` drawn by the vet command's progress bar."""
+    if hasattr(bar, "record"):  # the bar's split API: record the outcome, then redraw
+        def report(i, total, item, verdict):
+            bar.record(item, verdict)
+            bar(item.key, i, total)
+        return report
+    return lambda i, total, item, verdict: bar.update(i, item, verdict)
+
+
 def _tasks(args) -> list[str] | None:
     return [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
 
@@ -126,7 +136,7 @@ def _run(args, items, engine, store_path: Path):
         try:
             with sigint_cancels(cancel):
                 res = evaluate_items(items, store, engine, render, cancel=cancel,
-                                     progress=lambda i, n, item, v: bar.update(i, item, v),
+                                     progress=_progress(bar),
                                      trace_root=store_path.with_name("traces"), rollouts=args.rollouts,
                                      temperature=args.temperature)
         finally:
