@@ -78,6 +78,7 @@ class CatalogModel:
     recommended: dict[str, Any]
     memory_bytes: SizeEstimate | None = None
     published_macro_f1: float | None = None
+    published_task_f1: dict[str, float] = field(default_factory=dict)  # SpecVI-Bench F1 per task (%)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -150,6 +151,7 @@ def _parse(entry: dict[str, Any]) -> CatalogModel:
             recommended=dict(entry.get("recommended", {})),
             memory_bytes=_size(entry["memory_bytes"], f"{name}.memory_bytes") if "memory_bytes" in entry else None,
             published_macro_f1=entry.get("published_macro_f1"),
+            published_task_f1={str(k): float(v) for k, v in entry.get("published_task_f1", {}).items()},
             extra={k: v for k, v in entry.items() if k in ("params",)},
         )
     except (KeyError, TypeError, ValueError) as exc:

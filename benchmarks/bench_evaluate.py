@@ -1,0 +1,121 @@
+"""Evaluation-loop overhead: items per minute with the scripted engine against a tiny-model run on the same items.
+
+Run: ``.venv/bin/python benchmarks/bench_evaluate.py [--quick] [N_ITEMS]`` (needs the shared spectra,
+llama-cpp-python and the tiny model; ``SPECO3_TINY_GGUF=text.gguf,mmproj.gguf`` reuses a built pair,
+``SPECO3_TEST_CACHE`` names the tiny-model cache). Prints JSON; ``ok`` says whether the overhead is under 5 %.
+``--quick``: 2 items and 32 tokens per turn (the same code paths). Both runs go
+through `speco3.evaluate.run.evaluate_items` with the real renderer and a fresh run store; the scripted run is
+everything but the model (parquet rows → Spectrum, full view and zoom renders, image preparation, store writes,
+render similarity), and its time must stay below 5 % of the tiny-model run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+try:
+    import _kit  # noqa: F401 - puts the test kit on sys.path where the benchmarks have one
+except ImportError:
+    sys.path.insert(0, str(REPO / "tests"))
+
+JSON_KEYS = ("items", "scripted", "tiny_model", "overhead_share", "ok")
+REQUIRES = ("llama_cpp", "pyarrow")
+SPECTRA = ["lamost/spec-60591-LN042429N340750BM01_sp01-001.fits.gz", "lamost/spec-55859-F5902_sp01-001.fits.gz",
+           "sdss/spec-0266-51602-0107.fits", "lamost/spec-58397-EG014118N254444M01_sp03-031.fits"]
+ZOOM = ('<think>z</think>\n<tool_call>\n{"name": "spectral_visualization_tool", "arguments": '
+        '{"label": "Zoom on Hα region", "wavelength_range": [6500, 6600]}}\n</tool_call>')
+SCRIPTS = [["<answer>\\boxed{YES}</answer>"], ["<answer>\\boxed{NO}</answer>"],
+           [ZOOM, "<answer>\\boxed{YES}</answer>"], ["no answer"]]
+LIMIT_SHARE = 0.05
+
+
+def _run(items, engine, render, store_path):
+    from speco3.evaluate.run import evaluate_items
+    from speco3.vetting import VettingStore
+
+    with VettingStore(store_path) as store:
+        t0 = time.perf_counter()
+        res = evaluate_items(items, store, engine, render)
+        return time.perf_counter() - t0, res
+
+
+def _tiny_pair(tmp: Path):
+    override = os.environ.get("SPECO3_TINY_GGUF")
+    if override:
+        return override.split(",")
+    try:
+        from speco3_testkit.tinymodel import tiny_gguf_pair
+    except ImportError:
+        from speco3_converters.testing import tiny_gguf_pair
+    cache = Path(os.environ["SPECO3_TEST_CACHE"]) if os.environ.get("SPECO3_TEST_CACHE") else tmp / "tiny"
+    return tiny_gguf_pair(cache, "Q8_0")
+
+
+def main() -> int:
+    from speco3.engine.base import EngineSettings
+    from speco3.engine.llama import LlamaMtmdEngine
+    from speco3.engine.scripted import ScriptedEngine
+    from speco3.evaluate.bench import BenchFile
+    from speco3.evaluate.benchwrite import bench_row, write_bench
+    from speco3.evaluate.run import bench_items
+    from speco3.render import render_view
+    from speco3.spectra import read_spectrum
+    from speco3.spectra.view import View
+
+    args = [a for a in sys.argv[1:] if a != "--quick"]
+    quick = "--quick" in sys.argv[1:]
+    n = int(args[0]) if args else (2 if quick else 12)
+    try:
+        from speco3_testkit.testdata import SPECTRA as folder  # the test data in the repository
+    except ImportError:
+        folder = Path(os.environ.get("SPECO3_SHARED", REPO.parent / "shared")) / "spectra"
+    spectra = [read_spectrum(folder / rel) for rel in SPECTRA]
+    labels = [(("cv", "wd", "carbon")[i % 3], "YES" if i % 2 else "NO") for i in range(n)]
+
+    def render(view):
+        return render_view(view).png
+
+    render(View(spectra[0], None))  # Qt and font set-up once per process, outside both timings
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        rows = []
+        for i, (task, truth) in enumerate(labels):
+            s = spectra[i % len(spectra)]
+            good = np.flatnonzero(s.good)[i:]  # each row its own cut, so each row's image differs
+            rows.append(bench_row(task, truth, f"{s.name}-{i}", s.wavelength[good], s.flux[good],
+                                  s.meta.redshift or 0.0, render(View(s, None)), index=i))
+        items = bench_items(BenchFile(write_bench(tmp / "b.parquet", rows)).items())
+        scripted_s, scripted = _run(items, ScriptedEngine(scripts=SCRIPTS), render, tmp / "scripted.sqlite")
+        text, mmproj = _tiny_pair(tmp)
+        settings = EngineSettings(n_threads=2, n_gpu_layers=0, mmproj_on_gpu=False,  # defaults otherwise
+                                  **({"max_tokens_per_turn": 32} if quick else {}))
+        engine = LlamaMtmdEngine(text, mmproj, settings, warmup=False)
+        engine.load()
+        try:
+            tiny_s, tiny = _run(items, engine, render, tmp / "tiny.sqlite")
+        finally:
+            engine.close()
+    share = scripted_s / tiny_s
+    print(json.dumps({
+        "items": n,
+        "scripted": {"seconds": round(scripted_s, 2), "items_per_min": round(60 * n / scripted_s, 1),
+                     "outcomes": scripted.outcomes},
+        "tiny_model": {"seconds": round(tiny_s, 2), "items_per_min": round(60 * n / tiny_s, 2),
+                       "outcomes": tiny.outcomes,
+                       "settings": f"n_ctx {settings.n_ctx}, {settings.max_tokens_per_turn} tokens/turn, CPU 2 threads"},
+        "overhead_share": round(share, 4), "limit": LIMIT_SHARE, "ok": share < LIMIT_SHARE,
+    }, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Evaluation metrics as pure functions of per-item results (checked against scikit-learn in the tests).
+
+A result row is a dict with at least ``task``, ``truth`` (YES/NO) and ``outcome`` (an `speco3.agent.Outcome`
+value); ``verdict`` is YES/NO or None. The positive class is YES (the rare object). An item without a verdict
+(format error, budget exhausted, engine error, …) counts as a wrong answer for accuracy and as a predicted NO for
+precision/recall/F1 (it did not find the object), as the benchmark's reward does; its rate is reported beside.
+Optional per row: ``turns``, ``zooms``, ``seconds``, ``tokens``, and ``p_yes`` (share of YES among K rollouts)
+for the calibration figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+POSITIVE = "YES"
+
+
+def confusion(truth: Sequence[str], pred: Sequence[str | None]) -> dict[str, int]:
+    """``tp``, ``fp``, ``fn``, ``tn`` with YES as positive; a missing prediction counts as NO."""
+    c = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
+    for t, p in zip(truth, pred, strict=True):
+        pos_t, pos_p = t == POSITIVE, p == POSITIVE
+        c["tp" if pos_t and pos_p else "fn" if pos_t else "fp" if pos_p else "tn"] += 1
+    return c
+
+
+def _ratio(a: float, b: float) -> float:
+    return float(a) / float(b) if b else 0.0
+
+
+def scores(truth: Sequence[str], pred: Sequence[str | None]) -> dict[str, float]:
+    """Accuracy (no answer = wrong), precision, recall and F1 of the YES class (0 where undefined)."""
+    c = confusion(truth, pred)
+    n = len(truth)
+    correct = sum(1 for t, p in zip(truth, pred, strict=True) if p is not None and t == p)
+    precision = _ratio(c["tp"], c["tp"] + c["fp"])
+    recall = _ratio(c["tp"], c["tp"] + c["fn"])
+    f1 = _ratio(2 * precision * recall, precision + recall)
+    return {"accuracy": _ratio(correct, n), "precision": precision, "recall": recall, "f1": f1}
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    vals = [float(v) for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def task_summary(rows: Sequence[dict]) -> dict:
+    """All metrics of one task's rows."""
+    truth = [r["truth"] for r in rows]
+    pred = [r.get("verdict") for r in rows]
+    n = len(rows)
+    out: dict = {"n": n, **scores(truth, pred), "confusion": confusion(truth, pred)}
+    out["format_failure_rate"] = _ratio(sum(r["outcome"] == "format_error" for r in rows), n)
+    out["no_answer_rate"] = _ratio(sum(r.get("verdict") is None for r in rows), n)
+    for key in ("turns", "zooms", "seconds", "tokens"):
+        out[f"mean_{key}"] = _mean(r.get(key) for r in rows)
+    probs = [r.get("p_yes") for r in rows]
+    if rows and all(p is not None for p in probs):
+        y = [int(t == POSITIVE) for t in truth]
+        out["brier"] = brier(y, probs)
+        out["ece"] = expected_calibration_error(y, probs)
+    return out
+
+
+def summarize(rows: Sequence[dict]) -> dict:
+    """Per-task summaries plus the macro averages over the tasks present (``macro_f1`` …) and the overall counts."""
+    by_task: dict[str, list[dict]] = {}
+    for r in rows:
+        by_task.setdefault(r["task"], []).append(r)
+    tasks = {t: task_summary(by_task[t]) for t in sorted(by_task)}
+    out: dict = {"n": len(rows), "tasks": tasks}
+    for key in ("accuracy", "precision", "recall", "f1", "format_failure_rate", "no_answer_rate"):
+        out[f"macro_{key}"] = float(np.mean([s[key] for s in tasks.values()])) if tasks else 0.0
+    for key in ("mean_turns", "mean_zooms", "mean_seconds", "mean_tokens"):
+        out[key] = _mean(r.get(key.removeprefix("mean_")) for r in rows)
+    probs = [r.get("p_yes") for r in rows]
+    if rows and all(p is not None for p in probs):
+        y = [int(r["truth"] == POSITIVE) for r in rows]
+        out.update(brier=brier(y, probs), ece=expected_calibration_error(y, probs), reliability=reliability(y, probs),
+                   risk_coverage=risk_coverage(y, probs))
+    return out
+
+
+# -- calibration (rows with a YES probability, e.g. the share of YES among K rollouts) -----------------------
+def brier(y: Sequence[int], p: Sequence[float]) -> float:
+    """Mean squared difference between the YES probability and the 0/1 truth."""
+    y_arr, p_arr = np.asarray(y, float), np.asarray(p, float)
+    return float(np.mean((p_arr - y_arr) ** 2)) if y_arr.size else 0.0
+
+
+def reliability(y: Sequence[int], p: Sequence[float], bins: int = 10) -> list[dict]:
+    """Equal-width bins of the YES probability: ``lo``, ``hi``, ``n``, mean ``confidence``, observed ``frequency``."""
+    y_arr, p_arr = np.asarray(y, float), np.asarray(p, float)
+    idx = np.clip(np.floor(p_arr * bins).astype(int), 0, bins - 1) if p_arr.size else np.zeros(0, int)
+    out = []
+    for b in range(bins):
+        sel = idx == b
+        n = int(sel.sum())
+        out.append({"lo": b / bins, "hi": (b + 1) / bins, "n": n,
+                    "confidence": float(p_arr[sel].mean()) if n else None,
+                    "frequency": float(y_arr[sel].mean()) if n else None})
+    return out
+
+
+def expected_calibration_error(y: Sequence[int], p: Sequence[float], bins: int = 10) -> float:
+    """Σ over bins of (share of items) × |observed YES frequency − mean YES probability|."""
+    total = len(y)
+    if not total:
+        return 0.0
+    return float(sum(b["n"] / total * abs(b["frequency"] - b["confidence"]) for b in reliability(y, p, bins)
+                     if b["n"]))
+
+
+def risk_coverage(y: Sequence[int], p: Sequence[float]) -> list[dict]:
+    """Accuracy of the majority verdict when abstaining on the least confident items first.
+
+    Confidence is ``max(p, 1-p)``; each point gives ``coverage`` (share answered), ``abstained`` and ``accuracy``
+    on the answered items.
+    """
+    y_arr, p_arr = np.asarray(y, int), np.asarray(p, float)
+    conf = np.maximum(p_arr, 1 - p_arr)
+    correct = ((p_arr >= 0.5).astype(int) == y_arr)
+    order = np.argsort(-conf, kind="stable")
+    n = len(order)
+    points = []
+    for k in range(n, 0, -1):
+        kept = order[:k]
+        points.append({"coverage": k / n, "abstained": 1 - k / n, "accuracy": float(correct[kept].mean())})
+    return points

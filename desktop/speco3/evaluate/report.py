@@ -1,0 +1,136 @@
+"""Evaluation outputs: ``summary.json``, ``items.csv`` (one row per item) and ``report.html`` with static figures.
+
+The figures are drawn with matplotlib (Agg, no display) and embedded as data URIs, so the report is one file:
+F1 per task beside the published figures of the checkpoint (`speco3_models.catalog`), the render similarity per
+item when the benchmark shipped images, and, with YES probabilities (K rollouts), a reliability diagram and a
+risk–coverage curve. Files are written atomically (`speco3.fileio.write_atomic`).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import logging
+from pathlib import Path
+
+import jinja2
+
+from speco3 import __version__
+from speco3.evaluate import metrics
+from speco3.evaluate.run import RESULT_FIELDS
+from speco3.fileio import write_atomic
+
+logger = logging.getLogger(__name__)
+
+
+def published_figures() -> dict[str, dict]:
+    """Published SpecVI-Bench F1 (%) of the catalogued checkpoints: ``{name: {"macro": f, "tasks": {...}}}``."""
+    try:
+        from speco3_models.catalog import catalog
+    except ImportError:  # pragma: no cover - the catalog ships with the app
+        return {}
+    return {m.name: {"macro": m.published_macro_f1, "tasks": dict(m.published_task_f1)} for m in catalog()
+            if m.published_macro_f1 is not None}
+
+
+def _figure_uri(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def figures(summary: dict, rows: list[dict]) -> dict[str, str]:
+    """The report's figures as data URIs (an empty dict when matplotlib is missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed: the report has no figures")
+        return {}
+    out = {}
+    tasks = list(summary["tasks"])
+    if tasks:
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        ours = [100 * summary["tasks"][t]["f1"] for t in tasks]
+        ax.bar([i - 0.2 for i in range(len(tasks))], ours, width=0.4, label="this run")
+        for name, fig_pub in published_figures().items():
+            if fig_pub["tasks"]:
+                ax.bar([i + 0.2 for i in range(len(tasks))], [fig_pub["tasks"].get(t, 0) for t in tasks],
+                       width=0.4, label=f"{name} (published)", alpha=0.6)
+                break
+        ax.set_xticks(range(len(tasks)), tasks)
+        ax.set_ylabel("F1 (%)")
+        ax.set_ylim(0, 100)
+        ax.legend(fontsize=8)
+        out["f1"] = _figure_uri(fig)
+    sims = [r["render_similarity"] for r in rows if r.get("render_similarity") is not None]
+    if sims:
+        fig, ax = plt.subplots(figsize=(5, 2.8))
+        ax.hist(sims, bins=20, range=(-1, 1))
+        ax.set_xlabel("similarity of our full view to the shipped image")
+        ax.set_ylabel("items")
+        out["similarity"] = _figure_uri(fig)
+    probs = [r.get("p_yes") for r in rows]
+    if rows and all(p is not None for p in probs):
+        y = [int(r["truth"] == "YES") for r in rows]
+        bins = [b for b in metrics.reliability(y, probs) if b["n"]]
+        fig, ax = plt.subplots(figsize=(4, 4))
+        ax.plot([0, 1], [0, 1], "k--", lw=1)
+        ax.plot([b["confidence"] for b in bins], [b["frequency"] for b in bins], "o-")
+        ax.set_xlabel("YES probability (share of rollouts)")
+        ax.set_ylabel("observed YES frequency")
+        out["reliability"] = _figure_uri(fig)
+        curve = metrics.risk_coverage(y, probs)
+        fig, ax = plt.subplots(figsize=(4, 3))
+        ax.plot([p["abstained"] for p in curve], [p["accuracy"] for p in curve])
+        ax.set_xlabel("share of abstentions")
+        ax.set_ylabel("accuracy of the answered")
+        out["risk_coverage"] = _figure_uri(fig)
+    return out
+
+
+_TEMPLATE = """<!doctype html><html><head><meta charset="utf-8"><title>Spec-o3 evaluation: {{ title }}</title>
+<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;
+padding:3px 8px;text-align:right}th{background:#eee}td.l{text-align:left}</style></head><body>
+<h1>Spec-o3 evaluation</h1><p>{{ title }} · {{ summary.n }} items · macro-F1 <b>{{ "%.1f"|format(100 * summary.macro_f1) }}</b>
+{% for name, p in published.items() %} · published {{ name }}: {{ p.macro }}{% endfor %} · spec-o3 {{ version }}</p>
+<table><tr><th>task</th><th>n</th><th>accuracy</th><th>precision</th><th>recall</th><th>F1</th><th>TP/FP/FN/TN</th>
+<th>format failures</th><th>no answer</th><th>turns</th><th>zooms</th><th>s/item</th><th>tokens</th></tr>
+{% for t, s in summary.tasks.items() %}<tr><td class="l">{{ t }}</td><td>{{ s.n }}</td>
+{% for k in ("accuracy", "precision", "recall", "f1") %}<td>{{ "%.3f"|format(s[k]) }}</td>{% endfor %}
+<td>{{ s.confusion.tp }}/{{ s.confusion.fp }}/{{ s.confusion.fn }}/{{ s.confusion.tn }}</td>
+<td>{{ "%.1f%%"|format(100 * s.format_failure_rate) }}</td><td>{{ "%.1f%%"|format(100 * s.no_answer_rate) }}</td>
+{% for k in ("mean_turns", "mean_zooms", "mean_seconds", "mean_tokens") %}<td>{{ "%.2f"|format(s[k]) if s[k] is not none else "–" }}</td>{% endfor %}
+</tr>{% endfor %}</table>
+{% if extra %}<h2>Details</h2><pre>{{ extra }}</pre>{% endif %}
+{% for name, uri in figs.items() %}<h2>{{ name|replace("_", " ") }}</h2><img src="{{ uri }}" alt="{{ name }}">{% endfor %}
+</body></html>"""
+
+
+def write_outputs(out_dir: str | Path, summary: dict, rows: list[dict], *, title: str = "",
+                  extra: dict | None = None) -> dict[str, Path]:
+    """Write ``summary.json``, ``items.csv`` and ``report.html`` into ``out_dir``; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "summary.json", "csv": out / "items.csv", "html": out / "report.html"}
+    text = json.dumps(summary, indent=1, sort_keys=True)
+    write_atomic(paths["json"], lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    buf = io.StringIO()
+    fields = list(RESULT_FIELDS) + sorted({k for r in rows for k in r} - set(RESULT_FIELDS))
+    writer = csv.DictWriter(buf, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(paths["csv"], lambda tmp: tmp.write_text(buf.getvalue(), encoding="utf-8", newline=""))
+    env = jinja2.Environment(autoescape=True)
+    html = env.from_string(_TEMPLATE).render(title=title, summary=summary, published=published_figures(),
+                                             figs=figures(summary, rows), version=__version__,
+                                             extra=json.dumps(extra, indent=1) if extra else "")
+    write_atomic(paths["html"], lambda tmp: tmp.write_text(html, encoding="utf-8"))
+    return paths
