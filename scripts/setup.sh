@@ -71,7 +71,7 @@ if [ "$want_tests" = 1 ]; then
   # machines). Any failure here stops the setup: under SPECO3_STRICT_SKIPS=1 a missing package fails the tests.
   .venv/bin/python -m pip install -q -e ".[llm,hub,test,parity]"
 else
-  .venv/bin/python -m pip install -q -e ".[llm,hub,samp,specutils]" || {
+  .venv/bin/python -m pip install -q -e ".[llm,hub,samp,specutils,eval]" || {
     echo "setup: llama-cpp-python did not build; installing the app without the model engine" >&2
     .venv/bin/python -m pip install -q -e .
   }

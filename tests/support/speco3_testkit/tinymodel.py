@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import struct
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -253,12 +254,10 @@ def source_digest() -> str:
 def _locked(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
-        try:
+        if sys.platform != "win32":  # Windows has no fcntl; tests there run one process at a time
             import fcntl
 
             fcntl.flock(fh, fcntl.LOCK_EX)
-        except ImportError:  # pragma: no cover - Windows: tests there run one process at a time
-            pass
         yield
 
 
