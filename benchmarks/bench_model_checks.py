@@ -27,7 +27,7 @@ import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-from speco3_models.files import sha256_file
+from speco3_base.fileio import sha256_file
 from speco3_models.gguf_check import check_text_model, read_gguf_summary
 from speco3_models.gguf_scan import scan_gguf
 

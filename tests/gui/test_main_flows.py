@@ -122,6 +122,11 @@ def test_export_tables(qtbot, make_window, demo_archive, tmp_path, fmt, ext, ope
     got = sorted(str(v) for v in table["decision"])
     assert got == ["NO", "YES"]
     assert set(str(v) for v in table["vetter"]) == {"tester"}
+    # decided by hand, no model run: the rows still say which spectrum, where (TOPCAT cross-matches on these)
+    assert sorted(str(v) for v in table["name"]) == ["spec-60001-SPECO3DEMO_sp01-001.fits.gz",
+                                                     "spec-60001-SPECO3DEMO_sp01-002.fits.gz"]
+    assert set(str(v) for v in table["survey"]) == {"LAMOST"}
+    assert all(np.isfinite(float(v)) for v in table["ra"]) and all(np.isfinite(float(v)) for v in table["redshift"])
 
 
 def test_export_html_report(qtbot, make_window, demo_archive, tmp_path, open_and_wait, key):

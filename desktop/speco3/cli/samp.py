@@ -49,11 +49,8 @@ def register(sub) -> None:
 def _link(timeout: float) -> Any:
     from speco3.interop.samp import SampError, SampLink
 
-    def show(event: Any) -> None:
-        if getattr(event, "state", None) in ("error", "lost"):
-            print(f"samp: {event.text}", file=sys.stderr)
-
-    link = SampLink(show, timeout=timeout, ping_interval=3600)
+    # No status printer: every failure of a command also raises, and `main` prints it once as "error: …".
+    link = SampLink(None, timeout=timeout, ping_interval=3600)
     try:
         link.connect().result(timeout + 5)
     except (SampError, TimeoutError) as exc:

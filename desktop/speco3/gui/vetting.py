@@ -190,7 +190,7 @@ class VettingController(QObject):
 
     def decide(self, decision: str, flags: list[str], comment: str) -> bool:
         """Store the vetter's decision on the current spectrum now; advance when the setting says so."""
-        from speco3.vetting.records import Decision
+        from speco3.vetting.records import Decision, SpectrumInfo
 
         key = self._current_key()
         if key is None or self.store is None:
@@ -201,6 +201,8 @@ class VettingController(QObject):
                        vetter=self.settings.vetter_name(), model_verdict_seen=mv.verdict if mv else None,
                        model_verdict_id=mv.id if mv else None)
         try:
+            if self.spectrum is not None and self.store.spectrum_info(key) is None:  # what exports show of it
+                self.store.record_spectrum(SpectrumInfo.of(key, self.spectrum))
             self.store.record_decision(rec)
         except Speco3Error as exc:
             self.error.emit(f"decision not saved: {exc}")
