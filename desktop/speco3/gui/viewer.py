@@ -118,6 +118,8 @@ class SpectrumViewer(QWidget):
         pi.showGrid(x=True, y=True, alpha=0.15)
         pi.setLabel("left", "Flux")
         pi.setLabel("bottom", "Wavelength (Å)")
+        for name in ("left", "bottom"):  # no units, so no SI prefix: spares re-setting the axis label on each range
+            pi.getAxis(name).enableAutoSIPrefix(False)
         self.vb = pi.getViewBox()
         self.vb.setMouseEnabled(x=True, y=False)
         self.vb.enableAutoRange(x=False, y=False)
