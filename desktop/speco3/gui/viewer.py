@@ -120,6 +120,9 @@ class SpectrumViewer(QWidget):
         pi.setLabel("bottom", "Wavelength (Å)")
         for name in ("left", "bottom"):  # no units, so no SI prefix: spares re-setting the axis label on each range
             pi.getAxis(name).enableAutoSIPrefix(False)
+            # major and minor ticks and grid lines; the third level (faint lines between the minor ones) cost a
+            # third of each repaint in Python tick specs and blended lines
+            pi.getAxis(name).setStyle(maxTickLevel=1)
         self.vb = pi.getViewBox()
         self.vb.setMouseEnabled(x=True, y=False)
         self.vb.enableAutoRange(x=False, y=False)
