@@ -12,7 +12,7 @@ from PySide6.QtCore import QModelIndex, Qt
 
 from speco3.gui.archive_model import COL, PAGE, ArchiveTableModel, Filters
 from speco3.gui.keymap import DEFAULT_KEYS, Keymap
-from speco3.gui.lines import display_range, mask_runs, vac_to_air
+from speco3.gui.lines import display_range, mask_runs, running_median, vac_to_air
 from speco3.gui.settings import AppSettings
 from speco3.spectra.model import Spectrum, SpectrumMeta
 
@@ -117,6 +117,51 @@ def test_viewer_y_range_follows_the_visible_window(qtbot):
     lo2, hi2 = v.y_range()
     assert hi2 < 130  # no line in this window: tight range around the continuum
     assert v.highlight.getRegion() == pytest.approx((7000, 7200))
+
+
+def test_running_median_equals_nanmedian_of_each_window():
+    import warnings
+
+    rng = np.random.default_rng(7)
+    for n in (8, 500):
+        for frac in (0.0, 0.3, 0.95, 1.0):
+            v = rng.normal(size=n)
+            v[rng.random(n) < frac] = np.nan
+            v[1], v[2] = np.inf, -np.inf
+            windows = np.lib.stride_tricks.sliding_window_view(np.pad(v, 3, mode="edge"), 7)
+            with warnings.catch_warnings():  # all-NaN windows
+                warnings.simplefilter("ignore", RuntimeWarning)
+                ref = np.nanmedian(windows, axis=1)
+            assert np.array_equal(running_median(v, 7), ref, equal_nan=True), (n, frac)
+
+
+def test_viewer_switch_keeps_the_plot_size_and_draws_masks_as_one_item(qtbot):
+    """A switch must not resize the plot (a taller header would: two paints per switch); masks are one bar item
+    whose bars span the visible y-range, telluric bands likewise."""
+    from speco3.gui.viewer import SpectrumViewer
+
+    v = SpectrumViewer()
+    qtbot.addWidget(v)
+    v.resize(700, 400)
+    v.show()
+    qtbot.waitExposed(v)
+    plain = _noisy_spectrum()
+    long_meta = SpectrumMeta(redshift=0.1, survey="A SURVEY WITH A LONG NAME", data_release="DR99", cls="QSO",
+                             subclass="BROADLINE AGN STARBURST", snr=12.3, redshift_source="a long pipeline name")
+    masked = Spectrum(plain.wavelength, plain.flux, plain.ivar, mask=np.isin(np.arange(3909), np.r_[100:120, 3000:3050]),
+                      meta=long_meta)
+    v.set_spectrum(plain)
+    qtbot.wait(50)
+    size = v.plot.size()
+    v.set_spectrum(masked)
+    qtbot.wait(50)
+    assert v.plot.size() == size
+    bars = v.mask_bars.opts
+    assert len(bars["x0"]) == 2 and bars["x0"][0] < plain.wavelength[100] < bars["x1"][0]
+    assert (bars["y0"][0], bars["y1"][0]) == pytest.approx(v.y_range())
+    v.show_window(7000, 7200, "observed")
+    assert (v.mask_bars.opts["y0"][0], v.mask_bars.opts["y1"][0]) == pytest.approx(v.y_range())
+    assert len(v.telluric_bars.opts["x0"]) == 5
 
 
 def test_vacuum_air_and_mask_runs():

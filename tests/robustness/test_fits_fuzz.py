@@ -92,7 +92,7 @@ EXPECT = {
     "wrong_column_type": "valid",
     "bitflip_header": "valid",
 }
-TYPED_ERRORS = {"SpectrumReadError", "NoSpectraError"}
+TYPED_ERRORS = {"SpectrumReadError", "NoSpectraError", "CompanionFileError"}
 
 
 def _arrays(spec) -> tuple[np.ndarray, ...]:

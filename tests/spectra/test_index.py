@@ -35,21 +35,30 @@ def test_full_scan_counts(shared_index, spectra_dir):
     assert summary.files_seen == summary.files_read == n_files == 49
     assert calls[-1][:2] == (n_files, n_files) and len(calls) == n_files
     s = ix.summary()
-    assert s["files"] == 49 and s["errors"] == 2
+    assert s["files"] == 49 and s["errors"] == 1 and s["companions"] == 1
     assert s["spectra"] == 193 == ix.count(has_error=False)
     assert s["by_format"]["lamost-mrs"] == 44 and s["by_format"]["desi"] == 11
     assert s["by_survey"]["SDSS"] == 11
     assert s["skipped"] == 10  # unassigned DESI fibres: 3 + 3 + 2 + 2
-    assert s["errors_by_kind"] == {"no spectra": 1, "read error": 1}
+    assert s["errors_by_kind"] == {"read error": 1}
 
 
 def test_errors_are_rows(shared_index):
     ix, _, _ = shared_index
     errs = ix.errors()
-    assert [e.key for e in errs] == ["desi/redrock-4-80613-thru20210324.fits#0", "generic/gbt_1d.fits#0"]
-    assert "VRAD" in errs[1].error
+    assert [e.key for e in errs] == ["generic/gbt_1d.fits#0"]
+    assert "VRAD" in errs[0].error
     with pytest.raises(SpectrumReadError, match="VRAD"):
-        errs[1].load()
+        errs[0].load()
+
+
+def test_redrock_is_a_companion_not_an_entry(shared_index):
+    """The redrock catalogue is read with its coadd: no row of its own (neither spectrum nor error)."""
+    ix, _, _ = shared_index
+    assert ix.companions() == ["desi/redrock-4-80613-thru20210324.fits"]
+    assert not [e for e in ix.query(sort="key") if "redrock" in e.key]
+    coadd = ix.query(text="coadd-4-80613", has_error=False, sort="key")
+    assert coadd and all(e.redshift_source == "redrock" for e in coadd)
 
 
 def test_entries_and_load(shared_index, spectra_dir):
@@ -82,10 +91,10 @@ def test_query_filters_sort_and_paging(shared_index):
     assert ix.count(text="5902_sp01-001") == 2
     assert ix.count(text="5902Xsp01") == ix.count(text="5902%sp01") == 0  # _ and % are literal, not wildcards
     everything = ix.query(sort="key")
-    assert len(everything) == ix.count() == 195
+    assert len(everything) == ix.count() == 194  # 193 spectra + 1 unreadable file; the redrock companion has no row
     pages = [ix.query(sort="key", limit=50, offset=o) for o in (0, 50, 100, 150)]
     assert [e.key for p in pages for e in p] == [e.key for e in everything]
-    assert len(pages[-1]) == 45
+    assert len(pages[-1]) == 44
     names = [e.file_name for e in ix.query()]
     assert names == sorted(names)
     with pytest.raises(ValueError, match="cannot sort by"):
@@ -109,7 +118,7 @@ def test_indexes_exist_for_filters_and_sorting(shared_index):
 def test_incremental_rescan(small_archive, tmp_path):
     ix = ArchiveIndex(tmp_path / "small.sqlite")
     first = ix.scan(small_archive, workers=1)
-    assert (first.files_seen, first.files_read, first.errors) == (7, 7, 1)
+    assert (first.files_seen, first.files_read, first.errors, first.companions) == (7, 7, 0, 1)
     assert ix.count(has_error=False) == 6
     again = ix.scan(small_archive)
     assert (again.files_read, again.files_unchanged, again.files_removed) == (0, 7, 0)
@@ -131,7 +140,7 @@ def test_incremental_rescan(small_archive, tmp_path):
     assert (after.files_removed, after.files_read, after.errors) == (1, 1, 1)
     assert ix.get("lamost/spec-58397-EG014118N254444M01_sp03-031.fits#0") is None
     broken = ix.get("lamost/broken.fits#0")
-    assert broken.error.startswith("corrupt FITS") and ix.count(has_error=True) == 2
+    assert broken.error.startswith("corrupt FITS") and ix.count(has_error=True) == 1
     ix.close()
 
 
@@ -181,7 +190,8 @@ def test_pool_and_inline_scans_agree(small_archive, tmp_path, monkeypatch):
     inline.scan(small_archive, workers=1)
     a = [(e.key, e.redshift, e.n_pixels, e.error) for e in pooled.query(sort="key")]
     b = [(e.key, e.redshift, e.n_pixels, e.error) for e in inline.query(sort="key")]
-    assert a == b and len(a) == 7
+    assert a == b and len(a) == 6
+    assert pooled.companions() == inline.companions() == ["desi/redrock-4-80613-thru20210324.fits"]
     pooled.close()
     inline.close()
 

@@ -117,3 +117,40 @@ def test_snr_estimate_is_lazy_and_resolves_everywhere(spectra_path):
     assert spec.meta.extra["snr_source"] == "median flux*sqrt(ivar)"
     meta = SpectrumMeta(snr=3.0)
     assert meta.snr == 3.0 and SpectrumMeta().snr is None
+
+
+@pytest.mark.parametrize("kind", ["float32", "int16", "scaled", "truncated"])
+def test_error_file_read_from_raw_bytes_or_by_astropy_gives_astropy_sigma(tmp_path, kind):
+    """Plain error images are read from their bytes; scaled ones go through astropy; a short file gives no σ."""
+    hdr = {"CRVAL1": 3.6, "CDELT1": 1e-4, "CRPIX1": 1.0, "DC-FLAG": 1}
+    flux = fits.PrimaryHDU(np.full(300, 5.0, ">f4"))
+    flux.header.update(hdr)
+    flux.writeto(tmp_path / "x_nF.fits")
+    sigma = np.linspace(0.5, 3.0, 300)
+    sigma[7] = -1.0  # a bad pixel: ivar 0
+    err = fits.PrimaryHDU(sigma.astype(">i2" if kind == "int16" else ">f4"))
+    if kind == "scaled":
+        err = fits.PrimaryHDU(np.round(sigma * 100).astype(">i2"))
+        err.header["BSCALE"], err.header["BZERO"] = 0.01, 0.0
+    err.header.update(hdr)
+    err.writeto(tmp_path / "x_nE.fits")
+    if kind == "truncated":
+        raw = (tmp_path / "x_nE.fits").read_bytes()
+        (tmp_path / "x_nE.fits").write_bytes(raw[:2880 + 100])
+    spec = read_spectra(tmp_path / "x_nF.fits")[0]
+    if kind == "truncated":
+        assert spec.ivar is None and "error_file" not in spec.meta.extra
+        return
+    with fits.open(tmp_path / "x_nE.fits") as h:
+        expected = ivar_from_sigma(np.asarray(h[0].data, dtype=np.float64))
+    assert spec.meta.extra["error_file"] == "x_nE.fits"
+    assert np.array_equal(spec.ivar, expected) and spec.ivar[7] == 0
+
+
+def test_log_linear_grid_matches_numpy_power():
+    from speco3.spectra._common import pow10_grid
+
+    for n in (1, 50, 65, 3909, 16582, 21059):
+        for start, step in ((3.48320848395, 3.18703100992e-05), (3.5682, 1e-4), (0.5, -1e-5)):
+            got, ref = pow10_grid(start, step, n), np.power(10.0, start + step * np.arange(n))
+            assert got.shape == ref.shape and np.allclose(got, ref, rtol=4e-15, atol=0), (n, start, step)

@@ -42,8 +42,9 @@ def test_index_command(small_archive, tmp_path, capsys):
     assert main(["index", str(small_archive), "--db", str(db), "--workers", "1"]) == 0
     captured = capsys.readouterr()
     assert "scanned 7 files" in captured.out and "7 read" in captured.out
-    assert "6 spectra in 7 files; 1 files unreadable" in captured.out
-    assert "desi/redrock-4-80613-thru20210324.fits: DESI redrock catalogue" in captured.out
+    assert "6 spectra in 7 files; 0 files unreadable" in captured.out
+    assert "1 companion files read with their spectra (e.g. DESI redrock): desi/redrock-4-80613" in captured.out
+    assert "unreadable files" not in captured.out
     assert "indexing" in captured.err  # progress on stderr
     assert main(["index", str(small_archive), "--db", str(db), "--cls", "STAR", "--sort", "snr", "--desc"]) == 0
     out = capsys.readouterr().out
@@ -53,4 +54,4 @@ def test_index_command(small_archive, tmp_path, capsys):
     assert main(["index", str(small_archive), "--db", str(db), "--no-scan", "--json", "--list", "--errors"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["summary"]["spectra"] == 6 and len(data["entries"]) == 6
-    assert data["errors"][0]["key"] == "desi/redrock-4-80613-thru20210324.fits#0"
+    assert data["errors"] == [] and data["summary"]["companions"] == 1

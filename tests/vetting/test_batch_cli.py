@@ -140,6 +140,31 @@ def test_vet_cli_interrupted_then_resumed(tmp_path, monkeypatch, capsys):
     assert all(f"s{i:02d}.csv" in html for i in range(6))
 
 
+def test_vet_cli_on_a_desi_folder_reads_the_redrock_file_with_its_coadd(spectra_dir, tmp_path, monkeypatch, capsys):
+    """A coadd with its redrock file: the catalogue is a companion, not a spectrum; nothing fails."""
+    import shutil
+
+    arch = tmp_path / "desi"
+    arch.mkdir()
+    for name in ("coadd-4-80613-thru20210324.fits", "redrock-4-80613-thru20210324.fits"):
+        shutil.copy(spectra_dir / "desi" / name, arch / name)
+    monkeypatch.setenv("SPECO3_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
+    db = tmp_path / "r.sqlite"
+    assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted", str(_script(tmp_path))]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["failed"] == 0 and summary["done"] == summary["total"] > 0
+    assert "input_error" not in summary["outcomes"]
+    with VettingStore(db, readonly=True) as s:
+        rows = s.model_verdicts("cv", latest=False)
+    assert len(rows) == summary["total"] and all("coadd-4-80613" in r.spectrum_key for r in rows)
+    from speco3.spectra import ArchiveIndex
+
+    with ArchiveIndex.for_root(arch) as ix:
+        coadd = ix.query(sort="key")
+    assert len(coadd) == len(rows) and all(e.redshift_source == "redrock" and e.redshift is not None for e in coadd)
+
+
 def test_vet_cli_errors(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     assert main(["vet", str(tmp_path / "nope"), "--task", "cv", "--out", str(tmp_path / "r.sqlite"),

@@ -79,3 +79,17 @@ def test_html_report_with_copied_images_and_missing_trace(filled_store, tmp_path
     files = sorted((tmp_path / "rep" / "report_files").iterdir())
     assert len(files) >= 3 and all(f"report_files/{f.name}" in html for f in files)
     assert "data:image/png" not in html and "Trace unavailable" in html
+
+
+@pytest.mark.parametrize(("given", "written"), [("report/", "report/index.html"), ("existing", "existing/index.html"),
+                                               ("report", "report.html"), ("r.html", "r.html")])
+def test_html_report_folder_or_file(filled_store, tmp_path, monkeypatch, capsys, given, written):
+    """``--html report/`` writes report/index.html; a plain name gets .html; the CLI says where it went."""
+    from speco3.cli import main
+
+    (tmp_path / "existing").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", str(filled_store.path), "--html", given]) == 0
+    assert f"html: wrote {written}" in capsys.readouterr().out
+    assert (tmp_path / written).is_file() and "spec00.fits" in (tmp_path / written).read_text(encoding="utf-8")
+    assert not (tmp_path / "report").is_file()  # the old bug: a file named after the folder

@@ -178,7 +178,8 @@ def register(sub) -> None:
     e.add_argument("--csv", metavar="OUT")
     e.add_argument("--votable", metavar="OUT")
     e.add_argument("--fits", metavar="OUT")
-    e.add_argument("--html", metavar="OUT", help="HTML audit report")
+    e.add_argument("--html", metavar="OUT", help="HTML audit report: a folder (existing, or ending in /) gets "
+                                                 "OUT/index.html; any other OUT is written as OUT.html")
     e.add_argument("--task", help="only this task")
     e.add_argument("--copy-images", action="store_true", help="HTML: copy images beside the report (default: embed)")
     e.set_defaults(func=cmd_export)
@@ -372,8 +373,8 @@ def cmd_export(args) -> int:
     with VettingStore(args.store, readonly=True) as store:
         for fmt, out in targets:
             if fmt == "html":
-                write_report(store, out, task=args.task, embed_images=not args.copy_images)
+                out = write_report(store, out, task=args.task, embed_images=not args.copy_images)
             else:
                 export(store, out, fmt, task=args.task)
-            print(f"{fmt}: {out}")
+            print(f"{fmt}: wrote {out}")
     return 0

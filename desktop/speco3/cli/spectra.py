@@ -224,6 +224,9 @@ def cmd_index(args) -> int:
         print(f"index {index.db_path}")
         print(f"{summary['spectra']} spectra in {summary['files']} files; {summary['errors']} files unreadable; "
               f"{summary['skipped']} entries skipped")
+        if summary["companions"]:
+            names = ", ".join(index.companions()[:3]) + (" …" if summary["companions"] > 3 else "")
+            print(f"{summary['companions']} companion files read with their spectra (e.g. DESI redrock): {names}")
         for fmt, n in summary["by_format"].items():
             print(f"  {fmt:<18}{n:>8}")
         if errors:

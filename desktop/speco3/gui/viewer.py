@@ -19,7 +19,8 @@ import logging
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QGraphicsSimpleTextItem, QLabel, QVBoxLayout, QWidget
 
 from speco3.agent.tasks import Line, Task
 from speco3.gui.lines import (
@@ -43,9 +44,38 @@ MASK_BRUSH = pg.mkBrush(230, 60, 60, 45)
 TELLURIC_BRUSH = pg.mkBrush(120, 120, 120, 35)
 HIGHLIGHT_BRUSH = pg.mkBrush(255, 190, 0, 70)
 LINE_PEN = pg.mkPen((20, 140, 60), width=1, style=pg.QtCore.Qt.PenStyle.DashLine)
-LABEL_ROWS = (0.97, 0.91, 0.85)  # label positions along the marker (fraction of the view height), top row first
-TELLURIC_ROWS = (0.04, 0.10)  # the same for the telluric band labels, bottom row first
+LABEL_ROWS = 3  # rows of line labels, stacked down from the top (row 0 at LABEL_TOP of the view height)
+LABEL_TOP = 0.97
+TELLURIC_ROWS = 2  # rows of telluric band labels, stacked up from the bottom (row 0 at TELLURIC_BOTTOM)
+TELLURIC_BOTTOM = 0.04
 LABEL_FILL = pg.mkBrush(255, 255, 255, 210)  # labels stay legible where another marker crosses them
+
+
+class MarkerLabel(QGraphicsSimpleTextItem):
+    """A marker's label, placed by the viewer in the view box's pixel coordinates.
+
+    Pixel coordinates cost nothing when the view pans or zooms (pyqtgraph's ``InfLineLabel`` recomputes its place
+    in Python on every transform change of every label). ``format`` is the text, ``anchor`` the wavelength it is at
+    to, ``orthoPos`` where its anchor sits as a fraction of the view height from the bottom (as ``InfLineLabel``).
+    """
+
+    def __init__(self, text: str, color: tuple[int, int, int], anchor: float = 0.0, fill=None):
+        super().__init__(text)
+        self.setBrush(QColor(*color))
+        self.format = text
+        self.anchor = anchor
+        self.orthoPos = 1.0
+        self._fill = fill
+        self.setZValue(20)
+
+    def setFormat(self, text: str) -> None:
+        self.format = text
+        self.setText(text)
+
+    def paint(self, painter, option, widget=None) -> None:
+        if self._fill is not None:
+            painter.fillRect(self.boundingRect(), self._fill)
+        super().paint(painter, option, widget)
 
 
 class SpectrumViewer(QWidget):
@@ -68,30 +98,48 @@ class SpectrumViewer(QWidget):
         self.show_sigma = True
         self._lines: tuple[Line, ...] = lines_for_task(None)
         self._x = self._y = self._sig = np.empty(0)
-        self._region_items: list[pg.GraphicsObject] = []
+        self._mask_runs = np.empty((0, 2))  # (lo, hi) of the masked runs, drawn by one bar item
         self._line_items: list[pg.InfiniteLine] = []
-        self._telluric_items: list[pg.LinearRegionItem] = []
+        self._telluric_labels: list[MarkerLabel] = []
+        self._telluric_key: tuple | None = None
+        self._axis_frame = ""
+        self._quiet = False  # set while _redraw changes the x-range: it updates y-range and labels itself
         self.highlight: pg.LinearRegionItem | None = None
 
         self.header = QLabel("No spectrum")
         self.header.setObjectName("viewerHeader")
         self.header.setWordWrap(True)
+        # room for two lines whatever the spectrum: a header that changes height would resize the plot on every switch
+        self.header.setMinimumHeight(2 * self.header.fontMetrics().lineSpacing() + 4)
         self.plot = pg.PlotWidget(background="w")
         self.plot.setObjectName("spectrumPlot")
         pi = self.plot.getPlotItem()
         pi.showGrid(x=True, y=True, alpha=0.15)
         pi.setLabel("left", "Flux")
         pi.setLabel("bottom", "Wavelength (Å)")
+        for name in ("left", "bottom"):  # no units, so no SI prefix: spares re-setting the axis label on each range
+            pi.getAxis(name).enableAutoSIPrefix(False)
+            # major and minor ticks and grid lines; the third level (faint lines between the minor ones) cost a
+            # third of each repaint in Python tick specs and blended lines
+            pi.getAxis(name).setStyle(maxTickLevel=1)
         self.vb = pi.getViewBox()
         self.vb.setMouseEnabled(x=True, y=False)
         self.vb.enableAutoRange(x=False, y=False)
         self.vb.sigXRangeChanged.connect(self._update_y_range)
         self.vb.sigXRangeChanged.connect(self._layout_labels)
         self.vb.sigResized.connect(self._layout_labels)
-        self.sigma_upper = pg.PlotDataItem(pen=None)
-        self.sigma_lower = pg.PlotDataItem(pen=None)
+        # beyond the screen's pixel count, curves are drawn peak-downsampled and clipped to the visible range
+        fast = {"autoDownsample": True, "downsampleMethod": "peak", "clipToView": True}
+        self.sigma_upper = pg.PlotDataItem(pen=None, **fast)
+        self.sigma_lower = pg.PlotDataItem(pen=None, **fast)
         self.sigma_fill = pg.FillBetweenItem(self.sigma_lower, self.sigma_upper, brush=SIGMA_BRUSH)
-        self.curve = pg.PlotDataItem(pen=FLUX_PEN, autoDownsample=True, downsampleMethod="peak", clipToView=True)
+        self.curve = pg.PlotDataItem(pen=FLUX_PEN, **fast)
+        self.mask_bars = pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[], pen=pg.mkPen(None), brush=MASK_BRUSH)
+        self.telluric_bars = pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[], pen=pg.mkPen(None), brush=TELLURIC_BRUSH)
+        self._telluric_x = np.empty((0, 2))
+        for bars in (self.mask_bars, self.telluric_bars):
+            bars.setZValue(-10)
+            pi.addItem(bars)
         pi.addItem(self.sigma_fill)
         pi.addItem(self.curve)
         layout = QVBoxLayout(self)
@@ -190,18 +238,18 @@ class SpectrumViewer(QWidget):
             self.highlight = None
 
     def _redraw(self, reset_x: bool) -> None:
-        for item in self._region_items:
-            self.plot.removeItem(item)
-        self._region_items = []
+        """Update the existing items in place (`setData`, `setRegion`, ...) and set x and y ranges in one step."""
         s = self.spectrum
         if s is None or s.n_pixels == 0:
             self.curve.setData([], [])
             self.sigma_upper.setData([], [])
             self.sigma_lower.setData([], [])
             self._x = self._y = self._sig = np.empty(0)
+            self._mask_runs = np.empty((0, 2))
             self.header.setText("No spectrum")
             self._draw_lines()
             self._draw_telluric()
+            self._draw_masks()
             return
         x = s.rest_wavelength() if self.frame == "rest" else s.wavelength
         good = s.good
@@ -215,48 +263,62 @@ class SpectrumViewer(QWidget):
         else:
             self.sigma_upper.setData([], [])
             self.sigma_lower.setData([], [])
-        for a, b in mask_runs(~good):
-            lo, hi = x[a], x[min(b, len(x) - 1)]
-            self._add_region(lo - 0.5 * abs(x[min(a + 1, len(x) - 1)] - x[a]), hi, MASK_BRUSH)
+        runs = np.asarray(mask_runs(~good), dtype=np.intp).reshape(-1, 2)
+        if runs.size:
+            last = len(x) - 1
+            a, b = runs[:, 0], np.minimum(runs[:, 1], last)
+            self._mask_runs = np.column_stack([x[a] - 0.5 * np.abs(x[np.minimum(a + 1, last)] - x[a]), x[b]])
+        else:
+            self._mask_runs = np.empty((0, 2))
         self._draw_telluric()
-        self._draw_lines()
+        self._draw_lines(layout=False)
         self._update_header()
         if reset_x:
-            self.reset_zoom()
+            self._quiet = True  # the range handlers run once below, even when the x-range is unchanged
+            try:
+                self.reset_zoom()
+            finally:
+                self._quiet = False
         self._update_y_range()
+        self._layout_labels()
+        self.vb.updateMatrix()  # move the markers' labels now, not during the paint (which would then paint twice)
         self.viewChanged.emit(self.describe())
 
-    def _add_region(self, lo: float, hi: float, brush) -> pg.LinearRegionItem:
-        item = pg.LinearRegionItem((lo, hi), movable=False, brush=brush, pen=pg.mkPen(None))
-        item.setZValue(-10)
-        self.plot.addItem(item)
-        self._region_items.append(item)
-        return item
+    def _draw_masks(self) -> None:
+        """Masked runs and telluric bands as bars over the visible y-range: one item each, whatever their number."""
+        lo, hi = self.vb.viewRange()[1]
+        for bars, r in ((self.mask_bars, self._mask_runs), (self.telluric_bars, self._telluric_x)):
+            bars.setOpts(x0=r[:, 0], x1=r[:, 1], y0=np.full(len(r), lo), y1=np.full(len(r), hi))
 
     def _draw_telluric(self) -> None:
-        """Telluric bands (observed frame, air; shifted to vacuum / rest as needed). Items are reused."""
-        if not self._telluric_items:
+        """Telluric bands (observed frame, air; shifted to vacuum / rest as needed), labelled at their blue edge."""
+        if not self._telluric_labels:
             for _lo, _hi, name in TELLURIC_BANDS:
-                item = pg.LinearRegionItem((0, 1), movable=False, brush=TELLURIC_BRUSH, pen=pg.mkPen(None))
-                item.setZValue(-10)
-                item.label = pg.InfLineLabel(item.lines[0], f"⊕ {name}", position=0.04, anchors=[(0, 1), (0, 1)],
-                                             color=(110, 110, 110))  # referenced, see show_window
-                self.plot.addItem(item)
-                self._telluric_items.append(item)
+                label = MarkerLabel(f"⊕ {name}", (110, 110, 110))
+                label.setParentItem(self.vb)
+                self._telluric_labels.append(label)
         s = self.spectrum
         factor = (1 + s.z) if s is not None and self.frame == "rest" else 1.0
-        for item, (lo, hi, _name) in zip(self._telluric_items, TELLURIC_BANDS, strict=True):
-            item.setVisible(s is not None)
-            if s is not None and s.medium == "vacuum":
-                lo, hi = float(air_to_vac(lo)), float(air_to_vac(hi))
-            item.setRegion((lo / factor, hi / factor))
+        key = (s is not None, factor, s is not None and s.medium == "vacuum")
+        if key == self._telluric_key:  # the same bands as for the previous spectrum: nothing to move
+            return
+        self._telluric_key = key
+        bands = np.array([(lo, hi) for lo, hi, _name in TELLURIC_BANDS], dtype=float)
+        if s is not None and s.medium == "vacuum":
+            bands = np.asarray(air_to_vac(bands), dtype=float)
+        self._telluric_x = bands / factor if s is not None else np.empty((0, 2))
+        for label, (lo, _hi) in zip(self._telluric_labels, bands / factor, strict=True):
+            label.anchor = float(lo)
+            label.setVisible(s is not None)
 
-    def _draw_lines(self) -> None:
+    def _draw_lines(self, layout: bool = True) -> None:
         """Line markers at λ_rest (rest frame) or λ_rest (1 + z) (observed); items are reused across spectra."""
         s = self.spectrum
         wanted = list(self._lines) if s is not None and self.show_lines else []
         while len(self._line_items) > len(wanted):
-            self.plot.removeItem(self._line_items.pop())
+            item = self._line_items.pop()
+            self.plot.removeItem(item)
+            self.vb.scene().removeItem(item.label)
         factor = 1.0 if s is None or self.frame == "rest" else 1.0 + s.z
         for i, line in enumerate(wanted):
             w = float(vac_to_air(line.wavelength)) if s.medium == "air" else line.wavelength
@@ -265,35 +327,49 @@ class SpectrumViewer(QWidget):
                 if item.label.format != line.name:
                     item.label.setFormat(line.name)
                     item.setToolTip(line.name)
-                item.setValue(w * factor)
+                if item.value() != w * factor:
+                    item.setValue(w * factor)
+                item.label.anchor = w * factor
                 continue
-            item = pg.InfiniteLine(w * factor, angle=90, pen=LINE_PEN, movable=False, label=line.name,
-                                   labelOpts={"position": LABEL_ROWS[0], "color": (20, 120, 50),
-                                              "anchors": [(0, 0), (0, 0)], "fill": LABEL_FILL})
+            item = pg.InfiniteLine(w * factor, angle=90, pen=LINE_PEN, movable=False)
+            item.label = MarkerLabel(line.name, (20, 120, 50), w * factor, LABEL_FILL)  # referenced, see show_window
+            item.label.setParentItem(self.vb)
             item.setZValue(-2)
             item.setToolTip(line.name)
             self.plot.addItem(item)
             self._line_items.append(item)
-        self._layout_labels()
+        if layout:
+            self._layout_labels()
 
     def _layout_labels(self, *args) -> None:
         """Put each line label in the first free row at the current zoom (`label_rows`); hide what fits nowhere."""
-        (lo, hi), width = self.vb.viewRange()[0], float(self.vb.width())
-        if hi <= lo or width <= 0:
+        if self._quiet:
             return
-        bands = [item for item in self._telluric_items if item.isVisible()]
-        for items, rows in ((self._line_items, LABEL_ROWS), (bands, TELLURIC_ROWS)):
-            labels = [item.label for item in items]
-            xs = [(label.line.value() - lo) / (hi - lo) * width for label in labels]
+        (lo, hi), width, height = self.vb.viewRange()[0], float(self.vb.width()), float(self.vb.height())
+        if hi <= lo or width <= 0 or height <= 0:
+            return
+        tellurics = [label for label in self._telluric_labels if self.spectrum is not None]
+        for labels, n_rows, from_top in (([i.label for i in self._line_items], LABEL_ROWS, True),
+                                         (tellurics, TELLURIC_ROWS, False)):
+            xs = [(label.anchor - lo) / (hi - lo) * width for label in labels]
             xs = [x if -1.0 <= x <= width else float("nan") for x in xs]
-            widths = [label.textItem.boundingRect().width() for label in labels]
-            for label, row in zip(labels, label_rows(xs, widths, len(rows)), strict=True):
+            widths = [label.boundingRect().width() for label in labels]
+            for label, x, row in zip(labels, xs, label_rows(xs, widths, n_rows), strict=True):
                 label.setVisible(row is not None)
-                if row is not None and label.orthoPos != rows[row]:
-                    label.setPosition(rows[row])
+                if row is None:
+                    continue
+                h = label.boundingRect().height()  # rows are one label high apart: rows never overlap
+                if from_top:
+                    y = (1 - LABEL_TOP) * height + row * h
+                    label.orthoPos = LABEL_TOP if row == 0 else 1 - y / height
+                else:
+                    y = TELLURIC_BOTTOM * height + (row + 1) * h  # the label's top; it sits above its anchor
+                    label.orthoPos = TELLURIC_BOTTOM if row == 0 else (y - h) / height
+                    y = height - y
+                label.setPos(x + 2, y)
 
     def _update_y_range(self, *args) -> None:
-        if not self._x.size:
+        if not self._x.size or self._quiet:
             return
         lo, hi = self.vb.viewRange()[0]
         sel = (self._x >= lo) & (self._x <= hi)
@@ -301,6 +377,7 @@ class SpectrumViewer(QWidget):
         rng = display_range(values)
         if rng is not None:
             self.vb.setYRange(*rng, padding=0)
+        self._draw_masks()
 
     def _update_header(self) -> None:
         s = self.spectrum
@@ -320,7 +397,9 @@ class SpectrumViewer(QWidget):
         if s.masked_fraction > 0:
             parts.append(f"{100 * s.masked_fraction:.1f} % masked")
         self.header.setText(" · ".join(parts))
-        self.plot.getPlotItem().setLabel("bottom", f"{'Rest' if self.frame == 'rest' else 'Observed'} wavelength (Å)")
+        if self._axis_frame != self.frame:  # a new axis label re-lays out the whole plot: only when it changes
+            self._axis_frame = self.frame
+            self.plot.getPlotItem().setLabel("bottom", f"{'Rest' if self.frame == 'rest' else 'Observed'} wavelength (Å)")
 
     def describe(self) -> str:
         medium = self.spectrum.medium if self.spectrum is not None else "unknown"

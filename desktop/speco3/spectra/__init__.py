@@ -16,6 +16,7 @@ from speco3.errors import SpectrumReadError
 from speco3.spectra.index import ArchiveIndex, ArchiveIndexError, IndexEntry, ScanSummary
 from speco3.spectra.model import Spectrum, SpectrumMeta
 from speco3.spectra.registry import (
+    CompanionFileError,
     FileContents,
     NoSpectraError,
     formats,
@@ -32,6 +33,7 @@ from speco3.spectra.view import View
 __all__ = [
     "ArchiveIndex",
     "ArchiveIndexError",
+    "CompanionFileError",
     "IndexEntry",
     "ScanSummary",
     "FileContents",

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from speco3.errors import SpectrumReadError
-from speco3.spectra.registry import NoSpectraError, read_file
+from speco3.spectra.registry import CompanionFileError, NoSpectraError, read_file
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +39,20 @@ def _num(v: Any) -> float | None:
 
 
 def scan_file(args: tuple[str, str]) -> dict[str, Any]:
-    """Read one file. ``args`` = (root, rel). Returns format, rows (one per spectrum), skipped, depends, error."""
+    """Read one file. ``args`` = (root, rel).
+
+    Returns format, rows (one per spectrum), skipped, depends, error (with its kind), and ``companion``: the reason
+    when the file is a companion of others (see :class:`CompanionFileError`), which then has no rows and no error.
+    """
     root, rel = args
     path = os.path.join(root, rel)
     out: dict[str, Any] = {"rel": rel, "format": None, "rows": [], "skipped": [], "depends": [], "error": None,
-                           "error_kind": None}
+                           "error_kind": None, "companion": None}
     try:
         contents = read_file(path)
+    except CompanionFileError as exc:  # read with the files it serves; neither a spectrum nor an error
+        out.update(format=exc.format or None, companion=exc.reason)
+        return out
     except NoSpectraError as exc:
         out.update(error=exc.reason, error_kind="no spectra")
         return out

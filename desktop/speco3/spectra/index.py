@@ -63,7 +63,7 @@ CREATE INDEX IF NOT EXISTS ix_spectra_cls_snr ON spectra(cls, snr, key);
 CREATE INDEX IF NOT EXISTS ix_spectra_cls_z ON spectra(cls, redshift, key);
 """
 #: Bumped when the tables change; an index with another version is rebuilt (it is a cache).
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"  # 3: companion files (DESI redrock) are recorded in files only
 COLUMNS = ("key", "rel", "idx", "format", "survey", "data_release", "object_id", "ra", "dec", "redshift",
            "redshift_source", "cls", "subclass", "snr", "file_name", "hdu", "row", "note", "n_pixels", "wmin",
            "wmax", "masked_fraction", "flux_unit", "medium", "file_size", "file_mtime", "error", "has_error")
@@ -133,6 +133,7 @@ class ScanSummary:
     files_removed: int = 0
     spectra_written: int = 0
     errors: int = 0
+    companions: int = 0
     seconds: float = 0.0
     by_format: dict[str, int] = field(default_factory=dict)
 
@@ -293,7 +294,10 @@ class ArchiveIndex:
                     (rel, size, mtime_ns, res["format"], len(rows), res["error"], res["error_kind"],
                      json.dumps(res["skipped"]), json.dumps(res["depends"]), now))
                 base = {"rel": rel, "file_name": name, "file_size": size, "file_mtime": mtime_ns / 1e9}
-                if res["error"]:
+                if res.get("companion"):  # no spectrum row: never listed, vetted or counted as an error
+                    self._db.execute("UPDATE files SET error_kind='companion' WHERE rel=?", (rel,))
+                    summary.companions += 1
+                elif res["error"]:
                     summary.errors += 1
                     rows = [{"idx": 0, "format": res["format"], "error": res["error"], "has_error": 1,
                              "note": res["error_kind"]}]
@@ -391,8 +395,14 @@ class ArchiveIndex:
             rows = self._db.execute("SELECT rel, skipped FROM files WHERE skipped IS NOT NULL AND skipped != '[]'")
             return {rel: json.loads(s) for rel, s in rows}
 
+    def companions(self) -> list[str]:
+        """Companion files (e.g. DESI redrock catalogues), read with the files they serve and never listed."""
+        with self._lock:
+            rows = self._db.execute("SELECT rel FROM files WHERE error_kind='companion' ORDER BY rel")
+            return [r[0] for r in rows]
+
     def summary(self) -> dict[str, Any]:
-        """Counts: files, spectra, errors, spectra by format and by survey, skipped entries."""
+        """Counts: files, spectra, errors, companion files, spectra by format and by survey, skipped entries."""
         with self._lock:
             q = self._db.execute
             files = q("SELECT COUNT(*) FROM files").fetchone()[0]
@@ -403,7 +413,8 @@ class ArchiveIndex:
                                "GROUP BY 1 ORDER BY 2 DESC"))
             by_kind = dict(q("SELECT error_kind, COUNT(*) FROM files WHERE error IS NOT NULL GROUP BY 1"))
         n_skipped = sum(len(v) for v in self.skipped().values())
-        return {"root": self.root, "files": files, "spectra": spectra, "errors": errors, "by_format": by_format,
+        return {"root": self.root, "files": files, "spectra": spectra, "errors": errors,
+                "companions": len(self.companions()), "by_format": by_format,
                 "by_survey": by_survey, "errors_by_kind": by_kind, "skipped": n_skipped}
 
     @staticmethod

@@ -32,6 +32,18 @@ class NoSpectraError(SpectrumReadError):
     """The file is readable but holds no spectrum (a catalogue, or only unassigned fibres)."""
 
 
+class CompanionFileError(NoSpectraError):
+    """The file is a companion of other files (a DESI redrock catalogue of its coadd): its content is read with
+    theirs, and it is never listed or screened as a spectrum of its own.
+
+    This is the one rule for companions: the archive index records such a file as a companion (no spectrum row,
+    no error), so ``index``, ``vet``, the GUI table and the batch pre-screen, which all take their spectra from the
+    index, never see it. ``format`` is the registry name of its layout, set when the reader raises it.
+    """
+
+    format: str = ""
+
+
 @dataclass
 class FileContents:
     """What a reader found in one file.
@@ -152,6 +164,9 @@ def read_file(source: Any) -> FileContents:
         fmt = _detect(src)
         try:
             result = fmt.read(src)
+        except CompanionFileError as exc:
+            exc.format = fmt.name
+            raise
         except SpectrumReadError:
             raise
         except Exception as exc:  # bad input must give a reason, never a traceback
@@ -229,6 +244,7 @@ def read_spectrum(source: Any, index: int | str | None = None) -> Spectrum:
 
 
 __all__ = [
+    "CompanionFileError",
     "FileContents",
     "Format",
     "NoSpectraError",

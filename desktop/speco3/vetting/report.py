@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,18 @@ def _template() -> jinja2.Template:
     return env.get_template("report.html.jinja")
 
 
+def report_path(out: str | os.PathLike) -> Path:
+    """Where the report given as ``out`` goes: ``out/index.html`` for a folder (an existing one, or a name ending in
+    a path separator), ``out`` itself when it ends in ``.html``/``.htm``, ``out.html`` otherwise."""
+    text = os.fspath(out)
+    path = Path(text).expanduser()
+    if text.endswith(("/", os.sep)) or path.is_dir():
+        return path / "index.html"
+    if path.suffix.lower() in (".html", ".htm"):
+        return path
+    return path.with_name(path.name + ".html")
+
+
 def write_report(
     store: VettingStore,
     path: str | Path,
@@ -119,8 +132,8 @@ def write_report(
     embed_images: bool = True,
     title: str | None = None,
 ) -> Path:
-    """Write the HTML audit report of ``store`` to ``path`` (atomically) and return the path."""
-    path = Path(path)
+    """Write the HTML audit report of ``store`` (atomically) to :func:`report_path` of ``path``; return where it went."""
+    path = report_path(path)
     images = _Images(path, embed_images)
     rows = export_rows(store, task)
     entries = [_entry(r, images) for r in rows]

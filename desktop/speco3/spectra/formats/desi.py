@@ -22,7 +22,7 @@ from astropy.io import fits
 from speco3.spectra._common import clean_str, fail, finite_or_none, hstr, make_spectrum
 from speco3.spectra._tables import column_names, read_columns
 from speco3.spectra.model import SpectrumMeta
-from speco3.spectra.registry import FileContents, NoSpectraError
+from speco3.spectra.registry import CompanionFileError, FileContents
 from speco3.spectra.source import Source
 
 log = logging.getLogger(__name__)
@@ -51,8 +51,8 @@ def identify_redrock(src: Source) -> bool:
 
 def read_redrock(src: Source) -> FileContents:
     n = src.hdu(1).header.get("NAXIS2", 0)
-    raise NoSpectraError(src.display, f"DESI redrock catalogue ({n} targets): redshifts only, no spectra; "
-                                      "coadd files in this folder use it for class and z")
+    raise CompanionFileError(src.display, f"DESI redrock catalogue ({n} targets): redshifts only, no spectra; "
+                                          "coadd files in this folder use it for class and z")
 
 
 def _redrock_table(path: Path) -> dict[int, dict] | None:
