@@ -20,7 +20,9 @@ from speco3_testkit import fitsfuzz
 
 N_CASES = int(os.environ.get("SPECO3_FUZZ_CASES", "300"))
 SEED = int(os.environ.get("SPECO3_FUZZ_SEED", "0"))
-LIMIT_S = 2.0
+# A hang guard, not a speed goal (speed is bench_fuzz's): a case reads in well under 0.2 s on a quiet machine;
+# 2 s was exceeded under a load average of 10. The hangs it guards against took minutes.
+LIMIT_S = 10.0
 
 
 def test_generator_is_seeded_and_covers_every_kind(spectra_dir):

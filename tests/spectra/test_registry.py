@@ -258,3 +258,14 @@ def test_fast_header_values_match_astropy(spectra_dir):
                             assert value == expected, (path.name, key)
                         checked += 1
     assert checked > 3000
+
+
+def test_zero_length_data_is_no_spectrum(spectra_path, tmp_path):
+    """A 1D image whose data were cut to zero length is refused (a 0-pixel spectrum is no spectrum), whichever
+    reader, ours or the specutils fallback, takes the file."""
+    with fits.open(spectra_path("generic/PH957_f.fits")) as hdul:
+        hdul[0].data = np.zeros((0,), dtype=np.float32)
+        hdul.writeto(tmp_path / "zero.fits")
+    with pytest.raises(NoSpectraError, match=r"no pixels: zero-length data") as err:
+        read_spectra(tmp_path / "zero.fits")
+    assert err.value.path == str(tmp_path / "zero.fits")

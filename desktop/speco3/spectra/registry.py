@@ -193,6 +193,12 @@ def read_file(source: Any) -> FileContents:
             if spec.is_empty:
                 note = "empty spectrum: all pixels masked or non-finite"
                 m.note = note if not m.note else f"{m.note}; {note}"
+        empty = [i for i, spec in enumerate(contents.spectra) if spec.n_pixels == 0]
+        if empty:  # no pixels at all is no spectrum (all-masked ones are kept, with the note); others keep #N
+            contents.skipped.extend((f"spectrum {i}", "no pixels (zero-length data)") for i in empty)
+            contents.spectra = [s for s in contents.spectra if s.n_pixels > 0]
+            if not contents.spectra:
+                raise NoSpectraError(src.display, f"no spectra in this {fmt.name} file (no pixels: zero-length data)")
         return contents
 
     return _with_source(source, run)
