@@ -86,8 +86,10 @@ EXCLUDES: tuple[str, ...] = (
 )
 
 #: Excluded packages that one first-party module may still import, because it is an optional bridge that tells the
-#: user the package is missing (the bundle has no specutils: Spectrum.to_specutils says so; no fallback reader).
-OPTIONAL_IMPORTERS: dict[str, tuple[str, ...]] = {"specutils": ("desktop/speco3/spectra/specutils_io.py",)}
+#: user the package is missing (the bundle has no specutils: Spectrum.to_specutils says so; no fallback reader; no
+#: matplotlib: the evaluate report has tables without figures and says so).
+OPTIONAL_IMPORTERS: dict[str, tuple[str, ...]] = {"specutils": ("desktop/speco3/spectra/specutils_io.py",),
+                                                  "matplotlib": ("desktop/speco3/evaluate/report.py",)}
 
 #: Submodules of first-party packages that are development tools, not part of the app.
 FIRST_PARTY_SKIP = re.compile(r"(^|\.)(tests?|conftest|benchmarks?|__main__)(\.|$)")

@@ -96,22 +96,6 @@ def figures(summary: dict, rows: list[dict]) -> dict[str, str]:
     return out
 
 
-_TEMPLATE = """<!doctype html><html><head><meta charset="utf-8"><title>Spec-o3 evaluation: {{ title }}</title>
-<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;
-padding:3px 8px;text-align:right}th{background:#eee}td.l{text-align:left}</style></head><body>
-<h1>Spec-o3 evaluation</h1><p>{{ title }} · {{ summary.n }} items · macro-F1 <b>{{ "%.1f"|format(100 * summary.macro_f1) }}</b>
-{% for name, p in published.items() %} · published {{ name }}: {{ p.macro }}{% endfor %} · spec-o3 {{ version }}</p>
-<table><tr><th>task</th><th>n</th><th>accuracy</th><th>precision</th><th>recall</th><th>F1</th><th>TP/FP/FN/TN</th>
-<th>format failures</th><th>no answer</th><th>turns</th><th>zooms</th><th>s/item</th><th>tokens</th></tr>
-{% for t, s in summary.tasks.items() %}<tr><td class="l">{{ t }}</td><td>{{ s.n }}</td>
-{% for k in ("accuracy", "precision", "recall", "f1") %}<td>{{ "%.3f"|format(s[k]) }}</td>{% endfor %}
-<td>{{ s.confusion.tp }}/{{ s.confusion.fp }}/{{ s.confusion.fn }}/{{ s.confusion.tn }}</td>
-<td>{{ "%.1f%%"|format(100 * s.format_failure_rate) }}</td><td>{{ "%.1f%%"|format(100 * s.no_answer_rate) }}</td>
-{% for k in ("mean_turns", "mean_zooms", "mean_seconds", "mean_tokens") %}<td>{{ "%.2f"|format(s[k]) if s[k] is not none else "–" }}</td>{% endfor %}
-</tr>{% endfor %}</table>
-{% if extra %}<h2>Details</h2><pre>{{ extra }}</pre>{% endif %}
-{% for name, uri in figs.items() %}<h2>{{ name|replace("_", " ") }}</h2><img src="{{ uri }}" alt="{{ name }}">{% endfor %}
-</body></html>"""
 
 
 def write_outputs(out_dir: str | Path, summary: dict, rows: list[dict], *, title: str = "",
@@ -128,8 +112,8 @@ def write_outputs(out_dir: str | Path, summary: dict, rows: list[dict], *, title
     writer.writeheader()
     writer.writerows(rows)
     write_atomic(paths["csv"], lambda tmp: tmp.write_text(buf.getvalue(), encoding="utf-8", newline=""))
-    env = jinja2.Environment(autoescape=True)
-    html = env.from_string(_TEMPLATE).render(title=title, summary=summary, published=published_figures(),
+    env = jinja2.Environment(loader=jinja2.PackageLoader("speco3.evaluate", "templates"), autoescape=True)
+    html = env.get_template("report.html.jinja").render(title=title, summary=summary, published=published_figures(),
                                              figs=figures(summary, rows), version=__version__,
                                              extra=json.dumps(extra, indent=1) if extra else "")
     write_atomic(paths["html"], lambda tmp: tmp.write_text(html, encoding="utf-8"))
