@@ -128,12 +128,14 @@ def _block(rec: dict[str, Any]) -> str:
 
 def cmd_info(args) -> int:
     from speco3.spectra import parse_address, read_file
+    from speco3.spectra.specutils_io import fallback_enabled
 
     records, status = [], 0
     for item in args.files:
         path, selector = parse_address(item)
         try:
-            contents = read_file(path)
+            with fallback_enabled():  # one file a person asked about: worth specutils' slower look
+                contents = read_file(path)
             specs = contents.spectra
             if selector is not None:
                 from speco3.spectra.registry import select_spectrum

@@ -8,13 +8,18 @@ as an ``InverseVariance`` from ivar, the mask, the redshift, and Spec-o3's metad
 
 ``register(reg)`` adds the ``specutils-fallback`` format at the lowest priority: for a file none of the
 built-in readers know, specutils' own loaders are asked (only for files on disk, only when specutils is
-installed); the format name says where the spectrum came from (``spec-o3 info`` shows it).
+installed); the format name says where the spectrum came from (``spec-o3 info`` shows it). Asking specutils
+costs about 3 s per unknown file (it runs every loader's identifier), so the fallback is on only where a person
+reads one file: `spec-o3 info` (`fallback_enabled`), or everywhere with ``SPECO3_SPECUTILS_FALLBACK=1`` (archive
+scans, `vet`, the desktop app). Archive scans stay fast and list unknown files as unreadable otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 from dataclasses import fields
 from typing import Any
 
@@ -155,8 +160,22 @@ def _loaders(path: str) -> list[str]:
     return [found] if isinstance(found, str) else list(found or [])
 
 
+_enabled = [os.environ.get("SPECO3_SPECUTILS_FALLBACK") == "1"]
+
+
+@contextlib.contextmanager
+def fallback_enabled(on: bool = True):
+    """Within this block, files no built-in reader knows are offered to specutils' loaders."""
+    before = _enabled[0]
+    _enabled[0] = on
+    try:
+        yield
+    finally:
+        _enabled[0] = before
+
+
 def identify_fallback(src: Any) -> bool:
-    return src.path_str is not None and _available() and bool(_loaders(src.path_str))
+    return _enabled[0] and src.path_str is not None and _available() and bool(_loaders(src.path_str))
 
 
 def read_fallback(src: Any) -> list[Spectrum]:
