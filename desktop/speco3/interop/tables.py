@@ -13,26 +13,16 @@ from typing import Any
 
 import numpy as np
 
-#: (column, kind, unit, description) of a queue table.
-QUEUE_COLUMNS: list[tuple[str, str, str | None, str]] = [
-    ("key", "str", None, "Archive key of the spectrum (file#index)"),
-    ("name", "str", None, "Spectrum name"),
-    ("path", "str", None, "File path"),
-    ("hdu_index", "int", None, "Index of the spectrum in its file"),
-    ("survey", "str", None, "Survey"),
-    ("object_id", "str", None, "Survey object id"),
-    ("ra", "float", "deg", "Right ascension"),
-    ("dec", "float", "deg", "Declination"),
-    ("redshift", "float", None, "Catalogue redshift"),
-    ("snr", "float", None, "Signal-to-noise ratio"),
-    ("task", "str", None, "Task id"),
-    ("model_verdict", "str", None, "Latest model verdict YES/NO (empty: none)"),
-    ("model_id", "str", None, "Model of that verdict"),
-    ("p_yes", "float", None, "Model probability of YES, where the store has one"),
-    ("decision", "str", None, "Human decision YES/NO/UNSURE (empty: not vetted)"),
-    ("flags", "str", None, "Quality flags, comma separated"),
-    ("comment", "str", None, "Vetter comment"),
-]
+from speco3.vetting.export import COLUMNS, rows_table
+
+#: Columns of a queue table: the export's (`speco3.vetting.export.COLUMNS`, one description of each) plus the
+#: archive key that TOPCAT's row messages come back to and ``p_yes``.
+_QUEUE_NAMES = ("name", "path", "hdu_index", "survey", "object_id", "ra", "dec", "redshift", "snr", "task",
+                "model_verdict", "model_id", "p_yes", "decision", "flags", "comment")
+_EXTRA = {"key": ("key", "str", None, "Archive key of the spectrum (file#index)"),
+          "p_yes": ("p_yes", "float", None, "Model probability of YES, where the store has one")}
+QUEUE_COLUMNS: list[tuple[str, str, str | None, str]] = [_EXTRA["key"]] + [
+    _EXTRA.get(n) or next(c for c in COLUMNS if c[0] == n) for n in _QUEUE_NAMES]
 
 
 def _p_yes(verdict: Any) -> float | None:
@@ -41,26 +31,6 @@ def _p_yes(verdict: Any) -> float | None:
         return float(p) if p is not None and math.isfinite(float(p)) else None
     except (TypeError, ValueError):
         return None
-
-
-def build_table(rows: Sequence[dict[str, Any]], columns: list[tuple[str, str, str | None, str]]) -> Any:
-    """An astropy Table from dict rows, masked where a value is None."""
-    from astropy.table import MaskedColumn, Table
-
-    table = Table()
-    for name, kind, unit, desc in columns:
-        values = [r.get(name) for r in rows]
-        mask = np.array([v is None for v in values], dtype=bool)
-        if kind == "str":
-            data = np.array(["" if v is None else str(v) for v in values], dtype=str)
-            if data.dtype.itemsize == 0:
-                data = data.astype("U1")
-        elif kind == "int":
-            data = np.array([0 if v is None else int(v) for v in values], dtype=np.int64)
-        else:
-            data = np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
-        table.add_column(MaskedColumn(data, name=name, mask=mask, unit=unit, description=desc))
-    return table
 
 
 def queue_table(entries: Sequence[Any], store: Any, task: str, key_of: Callable[[Any], str]) -> tuple[Any, list[str]]:
@@ -82,7 +52,7 @@ def queue_table(entries: Sequence[Any], store: Any, task: str, key_of: Callable[
             "comment": comment or None,
         })
         keys.append(str(e.key))
-    return build_table(rows, QUEUE_COLUMNS), keys
+    return rows_table(rows, QUEUE_COLUMNS), keys
 
 
 def store_table(store: Any, task: str | None = None) -> tuple[Any, list[str]]:

@@ -12,6 +12,7 @@ Every file is written atomically: to a temporary file beside the target, then ``
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,10 +102,16 @@ def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, 
 
 def export_table(store: VettingStore, task: str | None = None) -> Table:
     """The export as an astropy `Table` (masked where a value is missing)."""
-    rows = export_rows(store, task)
-    table = Table(meta={"ORIGIN": f"spec-o3 {__version__}", "STORE": str(store.path.name)})
-    for name, kind, unit, desc in COLUMNS:
-        values = [r[name] for r in rows]
+    table = rows_table(export_rows(store, task), COLUMNS)
+    table.meta.update({"ORIGIN": f"spec-o3 {__version__}", "STORE": str(store.path.name)})
+    return table
+
+
+def rows_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str | None, str]]) -> Table:
+    """An astropy `Table` of dict rows with ``columns`` as (name, kind, unit, description), masked where None."""
+    table = Table()
+    for name, kind, unit, desc in columns:
+        values = [r.get(name) for r in rows]
         mask = np.array([v is None for v in values], dtype=bool)
         if kind == "str":
             data = np.array(["" if v is None else str(v) for v in values], dtype=str)
