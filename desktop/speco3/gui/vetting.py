@@ -209,6 +209,7 @@ class VettingController(QObject):
             return False
         self.model.invalidate_states([self.entry.key])
         self._show_record()
+        self.message.emit(f"{decision} saved for {self.entry.name}")  # replaces an older note in the status bar
         if self.settings.auto_advance:
             self.step(1)
         return True
