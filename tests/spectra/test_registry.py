@@ -261,11 +261,16 @@ def test_fast_header_values_match_astropy(spectra_dir):
 
 
 def test_zero_length_data_is_no_spectrum(spectra_path, tmp_path):
-    """A 1D image whose data were cut to zero length is refused (a 0-pixel spectrum is no spectrum), whichever
-    reader, ours or the specutils fallback, takes the file."""
+    """A 1D image whose data were cut to zero length is refused, never read as a 0-pixel spectrum: by our readers
+    (no layout has an empty image) and by the specutils fallback when it is on (its reader returns 0 pixels)."""
+    from speco3.spectra.specutils_io import fallback_enabled
+
     with fits.open(spectra_path("generic/PH957_f.fits")) as hdul:
         hdul[0].data = np.zeros((0,), dtype=np.float32)
         hdul.writeto(tmp_path / "zero.fits")
-    with pytest.raises(NoSpectraError, match=r"no pixels: zero-length data") as err:
+    with pytest.raises(SpectrumReadError, match=r"unknown layout: HDUs found: 0 'PRIMARY' image 0") as err:
+        read_spectra(tmp_path / "zero.fits")
+    assert err.value.path == str(tmp_path / "zero.fits")
+    with fallback_enabled(), pytest.raises(NoSpectraError, match=r"no pixels: zero-length data") as err:
         read_spectra(tmp_path / "zero.fits")
     assert err.value.path == str(tmp_path / "zero.fits")
