@@ -22,10 +22,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-try:
-    import _kit  # noqa: F401 - puts the test kit on sys.path where the benchmarks have one
-except ImportError:
-    sys.path.insert(0, str(REPO / "tests"))
+import _kit  # noqa: E402, F401 - puts the test kit on sys.path
 
 JSON_KEYS = ("items", "scripted", "tiny_model", "overhead_share", "ok")
 REQUIRES = ("llama_cpp", "pyarrow")
@@ -52,10 +49,8 @@ def _tiny_pair(tmp: Path):
     override = os.environ.get("SPECO3_TINY_GGUF")
     if override:
         return override.split(",")
-    try:
-        from speco3_testkit.tinymodel import tiny_gguf_pair
-    except ImportError:
-        from speco3_converters.testing import tiny_gguf_pair
+    from speco3_testkit.tinymodel import tiny_gguf_pair
+
     cache = Path(os.environ["SPECO3_TEST_CACHE"]) if os.environ.get("SPECO3_TEST_CACHE") else tmp / "tiny"
     return tiny_gguf_pair(cache, "Q8_0")
 
@@ -74,10 +69,8 @@ def main() -> int:
     args = [a for a in sys.argv[1:] if a != "--quick"]
     quick = "--quick" in sys.argv[1:]
     n = int(args[0]) if args else (2 if quick else 12)
-    try:
-        from speco3_testkit.testdata import SPECTRA as folder  # the test data in the repository
-    except ImportError:
-        folder = Path(os.environ.get("SPECO3_SHARED", REPO.parent / "shared")) / "spectra"
+    from speco3_testkit.testdata import SPECTRA as folder  # the test data in the repository
+
     spectra = [read_spectrum(folder / rel) for rel in SPECTRA]
     labels = [(("cv", "wd", "carbon")[i % 3], "YES" if i % 2 else "NO") for i in range(n)]
 

@@ -9,11 +9,7 @@ import numpy as np
 from PIL import Image
 
 from speco3.evaluate.benchwrite import bench_row, bench_schema, write_bench  # noqa: F401 - re-exported
-
-try:  # the test kit's home once the shared test support package is in place
-    from speco3_testkit.spectra import pillow_render  # noqa: F401 - re-exported
-except ImportError:
-    from testkit import pillow_render  # noqa: F401 - re-exported
+from speco3_testkit.spectra import pillow_render  # noqa: F401 - re-exported
 
 REAL = ["lamost/spec-60591-LN042429N340750BM01_sp01-001.fits.gz", "lamost/spec-55859-F5902_sp01-001.fits.gz",
         "sdss/spec-0266-51602-0107.fits", "lamost/spec-58397-EG014118N254444M01_sp03-031.fits"]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 
 @pytest.fixture(scope="session")
 def real_spectra(spectra_dir):
@@ -34,16 +34,7 @@ def render():
 
 
 @pytest.fixture(scope="session")
-def tiny_builds(tmp_path_factory):
-    """``{"F16": (text, mmproj), "Q8_0": (text, mmproj)}``: two builds of the tiny random Qwen2.5-VL checkpoint."""
-    try:
-        import llama_cpp.mtmd_cpp  # noqa: F401
-    except Exception as exc:  # ImportError, or OSError when the shared library does not load
-        pytest.skip(f"llama-cpp-python is not available: {exc}")
-    try:  # the test kit's home once the shared test support package is in place
-        from speco3_testkit.tinymodel import tiny_gguf_pair
-    except ImportError:
-        from speco3_converters.testing import tiny_gguf_pair
-    cache = Path(os.environ["SPECO3_TEST_CACHE"]) if os.environ.get("SPECO3_TEST_CACHE") else \
-        tmp_path_factory.mktemp("tiny_builds")
-    return {q: tuple(str(p) for p in tiny_gguf_pair(cache, quant=q)) for q in ("F16", "Q8_0")}
+def tiny_builds(tiny_gguf):
+    """``{"F16": (text, mmproj), "Q8_0": (text, mmproj)}``: two builds of the tiny random Qwen2.5-VL checkpoint
+    (the shared cached pairs of tests/conftest.py)."""
+    return {q: tuple(str(p) for p in tiny_gguf(q)) for q in ("F16", "Q8_0")}
