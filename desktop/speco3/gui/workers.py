@@ -181,7 +181,7 @@ class AgentJob:
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
-class InferenceThread(QObject):
+class InferenceThread(BackgroundTask):
     """The owner of the engine: a QObject on the GUI thread (signals, queues) driving one Python worker thread.
 
     The worker is a plain `threading.Thread` (a Python ``QThread.run`` override crashes PySide6 6.12 on Python 3.11
@@ -204,9 +204,8 @@ class InferenceThread(QObject):
     engine_status = Signal(str)
 
     def __init__(self, render: Callable[[Any], bytes] = render_png, parent: QObject | None = None):
-        super().__init__(parent)
+        super().__init__("speco3-inference", parent)
         self.render = render
-        self._worker: threading.Thread | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = False
@@ -221,14 +220,8 @@ class InferenceThread(QObject):
         self._next_id = 1
 
     # -- GUI-thread API ------------------------------------------------------------------------------------------
-    def start(self) -> None:
-        if self._worker is not None:
-            return
-        self._worker = threading.Thread(target=self._loop, name="speco3-inference", daemon=True)
-        self._worker.start()
-
     def isRunning(self) -> bool:  # noqa: N802 - mirrors QThread
-        return self._worker is not None and self._worker.is_alive()
+        return self.running()
 
     def submit(self, job: AgentJob) -> int:
         """Queue an interactive run (served before batch items); returns its job id."""
@@ -302,9 +295,7 @@ class InferenceThread(QObject):
         if cur is not None:
             cur.cancel.set()
         self._wake.set()
-        worker, self._worker = self._worker, None
-        if worker is not None:
-            join_thread(worker, "the inference thread (a model still loading finishes first)")
+        super().stop()  # joins the worker thread
 
     # -- worker thread -------------------------------------------------------------------------------------------
     def _next_job(self) -> AgentJob | None:
@@ -319,7 +310,7 @@ class InferenceThread(QObject):
                 self._current = None
             return self._current
 
-    def _loop(self) -> None:
+    def work(self) -> None:
         try:
             self._serve()
         finally:
