@@ -202,7 +202,7 @@ class MainWindow(QMainWindow):
         if not Path(folder).is_dir():
             self.show_error(f"{folder}: not a folder")
             return
-        self._stop_index_thread()
+        self._stop_index_worker()
         self.archive.set_folder(folder)
         self.archive.show_progress(0, 1, "starting …")
         self._index_worker = IndexWorker(folder, parent=self)
@@ -211,7 +211,7 @@ class MainWindow(QMainWindow):
         self._index_worker.failed.connect(self._index_failed)
         self._index_worker.start()
 
-    def _stop_index_thread(self) -> None:
+    def _stop_index_worker(self) -> None:
         """Cancel a running scan, join its thread and let Qt delete the worker (on this thread)."""
         worker, self._index_worker = self._index_worker, None
         if worker is not None:
@@ -221,7 +221,7 @@ class MainWindow(QMainWindow):
     def _index_failed(self, message: str) -> None:
         if self.sender() is not self._index_worker:  # a scan that was replaced or stopped
             return
-        self._stop_index_thread()
+        self._stop_index_worker()
         self.archive.hide_progress()
         self.show_error(message)
 
@@ -230,7 +230,7 @@ class MainWindow(QMainWindow):
 
         if self.sender() is not self._index_worker:
             return
-        self._stop_index_thread()
+        self._stop_index_worker()
         self.archive.hide_progress()
         if self.index is not None:
             self.index.close()
@@ -415,7 +415,7 @@ class MainWindow(QMainWindow):
         QApplication.instance().removeEventFilter(self.key_filter)
         self.samp.shutdown()  # SAMP threads joined before any widget goes
         self.inference.stop()
-        self._stop_index_thread()
+        self._stop_index_worker()
         self.vetting.cache.close()
         self.vetting.close_store()
         if self.index is not None:
