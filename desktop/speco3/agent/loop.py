@@ -30,7 +30,7 @@ from speco3.agent.protocol import (
 from speco3.agent.steps import AssistantStep, Outcome, PromptStep, Step, ToolStep, VerdictStep, ViewSpec
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn, run_tool
-from speco3.engine.base import Engine, GenerationResult, Part
+from speco3.engine.base import Engine, GenerationResult, Part, Sampling
 from speco3.errors import ContextFullError
 from speco3.imaging import PreparedImage, prepare_image
 from speco3.spectra.model import Spectrum
@@ -70,6 +70,7 @@ class Episode:
     max_turns: int = MAX_TURNS
     image_max_tokens: int | None = None
     max_tokens_per_turn: int | None = None
+    sampling: Sampling | None = None  # None: the engine's settings
     conversation: list[Part] = field(default_factory=list)
     turns: int = 0
     tokens: int = 0
@@ -115,7 +116,7 @@ class Episode:
     def start(self, image: PreparedImage, task_text: str) -> None:
         """Load the model if needed, start a new conversation and feed the system and first user turns."""
         self.engine.load()
-        self.engine.reset()
+        self.engine.reset(sampling=self.sampling)
         self.feed(first_turn_parts(image, task_text))
 
     def turn(self, turn: int) -> Iterator[Step]:
@@ -243,6 +244,7 @@ def run_episode(
     max_turns: int = MAX_TURNS,
     image_max_tokens: int | None = None,
     max_tokens_per_turn: int | None = None,
+    sampling: Sampling | None = None,
 ) -> Iterator[Step]:
     """Run one inspection episode; yield `PromptStep`, then `AssistantStep`/`ToolStep` records, then one `VerdictStep`.
 
@@ -265,13 +267,15 @@ def run_episode(
         Cap on image tokens per image (None: the processor default). Defaults to the engine setting.
     max_tokens_per_turn : int, optional
         Generation cap per assistant turn. Defaults to the engine setting.
+    sampling : Sampling, optional
+        How this episode samples (one rollout's temperature, top-p, top-k and seed). Defaults to the engine setting.
     """
     task_id, task_text = (task.id, task.text) if isinstance(task, Task) else ("custom", str(task))
     episode = Episode(
         engine, spectrum, render, cancel=cancel, on_token=_safe_callback(on_token), max_turns=max_turns,
         image_max_tokens=engine.settings.image_max_tokens if image_max_tokens is None else image_max_tokens,
         max_tokens_per_turn=(engine.settings.max_tokens_per_turn if max_tokens_per_turn is None
-                             else max_tokens_per_turn),
+                             else max_tokens_per_turn), sampling=sampling,
     )
     yield from episode.run(task_id, task_text)
 

@@ -48,6 +48,34 @@ class EngineSettings:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How one conversation samples: greedy at temperature 0 (the paper's evaluation), else top-k → top-p →
+    temperature → a draw seeded with ``seed``. Each rollout of a spectrum has its own (recorded with its trace)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+
+    @classmethod
+    def from_settings(cls, settings: EngineSettings) -> Sampling:
+        return cls(settings.temperature, settings.top_p, settings.top_k, settings.seed)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token: its text, its log-probability under the model (log-softmax of the raw logits, before
+    temperature and truncation), and the most probable alternatives at that position, best first."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
 @dataclass
 class ModelInfo:
     """What model an engine runs (recorded with every verdict)."""
@@ -69,6 +97,7 @@ class GenerationResult:
     prompt_tokens: int = 0  # text tokens evaluated for this turn
     image_tokens: int = 0  # image tokens encoded for this turn
     images_encoded: int = 0
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # per generated token, when the engine records them
 
     @property
     def tokens_per_s(self) -> float:
@@ -101,8 +130,9 @@ class Engine(ABC):
         """Load model files (idempotent). Raises `speco3.errors.ModelFileError` or `EngineError`."""
 
     @abstractmethod
-    def reset(self) -> None:
-        """Start a new conversation (an engine may keep a cached common prefix in its KV cache)."""
+    def reset(self, *, sampling: Sampling | None = None) -> None:
+        """Start a new conversation (an engine may keep a cached common prefix in its KV cache) that samples with
+        ``sampling`` (None: from `settings`)."""
 
     @abstractmethod
     def extend(self, parts: Sequence[Part]) -> None:

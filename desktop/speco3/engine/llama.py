@@ -44,6 +44,7 @@ from speco3.engine.base import (
     GenerationResult,
     ModelInfo,
     Part,
+    Sampling,
     TokenCallback,
 )
 from speco3.engine.mtmd_image import eval_image, tokenize_image
@@ -226,15 +227,15 @@ class LlamaMtmdEngine(Engine):
         return ids[0]
 
     # ------------------------------------------------------------------ conversation
-    def reset(self, keep_cache: bool = True) -> None:
-        """Start a new conversation. With ``keep_cache`` the KV cache stays and its common prefix with the next
-        conversation is reused; without it the cache is cleared."""
+    def reset(self, keep_cache: bool = True, *, sampling: Sampling | None = None) -> None:
+        """Start a new conversation sampled with ``sampling`` (None: the settings). With ``keep_cache`` the KV cache
+        stays and its common prefix with the next conversation is reused; without it the cache is cleared."""
         self._require()
         self._conv = []
         if not keep_cache:
             self._llama.llama_memory_clear(self._llama.llama_get_memory(self._ctx), True)
             self._kv, self._kv_pos, self._logits_valid = [], 0, False
-        self._new_sampler()
+        self._new_sampler(sampling)
 
     def extend(self, parts: Sequence[Part]) -> None:
         """Append text (tokenized now, special tokens parsed) and images (checked against mtmd now)."""
@@ -388,10 +389,11 @@ class LlamaMtmdEngine(Engine):
         return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
 
     # ------------------------------------------------------------------ sampling
-    def _new_sampler(self) -> None:
+    def _new_sampler(self, sampling: Sampling | None = None) -> None:
         if self._sampler is not None:
             self._llama.llama_sampler_free(self._sampler)
-        self._sampler = build_sampler(self._llama, self.settings)
+        self._sampler = build_sampler(self._llama, sampling or self.settings)
+        self._stats.extra["sampling"] = (sampling or Sampling.from_settings(self.settings)).to_dict()
 
     def generate(self, *, max_tokens: int | None = None, on_token: TokenCallback | None = None,
                  cancel: threading.Event | None = None) -> GenerationResult:

@@ -10,19 +10,19 @@ from __future__ import annotations
 import codecs
 import logging
 
-from speco3.engine.base import EngineSettings, TokenCallback
+from speco3.engine.base import EngineSettings, Sampling, TokenCallback
 
 logger = logging.getLogger(__name__)
 
 
-def build_sampler(llama, settings: EngineSettings):
+def build_sampler(llama, settings: EngineSettings | Sampling):
     """A new llama.cpp sampler chain for ``settings`` (free it with ``llama_sampler_free``).
 
     Parameters
     ----------
     llama : module
         ``llama_cpp.llama_cpp``.
-    settings : EngineSettings
+    settings : EngineSettings or Sampling
         ``temperature`` (0: greedy), ``top_k`` (0: off), ``top_p`` (1: off) and ``seed``.
     """
     chain = llama.llama_sampler_chain_init(llama.llama_sampler_chain_default_params())

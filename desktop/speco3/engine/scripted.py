@@ -33,6 +33,7 @@ from speco3.engine.base import (
     GenerationResult,
     ModelInfo,
     Part,
+    Sampling,
     TokenCallback,
 )
 from speco3.errors import ContextFullError, EngineError
@@ -94,6 +95,8 @@ class ScriptedEngine(Engine):
         self.closed = False
         self.conversation: list[Part] = []
         self.conversations: list[list[Part]] = []
+        self.samplings: list[Sampling] = []  # the sampling of each conversation, as `reset` received it
+        self.sampling = Sampling.from_settings(self.settings)
         self._pending: list[Part] = []
         self._turn = 0
         self._n_used = 0
@@ -106,7 +109,9 @@ class ScriptedEngine(Engine):
             raise EngineError("scripted engine was closed")
         self.loaded = True
 
-    def reset(self) -> None:
+    def reset(self, *, sampling: Sampling | None = None) -> None:
+        self.sampling = sampling or Sampling.from_settings(self.settings)
+        self.samplings.append(self.sampling)
         self.conversation = []
         self.conversations.append(self.conversation)
         self._pending = []

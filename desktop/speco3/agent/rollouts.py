@@ -1,0 +1,81 @@
+"""Several sampled inspections (rollouts) of one spectrum: the model's own confidence signal.
+
+The model was trained with group-wise sampled rollouts (GRPO, 8 per prompt); K sampled episodes of the same
+spectrum and task, each with its own seed, show how settled its verdict is. K=1 at temperature 0 is the paper's
+greedy evaluation.
+
+`run_rollouts` is the one entry point for callers (CLI, vetting, evaluate, GUI). This version runs the episodes
+one after another on the engine; an engine that advances several sequences together may run them at once behind
+the same call (the result is the same list of step lists, rollout i sampled with `rollout_samplings(...)[i]`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from speco3.agent.loop import run_episode
+from speco3.agent.steps import Step, VerdictStep
+from speco3.agent.tasks import Task
+from speco3.agent.tool import RenderFn
+from speco3.engine.base import Engine, Sampling
+from speco3.spectra.model import Spectrum
+
+#: Sampling defaults of a rollout group (K > 1): the temperature the model was trained to sample at with GRPO.
+ROLLOUT_TEMPERATURE = 1.0
+ROLLOUT_TOP_P = 1.0
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """K rollouts: their count and the sampling shared by all but the seed (rollout i uses ``seed + i``)."""
+
+    k: int = 1
+    temperature: float | None = None  # None: 0 (greedy) for K=1, ROLLOUT_TEMPERATURE for K>1
+    top_p: float = ROLLOUT_TOP_P
+    top_k: int = 0
+    seed: int = 0
+
+    def samplings(self) -> list[Sampling]:
+        if self.k < 1:
+            raise ValueError(f"the number of rollouts must be at least 1, got {self.k}")
+        temp = self.temperature if self.temperature is not None else (0.0 if self.k == 1 else ROLLOUT_TEMPERATURE)
+        if self.k > 1 and temp <= 0:
+            raise ValueError("K > 1 greedy rollouts would all be the same; give a temperature above 0")
+        return [Sampling(temp, self.top_p, self.top_k, self.seed + i) for i in range(self.k)]
+
+
+def run_rollouts(
+    engine: Engine,
+    spectrum: Spectrum,
+    task: Task | str,
+    render: RenderFn,
+    plan: RolloutPlan,
+    *,
+    cancel: threading.Event | None = None,
+    on_step: Callable[[int, Step], None] | None = None,
+    **episode_kwargs,
+) -> list[list[Step]]:
+    """Run ``plan.k`` episodes of ``spectrum``; return each rollout's steps (each list ends with a `VerdictStep`).
+
+    Parameters
+    ----------
+    on_step : callable, optional
+        ``on_step(i, step)`` for every step of rollout ``i`` as it happens.
+    episode_kwargs
+        Passed to `run_episode` (``max_turns``, ``image_max_tokens``, ``max_tokens_per_turn``, ``on_token``).
+    """
+    results: list[list[Step]] = []
+    for i, sampling in enumerate(plan.samplings()):
+        steps: list[Step] = []
+        for step in run_episode(engine, spectrum, task, render, cancel=cancel, sampling=sampling, **episode_kwargs):
+            steps.append(step)
+            if on_step is not None:
+                on_step(i, step)
+        assert isinstance(steps[-1], VerdictStep)
+        results.append(steps)
+    return results
+
+
+__all__ = ["ROLLOUT_TEMPERATURE", "RolloutPlan", "run_rollouts"]
