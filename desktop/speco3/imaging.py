@@ -100,6 +100,6 @@ def prepare_image(png: bytes, max_tokens: int | None = None) -> PreparedImage:
     if (w, h) != rgb.size:
         rgb = rgb.resize((w, h), Image.Resampling.BICUBIC)
     buf = io.BytesIO()
-    rgb.save(buf, format="PNG")
+    rgb.save(buf, format="PNG", compress_level=1)  # lossless: same pixels, a third less encode time than level 6
     digest = hashlib.sha256(rgb.tobytes()).hexdigest()
     return PreparedImage(png=buf.getvalue(), width=w, height=h, grid=(w // FACTOR, h // FACTOR), sha256=digest)

@@ -8,6 +8,7 @@ reads it back. Views are stored as their range/frame/title (the spectrum is refe
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import platform
@@ -36,6 +37,11 @@ class TraceError(Speco3Error):
 
 def versions() -> dict[str, str]:
     """Versions of what produced a trace."""
+    return dict(_versions())
+
+
+@functools.cache
+def _versions() -> dict[str, str]:  # package metadata is read once per process (~15 ms a call)
     out = {"speco3": __version__, "python": platform.python_version()}
     for dist in ("numpy", "astropy", "llama_cpp_python"):
         with contextlib.suppress(metadata.PackageNotFoundError):
