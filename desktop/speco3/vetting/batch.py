@@ -140,6 +140,25 @@ class DoneCheck:
         self.done[storable_text(key)] = file_sha256
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"I/N"`` → (I, N) with 0 <= I < N (SLURM: ``--shard $SLURM_ARRAY_TASK_ID/N`` with ``--array=0-(N-1)``)."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
+    if not m or not 0 <= int(m[1]) < int(m[2]):
+        raise ValueError(f"shard {text!r}: expected I/N with 0 <= I < N, e.g. 0/8 … 7/8")
+    return int(m[1]), int(m[2])
+
+
+def in_shard(key: str, shard: tuple[int, int]) -> bool:
+    """Whether the spectrum with archive key ``key`` (archive-relative ``PATH#N``) belongs to ``shard`` (I, N).
+
+    A hash of the key, not the listing order: the same spectrum falls in the same shard on every machine, however
+    the folder is listed or filtered, and the N shards split any archive without overlap or gap.
+    """
+    i, n = shard
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % n == i
+
+
 def trace_folder(root: Path, task: str, key: str, name: str) -> Path:
     """A stable, file-system-safe trace folder for one spectrum and task."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name or "spectrum").strip("._")[:60] or "spectrum"
