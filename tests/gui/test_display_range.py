@@ -106,3 +106,17 @@ def test_red_end_of_a_brown_dwarf_and_of_carbon_stars_is_in_range(tmp_path):
 
 def _median3(v: np.ndarray) -> np.ndarray:
     return np.median(np.lib.stride_tricks.sliding_window_view(np.pad(v, 1, mode="edge"), 3), axis=1)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 6, 7, 8, 50, 51, 400])
+def test_odd_inputs_give_a_finite_range_or_none(n):
+    rng = np.random.default_rng(n)
+    base = rng.normal(size=n)
+    cases = [base, np.full(n, np.nan), np.where(np.arange(n) % 2, np.inf, base), np.full(n, 5.0),
+             np.where(rng.random(n) < 0.5, np.nan, base), base.astype(np.float32)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning from all-NaN windows or empty slices
+        for v in cases:
+            r = display_range(v)
+            assert (r is None) == (not np.isfinite(v).any())
+            assert r is None or (np.isfinite(r).all() and r[1] > r[0])

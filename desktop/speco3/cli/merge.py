@@ -17,7 +17,8 @@ def register(sub) -> None:
         "are only read. Model runs and human decisions found in more than one store are kept once; when the "
         "latest human decisions on one spectrum differ between stores, the merge stops and lists them (nothing is "
         "written) unless --on-conflict latest is given, which keeps every decision and makes the one made last "
-        "the current one. The merge is one SQLite transaction: interrupted, OUT stays as it was.")
+        "the current one. The merge is one SQLite transaction: interrupted, OUT stays as it was. Rows are renumbered "
+        "in time order: close the desktop app on OUT before merging into it.")
     p.add_argument("out", metavar="OUT", help="merged vetting store (SQLite)")
     p.add_argument("inputs", nargs="+", metavar="IN", help="vetting stores to merge")
     p.add_argument("--on-conflict", choices=("fail", "latest"), default="fail",
