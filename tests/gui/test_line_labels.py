@@ -51,3 +51,28 @@ def test_cv_labels_do_not_collide_and_relayout_on_zoom(qtbot, demo_master):
     assert all(item.label.isVisible() for item in in_view)
     assert sum(item.label.orthoPos == 0.97 for item in in_view) >= 3  # room enough: mostly the top row
     assert names == [ln.name for ln in builtin_tasks()["cv"].lines]
+
+
+def test_telluric_labels_stay_inside_the_plot(qtbot):
+    """The H₂O band from 8950 Å starts 150 Å before a LAMOST spectrum ends: its label must not run off the right."""
+    import numpy as np
+
+    from speco3.gui.viewer import SpectrumViewer
+    from speco3.spectra.model import Spectrum, SpectrumMeta
+
+    viewer = SpectrumViewer()
+    qtbot.addWidget(viewer)
+    viewer.resize(700, 400)
+    viewer.show()
+    w = np.linspace(3700, 9100, 3909)
+    viewer.set_spectrum(Spectrum(w, 100 + np.sin(w / 50), np.ones(w.size), meta=SpectrumMeta(redshift=0.0)))
+    qtbot.waitExposed(viewer)
+    box = viewer.vb.sceneBoundingRect()
+    last = viewer._telluric_labels[-1]
+    assert last.isVisible() and last.format == "⊕ H₂O"
+    for label in [label for label in viewer._telluric_labels if label.isVisible()]:
+        r = label.sceneBoundingRect()
+        assert box.left() <= r.left() and r.right() <= box.right(), label.format
+    viewer.vb.setXRange(7400, 8000, padding=0)  # zoomed into the O₂ A band: its label is still shown, inside
+    o2a = viewer._telluric_labels[2]
+    assert o2a.isVisible() and box.left() <= o2a.sceneBoundingRect().left()

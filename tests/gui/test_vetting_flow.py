@@ -124,3 +124,45 @@ def test_keyboard_vetting_of_the_shared_real_spectra(qtbot, make_window, spectra
     decisions = w.vetting.store.decisions("cv")
     assert len(decisions) == n
     assert shown >= 40
+
+
+def test_prescreen_uses_the_vet_rule_prompt_version_and_changed_files(qtbot, make_window, demo_archive, open_and_wait,
+                                                                      engine_factory, fake_models):
+    """What the pre-screen counts as done is `spec-o3 vet`'s rule (`DoneCheck`): a run with another prompt version
+    or on a file whose content changed since is done again; a run on the same file with the same prompt is not."""
+    import dataclasses
+    import os
+
+    from astropy.io import fits
+
+    from speco3.vetting.batch import DoneCheck
+
+    engine_factory.delay_s = 0.001
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    w.table_model.fetch_all()
+    entries = [w.table_model.entry(r) for r in range(w.table_model.loaded_rows())]
+    assert w.agent.start_batch(entries, "cv", "test-model") == 20
+    store = w.vetting.store
+    qtbot.waitUntil(lambda: len(store.model_verdicts("cv")) == 20, timeout=60000)
+    assert all(v.file_sha256 for v in store.model_verdicts("cv"))  # recorded as vet records it
+    assert w.agent.start_batch(entries, "cv", "test-model") == 0  # all done
+    # the same rule, asked directly: every entry is done for vet too
+    check = DoneCheck(store, w.agent.tasks["cv"], "test-model")
+    assert {check.state(f"{e.path}#{e.index}", e.path) for e in entries} == {"done"}
+
+    path = entries[3].path  # new content: that spectrum only is screened again
+    with fits.open(path) as hdul:  # a header card added: still a good file, other bytes
+        hdul[0].header["HISTORY"] = "re-reduced"
+        hdul.writeto(str(path) + ".new.fits.gz")
+    os.replace(str(path) + ".new.fits.gz", path)
+    assert w.agent.start_batch(entries, "cv", "test-model") == 1
+    qtbot.waitUntil(lambda: len(store.model_verdicts("cv", latest=False)) == 21, timeout=60000)
+    assert w.agent.start_batch(entries, "cv", "test-model") == 0
+
+    cv = w.agent.tasks["cv"]  # a changed prompt (another task text): everything is screened again
+    w.agent.tasks["cv"] = dataclasses.replace(cv, question=cv.question + " Answer carefully.")
+    assert w.agent.tasks["cv"].prompt_version != cv.prompt_version
+    assert w.agent.start_batch(entries, "cv", "test-model") == 20
+    w.inference.cancel_batch()
+    qtbot.waitUntil(lambda: not w.inference.batch_running(), timeout=60000)

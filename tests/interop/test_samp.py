@@ -239,3 +239,25 @@ def test_cli_without_hub_fails_cleanly(samp_env, spectra_dir, capsys):
 def test_parse_incoming_rejects_with_reason(mtype, params, reason):
     event = parse_incoming(mtype, params, "c9")
     assert isinstance(event, Malformed) and reason in event.reason and event.sender == "c9"
+
+
+def test_cli_send_keeps_its_copy_for_a_late_loader_and_prunes_old_ones(recorder, spectra_dir, capsys):
+    """A peer may reply first and load the file later: the copy outlives the CLI; copies over a day old go."""
+    import os
+
+    from speco3.cli import main
+    from speco3.cli.samp import OUTBOX
+    from speco3.config import cache_dir
+
+    outbox = cache_dir() / OUTBOX
+    outbox.mkdir(parents=True, exist_ok=True)
+    stale, fresh = outbox / "old-spectrum.vot", outbox / "recent-spectrum.vot"
+    for p in (stale, fresh):
+        p.write_text("<VOTABLE/>")
+    day_ago = time.time() - 25 * 3600
+    os.utime(stale, (day_ago, day_ago))
+    assert main(["samp", "send", f"{spectra_dir / LAMOST}#0", "--timeout", "3"]) == 0
+    path = _path(recorder.wait_for(SPECTRUM_LOAD)["url"])  # read after the command has returned
+    assert path.parent == outbox and path.stat().st_size > 1000
+    assert not stale.exists() and fresh.exists()
+    assert (outbox.stat().st_mode & 0o777) == 0o700

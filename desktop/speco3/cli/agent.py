@@ -166,6 +166,9 @@ def register(sub) -> None:
     v.add_argument("--no-resume", action="store_true",
                    help="run again on spectra already done, changed or not")
     v.add_argument("--limit", type=int, help="screen at most this many spectra")
+    v.add_argument("--shard", metavar="I/N", help="screen only share I of N (0 <= I < N), chosen by a hash of each "
+                   "spectrum's archive key: N jobs (a SLURM array, several machines) split the archive without "
+                   "overlap; merge their stores with 'spec-o3 merge'")
     v.add_argument("--survey")
     v.add_argument("--cls", help="catalogue class filter (STAR, GALAXY, QSO, ...)")
     v.add_argument("--snr-min", type=float)
@@ -297,7 +300,12 @@ class ProgressBar:
 def _archive_entries(args):
     """Index entries to screen, from an archive folder (scanned incrementally) or an index database."""
     from speco3.spectra import ArchiveIndex
+    from speco3.vetting.batch import parse_shard
 
+    try:  # a bad --shard is refused before any indexing
+        shard = parse_shard(args.shard) if getattr(args, "shard", None) else None
+    except ValueError as exc:
+        raise Speco3Error(str(exc)) from None
     path = Path(args.archive).expanduser()
     if path.is_dir():
         index = ArchiveIndex.for_root(path)
@@ -319,10 +327,15 @@ def _archive_entries(args):
     else:
         raise Speco3Error(f"{path}: no such archive folder or index")
     try:
-        return index.query(survey=args.survey, cls=args.cls, snr_min=args.snr_min, text=args.match, sort="key",
-                           limit=args.limit)
+        entries = index.query(survey=args.survey, cls=args.cls, snr_min=args.snr_min, text=args.match, sort="key",
+                              limit=None if shard else args.limit)
     finally:
         index.close()
+    if shard:  # the share first, then the limit: --limit counts this shard's spectra
+        from speco3.vetting.batch import in_shard
+
+        entries = [e for e in entries if in_shard(e.key, shard)][:args.limit]
+    return entries
 
 
 def cmd_vet(args) -> int:
@@ -354,7 +367,7 @@ def cmd_vet(args) -> int:
         engine.close()
         store.close()
     print(json.dumps({"store": str(store_path), "traces": str(traces), "task": task.id,
-                      "prompt_version": task.prompt_version, **result.to_dict()}))
+                      "prompt_version": task.prompt_version, "shard": args.shard, **result.to_dict()}))
     if result.cancelled:
         print("stopped; run the same command again to continue", file=sys.stderr)
         return EXIT_INTERRUPTED

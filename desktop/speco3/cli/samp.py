@@ -4,8 +4,9 @@
 the spectrum viewers, ``--point`` also points sky viewers at its position; ``samp send-table results.sqlite``
 sends the vetting store's table (verdicts, p_yes where present, decisions) to table viewers. Every call waits at
 most ``--timeout`` seconds for the hub and for each peer's reply; the exit status is 1 when nothing accepted
-the message. The copies live in a private temporary folder removed on exit (peers have read them by then:
-SAMP calls return when the peer has loaded the file). Only hubs on this machine are used.
+the message. The copies are kept in ``<cache>/samp-outbox`` (mode 0700) for a day, not removed on exit: a peer may
+reply before it loads the file, and this process ends right after the reply; copies older than a day are removed
+on the next send. Only hubs on this machine are used.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import sys
 from typing import Any
 
 from speco3.errors import Speco3Error
+
+OUTBOX = "samp-outbox"  # under the cache folder: copies sent by `samp send` / `send-table`
+OUTBOX_MAX_AGE_S = 24 * 3600.0
 
 
 class SampCliError(Speco3Error):
@@ -47,10 +51,12 @@ def register(sub) -> None:
 
 
 def _link(timeout: float) -> Any:
+    from speco3.config import cache_dir
+    from speco3.interop.files import Outbox
     from speco3.interop.samp import SampError, SampLink
 
     # No status printer: every failure of a command also raises, and `main` prints it once as "error: …".
-    link = SampLink(None, timeout=timeout, ping_interval=3600)
+    link = SampLink(None, timeout=timeout, ping_interval=3600, files=Outbox(cache_dir() / OUTBOX, OUTBOX_MAX_AGE_S))
     try:
         link.connect().result(timeout + 5)
     except (SampError, TimeoutError) as exc:

@@ -62,6 +62,7 @@ class AgentController(QObject):
         self.engine_opener = engine_opener or self._open_engine
         self.interactive_job: int | None = None
         self._jobs: dict[int, tuple[Any, Any]] = {}  # job id -> (entry, task)
+        self._files = None  # FileCheck of the current store (digests of the files behind recorded verdicts)
         inference.started_job.connect(self._started)
         inference.tokens.connect(panel.append_tokens)
         inference.step.connect(panel.add_step)
@@ -128,18 +129,20 @@ class AgentController(QObject):
         if not model_id:
             self.message.emit("no model installed — batch pre-screen needs one")
             return 0
+        from speco3.vetting.batch import DoneCheck
+
         task = self._task(task_id)
         store = self.vetting.store
+        # the rule of `spec-o3 vet`: same model and prompt version, not cancelled or failed, file unchanged
+        check = DoneCheck(store, task, model_id) if skip_done and store is not None else None
         jobs = []
         for entry in entries:
             if getattr(entry, "error", None):
                 continue
             if model_id == SCRIPTED_LABEL and not str(getattr(entry, "file_name", "")).startswith("spec-60001-SPECO3DEMO"):
                 continue
-            if skip_done and store is not None:
-                mv = store.latest_model_verdict(store_key(entry), task.id)
-                if mv is not None and mv.model_id == model_id and mv.verdict is not None:
-                    continue
+            if check is not None and check.state(store_key(entry), entry.path) == "done":
+                continue
             job = self._job(entry, task, model_id, batch=True)
             jobs.append(job)
         self.inference.start_batch(jobs)
@@ -181,6 +184,7 @@ class AgentController(QObject):
 
     def _record(self, entry: Any, task, step: Any, info: dict) -> None:
         from speco3.agent.trace import Trace
+        from speco3.vetting.batch import FileCheck
         from speco3.vetting.records import ModelVerdict, SpectrumInfo
 
         store = self.vetting.store
@@ -200,13 +204,18 @@ class AgentController(QObject):
             trace_dir = str(trace.save(folder))
         except Exception as exc:  # a trace that cannot be written must not lose the verdict
             log.warning("trace of %s not saved: %s", key, exc)
+        # the file's sha256, as `spec-o3 vet` records it: a later pre-screen or vet redoes the spectrum if it changes
+        if self._files is None or self._files.store is not store:  # one per store: its stamps are read once
+            self._files = FileCheck(store)
+        sha = self._files.digest(entry.path) if getattr(entry, "path", None) else None
         if spectrum is not None:
-            store.record_spectrum(SpectrumInfo.of(key, spectrum))
+            store.record_spectrum(SpectrumInfo.of(key, spectrum, sha))
         model_id = SCRIPTED_LABEL if info.get("scripted") else str(info.get("model") or "unknown")
         store.record_model_verdict(ModelVerdict(
             spectrum_key=key, task=task.id, verdict=step.verdict,
             outcome=getattr(step.outcome, "value", str(step.outcome)), model_id=model_id, quant=info.get("quant"),
-            prompt_version=task.prompt_version, engine_settings=info.get("settings", {}), turns=step.turns,
+            prompt_version=task.prompt_version, file_sha256=sha, engine_settings=info.get("settings", {}),
+            turns=step.turns,
             tokens=step.tokens_generated, seconds=float(info.get("elapsed", step.seconds)), zooms=step.zooms,
             detail=step.detail, answer=step.answer, trace_dir=trace_dir,
         ))

@@ -7,8 +7,9 @@ What it draws, for the human (the model's images come from `speco3.render`, unch
 * line markers of the current task class with labels that follow the redshift and the frame, laid out in up to
   three rows so that none overlap at the current zoom (labels that fit nowhere are hidden; re-laid out on zoom,
   pan and resize; the marker's tooltip still names the line);
-* a y-range from robust percentiles (0.5–99.5 %) of the good pixels in the visible x-range, so noisy edges,
-  cosmic rays and masked spikes never squash the plot; mouse drag/wheel pan and zoom in wavelength;
+* a y-range spanning the good pixels in the visible x-range except isolated one-pixel spikes and noisy ends
+  (`speco3.gui.lines.display_range`): no real line or steep continuum is cut, and cosmic rays and ragged edges
+  never squash the plot; mouse drag/wheel pan and zoom in wavelength;
 * a header stating object, class, z, S/N, frame and the wavelength medium (air / vacuum).
 """
 
@@ -65,6 +66,7 @@ class MarkerLabel(QGraphicsSimpleTextItem):
         self.format = text
         self.anchor = anchor
         self.orthoPos = 1.0
+        self.anchor_end = anchor  # where a band ends (telluric labels); a line's label has anchor_end == anchor
         self._fill = fill
         self.setZValue(20)
 
@@ -307,8 +309,8 @@ class SpectrumViewer(QWidget):
         if s is not None and s.medium == "vacuum":
             bands = np.asarray(air_to_vac(bands), dtype=float)
         self._telluric_x = bands / factor if s is not None else np.empty((0, 2))
-        for label, (lo, _hi) in zip(self._telluric_labels, bands / factor, strict=True):
-            label.anchor = float(lo)
+        for label, (lo, hi) in zip(self._telluric_labels, bands / factor, strict=True):
+            label.anchor, label.anchor_end = float(lo), float(hi)
             label.setVisible(s is not None)
 
     def _draw_lines(self, layout: bool = True) -> None:
@@ -352,8 +354,13 @@ class SpectrumViewer(QWidget):
         for labels, n_rows, from_top in (([i.label for i in self._line_items], LABEL_ROWS, True),
                                          (tellurics, TELLURIC_ROWS, False)):
             xs = [(label.anchor - lo) / (hi - lo) * width for label in labels]
-            xs = [x if -1.0 <= x <= width else float("nan") for x in xs]
             widths = [label.boundingRect().width() for label in labels]
+            if from_top:  # a line's label starts at its line
+                xs = [x if -1.0 <= x <= width else float("nan") for x in xs]
+            else:  # a band's label stays inside the plot wherever the visible part of the band is
+                ends = [(label.anchor_end - lo) / (hi - lo) * width for label in labels]
+                xs = [min(max(x, 0.0), width - w - 4) if x <= width and end >= 0 else float("nan")
+                      for x, end, w in zip(xs, ends, widths, strict=True)]
             for label, x, row in zip(labels, xs, label_rows(xs, widths, n_rows), strict=True):
                 label.setVisible(row is not None)
                 if row is None:

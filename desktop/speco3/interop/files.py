@@ -9,16 +9,21 @@ header cards (FITS: ``TUCDn``/``TUTYPn`` for the columns). Errors are 1σ from i
 so that Aladin and TOPCAT find the positions.
 
 `TempFolder` is the private folder these files live in while a peer may still read them; it is removed on
-``cleanup()`` (the app calls it when SAMP is switched off or the window closes).
+``cleanup()`` (the app calls it when SAMP is switched off or the window closes). `Outbox` is the folder of a
+process that exits right after sending (``spec-o3 samp send``): a peer may reply first and load the file later
+(SAMP does not order the two), so its files stay and are removed only once older than ``max_age_s`` — the way
+astropy's and TOPCAT's own examples leave sent files for the receiver rather than delete them on exit.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import shutil
 import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -186,3 +191,47 @@ class TempFolder:
                 shutil.rmtree(self._path, ignore_errors=True)
                 log.debug("removed %s", self._path)
             self._path = None
+
+
+class Outbox:
+    """A lasting folder (mode 0700) for files sent by a short-lived process; see module doc.
+
+    Files older than ``max_age_s`` are removed when the folder is first used and on `cleanup`; newer ones stay,
+    so a peer that loads a file after replying still finds it when the sender has exited.
+    """
+
+    def __init__(self, folder: str | os.PathLike, max_age_s: float = 24 * 3600.0):
+        self.folder = Path(folder)
+        self.max_age_s = float(max_age_s)
+        self._pruned = False
+
+    @property
+    def path(self) -> Path:
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not self._pruned:
+            self._pruned = True
+            try:  # private, like TempFolder: the copies are the user's spectra
+                os.chmod(self.folder, 0o700)
+            except OSError as exc:
+                log.debug("outbox: cannot make %s private (%s)", self.folder, exc)
+            self.prune()
+        return self.folder
+
+    @property
+    def exists(self) -> bool:
+        return self.folder.is_dir()
+
+    def prune(self) -> int:
+        """Remove the files older than ``max_age_s``; returns how many."""
+        cutoff, removed = time.time() - self.max_age_s, 0
+        for p in self.folder.glob("*") if self.folder.is_dir() else ():
+            try:
+                if p.is_file() and p.stat().st_mtime < cutoff:
+                    p.unlink()
+                    removed += 1
+            except OSError as exc:  # another process pruned it first, or it is not ours to remove
+                log.debug("outbox: %s not removed (%s)", p, exc)
+        return removed
+
+    def cleanup(self) -> None:
+        self.prune()

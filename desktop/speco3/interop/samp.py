@@ -25,7 +25,7 @@ from typing import Any
 
 from speco3 import __version__
 from speco3.interop import messages as msg
-from speco3.interop.files import MIME, TempFolder, write_spectrum, write_table_votable
+from speco3.interop.files import MIME, Outbox, TempFolder, write_spectrum, write_table_votable
 from speco3.interop.hubs import (
     Peer,
     Peers,
@@ -52,12 +52,12 @@ class SampLink:
     """See module doc. ``timeout`` bounds each hub call and each peer's reply (seconds)."""
 
     def __init__(self, on_event: Callable[[Any], None] | None = None, *, timeout: float = 5.0,
-                 ping_interval: float = 2.0, name: str = APP_NAME):
+                 ping_interval: float = 2.0, name: str = APP_NAME, files: TempFolder | Outbox | None = None):
         self.on_event = on_event or (lambda _e: None)
         self.timeout = float(timeout)
         self.ping_interval = ping_interval
         self.name = name
-        self.files = TempFolder()
+        self.files = files if files is not None else TempFolder()  # where sent copies live (see interop.files)
         self.peers: tuple[Peer, ...] = ()
         self.state = "off"
         self._client: Any = None
@@ -224,7 +224,8 @@ class SampLink:
         return self._client
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Disconnect, stop a hub this link started, end the worker thread and remove the temporary files."""
+        """Disconnect, stop a hub this link started, end the worker thread and remove the temporary files (an
+        `Outbox` keeps its recent files for peers that load them later)."""
         if self._closed:
             return
         fut = self.disconnect()

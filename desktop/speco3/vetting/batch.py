@@ -1,7 +1,7 @@
 """Batch pre-screening: run the agent over many spectra, store each verdict with its trace, resume after a stop.
 
-Used by ``spec-o3 vet`` and by the desktop app's background pre-screen. A spectrum already done for the same
-task, model and prompt version is skipped (runs that were cancelled or hit an engine error are retried) unless its
+Used by ``spec-o3 vet`` and by the desktop app's background pre-screen, with one "done" rule (`DoneCheck`). A
+spectrum already done for the same task, model and prompt version is skipped (runs that were cancelled or hit an engine error are retried) unless its
 file changed since (see `FileCheck`: size and mtime against a stamp kept in the store, the sha256 when they differ
 or cannot be trusted; a changed sha256 means the spectrum is screened again). Each
 verdict row carries the model id, quant, model file digests, prompt version, engine settings, turns, tokens, time,
@@ -94,10 +94,9 @@ class FileCheck:
     hashed again and re-stamped. A file that cannot be read gives None.
     """
 
-    def __init__(self, store: VettingStore, sha_cache: dict[str, str] | None = None):
+    def __init__(self, store: VettingStore):
         self.store = store
         self.stamps = store.file_stamps()
-        self.sha_cache = {} if sha_cache is None else sha_cache
         self.hashed = 0
 
     def digest(self, path: str) -> str | None:
@@ -109,12 +108,55 @@ class FileCheck:
         if stamp is not None and stamp[:2] == (st.st_size, st.st_mtime_ns) and st.st_mtime_ns < stamp[3] - RACY_NS:
             return stamp[2]
         now = time.time_ns()  # before hashing: a write during the hash leaves an mtime that no stamp trusts
-        sha = file_sha256(path, self.sha_cache)
+        sha = file_sha256(path)  # never a per-path cache: the file may have changed since (a long-lived check)
         if sha is not None:
             self.hashed += 1
             self.stamps[path] = (st.st_size, st.st_mtime_ns, sha, now)
             self.store.record_file_stamp(path, st.st_size, st.st_mtime_ns, sha, now)
         return sha
+
+
+class DoneCheck:
+    """The one "already done" rule, used by ``spec-o3 vet`` and the desktop pre-screen alike.
+
+    A spectrum is done for ``task`` with ``model_id`` when a run with the task's current prompt version is stored
+    for its key and that run was not cancelled or stopped by an engine error (`RETRY_OUTCOMES`), unless its file
+    now has another sha256 than the one the run was made on (`FileCheck`; unknown digests count as unchanged).
+    ``resume=False`` counts nothing as done.
+    """
+
+    def __init__(self, store: VettingStore, task: Task, model_id: str, *, resume: bool = True):
+        self.done = store.done_files(task.id, model_id, task.prompt_version) if resume else {}
+        self.files = FileCheck(store)
+
+    def state(self, key: str, path: str | None) -> str:
+        """``"new"`` (never done), ``"done"`` (skip it) or ``"changed"`` (done on other file content)."""
+        key = storable_text(key)  # keys come back from SQLite in their storable form
+        if key not in self.done:
+            return "new"
+        return "changed" if _file_changed(path, self.done[key], self.files) else "done"
+
+    def mark(self, key: str, file_sha256: str | None) -> None:
+        self.done[storable_text(key)] = file_sha256
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"I/N"`` → (I, N) with 0 <= I < N (SLURM: ``--shard $SLURM_ARRAY_TASK_ID/N`` with ``--array=0-(N-1)``)."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
+    if not m or not 0 <= int(m[1]) < int(m[2]):
+        raise ValueError(f"shard {text!r}: expected I/N with 0 <= I < N, e.g. 0/8 … 7/8")
+    return int(m[1]), int(m[2])
+
+
+def in_shard(key: str, shard: tuple[int, int]) -> bool:
+    """Whether the spectrum with archive key ``key`` (archive-relative ``PATH#N``) belongs to ``shard`` (I, N).
+
+    A hash of the key, not the listing order: the same spectrum falls in the same shard on every machine, however
+    the folder is listed or filtered, and the N shards split any archive without overlap or gap.
+    """
+    i, n = shard
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % n == i
 
 
 def trace_folder(root: Path, task: str, key: str, name: str) -> Path:
@@ -204,29 +246,28 @@ def vet_batch(
     items = list(items)
     result = BatchResult(total=total if total is not None else len(items))
     t0 = time.perf_counter()
-    done = store.done_files(task.id, engine.info.model_id, task.prompt_version) if resume else {}
-    files = FileCheck(store)
+    check = DoneCheck(store, task, engine.info.model_id, resume=resume)
     root = Path(trace_root) if trace_root is not None else None
     for i, item in enumerate(items, 1):
         if cancel is not None and cancel.is_set():
             result.cancelled = True
             break
-        key = storable_text(item.key)  # keys come back from SQLite in their storable form
-        changed = key in done and _file_changed(item, done[key], files)
-        if key in done and not changed:
+        state = check.state(item.key, item.path)
+        if state == "done":
             result.skipped += 1
             _report(progress, on_item, i, result.total, item, None)
             continue
+        changed = state == "changed"
         try:
             v = vet_one(item, store, engine, task, render, trace_root=root, cancel=cancel, on_token=on_token,
-                        files=files)
+                        files=check.files)
         except Speco3Error as exc:  # the store failed: stop, the next run resumes here
             logger.error("stopping the batch: %s", exc)
             raise
         if v is None:
             result.cancelled = True
             break
-        done[key] = v.file_sha256
+        check.mark(item.key, v.file_sha256)
         result.done += 1
         result.changed += changed
         result.outcomes[v.outcome] = result.outcomes.get(v.outcome, 0) + 1
@@ -245,19 +286,19 @@ def _report(progress: Progress | None, on_item: ItemDone | None, i: int, total: 
         progress(item.key, i, total)
 
 
-def _file_changed(item: VetItem, recorded: str | None, files: FileCheck) -> bool:
-    """True when the item's file now has another sha256 than the one its stored verdict was made on.
+def _file_changed(path: str | None, recorded: str | None, files: FileCheck) -> bool:
+    """True when the file now has another sha256 than the one its stored verdict was made on.
 
     Unknown cases count as unchanged (the verdict stands): no file, no sha256 recorded, or a file that is gone.
     """
-    if not item.path or recorded is None:
+    if not path or recorded is None:
         return False
-    current = files.digest(item.path)
+    current = files.digest(path)
     if current is None:
-        logger.warning("%s: file unreadable now; keeping its earlier verdict", item.path)
+        logger.warning("%s: file unreadable now; keeping its earlier verdict", path)
         return False
     if current != recorded:
-        logger.info("%s changed since it was screened (sha256 %s… -> %s…): screening again", item.path,
+        logger.info("%s changed since it was screened (sha256 %s… -> %s…): screening again", path,
                     recorded[:12], current[:12])
         return True
     return False

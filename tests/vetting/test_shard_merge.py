@@ -1,0 +1,165 @@
+"""``vet --shard I/N`` splits an archive deterministically; ``spec-o3 merge`` joins the stores (issue #14)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+
+import numpy as np
+import pytest
+from vetting_helpers import NO, YES, items, pillow_render
+
+from speco3.agent import get_task
+from speco3.cli import agent as cli_agent
+from speco3.cli import main
+from speco3.engine.scripted import ScriptedEngine
+from speco3.errors import StoreError
+from speco3.vetting import Decision, VettingStore
+from speco3.vetting.batch import in_shard, parse_shard, vet_batch
+from speco3.vetting.merge import merge_stores
+
+
+def test_shards_partition_any_key_set_the_same_way_everywhere():
+    keys = [f"lamost/{p}/spec-{i:05d}.fits.gz#0" for p in ("a", "b") for i in range(600)]
+    for n in (1, 2, 7):
+        shards = [{k for k in keys if in_shard(k, (i, n))} for i in range(n)]
+        assert set().union(*shards) == set(keys) and sum(map(len, shards)) == len(keys)  # no overlap, no gap
+        assert min(map(len, shards)) > 0.7 * len(keys) / n  # roughly even
+    # the share of a key does not depend on which other keys are listed, or in what order
+    part = {k for k in reversed(keys[::3]) if in_shard(k, (2, 7))}
+    assert part == {k for k in keys if in_shard(k, (2, 7))} & set(keys[::3])
+    assert parse_shard("3/8") == (3, 8) and parse_shard(" 0 / 1 ") == (0, 1)
+    for bad in ("8/8", "1/0", "-1/4", "a/b", "2", ""):
+        with pytest.raises(ValueError, match="I/N"):
+            parse_shard(bad)
+
+
+def _archive(folder, n=20):
+    folder.mkdir(parents=True)
+    wl = np.linspace(3700, 9100, 400)
+    for i in range(n):
+        np.savetxt(folder / f"s{i:02d}.csv", np.c_[wl, 10 + 0.1 * i + 0 * wl], delimiter=",",
+                   header="wavelength,flux", comments="")
+    return folder
+
+
+def _vet(archive, store, script, *extra):
+    return main(["vet", str(archive), "--task", "cv", "--out", str(store), "--scripted", str(script), *extra])
+
+
+def _rel_keys(store_path, root):
+    with VettingStore(store_path, readonly=True) as s:
+        return {os.path.relpath(v.spectrum_key, root) for v in s.model_verdicts("cv")}
+
+
+def test_vet_shards_split_an_archive_and_merge_joins_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"scripts": [[NO]]}), encoding="utf-8")
+    arch = _archive(tmp_path / "arch")
+    stores = [tmp_path / f"shard{i}.sqlite" for i in range(3)]
+    for i, store in enumerate(stores):
+        assert _vet(arch, store, script, "--shard", f"{i}/3") == 0
+    parts = [_rel_keys(s, arch) for s in stores]
+    assert set().union(*parts) == {f"s{i:02d}.csv#0" for i in range(20)} and sum(map(len, parts)) == 20
+    # another machine sees the archive under another path: the same spectra fall in shard 1
+    other = shutil.copytree(arch, tmp_path / "mnt" / "survey")
+    assert _vet(other, tmp_path / "elsewhere.sqlite", script, "--shard", "1/3") == 0
+    assert _rel_keys(tmp_path / "elsewhere.sqlite", other) == parts[1]
+    assert main(["vet", str(arch), "--task", "cv", "--out", str(tmp_path / "x.sqlite"), "--shard", "3/3"]) == 1
+    assert "0 <= I < N" in capsys.readouterr().err
+    assert not (tmp_path / "x.sqlite").exists()
+
+    def inputs():  # every file beside the input stores (-wal and -shm included), with its digest
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tmp_path.iterdir() if p.is_file()}
+
+    before = inputs()
+    out = tmp_path / "merged" / "all.sqlite"
+    assert main(["merge", str(out), *map(str, stores)]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (report["verdicts_added"], report["verdicts_duplicate"], report["written"]) == (20, 0, True)
+    assert inputs() == before  # the inputs were only read: no byte changed, no file added
+    with VettingStore(out, readonly=True) as merged:
+        runs = merged.model_verdicts("cv")
+        assert len(runs) == 20 and all(v.file_sha256 for v in runs)
+        assert all(os.path.isabs(v.trace_dir) and os.path.isdir(v.trace_dir) for v in runs)  # traces resolved
+        assert len(merged.file_stamps()) == 20
+    # merging a shard again adds nothing: every run is a duplicate
+    assert main(["merge", str(out), str(stores[0])]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again["verdicts_added"] == 0 and again["verdicts_duplicate"] == len(parts[0])
+    with VettingStore(out, readonly=True) as merged:
+        assert len(merged.model_verdicts("cv", latest=False)) == 20
+
+
+def _store_with(path, decisions, runs=()):
+    store = VettingStore(path)
+    if runs:
+        vet_batch(runs, store, ScriptedEngine([YES]), get_task("cv"), pillow_render)
+    for key, value, vetter in decisions:
+        mv = store.latest_model_verdict(key, "cv")
+        store.record_decision(Decision(key, "cv", value, vetter=vetter, model_verdict_seen=mv and mv.verdict,
+                                       model_verdict_id=mv and mv.id))
+    store.close()
+    return path
+
+
+def test_conflicting_decisions_are_reported_not_resolved(tmp_path, capsys):
+    shared = items(3)
+    a = _store_with(tmp_path / "a.sqlite", [("/data/spec00.fits#0", "YES", "Ana"),
+                                            ("/data/spec01.fits#0", "NO", "Ana")], runs=shared[:2])
+    b = _store_with(tmp_path / "b.sqlite", [("/data/spec00.fits#0", "NO", "Bo"),
+                                            ("/data/spec02.fits#0", "YES", "Bo")], runs=shared[2:])
+    out = tmp_path / "out.sqlite"
+    assert main(["merge", str(out), str(a), str(b)]) == 4
+    err = capsys.readouterr().err
+    assert "conflict: /data/spec00.fits#0 (task cv): YES by Ana" in err and "NO by Bo" in err
+    assert "nothing written" in err and not out.exists()
+    report = merge_stores(out, [a, b], on_conflict="latest")  # an explicit choice: the decision made last
+    assert report.written and len(report.conflicts) == 1
+    with VettingStore(out, readonly=True) as merged:
+        assert merged.decision("/data/spec00.fits#0", "cv").decision == "NO"
+        assert [d.decision for d in merged.decision_history("/data/spec00.fits#0", "cv")] == ["YES", "NO"]
+        # each decision still points at the model run its vetter saw, under the run's new id
+        for d in merged.decisions("cv"):
+            seen = [v for v in merged.model_verdicts("cv", latest=False) if v.id == d.model_verdict_id]
+            if d.spectrum_key != "/data/spec00.fits#0" or d.vetter == "Ana":
+                assert seen and seen[0].spectrum_key == d.spectrum_key
+
+
+def test_a_store_vetted_on_after_a_copy_supersedes_rather_than_conflicts(tmp_path):
+    a = _store_with(tmp_path / "a.sqlite", [("/data/spec00.fits#0", "YES", "Ana")])
+    b = tmp_path / "b.sqlite"
+    shutil.copyfile(a, b)
+    with VettingStore(b) as store:
+        store.record_decision(Decision("/data/spec00.fits#0", "cv", "NO", vetter="Ana", comment="second look"))
+    report = merge_stores(tmp_path / "out.sqlite", [a, b])
+    assert report.written and report.conflicts == [] and report.decisions_duplicate == 1
+    with VettingStore(tmp_path / "out.sqlite", readonly=True) as merged:
+        assert merged.decision("/data/spec00.fits#0", "cv").comment == "second look"
+
+
+def test_a_failed_merge_leaves_out_unchanged(tmp_path):
+    out = _store_with(tmp_path / "out.sqlite", [("/data/spec00.fits#0", "YES", "Ana")], runs=items(2))
+    good = _store_with(tmp_path / "good.sqlite", [("/data/spec05.fits#0", "NO", "Bo")], runs=items(2, prefix="g"))
+    # a damaged input: the store's tables without their checks, holding a decision the schema forbids
+    bad = tmp_path / "bad.sqlite"
+    shutil.copyfile(good, bad)
+    db = sqlite3.connect(bad)
+    db.executescript("ALTER TABLE decisions RENAME TO d_old; CREATE TABLE decisions AS SELECT * FROM d_old; "
+                     "DROP TABLE d_old; INSERT INTO decisions (id, spectrum_key, task, decision, flags, comment, "
+                     "vetter, decided_at) VALUES (99, '/data/z.fits#0', 'cv', 'MAYBE', '[]', '', 'Cy', '2030');")
+    db.close()
+    with VettingStore(out, readonly=True) as s:
+        before = ([v.to_dict() for v in s.model_verdicts(latest=False)], [d.to_dict() for d in s.decisions()])
+    with pytest.raises(StoreError, match="merge not written, the store is unchanged"):
+        merge_stores(out, [good, bad])
+    with VettingStore(out, readonly=True) as s:
+        assert ([v.to_dict() for v in s.model_verdicts(latest=False)], [d.to_dict() for d in s.decisions()]) == before
+    with pytest.raises(StoreError, match="cannot also be an input"):
+        merge_stores(out, [good, out])
+    with pytest.raises(StoreError, match="no such vetting store"):
+        merge_stores(out, [tmp_path / "missing.sqlite"])
