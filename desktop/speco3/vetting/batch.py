@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 
-from speco3.agent.loop import run_episode
-from speco3.agent.steps import Outcome, VerdictStep
+from speco3.agent.confidence import Thresholds, aggregate
+from speco3.agent.rollouts import RolloutPlan, run_rollouts
+from speco3.agent.steps import Outcome
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn
 from speco3.agent.trace import Trace, spectrum_ref
@@ -30,7 +31,7 @@ from speco3.engine.base import Engine
 from speco3.errors import Speco3Error
 from speco3.fileio import Progress, sha256_file
 from speco3.spectra.model import Spectrum
-from speco3.vetting.records import ModelVerdict, SpectrumInfo
+from speco3.vetting.records import ModelVerdict, RolloutRecord, SpectrumInfo
 from speco3.vetting.store import VettingStore, storable_text
 
 logger = logging.getLogger(__name__)
@@ -136,8 +137,16 @@ def vet_one(
     on_step: Callable[[object], None] | None = None,
     sha_cache: dict[str, str] | None = None,
     files: FileCheck | None = None,
+    plan: RolloutPlan | None = None,
+    thresholds: Thresholds | None = None,
 ) -> ModelVerdict | None:
-    """Screen one spectrum and record the verdict; returns it (None when cancelled mid-episode)."""
+    """Screen one spectrum and record the verdict; returns it (None when cancelled mid-episode).
+
+    ``plan``: K rollouts (None: one, sampled as the engine's settings say); each is stored with its trace
+    (``<folder>/rNN`` when K > 1) and the verdict row carries their fold (`speco3.agent.confidence.aggregate`
+    with ``thresholds``); the row's verdict is the majority (None on a tie) and its trace the first rollout that
+    gave it.
+    """
     info = engine.info
     if item.path:
         sha = files.digest(item.path) if files is not None else file_sha256(item.path, sha_cache)
@@ -160,25 +169,56 @@ def vet_one(
         store.record_model_verdict(v)
         return v
     store.record_spectrum(SpectrumInfo.of(item.key, spectrum, sha))
-    trace = Trace(task_id=task.id, task_text=task.text, prompt_version=task.prompt_version,
-                  spectrum={**spectrum_ref(spectrum), "key": item.key, "file_sha256": sha},
-                  model=asdict(info) if is_dataclass(info) else dict(vars(info)), settings=engine.settings.to_dict())
-    for step in trace.follow(run_episode(engine, spectrum, task, render, cancel=cancel, on_token=on_token)):
+    s = engine.settings
+    plan = plan or RolloutPlan(1, s.temperature, s.top_p, s.top_k, s.seed)  # K=1: the engine's own sampling
+    samplings = plan.samplings()
+    traces = [Trace(task_id=task.id, task_text=task.text, prompt_version=task.prompt_version,
+                    spectrum={**spectrum_ref(spectrum), "key": item.key, "file_sha256": sha},
+                    model=asdict(info) if is_dataclass(info) else dict(vars(info)),
+                    settings={**s.to_dict(), "sampling": sampling.to_dict(), "rollout": i, "rollouts": plan.k})
+              for i, sampling in enumerate(samplings)]
+
+    def step_done(i: int, step) -> None:
+        traces[i].add(step)
         if on_step is not None:
             on_step(step)
-    final = trace.final
-    assert isinstance(final, VerdictStep)
-    if final.outcome is Outcome.CANCELLED:
+
+    run_rollouts(engine, spectrum, task, render, plan, cancel=cancel, on_step=step_done, on_token=on_token)
+    finals = [t.final for t in traces]
+    if any(f is None or f.outcome is Outcome.CANCELLED for f in finals):
         return None
+    conf = aggregate(finals, thresholds)
     folder = None
     if trace_root is not None:
         folder = trace_folder(Path(trace_root), task.id, item.key, item.name or spectrum.name)
-        trace.save(folder)
-    v = ModelVerdict(verdict=final.verdict, outcome=final.outcome.value, turns=final.turns,
-                     tokens=final.tokens_generated, seconds=time.perf_counter() - t0, zooms=final.zooms,
-                     detail=final.detail, answer=final.answer, trace_dir=str(folder) if folder else None, **base)
-    store.record_model_verdict(v)
+    records = [_rollout_record(i, t, sampling, (folder / f"r{i:02d}" if plan.k > 1 else folder) if folder else None)
+               for i, (t, sampling) in enumerate(zip(traces, samplings, strict=True))]
+    # the row shows the first rollout that gave the majority verdict (rollout 0 without one)
+    rep = next((i for i, r in enumerate(records) if conf.verdict and r.verdict == conf.verdict), 0)
+    final = finals[rep]
+    outcome = conf.verdict or (final.outcome.value if plan.k == 1 else max(conf.outcomes, key=conf.outcomes.count))
+    v = ModelVerdict(verdict=conf.verdict, outcome=outcome, turns=final.turns,
+                     tokens=sum(f.tokens_generated for f in finals), seconds=time.perf_counter() - t0,
+                     zooms=final.zooms, detail=final.detail, answer=final.answer,
+                     trace_dir=records[rep].trace_dir, **base)
+    if plan.k > 1:
+        v.engine_settings = {**v.engine_settings, "rollout_plan": asdict(plan)}
+    v.set_confidence(conf)
+    store.record_model_verdict(v, records)
     return v
+
+
+def _rollout_record(i: int, trace: Trace, sampling, folder: Path | None) -> RolloutRecord:
+    """Save one rollout's trace (when there is a folder) and describe it for the store."""
+    if folder is not None:
+        trace.save(folder)
+    f = trace.final
+    windows = [[*(step.wavelength_range or (None, None)), step.label] for step in trace.tool_steps()]
+    return RolloutRecord(idx=i, outcome=f.outcome.value, verdict=f.verdict, p_yes_token=f.p_yes_token,
+                         seed=sampling.seed, temperature=sampling.temperature, top_p=sampling.top_p,
+                         top_k=sampling.top_k, turns=f.turns, tokens=f.tokens_generated, zooms=f.zooms,
+                         seconds=f.seconds, detail=f.detail, answer=f.answer,
+                         trace_dir=str(folder) if folder is not None else None, windows=windows)
 
 
 def vet_batch(
@@ -195,16 +235,20 @@ def vet_batch(
     on_token: Callable[[str], None] | None = None,
     resume: bool = True,
     total: int | None = None,
+    plan: RolloutPlan | None = None,
+    thresholds: Thresholds | None = None,
 ) -> BatchResult:
     """Screen ``items`` in order; see module doc.
 
     After each item, ``on_item(item, verdict)`` (``verdict`` None when it was done before and skipped), then
-    ``progress(item.key, i, total)``.
+    ``progress(item.key, i, total)``. ``plan`` and ``thresholds``: K rollouts per spectrum (see `vet_one`); a
+    spectrum done before with another number of rollouts is screened again.
     """
     items = list(items)
     result = BatchResult(total=total if total is not None else len(items))
     t0 = time.perf_counter()
-    done = store.done_files(task.id, engine.info.model_id, task.prompt_version) if resume else {}
+    k = plan.k if plan is not None else 1
+    done = store.done_files(task.id, engine.info.model_id, task.prompt_version, rollouts=k) if resume else {}
     files = FileCheck(store)
     root = Path(trace_root) if trace_root is not None else None
     for i, item in enumerate(items, 1):
@@ -219,7 +263,7 @@ def vet_batch(
             continue
         try:
             v = vet_one(item, store, engine, task, render, trace_root=root, cancel=cancel, on_token=on_token,
-                        files=files)
+                        files=files, plan=plan, thresholds=thresholds)
         except Speco3Error as exc:  # the store failed: stop, the next run resumes here
             logger.error("stopping the batch: %s", exc)
             raise
