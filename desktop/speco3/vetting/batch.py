@@ -18,20 +18,20 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from speco3.agent.confidence import Thresholds, aggregate
-from speco3.agent.rollouts import RolloutPlan, run_rollouts
+from speco3.agent.confidence import Thresholds
+from speco3.agent.rollouts import RolloutPlan
 from speco3.agent.steps import Outcome
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn
-from speco3.agent.trace import Trace, spectrum_ref
 from speco3.engine.base import Engine
 from speco3.errors import Speco3Error
 from speco3.fileio import Progress, sha256_file
 from speco3.spectra.model import Spectrum
-from speco3.vetting.records import ModelVerdict, RolloutRecord, SpectrumInfo
+from speco3.vetting.records import ModelVerdict, SpectrumInfo
+from speco3.vetting.rollout_runs import run_traced, save_rollouts, verdict_row
 from speco3.vetting.store import VettingStore, storable_text
 
 logger = logging.getLogger(__name__)
@@ -169,56 +169,15 @@ def vet_one(
         store.record_model_verdict(v)
         return v
     store.record_spectrum(SpectrumInfo.of(item.key, spectrum, sha))
-    s = engine.settings
-    plan = plan or RolloutPlan(1, s.temperature, s.top_p, s.top_k, s.seed)  # K=1: the engine's own sampling
-    samplings = plan.samplings()
-    traces = [Trace(task_id=task.id, task_text=task.text, prompt_version=task.prompt_version,
-                    spectrum={**spectrum_ref(spectrum), "key": item.key, "file_sha256": sha},
-                    model=asdict(info) if is_dataclass(info) else dict(vars(info)),
-                    settings={**s.to_dict(), "sampling": sampling.to_dict(), "rollout": i, "rollouts": plan.k})
-              for i, sampling in enumerate(samplings)]
-
-    def step_done(i: int, step) -> None:
-        traces[i].add(step)
-        if on_step is not None:
-            on_step(step)
-
-    run_rollouts(engine, spectrum, task, render, plan, cancel=cancel, on_step=step_done, on_token=on_token)
-    finals = [t.final for t in traces]
-    if any(f is None or f.outcome is Outcome.CANCELLED for f in finals):
+    run = run_traced(engine, spectrum, task, render, plan, spectrum_extra={"key": item.key, "file_sha256": sha},
+                     cancel=cancel, on_step=(lambda i, step: on_step(step)) if on_step else None, on_token=on_token)
+    if run.cancelled:
         return None
-    conf = aggregate(finals, thresholds)
-    folder = None
-    if trace_root is not None:
-        folder = trace_folder(Path(trace_root), task.id, item.key, item.name or spectrum.name)
-    records = [_rollout_record(i, t, sampling, (folder / f"r{i:02d}" if plan.k > 1 else folder) if folder else None)
-               for i, (t, sampling) in enumerate(zip(traces, samplings, strict=True))]
-    # the row shows the first rollout that gave the majority verdict (rollout 0 without one)
-    rep = next((i for i, r in enumerate(records) if conf.verdict and r.verdict == conf.verdict), 0)
-    final = finals[rep]
-    outcome = conf.verdict or (final.outcome.value if plan.k == 1 else max(conf.outcomes, key=conf.outcomes.count))
-    v = ModelVerdict(verdict=conf.verdict, outcome=outcome, turns=final.turns,
-                     tokens=sum(f.tokens_generated for f in finals), seconds=time.perf_counter() - t0,
-                     zooms=final.zooms, detail=final.detail, answer=final.answer,
-                     trace_dir=records[rep].trace_dir, **base)
-    if plan.k > 1:
-        v.engine_settings = {**v.engine_settings, "rollout_plan": asdict(plan)}
-    v.set_confidence(conf)
+    folder = trace_folder(Path(trace_root), task.id, item.key, item.name or spectrum.name) if trace_root else None
+    records = save_rollouts(run, folder)
+    v = verdict_row(run, records, run.confidence(thresholds), seconds=time.perf_counter() - t0, **base)
     store.record_model_verdict(v, records)
     return v
-
-
-def _rollout_record(i: int, trace: Trace, sampling, folder: Path | None) -> RolloutRecord:
-    """Save one rollout's trace (when there is a folder) and describe it for the store."""
-    if folder is not None:
-        trace.save(folder)
-    f = trace.final
-    windows = [[*(step.wavelength_range or (None, None)), step.label] for step in trace.tool_steps()]
-    return RolloutRecord(idx=i, outcome=f.outcome.value, verdict=f.verdict, p_yes_token=f.p_yes_token,
-                         seed=sampling.seed, temperature=sampling.temperature, top_p=sampling.top_p,
-                         top_k=sampling.top_k, turns=f.turns, tokens=f.tokens_generated, zooms=f.zooms,
-                         seconds=f.seconds, detail=f.detail, answer=f.answer,
-                         trace_dir=str(folder) if folder is not None else None, windows=windows)
 
 
 def vet_batch(
