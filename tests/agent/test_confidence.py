@@ -104,6 +104,7 @@ def test_token_probability_absent():
     assert answer_token_p_yes([lp("YES", 0.9)]) is None  # a bare word: no box, no <answer>
     toks = [lp("\\boxed{", 1), lp("maybe", 0.5), lp("}", 1)]
     assert answer_token_p_yes(toks) is None
+    assert answer_token_p_yes([lp("\\boxed{", 1), lp("YES", 0.7), lp("}", 1)]) is None  # no alternatives recorded
 
 
 # -- scripted rollouts ----------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ Qwen2.5 writes ``YES`` and ``NO`` as single tokens). Without a box, the first wh
 ``<answer>`` (the reward's text fallback). The alternatives recorded at that position are summed by the same rule
 (``YES``, ``Yes``, `` yes`` … all count for YES; the chosen token once). When no such token is found (an answer
 read by the bare-word fallback, a word absent or split beyond recognition, a token that disagrees with the parsed
-verdict) or the engine recorded nothing, the rollout has no token probability: the vote share is then the only
+verdict, a position recorded without its alternatives) or the engine recorded nothing, the rollout has no token probability: the vote share is then the only
 signal, never a made-up number.
 
 Abstention (`Thresholds`): the model abstains on a spectrum when the evidence is split — fewer than
@@ -140,8 +140,8 @@ def answer_token_p_yes(logprobs: Sequence[TokenLogprob], verdict: str | None = N
         return None
     tok = logprobs[i]
     chosen = _word(tok.token.split("{")[-1])
-    if chosen is None or (verdict is not None and chosen != verdict):
-        return None
+    if chosen is None or (verdict is not None and chosen != verdict) or not tok.top:
+        return None  # without the alternatives the other answer's mass is unknown: no number rather than 1 or 0
     mass = {"YES": 0.0, "NO": 0.0}
     mass[chosen] += math.exp(tok.logprob)
     seen = {tok.token}
