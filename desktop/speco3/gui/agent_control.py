@@ -84,13 +84,13 @@ class AgentController(QObject):
     def _job(self, entry: Any, task, model_id: str, spectrum=None, batch: bool = False) -> AgentJob:
         """A job of plain data: its engine factory binds the opener and values, never this controller or a widget
         (the worker thread drops the job; a widget reachable from it would be destroyed there)."""
-        if model_id == SCRIPTED_LABEL:
+        if model_id == SCRIPTED_LABEL:  # the canned demo: one run, whatever K is set (its script never varies)
             return AgentJob(entry.key, task, SCRIPTED_LABEL, partial(_demo_engine_for, spectrum, entry, task),
                             spectrum=spectrum, entry=entry, batch=batch, scripted=True)
         es = self.settings.engine_settings()
         key = f"{model_id}|{sorted(es.to_dict().items())}"
         return AgentJob(entry.key, task, key, partial(self.engine_opener, model_id, es), spectrum=spectrum,
-                        entry=entry, batch=batch)
+                        entry=entry, batch=batch, plan=self.settings.rollout_plan())
 
     # -- interactive ---------------------------------------------------------------------------------------------
     def run_current(self, task_id: str, model_id: str) -> int | None:
@@ -138,7 +138,8 @@ class AgentController(QObject):
                 continue
             if skip_done and store is not None:
                 mv = store.latest_model_verdict(store_key(entry), task.id)
-                if mv is not None and mv.model_id == model_id and mv.verdict is not None:
+                k = self.settings.rollouts if model_id != SCRIPTED_LABEL else 1
+                if mv is not None and mv.model_id == model_id and mv.verdict is not None and (mv.rollouts or 1) == k:
                     continue
             job = self._job(entry, task, model_id, batch=True)
             jobs.append(job)
@@ -180,36 +181,34 @@ class AgentController(QObject):
         self.verdictRecorded.emit(entry.key)
 
     def _record(self, entry: Any, task, step: Any, info: dict) -> None:
-        from speco3.agent.trace import Trace
-        from speco3.vetting.records import ModelVerdict, SpectrumInfo
+        """Store the run: every rollout with its trace (under the data folder) and the verdict row with their fold."""
+        from speco3.vetting.records import SpectrumInfo
+        from speco3.vetting.rollout_runs import save_rollouts, verdict_row
 
         store = self.vetting.store
         if store is None:
             return
         key = store_key(entry)
         spectrum = info.get("spectrum")
-        trace_dir = None
+        run = info["run"]
+        digest = hashlib.sha256(f"{key}|{task.id}|{info.get('t0')}".encode()).hexdigest()[:16]
         try:
-            trace = Trace(prompt_version=task.prompt_version, model={"model_id": info.get("model"),
-                                                                      "quant": info.get("quant"),
-                                                                      "scripted": info.get("scripted")},
-                          settings=info.get("settings", {}))
-            trace.record(info.get("steps", []))
-            digest = hashlib.sha256(f"{key}|{task.id}|{info.get('t0')}".encode()).hexdigest()[:16]
-            folder = Path(self.settings.resolved_data_folder()) / "traces" / digest
-            trace_dir = str(trace.save(folder))
+            records = save_rollouts(run, Path(self.settings.resolved_data_folder()) / "traces" / digest)
         except Exception as exc:  # a trace that cannot be written must not lose the verdict
             log.warning("trace of %s not saved: %s", key, exc)
+            records = save_rollouts(run, None)
         if spectrum is not None:
             store.record_spectrum(SpectrumInfo.of(key, spectrum))
         model_id = SCRIPTED_LABEL if info.get("scripted") else str(info.get("model") or "unknown")
-        store.record_model_verdict(ModelVerdict(
-            spectrum_key=key, task=task.id, verdict=step.verdict,
-            outcome=getattr(step.outcome, "value", str(step.outcome)), model_id=model_id, quant=info.get("quant"),
-            prompt_version=task.prompt_version, engine_settings=info.get("settings", {}), turns=step.turns,
-            tokens=step.tokens_generated, seconds=float(info.get("elapsed", step.seconds)), zooms=step.zooms,
-            detail=step.detail, answer=step.answer, trace_dir=trace_dir,
-        ))
+        conf = run.confidence(self.settings.thresholds())
+        v = verdict_row(run, records, conf, spectrum_key=key, task=task.id, model_id=model_id,
+                        quant=info.get("quant"), prompt_version=task.prompt_version,
+                        engine_settings=info.get("settings", {}), seconds=float(info.get("elapsed", step.seconds)))
+        store.record_model_verdict(v, records)
+        if conf.k > 1:
+            p = "—" if conf.p_yes is None else f"{conf.p_yes:.2f}"
+            self.message.emit(f"{entry.key}: p_yes {p} over {conf.k} rollouts"
+                              + (" — abstained (split evidence)" if conf.abstained else ""))
 
 
 class BatchControls(QObject):
