@@ -154,28 +154,33 @@ def answer_token_p_yes(logprobs: Sequence[TokenLogprob], verdict: str | None = N
     return mass["YES"] / total if total > 0 else None
 
 
-def aggregate(finals: Sequence[VerdictStep], thresholds: Thresholds | None = None) -> Confidence:
-    """Fold the final records of K rollouts (each a `VerdictStep`) into a `Confidence`."""
-    if not finals:
+def aggregate_outcomes(outcomes: Sequence[str], p_tokens: Sequence[float | None] | None = None,
+                       thresholds: Thresholds | None = None) -> Confidence:
+    """Fold K rollouts given as their `Outcome` values (and, optionally, each one's ``p_yes_token``)."""
+    if not outcomes:
         raise ValueError("no rollouts to aggregate")
     th = thresholds or Thresholds()
-    outcomes = tuple(f.outcome.value for f in finals)
-    yes = sum(f.outcome is Outcome.YES for f in finals)
-    no = sum(f.outcome is Outcome.NO for f in finals)
+    outs = tuple(Outcome(o).value for o in outcomes)
+    p_tokens = list(p_tokens) if p_tokens is not None else [None] * len(outs)
+    yes, no = outs.count("YES"), outs.count("NO")
     answered = yes + no
-    tokens = [f.p_yes_token for f in finals if f.outcome.has_verdict and f.p_yes_token is not None]
-    p_yes = yes / answered if answered else None
+    tokens = [p for o, p in zip(outs, p_tokens, strict=True) if o in ("YES", "NO") and p is not None]
     agreement = max(yes, no) / answered if answered else None
     verdict = "YES" if yes > no else "NO" if no > yes else None
     abstained = (
-        not answered or verdict is None or agreement < th.min_agreement or answered / len(finals) < th.min_answered
+        not answered or verdict is None or agreement < th.min_agreement or answered / len(outs) < th.min_answered
     )
     return Confidence(
-        k=len(finals), outcomes=outcomes, yes=yes, no=no, p_yes=p_yes,
+        k=len(outs), outcomes=outs, yes=yes, no=no, p_yes=yes / answered if answered else None,
         p_yes_token=sum(tokens) / len(tokens) if tokens else None, agreement=agreement, verdict=verdict,
-        format_failures=sum(f.outcome is Outcome.FORMAT_ERROR for f in finals), abstained=bool(abstained),
+        format_failures=outs.count(Outcome.FORMAT_ERROR.value), abstained=bool(abstained),
     )
+
+
+def aggregate(finals: Sequence[VerdictStep], thresholds: Thresholds | None = None) -> Confidence:
+    """Fold the final records of K rollouts (each a `VerdictStep`) into a `Confidence`."""
+    return aggregate_outcomes([f.outcome.value for f in finals], [f.p_yes_token for f in finals], thresholds)
 
 
 __all__ = ["DEFAULT_MIN_AGREEMENT", "DEFAULT_MIN_ANSWERED", "Confidence", "Thresholds", "aggregate",
-           "answer_token_p_yes"]
+           "aggregate_outcomes", "answer_token_p_yes"]
