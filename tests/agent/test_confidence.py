@@ -12,6 +12,7 @@ from speco3.agent.rollouts import RolloutPlan, run_rollouts
 from speco3.agent.steps import Outcome, VerdictStep
 from speco3.engine.base import EngineSettings, TokenLogprob
 from speco3.engine.scripted import ScriptedEngine
+from speco3.errors import EngineError
 
 YES = "<think>broad Balmer emission</think><answer>\\boxed{YES}</answer>"
 NO = "<think>nothing there</think><answer>\\boxed{NO}</answer>"
@@ -124,6 +125,14 @@ def test_rollouts_with_adversarial_outputs_keep_the_others(spectrum, render):
     assert c.p_yes == pytest.approx(2 / 3) and c.format_failures == 2 and c.abstained
     assert c.p_yes_token == pytest.approx((0.8 + 0.8 + 0.4) / 3)
     assert [r[-1].zooms for r in runs] == [1, 0, 0, 0, 2]
+
+
+def test_an_engine_failure_in_one_rollout_leaves_the_others(spectrum, render):
+    engine = scripted([[YES], [ZOOM, EngineError("device lost")], [NO], ["<tool_call>[[[[</tool_call>"], [YES]])
+    runs = run_rollouts(engine, spectrum, "is it?", render, RolloutPlan(k=5, temperature=1.0))
+    assert [r[-1].outcome.value for r in runs] == ["YES", "engine_error", "NO", "format_error", "YES"]
+    c = aggregate([r[-1] for r in runs])
+    assert (c.yes, c.no, c.format_failures, c.verdict, c.abstained) == (2, 1, 1, "YES", True)
 
 
 def test_no_logprobs_recorded_without_the_setting(spectrum, render):
