@@ -107,3 +107,18 @@ def test_rollout_settings_round_trip(tmp_path):
     assert AppSettings().rollout_plan() is None and AppSettings().engine_settings().top_logprobs == 0
     bad = AppSettings.from_dict({"rollouts": 0, "min_agreement": 3.0, "rollout_temperature": "hot"})
     assert (bad.rollouts, bad.min_agreement, bad.rollout_temperature) == (1, 0.75, 1.0)
+
+
+def test_interactive_run_with_rollouts_shows_the_fold(qtbot, make_window, demo_archive, open_and_wait, fake_models):
+    settings = AppSettings.load()
+    settings.rollouts = K
+    w = make_window(settings=settings, opener=rollout_opener)
+    open_and_wait(w, demo_archive)
+    w.run_agent()
+    qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=60000)
+    mv = w.vetting.store.latest_model_verdict(w.vetting.store.model_verdicts("cv")[0].spectrum_key, "cv")
+    assert mv.rollouts == K and len(w.vetting.store.rollouts(mv.id)) == K
+    text = w.agent_panel.verdict.text()
+    assert f"{mv.outcomes.count('YES')} YES / {mv.outcomes.count('NO')} NO of {K} rollouts" in text
+    assert ("Abstained" in text) == mv.abstained and "The transcript shows one rollout" in text
+    assert mv.confidence().p_yes == mv.p_yes and mv.confidence().k == K

@@ -163,7 +163,8 @@ class AgentController(QObject):
 
     def _finished(self, job_id: int, key: str, verdict_step: Any, info: dict) -> None:
         entry, task = self._jobs.pop(job_id, (None, None))
-        if job_id == self.interactive_job:
+        interactive = job_id == self.interactive_job
+        if interactive:
             self.panel.finish(job_id)
             self.interactive_job = None
         if entry is None or verdict_step is None:
@@ -173,21 +174,24 @@ class AgentController(QObject):
             self.message.emit(f"agent run on {entry.key} cancelled; nothing stored")
             return
         try:
-            self._record(entry, task, verdict_step, info)
+            conf = self._record(entry, task, verdict_step, info)
+            if interactive and conf is not None and conf.k > 1:
+                self.panel.show_confidence(conf, SCRIPTED_LABEL if info.get("scripted") else f"model {info.get('model')}")
         except Exception as exc:
             log.exception("recording the model verdict failed")
             self.message.emit(f"model verdict not stored: {exc}")
             return
         self.verdictRecorded.emit(entry.key)
 
-    def _record(self, entry: Any, task, step: Any, info: dict) -> None:
-        """Store the run: every rollout with its trace (under the data folder) and the verdict row with their fold."""
+    def _record(self, entry: Any, task, step: Any, info: dict):
+        """Store the run: every rollout with its trace (under the data folder) and the verdict row with their fold;
+        returns the fold (`speco3.agent.confidence.Confidence`; None without a store)."""
         from speco3.vetting.records import SpectrumInfo
         from speco3.vetting.rollout_runs import save_rollouts, verdict_row
 
         store = self.vetting.store
         if store is None:
-            return
+            return None
         key = store_key(entry)
         spectrum = info.get("spectrum")
         run = info["run"]
@@ -209,6 +213,7 @@ class AgentController(QObject):
             p = "—" if conf.p_yes is None else f"{conf.p_yes:.2f}"
             self.message.emit(f"{entry.key}: p_yes {p} over {conf.k} rollouts"
                               + (" — abstained (split evidence)" if conf.abstained else ""))
+        return conf
 
 
 class BatchControls(QObject):

@@ -393,9 +393,9 @@ class InferenceThread(BackgroundTask):
 
         k = job.plan.k if job.plan is not None else 1
 
-        def on_step(i: int, step) -> None:  # the panel follows the first rollout; the others are stored
+        def on_step(i: int, step) -> None:  # the panel follows the first rollout (its verdict is not the fold's)
             flush()
-            if i == 0 and not job.batch:
+            if i == 0 and not job.batch and not (k > 1 and step.kind == "verdict"):
                 self.step.emit(job.job_id, step)
 
         run = run_traced(engine, spectrum, job.task, self.render, job.plan, cancel=job.cancel, on_step=on_step,

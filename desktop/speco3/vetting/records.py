@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from speco3 import __version__
+from speco3.agent.confidence import Confidence
 
 DECISIONS = ("YES", "NO", "UNSURE")
 VERDICTS = ("YES", "NO")
@@ -60,7 +61,16 @@ class ModelVerdict:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def set_confidence(self, conf) -> None:
+    def confidence(self) -> Confidence | None:
+        """The stored fold as a `Confidence` (None for rows stored without one)."""
+        if self.rollouts is None or self.outcomes is None:
+            return None
+        return Confidence(k=self.rollouts, outcomes=tuple(self.outcomes), yes=self.outcomes.count("YES"),
+                          no=self.outcomes.count("NO"), p_yes=self.p_yes, p_yes_token=self.p_yes_token,
+                          agreement=self.agreement, verdict=self.verdict, format_failures=self.format_failures or 0,
+                          abstained=bool(self.abstained))
+
+    def set_confidence(self, conf: Confidence) -> None:
         """Copy a `speco3.agent.confidence.Confidence` onto the row."""
         self.rollouts, self.p_yes, self.p_yes_token = conf.k, conf.p_yes, conf.p_yes_token
         self.agreement, self.abstained, self.format_failures = conf.agreement, conf.abstained, conf.format_failures
