@@ -93,3 +93,15 @@ def test_export_rows_order_by_triage(rollout_store):
     assert len(rows) == 4
     assert [r["p_yes"] for r in triage(rows, "uncertainty")][0] == pytest.approx(0.5)
     assert [r["p_yes"] for r in triage(rows, "p_yes")][-1] == 0.0
+
+
+def test_queue_rows_skip_the_decided_and_unscreened(rollout_store):
+    from speco3.vetting import Decision
+    from speco3.vetting.triage import queue_rows
+
+    rollout_store.record_decision(Decision("/data/spec01.fits#0", "cv", "YES", vetter="a"))
+    rollout_store.record_decision(Decision("/data/never-screened.fits#0", "cv", "NO", vetter="a"))
+    keys = [r["spectrum_key"] for r in queue_rows(rollout_store, "cv", "uncertainty", undecided_only=True)]
+    assert keys == ["/data/spec00.fits#0", "/data/spec02.fits#0", "/data/greedy00.fits#0"]
+    assert [r["spectrum_key"] for r in queue_rows(rollout_store, "cv", "p_yes", abstained_only=True, limit=1)] == [
+        "/data/spec00.fits#0"]

@@ -155,20 +155,13 @@ def register(sub) -> None:
     q.set_defaults(func=cmd_queue)
 
 
-QUEUE_FIELDS = ("spectrum_key", "task", "model_verdict", "p_yes", "p_yes_token", "rollouts", "agreement",
-                "abstained", "format_failures", "rollout_outcomes", "decision")
-
-
 def cmd_queue(args) -> int:
     from speco3.vetting import VettingStore
-    from speco3.vetting.export import export_rows
-    from speco3.vetting.triage import triage
+    from speco3.vetting.triage import QUEUE_FIELDS, queue_rows
 
     with VettingStore(args.store, readonly=True) as store:
-        rows = [r for r in export_rows(store, args.task) if r.get("model_outcome")]
-    if args.undecided:
-        rows = [r for r in rows if not r.get("decision")]
-    rows = triage(rows, args.order, abstained_only=args.abstained)[: args.limit]
+        rows = queue_rows(store, args.task, args.order, abstained_only=args.abstained,
+                          undecided_only=args.undecided, limit=args.limit)
     if args.json:
         print(json.dumps([{k: r.get(k) for k in QUEUE_FIELDS} for r in rows], indent=1))
         return 0

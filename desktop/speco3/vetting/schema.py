@@ -14,6 +14,7 @@ old store keeps every verdict and decision, and the rows written before it read 
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 SCHEMA_VERSION = 2
 _SCHEMA_1 = """
@@ -79,3 +80,26 @@ def migrate(cur: sqlite3.Cursor) -> int:
 def additive(have: set[str]) -> list[str]:
     """Statements creating the tables of `ADDITIVE` that the store does not have yet."""
     return [ADDITIVE[name] for name in sorted(set(ADDITIVE) - have)]
+
+
+#: The columns of a model verdict row, in the order `VettingStore.record_model_verdict` writes them.
+VERDICT_COLUMNS = (
+    "spectrum_key", "task", "verdict", "outcome", "model_id", "quant", "text_sha256", "mmproj_sha256",
+    "prompt_version", "file_sha256", "engine_settings", "turns", "tokens", "seconds", "zooms", "detail", "answer",
+    "trace_dir", "created_at", "app_version", "rollouts", "p_yes", "p_yes_token", "agreement", "abstained",
+    "format_failures", "outcomes")
+
+
+def storable_text(value: Any) -> Any:
+    """``value`` as SQLite can store it: a str with lone surrogates gets them as ``\\udXXX`` escapes.
+
+    Lone surrogates come from model output and from file names that are not valid UTF-8 (Python's
+    surrogateescape); sqlite3 refuses them with a UnicodeEncodeError. Writes and lookups both go through
+    this function, so a key is found again. Other values are returned unchanged.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value

@@ -30,32 +30,18 @@ from speco3.vetting.records import (
     SpectrumInfo,
     now_iso,
 )
-from speco3.vetting.schema import SCHEMA_VERSION, additive, migrate
+from speco3.vetting.schema import (
+    SCHEMA_VERSION,
+    VERDICT_COLUMNS,
+    additive,
+    migrate,
+    storable_text,
+)
 
 logger = logging.getLogger(__name__)
 
-_VERDICT_COLUMNS = (
-    "spectrum_key", "task", "verdict", "outcome", "model_id", "quant", "text_sha256", "mmproj_sha256",
-    "prompt_version", "file_sha256", "engine_settings", "turns", "tokens", "seconds", "zooms", "detail", "answer",
-    "trace_dir", "created_at", "app_version", "rollouts", "p_yes", "p_yes_token", "agreement", "abstained",
-    "format_failures", "outcomes")
 # Outcomes that a later run should retry rather than count as done.
 RETRY_OUTCOMES = ("cancelled", "engine_error")
-
-
-def storable_text(value: Any) -> Any:
-    """``value`` as SQLite can store it: a str with lone surrogates gets them as ``\\udXXX`` escapes.
-
-    Lone surrogates come from model output and from file names that are not valid UTF-8 (Python's
-    surrogateescape); sqlite3 refuses them with a UnicodeEncodeError. Writes and lookups both go through
-    this function, so a key is found again. Other values are returned unchanged.
-    """
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return value
 
 
 class VettingStore:
@@ -188,8 +174,8 @@ class VettingStore:
         try:
             with self._tx() as cur:
                 cur.execute(
-                    f"INSERT INTO model_verdicts ({', '.join(_VERDICT_COLUMNS)}) "
-                    f"VALUES ({','.join('?' * len(_VERDICT_COLUMNS))})", tuple(storable_text(a) for a in row))
+                    f"INSERT INTO model_verdicts ({', '.join(VERDICT_COLUMNS)}) "
+                    f"VALUES ({','.join('?' * len(VERDICT_COLUMNS))})", tuple(storable_text(a) for a in row))
                 v.id = int(cur.lastrowid or 0)
                 for r in rollouts:
                     r.verdict_id = v.id

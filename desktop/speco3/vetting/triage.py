@@ -83,4 +83,21 @@ def triage(
     return sorted(out, key=lambda i: rank(get_p(of(i)), get_t(of(i)), order))
 
 
-__all__ = ["ORDERS", "ORDER_LABELS", "field_getter", "rank", "triage"]
+#: What ``spec-o3 queue --json`` reports per spectrum.
+QUEUE_FIELDS = ("spectrum_key", "task", "model_verdict", "p_yes", "p_yes_token", "rollouts", "agreement",
+                "abstained", "format_failures", "rollout_outcomes", "decision")
+
+
+def queue_rows(store, task: str | None = None, order: str = "p_yes", *, abstained_only: bool = False,
+               undecided_only: bool = False, limit: int | None = None) -> list[dict[str, Any]]:
+    """The screened spectra of a vetting store (export rows, `speco3.vetting.export.export_rows`) in triage
+    ``order``; optionally only the abstentions and/or the spectra without a human decision, at most ``limit``."""
+    from speco3.vetting.export import export_rows
+
+    rows = [r for r in export_rows(store, task) if r.get("model_outcome")]
+    if undecided_only:
+        rows = [r for r in rows if not r.get("decision")]
+    return triage(rows, order, abstained_only=abstained_only)[:limit]
+
+
+__all__ = ["ORDERS", "ORDER_LABELS", "QUEUE_FIELDS", "field_getter", "queue_rows", "rank", "triage"]
