@@ -132,3 +132,25 @@ def test_vet_rollouts_then_queue(tmp_path, capsys):
     assert main(["queue", str(db2), "--abstained", "--order", "uncertainty"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["p_yes", "K", "agree"] and len(lines) == 4 and "ABS" in lines[1]
+
+
+@pytest.mark.llama
+def test_inspect_rollouts_on_the_tiny_model(tiny_gguf, tmp_path, capsys):
+    """``inspect --rollouts 2 --json`` through llama.cpp (the tiny random model's words are noise; the path is real):
+    two seeded rollouts at temperature 1, each with its own trace; the fold is consistent with their outcomes."""
+    text, mmproj = tiny_gguf("Q8_0")
+    f = _spectrum_file(tmp_path / "a")
+    out = tmp_path / "t"
+    rc = main(["inspect", str(f), "--task", "cv", "--text", str(text), "--mmproj", str(mmproj), "--out", str(out),
+               "--rollouts", "2", "--seed", "7", "--json", "--n-ctx", "4096", "--threads", "2", "--n-gpu-layers", "0",
+               "--image-max-tokens", "120", "--max-turns", "2"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc in (0, 3) and report["k"] == 2 and len(report["outcomes"]) == 2
+    assert set(report["outcomes"]) <= {"YES", "NO", "format_error", "budget_exhausted"}, report["outcomes"]
+    assert [(d["seed"], d["temperature"]) for d in report["rollout_details"]] == [(7, 1.0), (8, 1.0)]
+    answered = [o for o in report["outcomes"] if o in ("YES", "NO")]
+    assert report["p_yes"] == (answered.count("YES") / len(answered) if answered else None)
+    assert report["abstained"] == (not answered or report["agreement"] < 0.75)
+    for i, d in enumerate(report["rollout_details"]):
+        t = Trace.load(out / f"r{i:02d}")
+        assert t.outcome.value == d["outcome"] and t.settings["sampling"]["seed"] == d["seed"]
