@@ -105,3 +105,17 @@ def test_queue_rows_skip_the_decided_and_unscreened(rollout_store):
     assert keys == ["/data/spec00.fits#0", "/data/spec02.fits#0", "/data/greedy00.fits#0"]
     assert [r["spectrum_key"] for r in queue_rows(rollout_store, "cv", "p_yes", abstained_only=True, limit=1)] == [
         "/data/spec00.fits#0"]
+
+
+def test_samp_queue_table_carries_the_confidence(rollout_store):
+    from types import SimpleNamespace
+
+    from speco3.interop.tables import queue_table
+
+    entries = [SimpleNamespace(key=f"/data/{n}.fits#0", name=n, path=f"/data/{n}.fits", index=0, survey=None,
+                               object_id=None, ra=None, dec=None, redshift=None, snr=None)
+               for n in ("spec00", "greedy00", "unscreened")]
+    table, keys = queue_table(entries, rollout_store, "cv", lambda e: e.key)
+    assert list(table["rollouts"].filled(0)) == [3, 1, 0] and list(table["abstained"].filled(-1)) == [1, 0, -1]
+    assert table["p_yes"][0] == pytest.approx(0.5) and table["agreement"][0] == pytest.approx(0.5)
+    assert bool(table["p_yes"].mask[2]) and keys[2] == "/data/unscreened.fits#0"

@@ -1,7 +1,7 @@
 """Tables and look-ups for SAMP: the candidate table sent to TOPCAT, and the spectrum nearest a sky position.
 
-A candidate table has one row per spectrum with its identity and position, the latest model verdict, ``p_yes``
-where the store holds one, and the human decision with flags and comment. Row ``i`` of the table is
+A candidate table has one row per spectrum with its identity and position, the latest model verdict, ``p_yes``,
+K, agreement and ``abstained`` where the store holds them, and the human decision with flags and comment. Row ``i`` of the table is
 ``keys[i]``, so that TOPCAT's ``table.highlight.row`` / ``table.select.rowList`` come back to the same spectra.
 """
 
@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from speco3.vetting.export import COLUMNS, rows_table
+from speco3.vetting.export import COLUMNS, confidence_fields, rows_table
 
 #: Columns of a queue table: the export's (`speco3.vetting.export.COLUMNS`, one description of each) plus the
 #: archive key that TOPCAT's row messages come back to and ``p_yes``.
 _QUEUE_NAMES = ("name", "path", "hdu_index", "survey", "object_id", "ra", "dec", "redshift", "snr", "task",
-                "model_verdict", "model_id", "p_yes", "decision", "flags", "comment")
+                "model_verdict", "model_id", "p_yes", "rollouts", "agreement", "abstained", "decision", "flags",
+                "comment")
 _EXTRA = {"key": ("key", "str", None, "Archive key of the spectrum (file#index)")}
 QUEUE_COLUMNS: list[tuple[str, str, str | None, str]] = [_EXTRA["key"]] + [
     _EXTRA.get(n) or next(c for c in COLUMNS if c[0] == n) for n in _QUEUE_NAMES]
@@ -46,7 +47,8 @@ def queue_table(entries: Sequence[Any], store: Any, task: str, key_of: Callable[
         rows.append({
             "key": e.key, "name": e.name, "path": e.path, "hdu_index": e.index, "survey": e.survey,
             "object_id": e.object_id, "ra": e.ra, "dec": e.dec, "redshift": e.redshift, "snr": e.snr, "task": task,
-            "model_verdict": mv.verdict if mv else None, "model_id": mv.model_id if mv else None, "p_yes": _p_yes(mv),
+            "model_verdict": mv.verdict if mv else None, "model_id": mv.model_id if mv else None,
+            **confidence_fields(mv), "p_yes": _p_yes(mv),
             "decision": dec.decision if dec else None, "flags": ",".join(flags) if flags else None,
             "comment": comment or None,
         })
