@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from benchkit import LABELS
@@ -82,19 +83,38 @@ def test_first_turn_divergence_is_zero_against_itself_and_positive_across_builds
     assert across["positions"] == same["positions"] and across["mean_kl"] > 0
 
 
-def test_rollouts_on_the_tiny_model(bench_path, tiny_builds, tmp_path, capsys):
+def test_evaluate_rollouts_on_the_tiny_model(bench_path, tiny_builds, tmp_path, capsys):
+    """K=2 sampled rollouts through llama.cpp on two items: each rollout stored with its seed, the fold in the
+    JSON, the CSV and the report; Brier checked against scikit-learn on the per-item CSV when every item answered."""
+    import csv
+
+    from sklearn.metrics import brier_score_loss
+
     from speco3.vetting import VettingStore
 
     text, mmproj = tiny_builds["Q8_0"]
     out = tmp_path / "run"
     argv = ["evaluate", str(bench_path), "--text", text, "--mmproj", mmproj, "--tasks", "cv", "--limit", "2",
-            "--rollouts", "2", "--temperature", "0.9", "--out", str(out), "--json", *SMALL]
+            "--rollouts", "2", "--temperature", "1.0", "--out", str(out), "--json", *SMALL]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["n"] == 2 and 0 <= summary["brier"] <= 1 and 0 <= summary["ece"] <= 1
+    assert summary["n"] == 2 and summary["run"]["done"] == 2
+    assert sum(summary["run"]["outcomes"].values()) == 4 and set(summary["run"]["outcomes"]) <= CLEAN
+    assert 0 <= summary["abstention"]["abstained"] <= 1
     with VettingStore(out / "run.sqlite", readonly=True) as store:
         runs = store.model_verdicts()
-    assert sorted((v.engine_settings["seed"], v.engine_settings["temperature"]) for v in runs) == \
-        [(0, 0.9), (0, 0.9), (1, 0.9), (1, 0.9)]
+        assert len(runs) == 2 and {v.rollouts for v in runs} == {2}
+        for v in runs:
+            rs = store.rollouts(v.id)
+            assert [(r.seed, r.temperature) for r in rs] == [(0, 1.0), (1, 1.0)]
+            assert all(Path(r.trace_dir, "trace.json").is_file() for r in rs)
+            assert v.outcomes == [r.outcome for r in rs]
+    with open(out / "items.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["rollouts"] for r in rows] == ["2", "2"] and all(r["outcomes"].count(",") == 1 for r in rows)
+    if all(r["p_yes"] for r in rows):
+        assert summary["brier"] == pytest.approx(brier_score_loss([r["truth"] == "YES" for r in rows],
+                                                                  [float(r["p_yes"]) for r in rows]))
     html = (out / "report.html").read_text(encoding="utf-8")
-    assert html.count("<img") == 4  # F1, render similarity, reliability diagram, risk-coverage curve
+    assert "Confidence (K rollouts per item)" in html and "risk coverage" in html  # the curve, answers or not
+    assert ("reliability" in html) == any(r["p_yes"] for r in rows)

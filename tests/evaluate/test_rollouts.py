@@ -1,4 +1,5 @@
-"""K rollouts per item: seeds and temperature recorded per rollout, folded into p_yes; calibration vs scikit-learn."""
+"""K rollouts per item: every rollout stored with its seed and temperature, the fold on the item's row, calibration
+against scikit-learn, the abstention operating point by hand, resume by item, and stores of the earlier layout."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import pytest
 from benchkit import LABELS
 from sklearn.metrics import brier_score_loss
 
+from speco3.agent.confidence import Thresholds
 from speco3.engine.scripted import ScriptedEngine
 from speco3.evaluate.bench import BenchFile
-from speco3.evaluate.metrics import summarize
+from speco3.evaluate.metrics import selective, summarize
 from speco3.evaluate.run import bench_items, evaluate_items, results
-from speco3.vetting import VettingStore
+from speco3.vetting import Decision, ModelVerdict, VettingStore
 
 K = 3
 
@@ -27,28 +29,46 @@ def test_rollouts_fold_into_p_yes_and_calibration(bench_path, tmp_path, render):
     items = bench_items(BenchFile(bench_path).items())
     engine = _engine()
     with VettingStore(tmp_path / "r.sqlite") as store:
-        res = evaluate_items(items, store, engine, render, rollouts=K, temperature=0.8)
+        res = evaluate_items(items, store, engine, render, rollouts=K, temperature=0.8, trace_root=tmp_path / "tr")
         rows = results(store)
         runs = store.model_verdicts()
-    assert res.done == len(LABELS) and len(runs) == K * len(LABELS)
-    assert engine.settings.seed == 0 and engine.settings.temperature == 0.0  # restored afterwards
-    assert {(v.engine_settings["seed"], v.engine_settings["temperature"]) for v in runs} == {(0, 0.8), (1, 0.8),
-                                                                                          (2, 0.8)}
+        rollouts = {v.spectrum_key: store.rollouts(v.id) for v in runs}
+    assert res.done == len(LABELS) and len(runs) == len(LABELS) and {v.rollouts for v in runs} == {K}
+    assert sum(res.outcomes.values()) == K * len(LABELS)
+    assert engine.settings.seed == 0 and engine.settings.temperature == 0.0  # the engine's settings untouched
+    assert {(r.seed, r.temperature) for rs in rollouts.values() for r in rs} == {(0, 0.8), (1, 0.8), (2, 0.8)}
+    assert all(r.trace_dir and r.trace_dir.endswith(f"r{r.idx:02d}") for rs in rollouts.values() for r in rs)
     assert len(rows) == len(LABELS) and all(r["rollouts"] == K for r in rows)
     for r in rows:
-        mine = [v.verdict for v in runs if v.spectrum_key.startswith(r["key"] + "~r")]
-        assert r["p_yes"] == pytest.approx(mine.count("YES") / K)
+        mine = [x.verdict for x in rollouts[r["key"]]]
+        answered = [x for x in mine if x]
+        assert r["p_yes"] == pytest.approx(answered.count("YES") / len(answered))
         assert r["verdict"] == ("YES" if mine.count("YES") > mine.count("NO") else
                                 "NO" if mine.count("NO") > mine.count("YES") else None)
+        assert r["outcomes"] == ",".join(x.outcome for x in rollouts[r["key"]])
+        assert r["format_failures"] == r["outcomes"].count("format_error")
     assert len({r["p_yes"] for r in rows}) > 1
     s = summarize(rows)
     y = [r["truth"] == "YES" for r in rows]
     assert s["brier"] == pytest.approx(brier_score_loss(y, [r["p_yes"] for r in rows]))
     assert 0 <= s["ece"] <= 1 and s["risk_coverage"][0]["coverage"] == 1.0
     assert sum(b["n"] for b in s["reliability"]) == len(rows)
+    kept = [r for r in rows if not r["abstained"]]
+    assert s["abstention"]["abstained"] == pytest.approx(1 - len(kept) / len(rows))
+    assert s["abstention"]["accuracy_answered"] == pytest.approx(
+        sum(r["verdict"] == r["truth"] for r in kept) / len(kept) if kept else 0.0)
 
 
-def test_rollouts_resume_where_they_stopped(bench_path, tmp_path, render):
+def test_abstention_operating_point_by_hand():
+    rows = [{"truth": "YES", "verdict": "YES", "abstained": False}, {"truth": "NO", "verdict": "YES", "abstained": False},
+            {"truth": "YES", "verdict": "NO", "abstained": True}, {"truth": "NO", "verdict": None, "abstained": True},
+            {"truth": "NO", "verdict": "NO", "abstained": False}]
+    s = selective(rows)
+    assert s == {"n": 5, "abstained": 0.4, "coverage": 0.6, "accuracy_answered": pytest.approx(2 / 3),
+                 "accuracy": 0.4}
+
+
+def test_rollouts_resume_by_item(bench_path, tmp_path, render):
     items = bench_items(BenchFile(bench_path).items())
     cancel = threading.Event()
     calls = [0]
@@ -63,9 +83,29 @@ def test_rollouts_resume_where_they_stopped(bench_path, tmp_path, render):
     with VettingStore(tmp_path / "r.sqlite") as store:
         first = evaluate_items(items, store, ScriptedEngine(outputs=output), render, rollouts=K, cancel=cancel)
         assert first.cancelled and first.done == 1
-        n_first = len(store.model_verdicts())
-        assert K < n_first < 2 * K
+        assert len(store.model_verdicts()) == 1  # the interrupted item left nothing half-done
         second = evaluate_items(items, store, _engine(), render, rollouts=K)
         assert second.skipped == 1 and second.done == len(LABELS) - 1
-        keys = [v.spectrum_key for v in store.model_verdicts(latest=False)]
-    assert len(keys) == len(set(keys)) == K * len(LABELS)  # no rollout ran twice
+        runs = store.model_verdicts(latest=False)
+        keys = [v.spectrum_key for v in runs]
+        assert len(keys) == len(set(keys)) == len(LABELS)  # no item ran twice
+        assert all(len(store.rollouts(v.id)) == K for v in runs)
+        # another K is another run: everything again
+        third = evaluate_items(items[:2], store, _engine(), render, rollouts=2)
+        assert third.done == 2 and third.skipped == 0
+
+
+def test_stores_of_the_per_rollout_layout_still_score(tmp_path):
+    """Earlier versions stored each rollout as its own row under ``KEY~rK``; they fold the same way."""
+    with VettingStore(tmp_path / "old.sqlite") as store:
+        for key, truth, outs in (("a#0", "YES", ["YES", "YES", "NO"]), ("b#0", "NO", ["NO", "format_error", "NO"]),
+                                 ("c#0", "NO", ["YES", "NO", "engine_error"])):
+            store.record_decision(Decision(key, "cv", truth, vetter="benchmark"))
+            for k, o in enumerate(outs):
+                store.record_model_verdict(ModelVerdict(f"{key}~r{k}", "cv", o if o in ("YES", "NO") else None, o,
+                                                        model_id="m", prompt_version="p", turns=k + 1))
+        rows = {r["key"]: r for r in results(store, thresholds=Thresholds(min_agreement=0.6))}
+    a, b, c = rows["a#0"], rows["b#0"], rows["c#0"]
+    assert (a["verdict"], a["p_yes"], a["abstained"], a["turns"]) == ("YES", pytest.approx(2 / 3), False, 2)
+    assert (b["verdict"], b["p_yes"], b["agreement"], b["format_failures"]) == ("NO", 0.0, 1.0, 1)
+    assert (c["verdict"], c["p_yes"], c["abstained"], c["correct"]) == (None, 0.5, True, False)

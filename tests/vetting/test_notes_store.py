@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from speco3.vetting import Decision, VettingStore
+from speco3.vetting import SCHEMA_VERSION, Decision, VettingStore
 from speco3.vetting.export import export_rows
 
 
@@ -39,8 +39,8 @@ def test_store_of_the_first_schema_gets_the_notes_table_and_reads_without_it(tmp
     with VettingStore(path, readonly=True) as ro:
         assert ro.annotations() == [] and ro.notes("a#0", "cv") == ([], "")
         assert len(export_rows(ro)) == 1
-    with VettingStore(path) as s:  # opened for writing: the table is added, the schema version stays
-        assert s._db.execute("PRAGMA user_version").fetchone()[0] == 1
+    with VettingStore(path) as s:  # opened for writing: the table is added, the schema migrated
+        assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         s.save_annotation("a#0", "cv", ["x"], "")
         assert s.annotation("a#0", "cv").flags == ["x"]
 

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from speco3.errors import StoreError
-from speco3.vetting import Decision, ModelVerdict, SpectrumInfo, VettingStore
+from speco3.vetting import SCHEMA_VERSION, Decision, ModelVerdict, SpectrumInfo, VettingStore
 
 
 def mv(key="a#0", task="cv", verdict="YES", outcome=None, model="m1", pv="p1", **kw) -> ModelVerdict:
@@ -22,7 +22,7 @@ def test_pragmas_and_schema(tmp_path):
     with VettingStore(tmp_path / "sub" / "r.sqlite") as s:
         assert s._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert s._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-        assert s._db.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert (tmp_path / "sub" / "r.sqlite").is_file()
 
 

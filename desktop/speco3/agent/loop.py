@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from speco3.agent.confidence import answer_token_p_yes
 from speco3.agent.protocol import (
     IM_END,
     MAX_TURNS,
@@ -170,7 +171,9 @@ class Episode:
         if call is None:
             answer = parse_answer(res.text)
             if answer.verdict is not None:
-                return self.finish(Outcome(answer.verdict), answer=answer, content=content)
+                final = self.finish(Outcome(answer.verdict), answer=answer, content=content)
+                final.p_yes_token = answer_token_p_yes(res.logprobs, answer.verdict)
+                return final
             if res.stop_reason == "length":
                 return self.finish(Outcome.FORMAT_ERROR, f"turn {turn} reached {self.max_tokens_per_turn} tokens",
                                    answer, content)

@@ -128,6 +128,7 @@ class VerdictStep(Step):
     prompt_tokens: int = 0
     image_tokens: int = 0
     zooms: int = 0
+    p_yes_token: float | None = None  # P(YES)/(P(YES)+P(NO)) at the verdict token (`speco3.agent.confidence`)
     extra: dict = field(default_factory=dict)
 
     kind = "verdict"

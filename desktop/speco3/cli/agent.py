@@ -49,10 +49,11 @@ def _model_options(p: argparse.ArgumentParser) -> None:
 
 
 def engine_settings(args):
+    from speco3.cli.confidence import top_logprobs
     from speco3.engine.base import EngineSettings
 
     settings = EngineSettings(n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
-                              image_max_tokens=args.image_max_tokens)
+                              image_max_tokens=args.image_max_tokens, top_logprobs=top_logprobs(args))
     if args.n_ctx is not None:
         settings.n_ctx = args.n_ctx
     return settings
@@ -142,12 +143,16 @@ def sigint_cancels(cancel: threading.Event):
 
 
 def register(sub) -> None:
+    from speco3.cli.confidence import rollout_options
+
     p = sub.add_parser("inspect", help="run the model on one spectrum and stream its reasoning")
     p.add_argument("address", metavar="FILE[#N]", help="spectrum file, or FILE#N for the N-th spectrum in it")
     p.add_argument("--task", required=True, help="task id (cv, carbon, ss, gm, wd, or a user task)")
     p.add_argument("--out", metavar="DIR", help="trace folder (default: ./spec-o3-<name>-<task>)")
     p.add_argument("--quiet", action="store_true", help="do not stream the reasoning")
+    p.add_argument("--json", action="store_true", help="print the verdict and its confidence as JSON on stdout")
     _model_options(p)
+    rollout_options(p)
     p.set_defaults(func=cmd_inspect)
 
     v = sub.add_parser(
@@ -174,6 +179,7 @@ def register(sub) -> None:
     v.add_argument("--snr-min", type=float)
     v.add_argument("--match", metavar="TEXT", help="only spectra whose key, object id, class or note contain TEXT")
     _model_options(v)
+    rollout_options(v)
     v.set_defaults(func=cmd_vet)
 
     e = sub.add_parser("export", help="export a vetting store as CSV, VOTable, FITS or an HTML report")
@@ -212,13 +218,17 @@ def cmd_inspect(args) -> int:
         run_episode,
     )
     from speco3.agent.trace import spectrum_ref
+    from speco3.cli.confidence import cmd_inspect_rollouts, plan_and_thresholds
     from speco3.spectra import read_spectrum
 
     task = get_task(args.task)
+    plan, _ = plan_and_thresholds(args)
     spectrum = read_spectrum(args.address)
     render = RENDER_FACTORY()
     engine = open_cli_engine(args)
     out = Path(args.out) if args.out else Path.cwd() / f"spec-o3-{_safe_name(spectrum.name)}-{task.id}"
+    if plan is not None or args.json:
+        return cmd_inspect_rollouts(args, task, spectrum, engine, render, out)
     trace = Trace(task_id=task.id, task_text=task.text, prompt_version=task.prompt_version,
                   spectrum=spectrum_ref(spectrum), model=_info_dict(engine.info), settings=engine.settings.to_dict())
     stream = None if args.quiet else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
@@ -340,10 +350,12 @@ def _archive_entries(args):
 
 def cmd_vet(args) -> int:
     from speco3.agent import get_task
+    from speco3.cli.confidence import plan_and_thresholds
     from speco3.vetting import VettingStore
     from speco3.vetting.batch import VetItem, vet_batch
 
     task = get_task(args.task)
+    plan, thresholds = plan_and_thresholds(args)
     entries = _archive_entries(args)
     items = [VetItem(key=f"{e.path}#{e.index}", load=e.load, path=e.path, name=e.name, error=e.error)
              for e in entries]
@@ -361,13 +373,15 @@ def cmd_vet(args) -> int:
         fill_model_digests(engine.info)
         with sigint_cancels(cancel):
             result = vet_batch(items, store, engine, task, render, trace_root=traces, cancel=cancel,
-                               progress=bar, on_item=bar.record, resume=not args.no_resume)
+                               progress=bar, on_item=bar.record, resume=not args.no_resume, plan=plan,
+                               thresholds=thresholds)
     finally:
         bar.close()
         engine.close()
         store.close()
     print(json.dumps({"store": str(store_path), "traces": str(traces), "task": task.id,
-                      "prompt_version": task.prompt_version, "shard": args.shard, **result.to_dict()}))
+                      "prompt_version": task.prompt_version, "shard": args.shard, "rollouts": plan.k if plan else 1,
+                      **result.to_dict()}))
     if result.cancelled:
         print("stopped; run the same command again to continue", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -19,6 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
+from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED
 from speco3.cli.agent import (
     EXIT_INTERRUPTED,
     ProgressBar,
@@ -39,6 +40,10 @@ def register(sub) -> None:
     p.add_argument("--rollouts", type=int, default=1, metavar="K",
                    help="sampled runs per item (K > 1: Brier score, calibration error, reliability and risk-coverage)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the rollouts (K > 1)")
+    p.add_argument("--min-agreement", type=float, default=DEFAULT_MIN_AGREEMENT,
+                   help="K > 1: abstain when fewer of the answered rollouts back the majority")
+    p.add_argument("--min-answered", type=float, default=DEFAULT_MIN_ANSWERED,
+                   help="K > 1: abstain when fewer of all rollouts answered")
     p.add_argument("--out", metavar="DIR", help="run folder (default: ./spec-o3-eval-<bench>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--compare", nargs="+", metavar="BUILD", help="builds to compare (names or TEXT,MMPROJ pairs)")
@@ -138,10 +143,19 @@ def _run(args, items, engine, store_path: Path):
                 res = evaluate_items(items, store, engine, render, cancel=cancel,
                                      progress=_progress(bar),
                                      trace_root=store_path.with_name("traces"), rollouts=args.rollouts,
-                                     temperature=args.temperature)
+                                     temperature=args.temperature, thresholds=_thresholds(args))
         finally:
             bar.close()
-        return res, results(store, model_id=engine.info.model_id)
+        return res, results(store, model_id=engine.info.model_id, thresholds=_thresholds(args))
+
+
+def _thresholds(args):
+    from speco3.agent.confidence import Thresholds
+
+    try:
+        return Thresholds(args.min_agreement, args.min_answered)
+    except ValueError as exc:
+        raise Speco3Error(str(exc).replace("min_", "--min-")) from exc
 
 
 def _evaluate_store(args, path: Path) -> int:
@@ -150,7 +164,7 @@ def _evaluate_store(args, path: Path) -> int:
     from speco3.vetting import VettingStore
 
     with VettingStore(path, readonly=True) as store:
-        rows = results(store, tasks=_tasks(args))
+        rows = results(store, tasks=_tasks(args), thresholds=_thresholds(args))
     if not rows:
         raise Speco3Error(f"{path}: no spectrum has both a model verdict and a YES/NO decision")
     if args.limit:

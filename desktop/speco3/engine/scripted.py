@@ -13,17 +13,27 @@ Scripts
 - ``["<think>…</think><tool_call>…</tool_call>", "<answer>\\boxed{YES}</answer>"]``, or
 - ``{"outputs": [...], "delay_s": 0.0, "chunk": 0}``, or
 - ``{"scripts": [[...], [...]], "select": "image"}``: one script per episode, picked by the sha256 of the first
-  image modulo the number of scripts (so verdicts vary across an archive, deterministically).
+  image modulo the number of scripts (so verdicts vary across an archive, deterministically); ``"select": "seed"``
+  picks by the conversation's sampling seed instead (so K rollouts of one spectrum differ, deterministically).
+
+Log-probabilities
+-----------------
+With ``settings.top_logprobs`` > 0 every generated piece comes with a `TokenLogprob`. ``alternatives`` says what
+the "model" weighed at a piece: a dict ``{piece: [[token, probability], ...]}`` (JSON: ``"alternatives"``) or a
+callable ``(piece, sampling) -> list | None``. The piece's own log-probability is the log of its probability in
+that list (1 when it is not listed); pieces without alternatives get probability 1 and no alternatives. The list
+is cut to ``top_logprobs`` entries, most probable first, as a real engine reports it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from speco3.engine.base import (
@@ -35,6 +45,7 @@ from speco3.engine.base import (
     Part,
     Sampling,
     TokenCallback,
+    TokenLogprob,
 )
 from speco3.errors import ContextFullError, EngineError
 from speco3.imaging import PreparedImage
@@ -44,6 +55,7 @@ logger = logging.getLogger(__name__)
 IM_END = "<|im_end|>"
 _PIECE_RE = re.compile(r"<[^<>\s]{1,24}>|\s+|\w+|[^\w\s]", re.UNICODE)
 Script = Sequence["str | BaseException"]
+Alternatives = Mapping[str, Sequence[Sequence]] | Callable[[str, Sampling], "Sequence[Sequence] | None"]
 
 
 def split_pieces(text: str, chunk: int = 0) -> list[str]:
@@ -73,6 +85,10 @@ class ScriptedEngine(Engine):
         Sleep per piece (to emulate decoding speed in GUI tests and interruption tests).
     settings, info : optional
         Recorded like a real engine's; ``settings.n_ctx`` bounds the conversation (counted in rough tokens).
+    alternatives : dict or callable, optional
+        Scripted log-probabilities (see module doc), recorded when ``settings.top_logprobs`` > 0.
+    select : {"image", "seed"}
+        How one of several ``scripts`` is picked per episode.
     """
 
     def __init__(
@@ -84,8 +100,14 @@ class ScriptedEngine(Engine):
         delay_s: float = 0.0,
         settings: EngineSettings | None = None,
         info: ModelInfo | None = None,
+        alternatives: Alternatives | None = None,
+        select: str = "image",
     ):
+        if select not in ("image", "seed"):
+            raise EngineError(f"scripts are selected by 'image' or 'seed', not {select!r}")
         self.outputs = outputs
+        self.alternatives = alternatives
+        self.select = select
         self.scripts = list(scripts) if scripts else None
         self.chunk = int(chunk)
         self.delay_s = float(delay_s)
@@ -139,6 +161,7 @@ class ScriptedEngine(Engine):
         text = self._next_output()
         pieces = split_pieces(text, self.chunk)
         out: list[str] = []
+        logprobs: list[TokenLogprob] = []
         reason = "stop"
         for piece in pieces:
             if cancel is not None and cancel.is_set():
@@ -153,6 +176,8 @@ class ScriptedEngine(Engine):
             if self.delay_s:
                 time.sleep(self.delay_s)
             out.append(piece)
+            if self.settings.top_logprobs > 0:
+                logprobs.append(self._logprob(piece))
             self._n_used += 1
             if on_token is not None:
                 on_token(piece)
@@ -168,7 +193,7 @@ class ScriptedEngine(Engine):
         s.decode_tokens_per_s = len(out) / seconds if seconds > 0 else 0.0
         return GenerationResult(
             text=generated, n_tokens=len(out), stop_reason=reason, seconds=seconds,
-            prompt_tokens=prompt_tokens, image_tokens=image_tokens, images_encoded=images,
+            prompt_tokens=prompt_tokens, image_tokens=image_tokens, images_encoded=images, logprobs=logprobs,
         )
 
     def stats(self) -> EngineStats:
@@ -202,8 +227,25 @@ class ScriptedEngine(Engine):
         s.images_encoded += images
         return text_tokens, image_tokens, images
 
+    def _logprob(self, piece: str) -> TokenLogprob:
+        alts = self.alternatives
+        listed = alts(piece, self.sampling) if callable(alts) else (alts or {}).get(piece)
+        if not listed:
+            return TokenLogprob(piece, 0.0)
+        try:
+            pairs = sorted(((str(t), float(p)) for t, p in listed), key=lambda tp: -tp[1])
+        except (TypeError, ValueError) as exc:
+            raise EngineError(f"alternatives of {piece!r} must be [token, probability] pairs ({exc})") from exc
+        if any(not 0.0 < p <= 1.0 for _, p in pairs):
+            raise EngineError(f"alternatives of {piece!r}: probabilities must be in (0, 1]")
+        own = next((p for t, p in pairs if t == piece), 1.0)
+        top = tuple((t, math.log(p)) for t, p in pairs[: self.settings.top_logprobs])
+        return TokenLogprob(piece, math.log(own), top)
+
     def _current_script(self) -> Script:
         if self.scripts:
+            if self.select == "seed":
+                return self.scripts[self.sampling.seed % len(self.scripts)]
             first = next((p for p in self.conversation if isinstance(p, PreparedImage)), None)
             key = int(first.sha256[:8], 16) if first is not None else 0
             return self.scripts[key % len(self.scripts)]
@@ -245,6 +287,14 @@ def load_script(path: str | Path, **kwargs) -> ScriptedEngine:
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in opts.values()):
         raise EngineError(f"{path}: 'delay_s' and 'chunk' must be non-negative numbers")
     opts["chunk"] = int(opts["chunk"])
+    if "alternatives" in data:
+        alts = data["alternatives"]
+        if not isinstance(alts, dict) or not all(isinstance(v, list) for v in alts.values()):
+            raise EngineError(f"{path}: 'alternatives' must map a piece to a list of [token, probability] pairs")
+        opts["alternatives"] = alts
+    if data.get("select", "image") not in ("image", "seed"):
+        raise EngineError(f"{path}: 'select' must be 'image' or 'seed'")
+    opts["select"] = data.get("select", "image")
     opts.update(kwargs)
     if "scripts" in data:
         if not isinstance(data["scripts"], list) or not data["scripts"]:

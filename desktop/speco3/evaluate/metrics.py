@@ -4,8 +4,9 @@ A result row is a dict with at least ``task``, ``truth`` (YES/NO) and ``outcome`
 value); ``verdict`` is YES/NO or None. The positive class is YES (the rare object). An item without a verdict
 (format error, budget exhausted, engine error, …) counts as a wrong answer for accuracy and as a predicted NO for
 precision/recall/F1 (it did not find the object), as the benchmark's reward does; its rate is reported beside.
-Optional per row: ``turns``, ``zooms``, ``seconds``, ``tokens``, and ``p_yes`` (share of YES among K rollouts)
-for the calibration figures.
+Optional per row: ``turns``, ``zooms``, ``seconds``, ``tokens``, and with K rollouts ``p_yes`` (share of YES among
+the answered rollouts) for the calibration figures and ``abstained`` for the operating point of the abstention
+thresholds (`selective`).
 """
 
 from __future__ import annotations
@@ -56,11 +57,7 @@ def task_summary(rows: Sequence[dict]) -> dict:
     out["no_answer_rate"] = _ratio(sum(r.get("verdict") is None for r in rows), n)
     for key in ("turns", "zooms", "seconds", "tokens"):
         out[f"mean_{key}"] = _mean(r.get(key) for r in rows)
-    probs = [r.get("p_yes") for r in rows]
-    if rows and all(p is not None for p in probs):
-        y = [int(t == POSITIVE) for t in truth]
-        out["brier"] = brier(y, probs)
-        out["ece"] = expected_calibration_error(y, probs)
+    out.update(calibration(rows, figures=False))
     return out
 
 
@@ -75,12 +72,43 @@ def summarize(rows: Sequence[dict]) -> dict:
         out[f"macro_{key}"] = float(np.mean([s[key] for s in tasks.values()])) if tasks else 0.0
     for key in ("mean_turns", "mean_zooms", "mean_seconds", "mean_tokens"):
         out[key] = _mean(r.get(key.removeprefix("mean_")) for r in rows)
-    probs = [r.get("p_yes") for r in rows]
-    if rows and all(p is not None for p in probs):
-        y = [int(r["truth"] == POSITIVE) for r in rows]
-        out.update(brier=brier(y, probs), ece=expected_calibration_error(y, probs), reliability=reliability(y, probs),
-                   risk_coverage=risk_coverage(y, probs))
+    out.update(calibration(rows))
     return out
+
+
+def calibration(rows: Sequence[dict], figures: bool = True) -> dict:
+    """With K > 1 rollouts: ``brier`` and ``ece`` over the items that have a ``p_yes`` (some rollout answered;
+    ``calibrated_n`` of them), the ``abstention`` operating point over all items, and (``figures``) the
+    ``reliability`` bins and the ``risk_coverage`` curve, on which the items without any answer are the first
+    abstained on. Empty without any ``p_yes`` or rollouts (a greedy verdict has no probability)."""
+    if not any((r.get("rollouts") or 1) > 1 or r.get("p_yes") is not None for r in rows):
+        return {}
+    out: dict = {"abstention": selective(rows)}
+    scored = [r for r in rows if r.get("p_yes") is not None]
+    out["calibrated_n"] = len(scored)
+    if scored:
+        y = [int(r["truth"] == POSITIVE) for r in scored]
+        probs = [float(r["p_yes"]) for r in scored]
+        out.update(brier=brier(y, probs), ece=expected_calibration_error(y, probs))
+        if figures:
+            out["reliability"] = reliability(y, probs)
+    if figures:
+        out["risk_coverage"] = risk_coverage(
+            [int(r["truth"] == POSITIVE) for r in rows], [r.get("p_yes") for r in rows],
+            correct=[r.get("verdict") is not None and r["verdict"] == r["truth"] for r in rows])
+    return out
+
+
+def selective(rows: Sequence[dict]) -> dict:
+    """The operating point of the abstention thresholds: ``abstained`` share of the items the model abstained on,
+    ``coverage`` = 1 - abstained, ``accuracy_answered`` = accuracy on the others (0 when none is left), and the
+    ``accuracy`` over all items for comparison (an abstention counts as a wrong answer there)."""
+    n = len(rows)
+    kept = [r for r in rows if not r.get("abstained")]
+    correct = sum(1 for r in kept if r.get("verdict") is not None and r["verdict"] == r["truth"])
+    return {"n": n, "abstained": _ratio(n - len(kept), n), "coverage": _ratio(len(kept), n),
+            "accuracy_answered": _ratio(correct, len(kept)),
+            "accuracy": _ratio(sum(1 for r in rows if r.get("verdict") is not None and r["verdict"] == r["truth"]), n)}
 
 
 # -- calibration (rows with a YES probability, e.g. the share of YES among K rollouts) -----------------------
@@ -113,15 +141,17 @@ def expected_calibration_error(y: Sequence[int], p: Sequence[float], bins: int =
                      if b["n"]))
 
 
-def risk_coverage(y: Sequence[int], p: Sequence[float]) -> list[dict]:
+def risk_coverage(y: Sequence[int], p: Sequence[float | None], correct: Sequence[bool] | None = None) -> list[dict]:
     """Accuracy of the majority verdict when abstaining on the least confident items first.
 
-    Confidence is ``max(p, 1-p)``; each point gives ``coverage`` (share answered), ``abstained`` and ``accuracy``
-    on the answered items.
+    Confidence is ``max(p, 1-p)`` (an item without ``p`` — no rollout answered — is the least confident); each
+    point gives ``coverage`` (share answered), ``abstained`` and ``accuracy`` on the answered items. ``correct``:
+    whether each item's verdict is right (default: ``p >= 0.5`` read as YES).
     """
-    y_arr, p_arr = np.asarray(y, int), np.asarray(p, float)
-    conf = np.maximum(p_arr, 1 - p_arr)
-    correct = ((p_arr >= 0.5).astype(int) == y_arr)
+    y_arr = np.asarray(y, int)
+    p_arr = np.asarray([np.nan if v is None else v for v in p], float)
+    conf = np.where(np.isnan(p_arr), -1.0, np.maximum(p_arr, 1 - p_arr))
+    correct = np.asarray(correct, bool) if correct is not None else ((p_arr >= 0.5).astype(int) == y_arr)
     order = np.argsort(-conf, kind="stable")
     n = len(order)
     points = []

@@ -18,7 +18,6 @@ from pathlib import Path
 import jinja2
 
 from speco3 import __version__
-from speco3.evaluate import metrics
 from speco3.evaluate.run import RESULT_FIELDS
 from speco3.fileio import write_atomic
 
@@ -77,19 +76,23 @@ def figures(summary: dict, rows: list[dict]) -> dict[str, str]:
         ax.set_xlabel("similarity of our full view to the shipped image")
         ax.set_ylabel("items")
         out["similarity"] = _figure_uri(fig)
-    probs = [r.get("p_yes") for r in rows]
-    if rows and all(p is not None for p in probs):
-        y = [int(r["truth"] == "YES") for r in rows]
-        bins = [b for b in metrics.reliability(y, probs) if b["n"]]
+    if summary.get("reliability"):
+        bins = [b for b in summary["reliability"] if b["n"]]
         fig, ax = plt.subplots(figsize=(4, 4))
         ax.plot([0, 1], [0, 1], "k--", lw=1)
         ax.plot([b["confidence"] for b in bins], [b["frequency"] for b in bins], "o-")
         ax.set_xlabel("YES probability (share of rollouts)")
         ax.set_ylabel("observed YES frequency")
         out["reliability"] = _figure_uri(fig)
-        curve = metrics.risk_coverage(y, probs)
+    if summary.get("risk_coverage"):
+        curve = summary["risk_coverage"]
         fig, ax = plt.subplots(figsize=(4, 3))
-        ax.plot([p["abstained"] for p in curve], [p["accuracy"] for p in curve])
+        ax.plot([p["abstained"] for p in curve], [p["accuracy"] for p in curve], label="abstaining on the least sure")
+        point = summary.get("abstention")
+        if point:
+            ax.plot([point["abstained"]], [point["accuracy_answered"]], "o", color="C3",
+                    label="at the abstention thresholds")
+            ax.legend(fontsize=7)
         ax.set_xlabel("share of abstentions")
         ax.set_ylabel("accuracy of the answered")
         out["risk_coverage"] = _figure_uri(fig)

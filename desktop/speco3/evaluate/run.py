@@ -8,6 +8,8 @@ An item already done with the same model and prompt version is skipped (a resume
 cancelled runs and engine errors are retried). Setting ``cancel`` stops between tokens; the interrupted item is not
 recorded. The full view the model saw is compared with the benchmark's shipped image when there is one
 (`speco3.evaluate.similarity`); the figures go to the store's state table under ``render:<key>``.
+With K rollouts per item (``--rollouts K``) each item's verdict row carries the fold of its rollouts and every
+rollout is stored with its trace, as ``spec-o3 vet --rollouts K`` does.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from speco3.agent.confidence import Thresholds, aggregate_outcomes
+from speco3.agent.rollouts import RolloutPlan
 from speco3.agent.tasks import get_task
 from speco3.agent.tool import RenderFn
 from speco3.engine.base import Engine
@@ -36,11 +40,6 @@ logger = logging.getLogger(__name__)
 
 TRUTH_VETTER = "benchmark"
 ROLLOUT_RE = re.compile(r"^(?P<base>.*)~r(?P<k>\d+)$")
-
-
-def rollout_key(key: str, k: int, rollouts: int) -> str:
-    """The store key of rollout ``k`` of an item (the item's own key when there is one rollout)."""
-    return key if rollouts == 1 else f"{key}~r{k}"
 
 
 @dataclass
@@ -101,23 +100,19 @@ def evaluate_items(
     trace_root: str | Path | None = None,
     rollouts: int = 1,
     temperature: float = 1.0,
+    thresholds: Thresholds | None = None,
 ) -> RunResult:
     """Run the agent on every item not done yet; see module doc. ``progress(i, total, item, verdict_or_None)``.
 
-    With ``rollouts`` K > 1 each item runs K times, sampled at ``temperature`` with seeds ``settings.seed + k``
-    (recorded with each verdict), under the keys ``KEY~rK``; `results` folds them into one row with ``p_yes``.
+    With ``rollouts`` K > 1 each item runs K rollouts (`speco3.agent.rollouts.run_rollouts`) sampled at
+    ``temperature`` with seeds ``settings.seed + i``; the item's verdict row carries their fold (``p_yes``,
+    agreement, abstained with ``thresholds``) and every rollout is stored with its trace (`vet_one`). An item is
+    the unit of resuming: one cancelled in the middle of its rollouts is run again from its first rollout.
     """
     if rollouts < 1:
         raise ValueError(f"rollouts must be at least 1, got {rollouts}")
-    settings = engine.settings
-    saved = (settings.seed, settings.temperature)
-    try:
-        return _evaluate(items, store, engine, render, cancel, progress, trace_root, rollouts, temperature, saved[0])
-    finally:
-        settings.seed, settings.temperature = saved
-
-
-def _evaluate(items, store, engine, render, cancel, progress, trace_root, rollouts, temperature, seed0) -> RunResult:
+    s = engine.settings
+    plan = RolloutPlan(rollouts, temperature, s.top_p, s.top_k, s.seed) if rollouts > 1 else None
     result = RunResult(total=len(items))
     t0 = time.perf_counter()
     model_id = engine.info.model_id
@@ -138,31 +133,24 @@ def _evaluate(items, store, engine, render, cancel, progress, trace_root, rollou
             store.record_decision(Decision(key, item.task, item.truth, vetter=TRUTH_VETTER))
         pv = task.prompt_version
         if (task.id, pv) not in done:
-            done[(task.id, pv)] = store.done_keys(task.id, model_id, pv)
-        todo = [k for k in range(rollouts) if storable_text(rollout_key(item.key, k, rollouts))
-                not in done[(task.id, pv)]]
-        if not todo:
+            done[(task.id, pv)] = set(store.done_files(task.id, model_id, pv, rollouts=rollouts))
+        if key in done[(task.id, pv)]:
             result.skipped += 1
             if progress is not None:
                 progress(i, result.total, item, None)
             continue
-        v = None
-        for k in todo:
-            if rollouts > 1:
-                engine.settings.seed, engine.settings.temperature = seed0 + k, temperature
-            rkey = rollout_key(item.key, k, rollouts)
-            tap.full = None
-            v = vet_one(VetItem(key=rkey, load=item.load, name=item.name, error=item.error), store, engine, task,
-                        tap, trace_root=Path(trace_root) if trace_root else None, cancel=cancel)
-            if v is None:
-                break
-            if k == 0 and item.image is not None and tap.full is not None:
-                store.set_state(f"render:{key}", render_similarity(tap.full, item.image))
-            done[(task.id, pv)].add(storable_text(rkey))
-            result.outcomes[v.outcome] = result.outcomes.get(v.outcome, 0) + 1
+        tap.full = None
+        v = vet_one(VetItem(key=item.key, load=item.load, name=item.name, error=item.error), store, engine, task,
+                    tap, trace_root=Path(trace_root) if trace_root else None, cancel=cancel, plan=plan,
+                    thresholds=thresholds)
         if v is None:
             result.cancelled = True
             break
+        if item.image is not None and tap.full is not None:
+            store.set_state(f"render:{key}", render_similarity(tap.full, item.image))
+        done[(task.id, pv)].add(key)
+        for outcome in v.outcomes or [v.outcome]:
+            result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
         result.done += 1
         if progress is not None:
             progress(i, result.total, item, v)
@@ -172,21 +160,49 @@ def _evaluate(items, store, engine, render, cancel, progress, trace_root, rollou
 
 RESULT_FIELDS = ("key", "task", "truth", "verdict", "outcome", "correct", "turns", "zooms", "seconds", "tokens",
                  "model_id", "quant", "detail", "render_width", "render_height", "shipped_width", "shipped_height",
-                 "same_size_class", "render_similarity", "render_error", "rollouts", "p_yes")
+                 "same_size_class", "render_similarity", "render_error", "rollouts", "p_yes", "p_yes_token",
+                 "agreement", "abstained", "format_failures", "outcomes")
+_COST = ("turns", "zooms", "seconds", "tokens")
 
 
-def _mean(runs: list[ModelVerdict], attr: str):
-    """One run's value as stored; the mean over several rollouts."""
-    if len(runs) == 1:
-        return getattr(runs[0], attr)
-    return sum(getattr(r, attr) or 0 for r in runs) / len(runs)
+def _fold(store: VettingStore, vs: list[ModelVerdict], thresholds: Thresholds | None) -> dict:
+    """verdict, outcome, cost means and confidence of one item's model run(s).
+
+    A run stored with its rollouts (K > 1) carries its fold; the cost is the mean over its rollouts. Stores written
+    by earlier versions hold one row per rollout under ``KEY~rK``: those are folded here by the same function
+    (`speco3.agent.confidence.aggregate_outcomes`). A single run (K=1) has no ``p_yes`` (the calibration figures
+    need K > 1).
+    """
+    v = vs[-1]
+    if len(vs) == 1 and not ROLLOUT_RE.match(v.spectrum_key):
+        cost = {a: getattr(v, a) for a in _COST}
+        if (v.rollouts or 1) > 1:
+            rs = store.rollouts(v.id) if v.id is not None else []
+            if rs:
+                cost = {a: sum(getattr(r, a) or 0 for r in rs) / len(rs) for a in _COST}
+            conf = {"rollouts": v.rollouts, "p_yes": v.p_yes, "p_yes_token": v.p_yes_token,
+                    "agreement": v.agreement, "abstained": v.abstained, "format_failures": v.format_failures,
+                    "outcomes": ",".join(v.outcomes or [])}
+        else:
+            conf = {"rollouts": 1, "p_yes": None, "p_yes_token": None, "agreement": None,
+                    "abstained": v.verdict is None, "format_failures": int(v.outcome == "format_error"),
+                    "outcomes": v.outcome}
+        return {"verdict": v.verdict, "outcome": v.outcome, **cost, **conf}
+    c = aggregate_outcomes([r.outcome for r in vs], thresholds=thresholds)
+    outcome = c.verdict or max(set(c.outcomes), key=c.outcomes.count)
+    return {"verdict": c.verdict, "outcome": outcome,
+            **{a: sum(getattr(r, a) or 0 for r in vs) / len(vs) for a in _COST},
+            "rollouts": c.k, "p_yes": c.p_yes, "p_yes_token": c.p_yes_token, "agreement": c.agreement,
+            "abstained": c.abstained, "format_failures": c.format_failures, "outcomes": ",".join(c.outcomes)}
 
 
-def results(store: VettingStore, tasks: list[str] | None = None, model_id: str | None = None) -> list[dict]:
+def results(store: VettingStore, tasks: list[str] | None = None, model_id: str | None = None,
+            thresholds: Thresholds | None = None) -> list[dict]:
     """Per-item rows: the latest decision (YES/NO; UNSURE and undecided items are left out) against the latest
-    model verdict (of ``model_id`` when given), with the model's turns, zooms, time and tokens and the render
-    comparison when there is one. Rollouts (``KEY~rK``) fold into one row: the majority verdict (none on a tie),
-    ``p_yes`` = share of YES among them, and the means of turns, zooms, seconds and tokens."""
+    model verdict (of ``model_id`` when given), with the model's turns, zooms, time and tokens, the render
+    comparison when there is one, and with K rollouts the confidence: the majority verdict (none on a tie),
+    ``p_yes`` (share of YES among the answered rollouts), ``p_yes_token``, agreement, abstained, format failures
+    and the K outcomes (see `_fold`)."""
     truths = {(d.spectrum_key, d.task): d.decision for d in store.decisions() if d.decision in ("YES", "NO")}
     groups: dict[tuple[str, str], list[ModelVerdict]] = {}
     for v in store.model_verdicts():
@@ -197,20 +213,13 @@ def results(store: VettingStore, tasks: list[str] | None = None, model_id: str |
         groups.setdefault((base, v.task), []).append(v)
     rows = []
     for (key, task), vs in groups.items():
+        if any(not ROLLOUT_RE.match(v.spectrum_key) for v in vs):  # a run under the item's own key is the latest
+            vs = [max((v for v in vs if not ROLLOUT_RE.match(v.spectrum_key)), key=lambda v: v.id or 0)]
         truth = truths[(key, task)]
         sim = store.get_state(f"render:{key}") or {}
-        if len(vs) == 1 and not ROLLOUT_RE.match(vs[0].spectrum_key):
-            v = vs[0]
-            verdict, outcome, extra = v.verdict, v.outcome, {"rollouts": 1, "p_yes": None}
-        else:
-            yes, no = sum(v.verdict == "YES" for v in vs), sum(v.verdict == "NO" for v in vs)
-            verdict = "YES" if yes > no else "NO" if no > yes else None
-            outcomes = [v.outcome for v in vs]
-            outcome = verdict or max(set(outcomes), key=outcomes.count)
-            extra = {"rollouts": len(vs), "p_yes": yes / len(vs)}
-            v = vs[-1]
-        rows.append({"key": key, "task": task, "truth": truth, "verdict": verdict, "outcome": outcome,
-                     "correct": verdict == truth, **{a: _mean(vs, a) for a in ("turns", "zooms", "seconds", "tokens")},
-                     "model_id": v.model_id, "quant": v.quant,
-                     "detail": v.detail, **{k: sim.get(k) for k in RESULT_FIELDS[13:20]}, **extra})
+        fold = _fold(store, vs, thresholds)
+        v = vs[-1]
+        rows.append({"key": key, "task": task, "truth": truth, "correct": fold["verdict"] == truth, **fold,
+                     "model_id": v.model_id, "quant": v.quant, "detail": v.detail,
+                     **{k: sim.get(k) for k in RESULT_FIELDS[13:20]}})
     return rows

@@ -85,13 +85,13 @@ class AgentController(QObject):
     def _job(self, entry: Any, task, model_id: str, spectrum=None, batch: bool = False) -> AgentJob:
         """A job of plain data: its engine factory binds the opener and values, never this controller or a widget
         (the worker thread drops the job; a widget reachable from it would be destroyed there)."""
-        if model_id == SCRIPTED_LABEL:
+        if model_id == SCRIPTED_LABEL:  # the canned demo: one run, whatever K is set (its script never varies)
             return AgentJob(entry.key, task, SCRIPTED_LABEL, partial(_demo_engine_for, spectrum, entry, task),
                             spectrum=spectrum, entry=entry, batch=batch, scripted=True)
         es = self.settings.engine_settings()
         key = f"{model_id}|{sorted(es.to_dict().items())}"
         return AgentJob(entry.key, task, key, partial(self.engine_opener, model_id, es), spectrum=spectrum,
-                        entry=entry, batch=batch)
+                        entry=entry, batch=batch, plan=self.settings.rollout_plan())
 
     # -- interactive ---------------------------------------------------------------------------------------------
     def run_current(self, task_id: str, model_id: str) -> int | None:
@@ -134,7 +134,8 @@ class AgentController(QObject):
         task = self._task(task_id)
         store = self.vetting.store
         # the rule of `spec-o3 vet`: same model and prompt version, not cancelled or failed, file unchanged
-        check = DoneCheck(store, task, model_id) if skip_done and store is not None else None
+        k = self.settings.rollouts if model_id != SCRIPTED_LABEL else 1
+        check = DoneCheck(store, task, model_id, rollouts=k) if skip_done and store is not None else None
         jobs = []
         for entry in entries:
             if getattr(entry, "error", None):
@@ -165,7 +166,8 @@ class AgentController(QObject):
 
     def _finished(self, job_id: int, key: str, verdict_step: Any, info: dict) -> None:
         entry, task = self._jobs.pop(job_id, (None, None))
-        if job_id == self.interactive_job:
+        interactive = job_id == self.interactive_job
+        if interactive:
             self.panel.finish(job_id)
             self.interactive_job = None
         if entry is None or verdict_step is None:
@@ -175,35 +177,34 @@ class AgentController(QObject):
             self.message.emit(f"agent run on {entry.key} cancelled; nothing stored")
             return
         try:
-            self._record(entry, task, verdict_step, info)
+            conf = self._record(entry, task, verdict_step, info)
+            if interactive and conf is not None and conf.k > 1:
+                self.panel.show_confidence(conf, SCRIPTED_LABEL if info.get("scripted") else f"model {info.get('model')}")
         except Exception as exc:
             log.exception("recording the model verdict failed")
             self.message.emit(f"model verdict not stored: {exc}")
             return
         self.verdictRecorded.emit(entry.key)
 
-    def _record(self, entry: Any, task, step: Any, info: dict) -> None:
-        from speco3.agent.trace import Trace
+    def _record(self, entry: Any, task, step: Any, info: dict):
+        """Store the run: every rollout with its trace (under the data folder) and the verdict row with their fold;
+        returns the fold (`speco3.agent.confidence.Confidence`; None without a store)."""
         from speco3.vetting.batch import FileCheck
-        from speco3.vetting.records import ModelVerdict, SpectrumInfo
+        from speco3.vetting.records import SpectrumInfo
+        from speco3.vetting.rollout_runs import save_rollouts, verdict_row
 
         store = self.vetting.store
         if store is None:
-            return
+            return None
         key = store_key(entry)
         spectrum = info.get("spectrum")
-        trace_dir = None
+        run = info["run"]
+        digest = hashlib.sha256(f"{key}|{task.id}|{info.get('t0')}".encode()).hexdigest()[:16]
         try:
-            trace = Trace(prompt_version=task.prompt_version, model={"model_id": info.get("model"),
-                                                                      "quant": info.get("quant"),
-                                                                      "scripted": info.get("scripted")},
-                          settings=info.get("settings", {}))
-            trace.record(info.get("steps", []))
-            digest = hashlib.sha256(f"{key}|{task.id}|{info.get('t0')}".encode()).hexdigest()[:16]
-            folder = Path(self.settings.resolved_data_folder()) / "traces" / digest
-            trace_dir = str(trace.save(folder))
+            records = save_rollouts(run, Path(self.settings.resolved_data_folder()) / "traces" / digest)
         except Exception as exc:  # a trace that cannot be written must not lose the verdict
             log.warning("trace of %s not saved: %s", key, exc)
+            records = save_rollouts(run, None)
         # the file's sha256, as `spec-o3 vet` records it: a later pre-screen or vet redoes the spectrum if it changes
         if self._files is None or self._files.store is not store:  # one per store: its stamps are read once
             self._files = FileCheck(store)
@@ -211,14 +212,16 @@ class AgentController(QObject):
         if spectrum is not None:
             store.record_spectrum(SpectrumInfo.of(key, spectrum, sha))
         model_id = SCRIPTED_LABEL if info.get("scripted") else str(info.get("model") or "unknown")
-        store.record_model_verdict(ModelVerdict(
-            spectrum_key=key, task=task.id, verdict=step.verdict,
-            outcome=getattr(step.outcome, "value", str(step.outcome)), model_id=model_id, quant=info.get("quant"),
-            prompt_version=task.prompt_version, file_sha256=sha, engine_settings=info.get("settings", {}),
-            turns=step.turns,
-            tokens=step.tokens_generated, seconds=float(info.get("elapsed", step.seconds)), zooms=step.zooms,
-            detail=step.detail, answer=step.answer, trace_dir=trace_dir,
-        ))
+        conf = run.confidence(self.settings.thresholds())
+        v = verdict_row(run, records, conf, spectrum_key=key, task=task.id, model_id=model_id,
+                        quant=info.get("quant"), prompt_version=task.prompt_version, file_sha256=sha,
+                        engine_settings=info.get("settings", {}), seconds=float(info.get("elapsed", step.seconds)))
+        store.record_model_verdict(v, records)
+        if conf.k > 1:
+            p = "—" if conf.p_yes is None else f"{conf.p_yes:.2f}"
+            self.message.emit(f"{entry.key}: p_yes {p} over {conf.k} rollouts"
+                              + (" — abstained (split evidence)" if conf.abstained else ""))
+        return conf
 
 
 class BatchControls(QObject):

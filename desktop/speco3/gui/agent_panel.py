@@ -241,6 +241,25 @@ class AgentPanel(QWidget):
                              + (f"<br><small>{answer}</small>" if answer else "")
                              + "<br><small>Suggestion only — press Enter to accept it, or decide yourself.</small>")
 
+    def show_confidence(self, conf, who: str) -> None:
+        """The fold of K rollouts (`speco3.agent.confidence.Confidence`) in place of a single verdict."""
+        if conf.verdict:
+            head = f"<span style='{_VERDICT_STYLE.get(conf.verdict, '')};font-size:16pt'><b>{conf.verdict}</b></span>"
+        else:
+            head = "<b>no verdict</b> (a tie or no answer)"
+        votes = f"{conf.yes} YES / {conf.no} NO of {conf.k} rollouts"
+        if conf.p_yes is not None:
+            votes += f" · p_yes {conf.p_yes:.2f} · agreement {conf.agreement:.2f}"
+        if conf.p_yes_token is not None:
+            votes += f" · P(YES) at the answer token {conf.p_yes_token:.2f}"
+        if conf.format_failures:
+            votes += f" · {conf.format_failures} format failures"
+        warn = ("<br><span style='color:#8a6d00'><b>Abstained: the evidence is split.</b></span>"
+                if conf.abstained else "")
+        self.verdict.setText(f"{head} — {html.escape(str(who))}<br><small>{html.escape(votes)}</small>{warn}"
+                             "<br><small>The transcript shows one rollout; all are stored and side by side in the "
+                             "HTML report. Suggestion only — press Enter to accept it, or decide yourself.</small>")
+
     def show_trace(self, trace: Trace, heading: str) -> None:
         """Replay a stored trace (after a batch run or on revisit): transcript, clickable zooms, verdict."""
         if self.running:

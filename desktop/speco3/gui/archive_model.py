@@ -26,6 +26,7 @@ PAGE = 256
 COLUMNS: tuple[tuple[str, str, str | None], ...] = (
     ("name", "Spectrum", "key"),
     ("model", "Model", None),
+    ("confidence", "p(YES)", None),
     ("decision", "Decision", None),
     ("survey", "Survey", "survey"),
     ("cls", "Class", "cls"),
@@ -35,10 +36,15 @@ COLUMNS: tuple[tuple[str, str, str | None], ...] = (
     ("object_id", "Object ID", "object_id"),
 )
 COL = {name: i for i, (name, _h, _s) in enumerate(COLUMNS)}
-VERDICT_STATES = ("any", "undecided", "decided", "YES", "NO", "UNSURE", "model YES", "model NO", "no model verdict")
+VERDICT_STATES = ("any", "undecided", "decided", "YES", "NO", "UNSURE", "model YES", "model NO", "no model verdict",
+                  "model abstained")
+#: Data roles of the confidence column (drawn as a bar by `speco3.gui.archive_panel.ConfidenceDelegate`).
+P_YES_ROLE = Qt.ItemDataRole.UserRole + 1
+ABSTAINED_ROLE = Qt.ItemDataRole.UserRole + 2
 _COLOURS = {"YES": QColor(40, 150, 60), "NO": QColor(190, 50, 50), "UNSURE": QColor(200, 140, 0)}
 
 StateFn = Callable[[IndexEntry], tuple[str | None, str | None]]  # entry -> (model verdict, human decision)
+ConfidenceFn = Callable[[IndexEntry], Any]  # entry -> its latest model verdict (p_yes, abstained, …) or None
 
 
 @dataclass
@@ -83,6 +89,9 @@ class ArchiveTableModel(QAbstractTableModel):
     def __init__(self, state_fn: StateFn | None = None, parent=None):
         super().__init__(parent)
         self.state_fn: StateFn = state_fn or (lambda entry: (None, None))
+        self.confidence_fn: ConfidenceFn = lambda entry: None
+        self.triage_order = "queue"  # `speco3.vetting.triage.ORDERS`: "queue", "p_yes" or "uncertainty"
+        self._conf_cache: dict[str, Any] = {}
         self._src = _Source()
         self._rows: list[IndexEntry] = []
         self._state_cache: dict[str, tuple[str | None, str | None]] = {}
@@ -97,6 +106,18 @@ class ArchiveTableModel(QAbstractTableModel):
 
     def set_filters(self, filters: Filters) -> None:
         self._src.filters = filters
+        self.refresh()
+
+    def set_triage(self, order: str) -> None:
+        """Order the queue by the model's confidence (`speco3.vetting.triage`): ``p_yes`` (likely positives first),
+        ``uncertainty`` (closest to 0.5 first) or ``queue`` (the index / list order). Clears a column sort."""
+        from speco3.vetting.triage import ORDERS
+
+        if order not in ORDERS:
+            raise ValueError(f"unknown triage order {order!r}")
+        self.triage_order = order
+        if order != "queue":
+            self._sort_col = None
         self.refresh()
 
     def set_entries(self, entries: list[IndexEntry] | None) -> None:
@@ -117,11 +138,12 @@ class ArchiveTableModel(QAbstractTableModel):
         self.beginResetModel()
         self._rows = []
         self._state_cache.clear()
+        self._conf_cache.clear()
         src = self._src
         src.offset, src.total, src.exhausted = 0, 0, True
         if src.entries is not None:
             rows = [e for e in src.entries if self._state_ok(e)]
-            self._rows = self._sorted_by_state(rows) if self._state_sort() else rows
+            self._rows = self._sorted_by_state(rows) if self._state_sort() else self._triaged(rows)
         elif src.index is not None:
             try:
                 src.total = int(src.index.count(**src.filters.index_kwargs()))
@@ -129,10 +151,10 @@ class ArchiveTableModel(QAbstractTableModel):
                 log.warning("index count failed: %s", exc)
                 src.total = 0
             src.exhausted = src.total == 0
-            if self._state_sort():
+            if self._state_sort() or self.triage_order != "queue":
                 while not src.exhausted:
                     self._read_page(PAGE * 8)
-                self._rows = self._sorted_by_state(self._rows)
+                self._rows = self._sorted_by_state(self._rows) if self._state_sort() else self._triaged(self._rows)
         self.endResetModel()
         if not self._rows and self.canFetchMore(QModelIndex()):
             self.fetchMore(QModelIndex())
@@ -141,10 +163,12 @@ class ArchiveTableModel(QAbstractTableModel):
         """Forget cached verdict states (all, or of ``keys``) and repaint the state columns."""
         if keys is None:
             self._state_cache.clear()
+            self._conf_cache.clear()
             rows = range(len(self._rows))
         else:
             for k in keys:
                 self._state_cache.pop(k, None)
+                self._conf_cache.pop(k, None)
             wanted = set(keys)
             rows = [i for i, e in enumerate(self._rows) if e.key in wanted]
         for r in rows:
@@ -207,10 +231,23 @@ class ArchiveTableModel(QAbstractTableModel):
                 self._state_cache[key] = (None, None)
         return self._state_cache[key]
 
+    def confidence(self, entry: IndexEntry) -> Any:
+        """The latest model verdict of an entry (with ``p_yes``, ``abstained`` …) or None, cached by entry key."""
+        key = entry.key
+        if key not in self._conf_cache:
+            try:
+                self._conf_cache[key] = self.confidence_fn(entry)
+            except Exception as exc:
+                log.warning("confidence of %s unavailable: %s", key, exc)
+                self._conf_cache[key] = None
+        return self._conf_cache[key]
+
     def _state_ok(self, entry: IndexEntry) -> bool:
         want = self._src.filters.state
         if want == "any":
             return True
+        if want == "model abstained":
+            return bool(getattr(self.confidence(entry), "abstained", False))
         model, human = self.state(entry)
         return {
             "undecided": human is None, "decided": human is not None,
@@ -221,8 +258,19 @@ class ArchiveTableModel(QAbstractTableModel):
     def _state_sort(self) -> bool:
         return self._sort_col is not None and COLUMNS[self._sort_col][2] is None
 
+    def _triaged(self, rows: list[IndexEntry]) -> list[IndexEntry]:
+        from speco3.vetting.triage import triage
+
+        return triage(rows, self.triage_order, verdict_of=self.confidence)
+
     def _sorted_by_state(self, rows: list[IndexEntry]) -> list[IndexEntry]:
-        which = 0 if COLUMNS[self._sort_col][0] == "model" else 1
+        name = COLUMNS[self._sort_col][0]
+        if name == "confidence":  # ascending: likely positives first (as the p_yes triage order)
+            from speco3.vetting.triage import triage
+
+            ranked = triage(rows, "p_yes", verdict_of=self.confidence)
+            return ranked[::-1] if self._sort_desc else ranked
+        which = 0 if name == "model" else 1
         order = {"YES": 0, "UNSURE": 1, "NO": 2, None: 3}
         return sorted(rows, key=lambda e: order.get(self.state(e)[which], 3), reverse=self._sort_desc)
 
@@ -243,6 +291,8 @@ class ArchiveTableModel(QAbstractTableModel):
             return None
         entry = self._rows[index.row()]
         name = COLUMNS[index.column()][0]
+        if name == "confidence":
+            return self._confidence_data(self.confidence(entry), role)
         if name in ("model", "decision"):
             value = self.state(entry)[0 if name == "model" else 1]
             if role == Qt.ItemDataRole.DisplayRole:
@@ -265,8 +315,37 @@ class ArchiveTableModel(QAbstractTableModel):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
+    @staticmethod
+    def _confidence_data(mv: Any, role):
+        p = getattr(mv, "p_yes", None)
+        abstained = bool(getattr(mv, "abstained", False))
+        if role == P_YES_ROLE:
+            return p
+        if role == ABSTAINED_ROLE:
+            return abstained
+        if role == Qt.ItemDataRole.DisplayRole:
+            return "" if p is None else f"{p:.2f}" + (" ?" if abstained else "")
+        if role == Qt.ItemDataRole.ToolTipRole and mv is not None:
+            outcomes = getattr(mv, "outcomes", None) or []
+            k = getattr(mv, "rollouts", None) or 1
+            text = (f"p_yes {p:.2f}" if p is not None else "no answer") + f" · K={k}"
+            if outcomes:
+                text += f" · {outcomes.count('YES')} YES / {outcomes.count('NO')} NO"
+            if getattr(mv, "agreement", None) is not None:
+                text += f" · agreement {mv.agreement:.2f}"
+            if getattr(mv, "p_yes_token", None) is not None:
+                text += f" · P(YES) at the answer token {mv.p_yes_token:.2f}"
+            if getattr(mv, "format_failures", None):
+                text += f" · {mv.format_failures} format failures"
+            return text + (" · abstained: split evidence" if abstained else "")
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
     def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
         self._sort_col = column if 0 <= column < len(COLUMNS) else None
+        if self._sort_col is not None:
+            self.triage_order = "queue"  # a column sort replaces the triage order
         self._sort_desc = order == Qt.SortOrder.DescendingOrder
         if self._src.entries is not None and not self._state_sort() and self._sort_col is not None:
             name = COLUMNS[self._sort_col][0]

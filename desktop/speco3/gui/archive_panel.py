@@ -1,11 +1,17 @@
-"""The archive panel: folder, indexing progress, filters and the lazy table of spectra."""
+"""The archive panel: folder, indexing progress, filters, triage order and the lazy table of spectra.
+
+The table's ``p(YES)`` column shows the model's confidence (`speco3.agent.confidence`) as a bar: its length is
+``p_yes`` (the share of YES among the rollouts), its colour runs from red (NO) through amber to green (YES), and a
+hatched amber frame marks an abstention. The triage box orders the queue by ``p_yes`` or by uncertainty
+(`speco3.vetting.triage`); the state filter's "model abstained" keeps only the abstentions.
+"""
 
 from __future__ import annotations
 
 import logging
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QDoubleValidator
+from PySide6.QtGui import QBrush, QColor, QDoubleValidator, QPen
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -16,12 +22,22 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QStyle,
+    QStyledItemDelegate,
     QTableView,
     QVBoxLayout,
     QWidget,
 )
 
-from speco3.gui.archive_model import VERDICT_STATES, ArchiveTableModel, Filters
+from speco3.gui.archive_model import (
+    ABSTAINED_ROLE,
+    COL,
+    P_YES_ROLE,
+    VERDICT_STATES,
+    ArchiveTableModel,
+    Filters,
+)
+from speco3.vetting.triage import ORDER_LABELS, ORDERS
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +47,44 @@ def _float(text: str) -> float | None:
         return float(text.replace(",", "."))
     except ValueError:
         return None
+
+
+def confidence_colour(p: float) -> QColor:
+    """Red (p=0, NO) → amber (0.5) → green (1, YES)."""
+    p = min(max(p, 0.0), 1.0)
+    red, amber, green = (190, 50, 50), (215, 160, 0), (40, 150, 60)
+    a, b, t = (red, amber, p / 0.5) if p <= 0.5 else (amber, green, (p - 0.5) / 0.5)
+    return QColor(*(round(x + (y - x) * t) for x, y in zip(a, b, strict=True)))
+
+
+class ConfidenceDelegate(QStyledItemDelegate):
+    """Paints the ``p(YES)`` cell as a bar (see module doc), then the number over it."""
+
+    def paint(self, painter, option, index) -> None:
+        p = index.data(P_YES_ROLE)
+        if p is None:
+            super().paint(painter, option, index)
+            return
+        painter.save()
+        if option.state & QStyle.StateFlag.State_Selected:
+            painter.fillRect(option.rect, option.palette.highlight())
+        bar = option.rect.adjusted(2, 3, -2, -3)
+        bar.setWidth(max(1, round(bar.width() * float(p))))
+        colour = confidence_colour(float(p))
+        colour.setAlpha(150)
+        painter.fillRect(bar, colour)
+        if index.data(ABSTAINED_ROLE):
+            painter.setPen(QPen(QColor(215, 160, 0), 1.5, Qt.PenStyle.DashLine))
+            painter.setBrush(QBrush(Qt.BrushStyle.NoBrush))
+            painter.drawRect(option.rect.adjusted(1, 1, -2, -2))
+        painter.restore()
+        opt = option.__class__(option)
+        self.initStyleOption(opt, index)
+        opt.backgroundBrush = QBrush(Qt.BrushStyle.NoBrush)
+        opt.state &= ~QStyle.StateFlag.State_Selected
+        style = opt.widget.style() if opt.widget is not None else None
+        if style is not None:
+            style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
 
 
 class ArchivePanel(QWidget):
@@ -61,6 +115,9 @@ class ArchivePanel(QWidget):
             w.setValidator(QDoubleValidator())
         self.state = QComboBox(objectName="stateFilter")
         self.state.addItems(list(VERDICT_STATES))
+        self.triage = QComboBox(objectName="triageOrder", toolTip="order the queue by the model's confidence")
+        for order in ORDERS:
+            self.triage.addItem(ORDER_LABELS[order], order)
         self.text = QLineEdit(objectName="textFilter", placeholderText="search name, object id…")
         self.count = QLabel("", objectName="rowCount")
 
@@ -71,7 +128,8 @@ class ArchivePanel(QWidget):
         grid.addWidget(self.z_min, 1, 0)
         grid.addWidget(self.z_max, 1, 1)
         grid.addWidget(self.snr_min, 1, 2)
-        grid.addWidget(self.text, 2, 0, 1, 3)
+        grid.addWidget(self.text, 2, 0, 1, 2)
+        grid.addWidget(self.triage, 2, 2)
 
         self.table = QTableView(objectName="archiveTable")
         self.table.setModel(model)
@@ -84,8 +142,11 @@ class ArchivePanel(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setColumnWidth(0, 300)
-        for col, width in ((1, 60), (2, 62), (3, 62), (4, 60), (5, 60), (6, 70), (7, 50)):
-            self.table.setColumnWidth(col, width)
+        for name, width in (("model", 60), ("confidence", 64), ("decision", 62), ("survey", 62), ("cls", 60),
+                            ("subclass", 60), ("redshift", 70), ("snr", 50)):
+            self.table.setColumnWidth(COL[name], width)
+        self.confidence_delegate = ConfidenceDelegate(self.table)
+        self.table.setItemDelegateForColumn(COL["confidence"], self.confidence_delegate)
         self.table.setAlternatingRowColors(True)
         self.table.clicked.connect(lambda idx: self.rowActivated.emit(idx.row()))
         self.table.activated.connect(lambda idx: self.rowActivated.emit(idx.row()))
@@ -108,6 +169,8 @@ class ArchivePanel(QWidget):
             w.textChanged.connect(lambda _t: self._debounce.start())
         self.survey.currentIndexChanged.connect(lambda _i: self.apply_filters())
         self.state.currentIndexChanged.connect(lambda _i: self.apply_filters())
+        self.triage.currentIndexChanged.connect(lambda _i: self.apply_triage())
+        self.table.horizontalHeader().sortIndicatorChanged.connect(self._column_sorted)
         model.modelReset.connect(self.update_count)
         model.rowsInserted.connect(lambda *_: self.update_count())
 
@@ -124,6 +187,23 @@ class ArchivePanel(QWidget):
         self._debounce.stop()
         self.model.set_filters(self.filters())
         self.filtersChanged.emit()
+
+    def apply_triage(self) -> None:
+        """Order the queue as the triage box says (a column sort indicator is cleared first)."""
+        order = self.triage.currentData()
+        if order != "queue":
+            header = self.table.horizontalHeader()
+            header.blockSignals(True)
+            header.setSortIndicator(-1, Qt.SortOrder.AscendingOrder)
+            header.blockSignals(False)
+        self.model.set_triage(order)
+        self.filtersChanged.emit()
+
+    def _column_sorted(self, column: int, _order) -> None:
+        if column >= 0 and self.triage.currentData() != "queue":
+            self.triage.blockSignals(True)  # the model dropped the triage order for the column sort
+            self.triage.setCurrentIndex(ORDERS.index("queue"))
+            self.triage.blockSignals(False)
 
     def update_count(self) -> None:
         loaded, total = self.model.loaded_rows(), self.model.total_hint()

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
+    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
@@ -268,6 +269,17 @@ class SettingsDialog(QDialog):
         form.addRow("GPU layers (-1 automatic, 0 CPU only)", self.gpu_layers)
         form.addRow("Context (KV cells)", self.n_ctx)
         form.addRow("Image token cap", self.image_tokens)
+        self.rollouts = QSpinBox(objectName="rollouts", minimum=1, maximum=16, value=settings.rollouts,
+                                 specialValueText="1 (greedy, as in the paper)",
+                                 toolTip="K sampled runs per spectrum: p_yes, agreement and abstention")
+        self.rollout_temp = QDoubleSpinBox(objectName="rolloutTemperature", minimum=0.05, maximum=2.0,
+                                           singleStep=0.05, decimals=2, value=settings.rollout_temperature)
+        self.min_agreement = QDoubleSpinBox(objectName="minAgreement", minimum=0.5, maximum=1.0, singleStep=0.05,
+                                            decimals=2, value=settings.min_agreement,
+                                            toolTip="abstain when fewer of the answered rollouts back the majority")
+        form.addRow("Rollouts per spectrum (K)", self.rollouts)
+        form.addRow("Rollout temperature (K > 1)", self.rollout_temp)
+        form.addRow("Abstain below agreement", self.min_agreement)
         self.samp = QCheckBox("Connect to a SAMP hub (TOPCAT, Aladin, SPLAT-VO on this machine)", objectName="sampOn",
                               checked=settings.samp_enabled)
         self.samp_match = QSpinBox(objectName="sampMatch", minimum=1, maximum=3600, suffix=" arcsec",
@@ -310,6 +322,9 @@ class SettingsDialog(QDialog):
         s.n_gpu_layers = None if self.gpu_layers.value() < 0 else self.gpu_layers.value()
         s.n_ctx = self.n_ctx.value()
         s.image_max_tokens = self.image_tokens.value() or None
+        s.rollouts = self.rollouts.value()
+        s.rollout_temperature = self.rollout_temp.value()
+        s.min_agreement = self.min_agreement.value()
         s.samp_enabled = self.samp.isChecked()
         s.samp_match_arcsec = self.samp_match.value()
         s.keymap = keymap.overrides()

@@ -309,6 +309,9 @@ class MainWindow(QMainWindow):
             return
         name = self.vetting.spectrum.name if self.vetting.spectrum is not None else ""
         self.agent_panel.show_trace(trace, f"{name} · task {mv.task} · {mv.model_id}")
+        conf = mv.confidence()
+        if conf is not None and conf.k > 1:  # K rollouts: their fold, not the one rollout the transcript replays
+            self.agent_panel.show_confidence(conf, f"model {mv.model_id}")
 
     def _on_task(self, task_id: str) -> None:
         self.settings.task = task_id

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED, Thresholds
+from speco3.agent.rollouts import ROLLOUT_TEMPERATURE, RolloutPlan
 from speco3.config import config_dir, data_dir
 from speco3.engine.base import DEFAULT_N_CTX, EngineSettings
 from speco3.fileio import write_text_atomic
@@ -22,6 +24,7 @@ from speco3.fileio import write_text_atomic
 log = logging.getLogger(__name__)
 
 FILE_NAME = "desktop.json"
+ROLLOUT_TOP_LOGPROBS = 5  # alternatives recorded per token when K > 1 (for P(YES) at the verdict token)
 
 
 @dataclass
@@ -50,6 +53,13 @@ class AppSettings:
         Connect to a SAMP hub (TOPCAT, SPLAT-VO, Aladin) at start; off by default (no socket is opened then).
     samp_match_arcsec : int
         Tolerance for selecting the archive spectrum nearest a position sent over SAMP.
+    rollouts : int
+        Sampled agent runs per spectrum (K); 1 is the paper's greedy run. K > 1 gives ``p_yes``, agreement and
+        abstention (`speco3.agent.confidence`) for the confidence column and the triage orders.
+    rollout_temperature : float
+        Sampling temperature of the rollouts when K > 1.
+    min_agreement, min_answered : float
+        Abstention thresholds (`speco3.agent.confidence.Thresholds`).
     """
 
     vetter: str = ""
@@ -65,6 +75,10 @@ class AppSettings:
     last_archive: str = ""
     samp_enabled: bool = False
     samp_match_arcsec: int = 5
+    rollouts: int = 1
+    rollout_temperature: float = ROLLOUT_TEMPERATURE
+    min_agreement: float = DEFAULT_MIN_AGREEMENT
+    min_answered: float = DEFAULT_MIN_ANSWERED
 
     # -- persistence ---------------------------------------------------------------------------------------------
     @staticmethod
@@ -106,6 +120,9 @@ class AppSettings:
                 ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= -1)
             elif isinstance(default, bool):
                 ok = isinstance(value, bool)
+            elif isinstance(default, float):
+                ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= (
+                    1 if f.name.startswith("min_") else 5)
             elif isinstance(default, int):
                 ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
             else:
@@ -127,8 +144,16 @@ class AppSettings:
     def engine_settings(self) -> EngineSettings:
         """`EngineSettings` with the user's choices (other fields keep the engine defaults)."""
         es = EngineSettings(n_ctx=self.n_ctx, n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
-                            image_max_tokens=self.image_max_tokens)
+                            image_max_tokens=self.image_max_tokens,
+                            top_logprobs=ROLLOUT_TOP_LOGPROBS if self.rollouts > 1 else 0)
         return es
+
+    def rollout_plan(self) -> RolloutPlan | None:
+        """K sampled rollouts per spectrum, or None for the single greedy run."""
+        return RolloutPlan(self.rollouts, self.rollout_temperature) if self.rollouts > 1 else None
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds(self.min_agreement, self.min_answered)
 
     def vetter_name(self) -> str:
         """The vetter's name, falling back to the login name."""

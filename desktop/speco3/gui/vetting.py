@@ -71,6 +71,7 @@ class VettingController(QObject):
         self.spectrum: Spectrum | None = None
         self.last_switch_ms = 0.0
         model.state_fn = self.state_of
+        model.confidence_fn = self.confidence_of
 
     # -- store ---------------------------------------------------------------------------------------------------
     def open_store(self, path: Path) -> None:
@@ -105,6 +106,14 @@ class VettingController(QObject):
         if verdict and mv.model_id == SCRIPTED_LABEL:  # never shown (or filtered) as a model's verdict
             verdict = f"{verdict} (scripted demo)"
         return verdict, (dec.decision if dec else None)
+
+    def confidence_of(self, entry: Any):
+        """The latest model verdict of an entry for the current task (its ``p_yes``, ``abstained`` … feed the
+        confidence column and the triage); None without one, and for the scripted demo (not a model)."""
+        if self.store is None:
+            return None
+        mv = self.store.latest_model_verdict(store_key(entry), self.task_id)
+        return None if mv is None or mv.model_id == SCRIPTED_LABEL else mv
 
     def set_task(self, task_id: str) -> None:
         self.leaving.emit()  # pending notes belong to the previous task

@@ -179,6 +179,7 @@ class AgentJob:
     scripted: bool = False
     job_id: int = 0
     cancel: threading.Event = field(default_factory=threading.Event)
+    plan: Any = None  # a `speco3.agent.rollouts.RolloutPlan` (K sampled rollouts); None: one run as the engine samples
 
 
 class InferenceThread(BackgroundTask):
@@ -365,7 +366,7 @@ class InferenceThread(BackgroundTask):
         return self._engine
 
     def _run_job(self, job: AgentJob) -> None:
-        from speco3.agent import run_episode
+        from speco3.vetting.rollout_runs import run_traced
 
         spectrum = job.spectrum if job.spectrum is not None else job.entry.load()
         engine = self._engine_for(job)
@@ -390,16 +391,20 @@ class InferenceThread(BackgroundTask):
             if time.perf_counter() - last[0] > 0.04:
                 flush()
 
-        final = None
-        steps = []
-        for step in run_episode(engine, spectrum, job.task, self.render, cancel=job.cancel, on_token=on_token):
+        k = job.plan.k if job.plan is not None else 1
+
+        def on_step(i: int, step) -> None:  # the panel follows the first rollout (its verdict is not the fold's)
             flush()
-            steps.append(step)
-            if not job.batch:
+            if i == 0 and not job.batch and not (k > 1 and step.kind == "verdict"):
                 self.step.emit(job.job_id, step)
-            final = step
+
+        run = run_traced(engine, spectrum, job.task, self.render, job.plan, cancel=job.cancel, on_step=on_step,
+                         on_token=on_token if k == 1 else None)
         flush()
-        info["steps"] = steps
+        finals = run.finals
+        final = next((f for f in finals if f is None or f.outcome.value == "cancelled"), finals[0])
+        info["run"] = run
+        info["steps"] = run.traces[0].steps
         info["spectrum"] = spectrum
         info["elapsed"] = time.time() - info["t0"]
         self.finished_job.emit(job.job_id, job.key, final, info)

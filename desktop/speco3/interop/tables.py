@@ -1,7 +1,7 @@
 """Tables and look-ups for SAMP: the candidate table sent to TOPCAT, and the spectrum nearest a sky position.
 
-A candidate table has one row per spectrum with its identity and position, the latest model verdict, ``p_yes``
-where the store holds one, and the human decision with flags and comment. Row ``i`` of the table is
+A candidate table has one row per spectrum with its identity and position, the latest model verdict, ``p_yes``,
+K, agreement and ``abstained`` where the store holds them, and the human decision with flags and comment. Row ``i`` of the table is
 ``keys[i]``, so that TOPCAT's ``table.highlight.row`` / ``table.select.rowList`` come back to the same spectra.
 """
 
@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from speco3.vetting.export import COLUMNS, rows_table
+from speco3.vetting.export import COLUMNS, confidence_fields, rows_table
 
 #: Columns of a queue table: the export's (`speco3.vetting.export.COLUMNS`, one description of each) plus the
 #: archive key that TOPCAT's row messages come back to and ``p_yes``.
 _QUEUE_NAMES = ("name", "path", "hdu_index", "survey", "object_id", "ra", "dec", "redshift", "snr", "task",
-                "model_verdict", "model_id", "p_yes", "decision", "flags", "comment")
-_EXTRA = {"key": ("key", "str", None, "Archive key of the spectrum (file#index)"),
-          "p_yes": ("p_yes", "float", None, "Model probability of YES, where the store has one")}
+                "model_verdict", "model_id", "p_yes", "rollouts", "agreement", "abstained", "decision", "flags",
+                "comment")
+_EXTRA = {"key": ("key", "str", None, "Archive key of the spectrum (file#index)")}
 QUEUE_COLUMNS: list[tuple[str, str, str | None, str]] = [_EXTRA["key"]] + [
     _EXTRA.get(n) or next(c for c in COLUMNS if c[0] == n) for n in _QUEUE_NAMES]
 
@@ -47,7 +47,8 @@ def queue_table(entries: Sequence[Any], store: Any, task: str, key_of: Callable[
         rows.append({
             "key": e.key, "name": e.name, "path": e.path, "hdu_index": e.index, "survey": e.survey,
             "object_id": e.object_id, "ra": e.ra, "dec": e.dec, "redshift": e.redshift, "snr": e.snr, "task": task,
-            "model_verdict": mv.verdict if mv else None, "model_id": mv.model_id if mv else None, "p_yes": _p_yes(mv),
+            "model_verdict": mv.verdict if mv else None, "model_id": mv.model_id if mv else None,
+            **confidence_fields(mv), "p_yes": _p_yes(mv),
             "decision": dec.decision if dec else None, "flags": ",".join(flags) if flags else None,
             "comment": comment or None,
         })
@@ -56,20 +57,11 @@ def queue_table(entries: Sequence[Any], store: Any, task: str, key_of: Callable[
 
 
 def store_table(store: Any, task: str | None = None) -> tuple[Any, list[str]]:
-    """(table, row keys) of a vetting store's export (`speco3.vetting.export`), plus ``p_yes`` where present."""
-    from astropy.table import MaskedColumn
-
+    """(table, row keys) of a vetting store's export (`speco3.vetting.export`, ``p_yes`` among its columns)."""
     from speco3.vetting.export import export_table
 
     table = export_table(store, task)
-    keys = [str(k) for k in table["spectrum_key"]]
-    verdicts = {(v.spectrum_key, v.task): v for v in store.model_verdicts(task)}
-    p = [_p_yes(verdicts.get((k, t))) for k, t in zip(keys, table["task"], strict=True)]
-    if any(x is not None for x in p):
-        data = np.array([np.nan if x is None else x for x in p], dtype=np.float64)
-        table.add_column(MaskedColumn(data, name="p_yes", mask=[x is None for x in p],
-                                      description="Model probability of YES"), index=table.colnames.index("model_verdict") + 1)
-    return table, keys
+    return table, [str(k) for k in table["spectrum_key"]]
 
 
 def separation_deg(ra1: float, dec1: float, ra2: np.ndarray, dec2: np.ndarray) -> np.ndarray:

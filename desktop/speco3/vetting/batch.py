@@ -18,19 +18,20 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from speco3.agent.loop import run_episode
-from speco3.agent.steps import Outcome, VerdictStep
+from speco3.agent.confidence import Thresholds
+from speco3.agent.rollouts import RolloutPlan
+from speco3.agent.steps import Outcome
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn
-from speco3.agent.trace import Trace, spectrum_ref
 from speco3.engine.base import Engine
 from speco3.errors import Speco3Error
 from speco3.fileio import Progress, sha256_file
 from speco3.spectra.model import Spectrum
 from speco3.vetting.records import ModelVerdict, SpectrumInfo
+from speco3.vetting.rollout_runs import run_traced, save_rollouts, verdict_row
 from speco3.vetting.store import VettingStore, storable_text
 
 logger = logging.getLogger(__name__)
@@ -120,13 +121,13 @@ class DoneCheck:
     """The one "already done" rule, used by ``spec-o3 vet`` and the desktop pre-screen alike.
 
     A spectrum is done for ``task`` with ``model_id`` when a run with the task's current prompt version is stored
-    for its key and that run was not cancelled or stopped by an engine error (`RETRY_OUTCOMES`), unless its file
-    now has another sha256 than the one the run was made on (`FileCheck`; unknown digests count as unchanged).
-    ``resume=False`` counts nothing as done.
+    for its key with ``rollouts`` rollouts and that run was not cancelled or stopped by an engine error
+    (`RETRY_OUTCOMES`), unless its file now has another sha256 than the one the run was made on (`FileCheck`;
+    unknown digests count as unchanged). ``resume=False`` counts nothing as done.
     """
 
-    def __init__(self, store: VettingStore, task: Task, model_id: str, *, resume: bool = True):
-        self.done = store.done_files(task.id, model_id, task.prompt_version) if resume else {}
+    def __init__(self, store: VettingStore, task: Task, model_id: str, *, resume: bool = True, rollouts: int = 1):
+        self.done = store.done_files(task.id, model_id, task.prompt_version, rollouts=rollouts) if resume else {}
         self.files = FileCheck(store)
 
     def state(self, key: str, path: str | None) -> str:
@@ -178,8 +179,16 @@ def vet_one(
     on_step: Callable[[object], None] | None = None,
     sha_cache: dict[str, str] | None = None,
     files: FileCheck | None = None,
+    plan: RolloutPlan | None = None,
+    thresholds: Thresholds | None = None,
 ) -> ModelVerdict | None:
-    """Screen one spectrum and record the verdict; returns it (None when cancelled mid-episode)."""
+    """Screen one spectrum and record the verdict; returns it (None when cancelled mid-episode).
+
+    ``plan``: K rollouts (None: one, sampled as the engine's settings say); each is stored with its trace
+    (``<folder>/rNN`` when K > 1) and the verdict row carries their fold (`speco3.agent.confidence.aggregate`
+    with ``thresholds``); the row's verdict is the majority (None on a tie) and its trace the first rollout that
+    gave it.
+    """
     info = engine.info
     if item.path:
         sha = files.digest(item.path) if files is not None else file_sha256(item.path, sha_cache)
@@ -202,24 +211,14 @@ def vet_one(
         store.record_model_verdict(v)
         return v
     store.record_spectrum(SpectrumInfo.of(item.key, spectrum, sha))
-    trace = Trace(task_id=task.id, task_text=task.text, prompt_version=task.prompt_version,
-                  spectrum={**spectrum_ref(spectrum), "key": item.key, "file_sha256": sha},
-                  model=asdict(info) if is_dataclass(info) else dict(vars(info)), settings=engine.settings.to_dict())
-    for step in trace.follow(run_episode(engine, spectrum, task, render, cancel=cancel, on_token=on_token)):
-        if on_step is not None:
-            on_step(step)
-    final = trace.final
-    assert isinstance(final, VerdictStep)
-    if final.outcome is Outcome.CANCELLED:
+    run = run_traced(engine, spectrum, task, render, plan, spectrum_extra={"key": item.key, "file_sha256": sha},
+                     cancel=cancel, on_step=(lambda i, step: on_step(step)) if on_step else None, on_token=on_token)
+    if run.cancelled:
         return None
-    folder = None
-    if trace_root is not None:
-        folder = trace_folder(Path(trace_root), task.id, item.key, item.name or spectrum.name)
-        trace.save(folder)
-    v = ModelVerdict(verdict=final.verdict, outcome=final.outcome.value, turns=final.turns,
-                     tokens=final.tokens_generated, seconds=time.perf_counter() - t0, zooms=final.zooms,
-                     detail=final.detail, answer=final.answer, trace_dir=str(folder) if folder else None, **base)
-    store.record_model_verdict(v)
+    folder = trace_folder(Path(trace_root), task.id, item.key, item.name or spectrum.name) if trace_root else None
+    records = save_rollouts(run, folder)
+    v = verdict_row(run, records, run.confidence(thresholds), seconds=time.perf_counter() - t0, **base)
+    store.record_model_verdict(v, records)
     return v
 
 
@@ -237,16 +236,19 @@ def vet_batch(
     on_token: Callable[[str], None] | None = None,
     resume: bool = True,
     total: int | None = None,
+    plan: RolloutPlan | None = None,
+    thresholds: Thresholds | None = None,
 ) -> BatchResult:
     """Screen ``items`` in order; see module doc.
 
     After each item, ``on_item(item, verdict)`` (``verdict`` None when it was done before and skipped), then
-    ``progress(item.key, i, total)``.
+    ``progress(item.key, i, total)``. ``plan`` and ``thresholds``: K rollouts per spectrum (see `vet_one`); a
+    spectrum done before with another number of rollouts is screened again.
     """
     items = list(items)
     result = BatchResult(total=total if total is not None else len(items))
     t0 = time.perf_counter()
-    check = DoneCheck(store, task, engine.info.model_id, resume=resume)
+    check = DoneCheck(store, task, engine.info.model_id, resume=resume, rollouts=plan.k if plan is not None else 1)
     root = Path(trace_root) if trace_root is not None else None
     for i, item in enumerate(items, 1):
         if cancel is not None and cancel.is_set():
@@ -260,7 +262,7 @@ def vet_batch(
         changed = state == "changed"
         try:
             v = vet_one(item, store, engine, task, render, trace_root=root, cancel=cancel, on_token=on_token,
-                        files=check.files)
+                        files=check.files, plan=plan, thresholds=thresholds)
         except Speco3Error as exc:  # the store failed: stop, the next run resumes here
             logger.error("stopping the batch: %s", exc)
             raise

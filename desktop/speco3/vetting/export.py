@@ -3,7 +3,8 @@
 CSV and VOTable are UTF-8; FITS tables hold ASCII only, so other characters are written as Python escapes.
 
 One row per spectrum and task, with the spectrum's identity and position, the latest model verdict (verdict,
-outcome, model, prompt version, cost) and the latest human decision (decision, flags, comment, vetter, time, and
+outcome, its confidence over K rollouts — ``p_yes``, ``p_yes_token``, ``rollouts``, ``agreement``, ``abstained``,
+``format_failures``, ``rollout_outcomes`` —, model, prompt version, cost) and the latest human decision (decision, flags, comment, vetter, time, and
 the model verdict the vetter saw); flags and comment are the vetter's latest, saved as edited even before a
 decision (`VettingStore.save_annotation`). Missing values are masked (empty in CSV, null in VOTable, NaN/TNULL in FITS).
 Every file is written atomically: to a temporary file beside the target, then ``os.replace``.
@@ -42,6 +43,13 @@ COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("task", "str", None, "Task id"),
     ("model_verdict", "str", None, "Model verdict YES/NO (empty: none)"),
     ("model_outcome", "str", None, "How the model run ended"),
+    ("p_yes", "float", None, "Share of YES among the model's rollouts that answered (K=1: 1 or 0)"),
+    ("p_yes_token", "float", None, "Mean model probability of YES at the verdict token (when recorded)"),
+    ("rollouts", "int", None, "Number of model rollouts K"),
+    ("agreement", "float", None, "Share of the answered rollouts that gave the majority verdict"),
+    ("abstained", "int", None, "1: the model abstained (split evidence or too few answers), 0: it did not"),
+    ("format_failures", "int", None, "Rollouts that ended with a format error"),
+    ("rollout_outcomes", "str", None, "Outcome of each rollout, comma separated"),
     ("model_id", "str", None, "Model"),
     ("model_quant", "str", None, "Quantization"),
     ("prompt_version", "str", None, "Prompt version hash"),
@@ -87,6 +95,7 @@ def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, 
             "file_sha256": (v.file_sha256 if v and v.file_sha256 else (s.file_sha256 if s else None)),
             "task": tid,
             "model_verdict": v.verdict if v else None, "model_outcome": v.outcome if v else None,
+            **confidence_fields(v), "model_run_id": v.id if v else None,  # (not a column: for the HTML report)
             "model_id": v.model_id if v else None, "model_quant": v.quant if v else None,
             "prompt_version": v.prompt_version if v else None, "model_turns": v.turns if v else None,
             "model_zooms": v.zooms if v else None, "model_tokens": v.tokens if v else None,
@@ -98,6 +107,17 @@ def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, 
             "notes_at": a.updated_at if a is not None else (d.decided_at if d else None),
         })
     return rows
+
+
+def confidence_fields(v) -> dict[str, Any]:
+    """The fold of a model run's rollouts as export values (all None without a run or for rows stored before)."""
+    get = (lambda a: getattr(v, a, None)) if v is not None else (lambda a: None)
+    outcomes = get("outcomes")
+    abstained = get("abstained")
+    return {"p_yes": get("p_yes"), "p_yes_token": get("p_yes_token"), "rollouts": get("rollouts"),
+            "agreement": get("agreement"), "abstained": None if abstained is None else int(abstained),
+            "format_failures": get("format_failures"),
+            "rollout_outcomes": ",".join(outcomes) if outcomes is not None else None}
 
 
 def export_table(store: VettingStore, task: str | None = None) -> Table:

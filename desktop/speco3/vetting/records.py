@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from speco3 import __version__
+from speco3.agent.confidence import Confidence
 
 DECISIONS = ("YES", "NO", "UNSURE")
 VERDICTS = ("YES", "NO")
@@ -48,6 +49,56 @@ class ModelVerdict:
     created_at: str = field(default_factory=now_iso)
     app_version: str = __version__
     id: int | None = None
+    # the fold of its K rollouts (`speco3.agent.confidence`); None in rows written before rollouts were stored
+    rollouts: int | None = None
+    p_yes: float | None = None
+    p_yes_token: float | None = None
+    agreement: float | None = None
+    abstained: bool | None = None
+    format_failures: int | None = None
+    outcomes: list[str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def confidence(self) -> Confidence | None:
+        """The stored fold as a `Confidence` (None for rows stored without one)."""
+        if self.rollouts is None or self.outcomes is None:
+            return None
+        return Confidence(k=self.rollouts, outcomes=tuple(self.outcomes), yes=self.outcomes.count("YES"),
+                          no=self.outcomes.count("NO"), p_yes=self.p_yes, p_yes_token=self.p_yes_token,
+                          agreement=self.agreement, verdict=self.verdict, format_failures=self.format_failures or 0,
+                          abstained=bool(self.abstained))
+
+    def set_confidence(self, conf: Confidence) -> None:
+        """Copy a `speco3.agent.confidence.Confidence` onto the row."""
+        self.rollouts, self.p_yes, self.p_yes_token = conf.k, conf.p_yes, conf.p_yes_token
+        self.agreement, self.abstained, self.format_failures = conf.agreement, conf.abstained, conf.format_failures
+        self.outcomes = list(conf.outcomes)
+
+
+@dataclass
+class RolloutRecord:
+    """One rollout of a model run: its outcome, how it sampled, its cost, its trace and the zoom windows it asked
+    for (``[lo, hi, label]`` per tool call that ran; ``lo``/``hi`` None when the range was unusable)."""
+
+    idx: int
+    outcome: str
+    verdict: str | None = None
+    p_yes_token: float | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    turns: int = 0
+    tokens: int = 0
+    zooms: int = 0
+    seconds: float = 0.0
+    detail: str = ""
+    answer: str = ""
+    trace_dir: str | None = None
+    windows: list[list] = field(default_factory=list)
+    verdict_id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

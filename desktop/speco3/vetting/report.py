@@ -1,5 +1,8 @@
 """HTML audit report of a vetting store: per spectrum the full view, the zooms, the reasoning, both verdicts.
 
+With K rollouts the model line carries the confidence (p_yes, agreement, format failures, abstained) and the
+rollouts are shown side by side: each with its seed, outcome, the zoom windows it asked for and the images it saw.
+
 The report reads each model verdict's trace folder (`speco3.agent.Trace`). Images are embedded as data URIs
 (one self-contained file) or copied into ``<report>_files/`` beside the report. jinja2 with autoescape: model
 text, comments and file names are escaped. Written atomically.
@@ -39,6 +42,21 @@ class ReportImage:
 
 
 @dataclass
+class RolloutColumn:
+    """One rollout beside the others: how it sampled and ended, the windows it asked for and what it saw."""
+
+    idx: int
+    head: str
+    outcome: str
+    verdict: str | None
+    windows: list[str] = field(default_factory=list)
+    zooms: list[ReportImage] = field(default_factory=list)
+    reasoning: str = ""
+    answer: str = ""
+    trace_error: str | None = None
+
+
+@dataclass
 class ReportEntry:
     row: dict[str, Any]
     full: ReportImage | None = None
@@ -46,6 +64,61 @@ class ReportEntry:
     turns: list[dict[str, str]] = field(default_factory=list)
     answer: str = ""
     trace_error: str | None = None
+    confidence: str = ""
+    rollouts: list[RolloutColumn] = field(default_factory=list)
+
+
+def confidence_text(row: dict[str, Any]) -> str:
+    """``p_yes 0.67 (2 YES / 1 NO of K=3, agreement 0.67, 1 format failure) · abstained`` (empty without K)."""
+    k = row.get("rollouts")
+    if not k or row.get("p_yes") is None and not row.get("rollout_outcomes"):
+        return ""
+    outcomes = (row.get("rollout_outcomes") or "").split(",")
+    yes, no = outcomes.count("YES"), outcomes.count("NO")
+    parts = [f"p_yes {row['p_yes']:.2f}" if row.get("p_yes") is not None else "p_yes —"]
+    detail = f"{yes} YES / {no} NO of K={k}"
+    if row.get("agreement") is not None:
+        detail += f", agreement {row['agreement']:.2f}"
+    if row.get("format_failures"):
+        detail += f", {row['format_failures']} format failure{'s' if row['format_failures'] > 1 else ''}"
+    parts[0] += f" ({detail})"
+    if row.get("p_yes_token") is not None:
+        parts.append(f"P(YES) at the answer token {row['p_yes_token']:.2f}")
+    if row.get("abstained"):
+        parts.append("abstained")
+    return " · ".join(parts)
+
+
+def _window_text(window: list) -> str:
+    lo, hi, label = (list(window) + [None, None, None])[:3]
+    rng = f"{lo:g}–{hi:g} Å" if isinstance(lo, int | float) and isinstance(hi, int | float) else "unusable range"
+    return f"{rng}{' · ' + str(label) if label else ''}"
+
+
+def _rollout_columns(store: VettingStore, row: dict[str, Any], images: _Images) -> list[RolloutColumn]:
+    """The rollouts of a model run with K > 1, each from its own trace folder."""
+    if not row.get("model_run_id") or (row.get("rollouts") or 1) < 2:
+        return []
+    columns = []
+    for r in store.rollouts(row["model_run_id"]):
+        col = RolloutColumn(r.idx, f"Rollout {r.idx + 1} · seed {r.seed} · T={r.temperature:g}"
+                            + (f" · P(YES) {r.p_yes_token:.2f}" if r.p_yes_token is not None else ""),
+                            r.outcome, r.verdict, [_window_text(w) for w in r.windows], answer=_short(r.answer, 300))
+        if r.trace_dir:
+            try:
+                trace = Trace.load(r.trace_dir)
+            except TraceError as exc:
+                col.trace_error = str(exc)
+            else:
+                stem = f"{row.get('name') or 'spectrum'}-{row['task']}-r{r.idx}"
+                for step in trace.tool_steps():
+                    if step.image is not None:
+                        col.zooms.append(ReportImage(images.src(step.image.png, f"{stem}-{step.turn}"),
+                                                     f"turn {step.turn}", step.image.width, step.image.height))
+                thoughts = [s.reasoning for s in trace.steps if isinstance(s, AssistantStep) and s.reasoning]
+                col.reasoning = _short(" … ".join(thoughts), 400)
+        columns.append(col)
+    return columns
 
 
 def _short(text: str, limit: int = REASONING_CHARS) -> str:
@@ -71,8 +144,9 @@ class _Images:
         return f"{self.folder.name}/{name}"
 
 
-def _entry(row: dict[str, Any], images: _Images) -> ReportEntry:
-    entry = ReportEntry(row)
+def _entry(row: dict[str, Any], images: _Images, store: VettingStore) -> ReportEntry:
+    entry = ReportEntry(row, confidence=confidence_text(row))
+    entry.rollouts = _rollout_columns(store, row, images)
     if not row.get("trace_dir"):
         return entry
     try:
@@ -136,7 +210,7 @@ def write_report(
     path = report_path(path)
     images = _Images(path, embed_images)
     rows = export_rows(store, task)
-    entries = [_entry(r, images) for r in rows]
+    entries = [_entry(r, images, store) for r in rows]
     summary = store.summary()
     html = _template().render(
         title=title or f"Spec-o3 vetting report — {store.path.name}",

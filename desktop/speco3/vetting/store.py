@@ -26,63 +26,22 @@ from speco3.vetting.records import (
     Annotation,
     Decision,
     ModelVerdict,
+    RolloutRecord,
     SpectrumInfo,
     now_iso,
+)
+from speco3.vetting.schema import (
+    SCHEMA_VERSION,
+    VERDICT_COLUMNS,
+    additive,
+    migrate,
+    storable_text,
 )
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS spectra (
-    spectrum_key TEXT PRIMARY KEY, name TEXT, path TEXT, idx INTEGER, survey TEXT, object_id TEXT,
-    ra REAL, dec REAL, redshift REAL, snr REAL, file_sha256 TEXT, updated_at TEXT);
-CREATE TABLE IF NOT EXISTS model_verdicts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    spectrum_key TEXT NOT NULL, task TEXT NOT NULL,
-    verdict TEXT CHECK (verdict IN ('YES', 'NO') OR verdict IS NULL),
-    outcome TEXT NOT NULL, model_id TEXT NOT NULL, quant TEXT, text_sha256 TEXT, mmproj_sha256 TEXT,
-    prompt_version TEXT NOT NULL, file_sha256 TEXT, engine_settings TEXT NOT NULL,
-    turns INTEGER, tokens INTEGER, seconds REAL, zooms INTEGER, detail TEXT, answer TEXT, trace_dir TEXT,
-    created_at TEXT NOT NULL, app_version TEXT);
-CREATE INDEX IF NOT EXISTS model_verdicts_key ON model_verdicts (spectrum_key, task, id);
-CREATE INDEX IF NOT EXISTS model_verdicts_run ON model_verdicts (task, model_id, prompt_version);
-CREATE TABLE IF NOT EXISTS decisions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    spectrum_key TEXT NOT NULL, task TEXT NOT NULL,
-    decision TEXT NOT NULL CHECK (decision IN ('YES', 'NO', 'UNSURE')),
-    flags TEXT NOT NULL, comment TEXT NOT NULL, vetter TEXT NOT NULL,
-    model_verdict_seen TEXT, model_verdict_id INTEGER, decided_at TEXT NOT NULL, app_version TEXT);
-CREATE INDEX IF NOT EXISTS decisions_key ON decisions (spectrum_key, task, id);
-CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at TEXT NOT NULL);
-"""
-#: Added after schema 1 without a version bump: tables that older versions never read, created on open.
-_ADDITIVE = {
-    "annotations": """CREATE TABLE annotations (
-        spectrum_key TEXT NOT NULL, task TEXT NOT NULL, flags TEXT NOT NULL, comment TEXT NOT NULL,
-        vetter TEXT NOT NULL, updated_at TEXT NOT NULL, app_version TEXT, PRIMARY KEY (spectrum_key, task))""",
-    # what a file's sha256 was when it had this size and mtime (a resumed batch hashes only files that changed)
-    "file_stamps": """CREATE TABLE file_stamps (
-        path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL,
-        stamped_ns INTEGER NOT NULL)""",
-}
 # Outcomes that a later run should retry rather than count as done.
 RETRY_OUTCOMES = ("cancelled", "engine_error")
-
-
-def storable_text(value: Any) -> Any:
-    """``value`` as SQLite can store it: a str with lone surrogates gets them as ``\\udXXX`` escapes.
-
-    Lone surrogates come from model output and from file names that are not valid UTF-8 (Python's
-    surrogateescape); sqlite3 refuses them with a UnicodeEncodeError. Writes and lookups both go through
-    this function, so a key is found again. Other values are returned unchanged.
-    """
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return value
 
 
 class VettingStore:
@@ -132,15 +91,16 @@ class VettingStore:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if tables - {"sqlite_sequence"}:
                 raise StoreError(f"{self.path}: an SQLite file of another application (tables {sorted(tables)})")
+        if version < SCHEMA_VERSION:
             with self._tx() as cur:
-                for stmt in filter(str.strip, _SCHEMA.split(";")):
-                    cur.execute(stmt)
-                cur.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                version = migrate(cur)
+            if version:
+                logger.info("%s: vetting store migrated from schema %d to %d", self.path, version, SCHEMA_VERSION)
         have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if set(_ADDITIVE) - have:
+        if additive(have):
             with self._tx() as cur:
-                for name in set(_ADDITIVE) - have:
-                    cur.execute(_ADDITIVE[name])
+                for stmt in additive(have):
+                    cur.execute(stmt)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Cursor]:
@@ -197,26 +157,60 @@ class VettingStore:
         return SpectrumInfo(**r)
 
     # -- model verdicts ----------------------------------------------------------------------------
-    def record_model_verdict(self, v: ModelVerdict) -> int:
-        """Store one model run; returns its id."""
+    def record_model_verdict(self, v: ModelVerdict, rollouts: list[RolloutRecord] | tuple = ()) -> int:
+        """Store one model run and its rollouts (one transaction); returns its id."""
         if v.verdict is not None and v.verdict not in VERDICTS:
             raise StoreError(f"model verdict must be YES, NO or None, got {v.verdict!r}")
         if not v.spectrum_key or not v.task:
             raise StoreError("a model verdict needs a spectrum key and a task")
-        v.id = self._write(
-            "INSERT INTO model_verdicts (spectrum_key, task, verdict, outcome, model_id, quant, text_sha256, "
-            "mmproj_sha256, prompt_version, file_sha256, engine_settings, turns, tokens, seconds, zooms, detail, "
-            "answer, trace_dir, created_at, app_version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (v.spectrum_key, v.task, v.verdict, v.outcome, v.model_id, v.quant, v.text_sha256, v.mmproj_sha256,
-             v.prompt_version, v.file_sha256, json.dumps(v.engine_settings, sort_keys=True), v.turns, v.tokens,
-             v.seconds, v.zooms, v.detail, v.answer, v.trace_dir, v.created_at, v.app_version),
-        )
+        for r in rollouts:
+            if r.verdict is not None and r.verdict not in VERDICTS:
+                raise StoreError(f"rollout verdict must be YES, NO or None, got {r.verdict!r}")
+        row = (v.spectrum_key, v.task, v.verdict, v.outcome, v.model_id, v.quant, v.text_sha256, v.mmproj_sha256,
+               v.prompt_version, v.file_sha256, json.dumps(v.engine_settings, sort_keys=True), v.turns, v.tokens,
+               v.seconds, v.zooms, v.detail, v.answer, v.trace_dir, v.created_at, v.app_version, v.rollouts, v.p_yes,
+               v.p_yes_token, v.agreement, None if v.abstained is None else int(v.abstained), v.format_failures,
+               None if v.outcomes is None else json.dumps(v.outcomes))
+        try:
+            with self._tx() as cur:
+                cur.execute(
+                    f"INSERT INTO model_verdicts ({', '.join(VERDICT_COLUMNS)}) "
+                    f"VALUES ({','.join('?' * len(VERDICT_COLUMNS))})", tuple(storable_text(a) for a in row))
+                v.id = int(cur.lastrowid or 0)
+                for r in rollouts:
+                    r.verdict_id = v.id
+                    cur.execute("INSERT INTO rollouts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", tuple(
+                        storable_text(a) for a in (
+                            v.id, r.idx, r.outcome, r.verdict, r.p_yes_token, r.seed, r.temperature, r.top_p, r.top_k,
+                            r.turns, r.tokens, r.zooms, r.seconds, r.detail, r.answer, r.trace_dir,
+                            json.dumps(r.windows))))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: write failed ({exc})") from exc
         return v.id
+
+    def rollouts(self, verdict_id: int) -> list[RolloutRecord]:
+        """The rollouts of one model run, in order (none for runs stored before rollouts were)."""
+        try:
+            rows = self._query("SELECT * FROM rollouts WHERE verdict_id=? ORDER BY idx", (verdict_id,))
+        except StoreError:  # a read-only store of schema 1 has no rollouts table
+            if self.readonly:
+                return []
+            raise
+        out = []
+        for row in rows:
+            d = dict(row)
+            d["windows"] = json.loads(d["windows"] or "[]")
+            out.append(RolloutRecord(**d))
+        return out
 
     @staticmethod
     def _verdict(row: sqlite3.Row) -> ModelVerdict:
         d = dict(row)
         d["engine_settings"] = json.loads(d["engine_settings"] or "{}")
+        if d.get("abstained") is not None:
+            d["abstained"] = bool(d["abstained"])
+        if d.get("outcomes") is not None:
+            d["outcomes"] = json.loads(d["outcomes"])
         return ModelVerdict(**d)
 
     def latest_model_verdict(self, key: str, task: str) -> ModelVerdict | None:
@@ -243,13 +237,19 @@ class VettingStore:
             f"AND outcome NOT IN ({marks})", (task, model_id, prompt_version, *RETRY_OUTCOMES))
         return {r[0] for r in rows}
 
-    def done_files(self, task: str, model_id: str, prompt_version: str) -> dict[str, str | None]:
-        """`done_keys` with the file sha256 recorded by each key's latest counted run (None when unknown)."""
+    def done_files(self, task: str, model_id: str, prompt_version: str, rollouts: int | None = None
+                   ) -> dict[str, str | None]:
+        """`done_keys` with the file sha256 recorded by each key's latest counted run (None when unknown).
+
+        ``rollouts``: only runs of that many rollouts count (rows written before rollouts were stored count as 1).
+        """
         marks = ",".join("?" * len(RETRY_OUTCOMES))
+        k_filter = "" if rollouts is None else " AND COALESCE(rollouts, 1)=?"
+        k_args = () if rollouts is None else (rollouts,)
         rows = self._query(
             f"SELECT spectrum_key, file_sha256 FROM model_verdicts WHERE id IN (SELECT MAX(id) FROM model_verdicts "
-            f"WHERE task=? AND model_id=? AND prompt_version=? AND outcome NOT IN ({marks}) GROUP BY spectrum_key)",
-            (task, model_id, prompt_version, *RETRY_OUTCOMES))
+            f"WHERE task=? AND model_id=? AND prompt_version=? AND outcome NOT IN ({marks}){k_filter} "
+            "GROUP BY spectrum_key)", (task, model_id, prompt_version, *RETRY_OUTCOMES, *k_args))
         return {r[0]: r[1] for r in rows}
 
     def file_stamps(self) -> dict[str, tuple[int, int, str, int]]:

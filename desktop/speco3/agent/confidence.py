@@ -1,0 +1,186 @@
+"""How sure the model is about one spectrum: K rollouts folded into ``p_yes``, agreement and an abstention.
+
+Two YES probabilities are kept side by side, because they measure different things:
+
+``p_yes`` (the vote share)
+    The share of YES among the rollouts that ended with an answer (YES or NO). Rollouts without one (format error,
+    budget exhausted, context full, engine error, …) are counted in ``format_failures`` / ``outcomes`` and left
+    out of the share. None when no rollout answered.
+
+``p_yes_token`` (mean probability on the YES answer token)
+    For each answered rollout whose engine recorded log-probabilities (`GenerationResult.logprobs`), the model's
+    probability of YES at the position where it wrote its verdict, renormalised over the two answers:
+    ``P(YES) / (P(YES) + P(NO))``, both read from that position's token and its recorded alternatives
+    (`answer_token_p_yes`). The mean over the rollouts that have one; None when none has.
+
+How the verdict position is found (`answer_token_p_yes`): the turn's tokens are joined; after the last
+``\\boxed{`` the first non-blank token must be the answer word (its text, braces and spaces aside, is YES or NO
+in any case, or the first piece of one — ``Y``/``YE`` for YES, ``N`` for NO — when a tokenizer splits the word;
+Qwen2.5 writes ``YES`` and ``NO`` as single tokens). Without a box, the first whole YES/NO token after the last
+``<answer>`` (the reward's text fallback). The alternatives recorded at that position are summed by the same rule
+(``YES``, ``Yes``, `` yes`` … all count for YES; the chosen token once). When no such token is found (an answer
+read by the bare-word fallback, a word absent or split beyond recognition, a token that disagrees with the parsed
+verdict, a position recorded without its alternatives) or the engine recorded nothing, the rollout has no token probability: the vote share is then the only
+signal, never a made-up number.
+
+Abstention (`Thresholds`): the model abstains on a spectrum when the evidence is split — fewer than
+``min_agreement`` of the answered rollouts back the majority verdict (a tie always abstains) — or when too few
+rollouts answered at all (``min_answered``), or none did. See the README (Confidence) for why the defaults are
+what they are. K=1 at temperature 0 is the paper's greedy evaluation: one answer has agreement 1 and never
+abstains unless it has no answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from speco3.agent.steps import Outcome, VerdictStep
+from speco3.engine.base import TokenLogprob
+
+#: Defaults of `Thresholds` (justified in the README, section "Confidence and abstention").
+DEFAULT_MIN_AGREEMENT = 0.75
+DEFAULT_MIN_ANSWERED = 0.5
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When to abstain: majority share of the answered rollouts below ``min_agreement``, or answered share of all
+    rollouts below ``min_answered``."""
+
+    min_agreement: float = DEFAULT_MIN_AGREEMENT
+    min_answered: float = DEFAULT_MIN_ANSWERED
+
+    def __post_init__(self):
+        for name in ("min_agreement", "min_answered"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
+                raise ValueError(f"{name} must be a number from 0 to 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """The fold of K rollouts of one spectrum (see module doc)."""
+
+    k: int
+    outcomes: tuple[str, ...]  # each rollout's `Outcome` value, in rollout order
+    yes: int
+    no: int
+    p_yes: float | None  # share of YES among the answered rollouts
+    p_yes_token: float | None  # mean P(YES) at the verdict token over the answered rollouts that recorded it
+    agreement: float | None  # share of the answered rollouts that gave the majority verdict
+    verdict: str | None  # the majority verdict (None on a tie or without answers)
+    format_failures: int  # rollouts that ended with a format error
+    abstained: bool
+
+    @property
+    def answered(self) -> int:
+        return self.yes + self.no
+
+    @property
+    def uncertainty(self) -> float:
+        """Distance of ``p_yes`` from a sure answer: 1 at 0.5, 0 at 0 or 1 (1 without answers)."""
+        return 1.0 if self.p_yes is None else 1.0 - abs(2.0 * self.p_yes - 1.0)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["outcomes"] = list(self.outcomes)
+        d["answered"] = self.answered
+        return d
+
+
+def _word(text: str, *, prefixes: bool = True) -> str | None:
+    """The answer word a token stands for: YES, NO or None. With ``prefixes``, the first piece of a split word
+    counts too (``Y``, ``YE`` for YES; ``N`` for NO); braces and spaces around it are ignored."""
+    t = text.strip().strip("{}").strip().upper()
+    if not t:
+        return None
+    if t in ("YES", "NO"):
+        return t
+    if prefixes and "YES".startswith(t):
+        return "YES"
+    if prefixes and "NO".startswith(t):
+        return "NO"
+    return None
+
+
+def _answer_position(logprobs: Sequence[TokenLogprob]) -> int | None:
+    """Index of the token that carries the verdict word (see module doc), or None."""
+    text = "".join(t.token for t in logprobs)
+    ends, pos = [], 0
+    for t in logprobs:
+        pos += len(t.token)
+        ends.append(pos)
+    boxed = text.rfind("\\boxed{")
+    if boxed >= 0:  # the first non-blank piece inside the box must be the word (or its first piece)
+        anchor = boxed + len("\\boxed{")
+        for i, t in enumerate(logprobs):
+            inside = t.token[max(0, anchor - (ends[i] - len(t.token))):] if ends[i] > anchor else ""
+            if inside.strip():
+                return i if _word(inside) else None
+        return None
+    opened = text.rfind("<answer>")
+    if opened >= 0:  # a whole YES/NO word inside <answer> (the reward's text fallback)
+        anchor = opened + len("<answer>")
+        for i, t in enumerate(logprobs):
+            if ends[i] > anchor and _word(t.token, prefixes=False):
+                return i
+    return None
+
+
+def answer_token_p_yes(logprobs: Sequence[TokenLogprob], verdict: str | None = None) -> float | None:
+    """P(YES)/(P(YES)+P(NO)) at the verdict token of one answer turn (see module doc).
+
+    None when nothing was recorded, no verdict token is found, or the token found says another word than
+    ``verdict`` (the verdict the parser read, when given).
+    """
+    i = _answer_position(logprobs) if logprobs else None
+    if i is None:
+        return None
+    tok = logprobs[i]
+    chosen = _word(tok.token.split("{")[-1])
+    if chosen is None or (verdict is not None and chosen != verdict) or not tok.top:
+        return None  # without the alternatives the other answer's mass is unknown: no number rather than 1 or 0
+    mass = {"YES": 0.0, "NO": 0.0}
+    mass[chosen] += math.exp(tok.logprob)
+    seen = {tok.token}
+    for text, logprob in tok.top:
+        word = _word(text)
+        if word is not None and text not in seen:
+            seen.add(text)
+            mass[word] += math.exp(logprob)
+    total = mass["YES"] + mass["NO"]
+    return mass["YES"] / total if total > 0 else None
+
+
+def aggregate_outcomes(outcomes: Sequence[str], p_tokens: Sequence[float | None] | None = None,
+                       thresholds: Thresholds | None = None) -> Confidence:
+    """Fold K rollouts given as their `Outcome` values (and, optionally, each one's ``p_yes_token``)."""
+    if not outcomes:
+        raise ValueError("no rollouts to aggregate")
+    th = thresholds or Thresholds()
+    outs = tuple(Outcome(o).value for o in outcomes)
+    p_tokens = list(p_tokens) if p_tokens is not None else [None] * len(outs)
+    yes, no = outs.count("YES"), outs.count("NO")
+    answered = yes + no
+    tokens = [p for o, p in zip(outs, p_tokens, strict=True) if o in ("YES", "NO") and p is not None]
+    agreement = max(yes, no) / answered if answered else None
+    verdict = "YES" if yes > no else "NO" if no > yes else None
+    abstained = (
+        not answered or verdict is None or agreement < th.min_agreement or answered / len(outs) < th.min_answered
+    )
+    return Confidence(
+        k=len(outs), outcomes=outs, yes=yes, no=no, p_yes=yes / answered if answered else None,
+        p_yes_token=sum(tokens) / len(tokens) if tokens else None, agreement=agreement, verdict=verdict,
+        format_failures=outs.count(Outcome.FORMAT_ERROR.value), abstained=bool(abstained),
+    )
+
+
+def aggregate(finals: Sequence[VerdictStep], thresholds: Thresholds | None = None) -> Confidence:
+    """Fold the final records of K rollouts (each a `VerdictStep`) into a `Confidence`."""
+    return aggregate_outcomes([f.outcome.value for f in finals], [f.p_yes_token for f in finals], thresholds)
+
+
+__all__ = ["DEFAULT_MIN_AGREEMENT", "DEFAULT_MIN_ANSWERED", "Confidence", "Thresholds", "aggregate",
+           "aggregate_outcomes", "answer_token_p_yes"]

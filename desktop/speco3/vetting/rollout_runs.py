@@ -1,0 +1,123 @@
+"""K traced rollouts of one spectrum and their fold: what ``spec-o3 inspect``, ``vet`` and the app share.
+
+`run_traced` runs `speco3.agent.rollouts.run_rollouts` and keeps one `Trace` per rollout (its sampling in the
+trace's settings); `save_rollouts` writes each trace (``FOLDER`` itself when K=1, as for a single run, else
+``FOLDER/r00``, ``FOLDER/r01`` …) and describes each rollout as a `RolloutRecord`; `verdict_row` folds them into
+the model verdict row (`speco3.agent.confidence.aggregate`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+
+from speco3.agent.confidence import Confidence, Thresholds, aggregate
+from speco3.agent.rollouts import RolloutPlan, run_rollouts
+from speco3.agent.steps import Outcome, VerdictStep
+from speco3.agent.tasks import Task
+from speco3.agent.tool import RenderFn
+from speco3.agent.trace import Trace, spectrum_ref
+from speco3.engine.base import Engine, Sampling
+from speco3.spectra.model import Spectrum
+from speco3.vetting.records import ModelVerdict, RolloutRecord
+
+
+@dataclass
+class RolloutRun:
+    """The traces of K rollouts of one spectrum, with the sampling of each."""
+
+    plan: RolloutPlan
+    samplings: list[Sampling]
+    traces: list[Trace]
+    seconds: float = 0.0
+
+    @property
+    def finals(self) -> list[VerdictStep]:
+        return [t.final for t in self.traces]
+
+    @property
+    def cancelled(self) -> bool:
+        return any(f is None or f.outcome is Outcome.CANCELLED for f in self.finals)
+
+    def confidence(self, thresholds: Thresholds | None = None) -> Confidence:
+        return aggregate(self.finals, thresholds)
+
+
+def engine_plan(engine: Engine) -> RolloutPlan:
+    """One rollout sampled as the engine's settings say (temperature 0 by default: the paper's greedy run)."""
+    s = engine.settings
+    return RolloutPlan(1, s.temperature, s.top_p, s.top_k, s.seed)
+
+
+def run_traced(
+    engine: Engine,
+    spectrum: Spectrum,
+    task: Task,
+    render: RenderFn,
+    plan: RolloutPlan | None = None,
+    *,
+    spectrum_extra: dict | None = None,
+    cancel: threading.Event | None = None,
+    on_step: Callable[[int, object], None] | None = None,
+    on_token: Callable[[str], None] | None = None,
+    **episode_kwargs,
+) -> RolloutRun:
+    """Run ``plan`` (None: `engine_plan`) on ``spectrum``; ``on_step(i, step)`` for each step of rollout i."""
+    plan = plan or engine_plan(engine)
+    samplings = plan.samplings()
+    info = engine.info
+    traces = [Trace(task_id=task.id, task_text=task.text, prompt_version=task.prompt_version,
+                    spectrum={**spectrum_ref(spectrum), **(spectrum_extra or {})},
+                    model=asdict(info) if is_dataclass(info) else dict(vars(info)),
+                    settings={**engine.settings.to_dict(), "sampling": sampling.to_dict(), "rollout": i,
+                              "rollouts": plan.k})
+              for i, sampling in enumerate(samplings)]
+
+    def step_done(i: int, step) -> None:
+        traces[i].add(step)
+        if on_step is not None:
+            on_step(i, step)
+
+    t0 = time.perf_counter()
+    run_rollouts(engine, spectrum, task, render, plan, cancel=cancel, on_step=step_done, on_token=on_token,
+                 **episode_kwargs)
+    return RolloutRun(plan, samplings, traces, time.perf_counter() - t0)
+
+
+def rollout_folder(folder: Path, i: int, k: int) -> Path:
+    return folder if k == 1 else folder / f"r{i:02d}"
+
+
+def save_rollouts(run: RolloutRun, folder: str | Path | None) -> list[RolloutRecord]:
+    """Write each rollout's trace under ``folder`` (when given) and describe each rollout."""
+    records = []
+    for i, (trace, sampling) in enumerate(zip(run.traces, run.samplings, strict=True)):
+        where = rollout_folder(Path(folder), i, run.plan.k) if folder is not None else None
+        if where is not None:
+            trace.save(where)
+        f = trace.final
+        windows = [[*(step.wavelength_range or (None, None)), step.label] for step in trace.tool_steps()]
+        records.append(RolloutRecord(
+            idx=i, outcome=f.outcome.value, verdict=f.verdict, p_yes_token=f.p_yes_token, seed=sampling.seed,
+            temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, turns=f.turns,
+            tokens=f.tokens_generated, zooms=f.zooms, seconds=f.seconds, detail=f.detail, answer=f.answer,
+            trace_dir=str(where) if where is not None else None, windows=windows))
+    return records
+
+
+def verdict_row(run: RolloutRun, records: list[RolloutRecord], conf: Confidence, **base) -> ModelVerdict:
+    """The model verdict row of a run: the majority verdict (None on a tie), the fold, and the turns, zooms,
+    answer and trace of the first rollout that gave the majority verdict (rollout 0 without one); tokens summed."""
+    rep = next((i for i, r in enumerate(records) if conf.verdict and r.verdict == conf.verdict), 0)
+    final = run.finals[rep]
+    outcome = conf.verdict or (final.outcome.value if run.plan.k == 1 else max(conf.outcomes, key=conf.outcomes.count))
+    v = ModelVerdict(verdict=conf.verdict, outcome=outcome, turns=final.turns,
+                     tokens=sum(f.tokens_generated for f in run.finals), zooms=final.zooms, detail=final.detail,
+                     answer=final.answer, trace_dir=records[rep].trace_dir, **base)
+    if run.plan.k > 1:
+        v.engine_settings = {**v.engine_settings, "rollout_plan": asdict(run.plan)}
+    v.set_confidence(conf)
+    return v

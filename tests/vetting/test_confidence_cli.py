@@ -1,0 +1,156 @@
+"""``inspect --rollouts K --json``, ``vet --rollouts K`` and ``spec-o3 queue`` with scripted rollouts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from vetting_helpers import NO, YES, ZOOM, pillow_render
+
+from speco3.agent import Trace
+from speco3.cli import agent as cli_agent
+from speco3.cli import main
+from speco3.vetting import VettingStore
+
+ZOOM2 = ZOOM.replace("[6500, 6600]", "[4600, 4750]").replace("Hα <b>", "He II")
+ALTS = {"YES": [["YES", 0.9], ["NO", 0.1]], "NO": [["NO", 0.6], ["YES", 0.4]]}
+
+
+@pytest.fixture(autouse=True)
+def _pillow(monkeypatch):
+    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
+
+
+def _spectrum_file(folder, i=0):
+    folder.mkdir(exist_ok=True)
+    wl = np.linspace(3700, 9100, 600)
+    flux = 10 + (5 if i % 2 else 0) * np.exp(-((wl - 6564.6) / 8) ** 2) + 0.01 * i
+    path = folder / f"s{i:02d}.csv"
+    np.savetxt(path, np.c_[wl, flux], delimiter=",", header="wavelength,flux", comments="")
+    return path
+
+
+def _script(tmp_path, scripts, **extra):
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps({"scripts": scripts, "select": "seed", **extra}), encoding="utf-8")
+    return path
+
+
+def test_inspect_rollouts_json(tmp_path, capsys):
+    f = _spectrum_file(tmp_path / "a")
+    script = _script(tmp_path, [[ZOOM, YES], ["<think>hm</think> not sure"], [ZOOM2, ZOOM, YES], [NO]],
+                     alternatives=ALTS)
+    out = tmp_path / "trace"
+    rc = main(["inspect", str(f), "--task", "cv", "--scripted", str(script), "--out", str(out), "--rollouts", "4",
+               "--temperature", "0.8", "--seed", "0", "--json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert rc == 0
+    assert report["outcomes"] == ["YES", "format_error", "YES", "NO"] and report["k"] == 4
+    assert report["p_yes"] == pytest.approx(2 / 3) and report["agreement"] == pytest.approx(2 / 3)
+    assert report["p_yes_token"] == pytest.approx((0.9 + 0.9 + 0.4) / 3)  # alternatives recorded by default, K>1
+    assert report["format_failures"] == 1 and report["abstained"] is True and report["verdict"] == "YES"
+    details = report["rollout_details"]
+    assert [d["seed"] for d in details] == [0, 1, 2, 3] and {d["temperature"] for d in details} == {0.8}
+    assert details[2]["windows"] == [[4600, 4750, "He II"], [6500, 6600, "Hα <b>"]]
+    assert "rollout 2/4 (seed 1, T=0.8): format_error" in captured.err  # progress on stderr, JSON alone on stdout
+    for i, d in enumerate(details):  # every rollout's trace with its images
+        assert d["trace_dir"] == str(out / f"r{i:02d}")
+        assert Trace.load(d["trace_dir"]).outcome.value == d["outcome"]
+    assert (out / "r02" / "02-zoom-6500-6600.png").is_file()
+    assert json.loads((out / "confidence.json").read_text())["p_yes"] == report["p_yes"]
+
+
+def test_inspect_rollouts_text_and_thresholds(tmp_path, capsys):
+    f = _spectrum_file(tmp_path / "a")
+    script = _script(tmp_path, [[YES], [YES], [NO]])
+    rc = main(["inspect", str(f), "--task", "cv", "--scripted", str(script), "--out", str(tmp_path / "t"),
+               "--rollouts", "3", "--min-agreement", "0.6"])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "Variable (CV)) — p_yes 0.67 (2 YES / 1 NO of 3), agreement 0.67" in text and "ABSTAINED" not in text
+    assert main(["inspect", str(f), "--task", "cv", "--scripted", str(script), "--out", str(tmp_path / "t2"),
+                 "--rollouts", "2", "--seed", "1"]) == 3  # seeds 1, 2: 1 YES / 1 NO: no verdict
+    assert "Verdict: none" in capsys.readouterr().out
+
+
+def test_inspect_greedy_json_is_the_single_run(tmp_path, capsys):
+    f = _spectrum_file(tmp_path / "a")
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([ZOOM, NO]), encoding="utf-8")
+    out = tmp_path / "t"
+    assert main(["inspect", str(f), "--task", "cv", "--scripted", str(script), "--out", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["k"], report["p_yes"], report["abstained"], report["p_yes_token"]) == (1, 0.0, False, None)
+    assert report["rollout_details"][0]["temperature"] == 0.0 and (out / "trace.json").is_file()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rollouts", "0"], "--rollouts must be at least 1"),
+    (["--rollouts", "3", "--temperature", "0"], "give a temperature above 0"),
+    (["--min-agreement", "2"], "--min-agreement must be a number from 0 to 1"),
+])
+def test_inspect_rollout_option_errors(tmp_path, capsys, argv, message):
+    f = _spectrum_file(tmp_path / "a")
+    script = _script(tmp_path, [[YES]])
+    assert main(["inspect", str(f), "--task", "cv", "--scripted", str(script), *argv]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_vet_rollouts_then_queue(tmp_path, capsys):
+    arch = tmp_path / "arch"
+    for i in range(3):
+        _spectrum_file(arch, i)
+    db = tmp_path / "r.sqlite"
+    # seeds 0,1,2 -> YES, YES, NO: every spectrum gets p_yes 2/3 with K=3; a greedy run of s00 afterwards
+    script = _script(tmp_path, [[YES], [YES], [NO]])
+    assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted", str(script),
+                 "--rollouts", "3", "--limit", "2"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["rollouts"] == 3 and summary["done"] == 2
+    unanimous = _script(tmp_path, [[NO]])
+    assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted", str(unanimous)]) == 0
+    capsys.readouterr()
+    with VettingStore(db, readonly=True) as s:
+        runs = s.model_verdicts("cv")
+        assert sorted(v.rollouts for v in runs) == [1, 1, 1]  # the greedy run is newer for all three
+        k3 = [v for v in s.model_verdicts("cv", latest=False) if v.rollouts == 3]
+        assert len(k3) == 2 and all(len(s.rollouts(v.id)) == 3 for v in k3)
+
+    db2 = tmp_path / "q.sqlite"
+    mixed = _script(tmp_path, [[YES], [NO], [YES], [YES]])
+    assert main(["vet", str(arch), "--task", "cv", "--out", str(db2), "--scripted", str(mixed),
+                 "--rollouts", "4", "--limit", "1"]) == 0  # seeds 0..3: 3 YES / 1 NO
+    assert main(["vet", str(arch), "--task", "cv", "--out", str(db2), "--scripted", str(mixed),
+                 "--rollouts", "2", "--seed", "1"]) == 0  # seeds 1, 2: 1 NO / 1 YES (s00 again, K differs)
+    capsys.readouterr()
+    assert main(["queue", str(db2), "--order", "p_yes", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["p_yes"] for r in rows] == [0.5, 0.5, 0.5]  # K=2 runs are the latest for all three
+    assert all(r["abstained"] for r in rows)
+    assert main(["queue", str(db2), "--abstained", "--order", "uncertainty"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["p_yes", "K", "agree"] and len(lines) == 4 and "ABS" in lines[1]
+
+
+@pytest.mark.llama
+def test_inspect_rollouts_on_the_tiny_model(tiny_gguf, tmp_path, capsys):
+    """``inspect --rollouts 2 --json`` through llama.cpp (the tiny random model's words are noise; the path is real):
+    two seeded rollouts at temperature 1, each with its own trace; the fold is consistent with their outcomes."""
+    text, mmproj = tiny_gguf("Q8_0")
+    f = _spectrum_file(tmp_path / "a")
+    out = tmp_path / "t"
+    rc = main(["inspect", str(f), "--task", "cv", "--text", str(text), "--mmproj", str(mmproj), "--out", str(out),
+               "--rollouts", "2", "--seed", "7", "--json", "--n-ctx", "4096", "--threads", "2", "--n-gpu-layers", "0",
+               "--image-max-tokens", "120", "--max-turns", "2"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc in (0, 3) and report["k"] == 2 and len(report["outcomes"]) == 2
+    assert set(report["outcomes"]) <= {"YES", "NO", "format_error", "budget_exhausted"}, report["outcomes"]
+    assert [(d["seed"], d["temperature"]) for d in report["rollout_details"]] == [(7, 1.0), (8, 1.0)]
+    answered = [o for o in report["outcomes"] if o in ("YES", "NO")]
+    assert report["p_yes"] == (answered.count("YES") / len(answered) if answered else None)
+    assert report["abstained"] == (not answered or report["agreement"] < 0.75)
+    for i, d in enumerate(report["rollout_details"]):
+        t = Trace.load(out / f"r{i:02d}")
+        assert t.outcome.value == d["outcome"] and t.settings["sampling"]["seed"] == d["seed"]
