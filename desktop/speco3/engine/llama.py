@@ -384,11 +384,15 @@ class LlamaMtmdEngine(Engine):
         self._llama.llama_memory_seq_rm(self._llama.llama_get_memory(self._ctx), seq.seq_id, seq.kv_pos, -1)
         seq.logits_valid = False
 
-    def last_logits(self, index: int = -1) -> np.ndarray:
-        """A copy of the next-token logits of output row ``index`` (default: after the last evaluated item)."""
+    def last_logits(self) -> np.ndarray:
+        """A copy of the next-token logits after the last evaluated item."""
         self._require()
-        if index == -1 and not self._seq.logits_valid:
+        if not self._seq.logits_valid:
             raise EngineError("no logits: evaluate() first")
+        return self._logits_row(-1)
+
+    def _logits_row(self, index: int) -> np.ndarray:
+        """A copy of output row ``index`` of the last decode."""
         n_vocab = self._llama.llama_vocab_n_tokens(self._vocab)
         ptr = self._llama.llama_get_logits_ith(self._ctx, index)
         return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
@@ -406,7 +410,7 @@ class LlamaMtmdEngine(Engine):
         """Sample the next token of ``seq`` from output row ``index``; append its `TokenLogprob` to ``logprobs``."""
         tok = int(self._llama.llama_sampler_sample(seq.sampler, self._ctx, index))
         if logprobs is not None and self.settings.top_logprobs > 0:
-            logprobs.append(token_logprob(self.last_logits(index), tok, self.settings.top_logprobs, self.token_text))
+            logprobs.append(token_logprob(self._logits_row(index), tok, self.settings.top_logprobs, self.token_text))
         return tok
 
     def token_text(self, token: int) -> str:
