@@ -82,7 +82,7 @@ def drive(episodes: Iterable[Iterator[Any]], slots, width: int = 1) -> Iterator[
                     yield from _advance(i, run, slots)
                     if run.done:
                         del live[i]
-            if any(not run.waiting for run in live.values()) or (not exhausted and len(live) < width):
+            if not live or any(not run.waiting for run in live.values()) or (not exhausted and len(live) < width):
                 continue  # episodes ended or are between requests: refill and advance before decoding
             by_slot = {run.slot: run for run in live.values()}
             for slot, outcome in slots.step():
