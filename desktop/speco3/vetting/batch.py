@@ -123,21 +123,20 @@ def trace_folder(root: Path, task: str, key: str, name: str) -> Path:
     return root / task / f"{safe}-{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
 
 
-def vet_one(
-    item: VetItem,
-    store: VettingStore,
-    engine: Engine,
-    task: Task,
-    render: RenderFn,
-    *,
-    trace_root: Path | None = None,
-    cancel: threading.Event | None = None,
-    on_token: Callable[[str], None] | None = None,
-    on_step: Callable[[object], None] | None = None,
-    sha_cache: dict[str, str] | None = None,
-    files: FileCheck | None = None,
-) -> ModelVerdict | None:
-    """Screen one spectrum and record the verdict; returns it (None when cancelled mid-episode)."""
+@dataclass
+class ItemRun:
+    """A spectrum ready to screen: what its verdict row records, its trace, and when it started."""
+
+    item: VetItem
+    spectrum: Spectrum
+    trace: Trace
+    base: dict
+    t0: float
+
+
+def start_item(item: VetItem, store: VettingStore, engine: Engine, task: Task, *, sha_cache: dict[str, str] | None
+               = None, files: FileCheck | None = None) -> ItemRun | ModelVerdict:
+    """Load the spectrum and record it; an unreadable one gets its verdict (recorded) instead."""
     info = engine.info
     if item.path:
         sha = files.digest(item.path) if files is not None else file_sha256(item.path, sha_cache)
@@ -163,22 +162,48 @@ def vet_one(
     trace = Trace(task_id=task.id, task_text=task.text, prompt_version=task.prompt_version,
                   spectrum={**spectrum_ref(spectrum), "key": item.key, "file_sha256": sha},
                   model=asdict(info) if is_dataclass(info) else dict(vars(info)), settings=engine.settings.to_dict())
-    for step in trace.follow(run_episode(engine, spectrum, task, render, cancel=cancel, on_token=on_token)):
-        if on_step is not None:
-            on_step(step)
-    final = trace.final
+    return ItemRun(item, spectrum, trace, base, t0)
+
+
+def finish_item(run: ItemRun, store: VettingStore, task: Task, trace_root: Path | None) -> ModelVerdict | None:
+    """Save the trace and record the verdict of a finished episode (None when it was cancelled: not recorded)."""
+    final = run.trace.final
     assert isinstance(final, VerdictStep)
     if final.outcome is Outcome.CANCELLED:
         return None
     folder = None
     if trace_root is not None:
-        folder = trace_folder(Path(trace_root), task.id, item.key, item.name or spectrum.name)
-        trace.save(folder)
+        folder = trace_folder(Path(trace_root), task.id, run.item.key, run.item.name or run.spectrum.name)
+        run.trace.save(folder)
     v = ModelVerdict(verdict=final.verdict, outcome=final.outcome.value, turns=final.turns,
-                     tokens=final.tokens_generated, seconds=time.perf_counter() - t0, zooms=final.zooms,
-                     detail=final.detail, answer=final.answer, trace_dir=str(folder) if folder else None, **base)
+                     tokens=final.tokens_generated, seconds=time.perf_counter() - run.t0, zooms=final.zooms,
+                     detail=final.detail, answer=final.answer, trace_dir=str(folder) if folder else None, **run.base)
     store.record_model_verdict(v)
     return v
+
+
+def vet_one(
+    item: VetItem,
+    store: VettingStore,
+    engine: Engine,
+    task: Task,
+    render: RenderFn,
+    *,
+    trace_root: Path | None = None,
+    cancel: threading.Event | None = None,
+    on_token: Callable[[str], None] | None = None,
+    on_step: Callable[[object], None] | None = None,
+    sha_cache: dict[str, str] | None = None,
+    files: FileCheck | None = None,
+) -> ModelVerdict | None:
+    """Screen one spectrum and record the verdict; returns it (None when cancelled mid-episode)."""
+    run = start_item(item, store, engine, task, sha_cache=sha_cache, files=files)
+    if isinstance(run, ModelVerdict):
+        return run
+    for step in run.trace.follow(run_episode(engine, run.spectrum, task, render, cancel=cancel, on_token=on_token)):
+        if on_step is not None:
+            on_step(step)
+    return finish_item(run, store, task, trace_root)
 
 
 def vet_batch(
@@ -195,12 +220,19 @@ def vet_batch(
     on_token: Callable[[str], None] | None = None,
     resume: bool = True,
     total: int | None = None,
+    slots: int = 1,
 ) -> BatchResult:
     """Screen ``items`` in order; see module doc.
 
     After each item, ``on_item(item, verdict)`` (``verdict`` None when it was done before and skipped), then
-    ``progress(item.key, i, total)``.
+    ``progress(item.key, i, total)``. ``slots`` > 1 screens that many spectra at once on parallel sequences
+    (`speco3.vetting.slots`; items then finish out of order, and ``on_token`` is not used).
     """
+    if slots > 1:
+        from speco3.vetting.slots import vet_slots
+
+        return vet_slots(items, store, engine, task, render, slots=slots, trace_root=trace_root, cancel=cancel,
+                         progress=progress, on_item=on_item, resume=resume, total=total)
     items = list(items)
     result = BatchResult(total=total if total is not None else len(items))
     t0 = time.perf_counter()
@@ -227,14 +259,18 @@ def vet_batch(
             result.cancelled = True
             break
         done[key] = v.file_sha256
-        result.done += 1
-        result.changed += changed
-        result.outcomes[v.outcome] = result.outcomes.get(v.outcome, 0) + 1
-        if v.outcome in ("engine_error", "input_error"):
-            result.failed += 1
+        count_verdict(result, v, changed)
         _report(progress, on_item, i, result.total, item, v)
     result.seconds = round(time.perf_counter() - t0, 3)
     return result
+
+
+def count_verdict(result: BatchResult, v: ModelVerdict, changed: bool) -> None:
+    result.done += 1
+    result.changed += changed
+    result.outcomes[v.outcome] = result.outcomes.get(v.outcome, 0) + 1
+    if v.outcome in ("engine_error", "input_error"):
+        result.failed += 1
 
 
 def _report(progress: Progress | None, on_item: ItemDone | None, i: int, total: int, item: VetItem,
