@@ -72,6 +72,25 @@ def assert_same_turn(par, ref) -> None:
         assert np.max(np.abs(np.array([v for _, v in a.top]) - np.array([v for _, v in b.top]))) <= TOL
 
 
+def test_single_generation_records_log_probabilities(make_engine, images):
+    engine = make_engine(top_logprobs=3)
+    engine.reset(sampling=sampling(5))
+    engine.extend([SYSTEM, images[0], TASK])
+    engine.evaluate()
+    logits = engine.last_logits().astype(np.float64)
+    res = engine.generate(max_tokens=4)
+    log_softmax = logits - logits.max() - np.log(np.sum(np.exp(logits - logits.max())))
+    first = res.logprobs[0]
+    assert len(res.logprobs) == res.n_tokens and len(first.top) == 3
+    assert abs(first.top[0][1] - log_softmax.max()) <= TOL
+    sampled = engine.conversation()[-1].tokens[0]
+    assert abs(first.logprob - log_softmax[sampled]) <= TOL and first.token == engine.detokenize([sampled])
+    plain = make_engine()  # top_logprobs 0: nothing recorded
+    plain.reset(sampling=sampling(5))
+    plain.extend([SYSTEM, images[0], TASK])
+    assert plain.generate(max_tokens=2).logprobs == []
+
+
 @pytest.fixture
 def pool_engine(make_engine):
     return make_engine(n_seq=4, top_logprobs=5)

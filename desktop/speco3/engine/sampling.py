@@ -44,11 +44,11 @@ def build_sampler(llama, settings: EngineSettings | Sampling):
 def token_logprob(logits: np.ndarray, token: int, n_top: int, text: Callable[[int], str]) -> TokenLogprob:
     """The sampled ``token``'s log-probability (log-softmax of the raw ``logits``, before temperature and
     truncation) and the ``n_top`` most probable tokens with theirs, best first (``text`` renders a token id)."""
-    x = logits.astype(np.float64, copy=False)
+    x = np.asarray(logits, dtype=np.float32)
     m = float(np.max(x))
-    lse = m + float(np.log(np.sum(np.exp(x - m))))
+    lse = m + float(np.log(np.sum(np.exp(x - m), dtype=np.float64)))  # float32 exp (fast), float64 sum
     n_top = max(0, min(int(n_top), x.size))
-    top_ids = np.argpartition(-x, n_top - 1)[:n_top] if n_top else np.empty(0, dtype=np.int64)
+    top_ids = np.argpartition(x, x.size - n_top)[x.size - n_top:] if n_top else np.empty(0, dtype=np.int64)
     top_ids = top_ids[np.argsort(-x[top_ids], kind="stable")]
     top = tuple((text(int(i)), float(x[i]) - lse) for i in top_ids)
     return TokenLogprob(text(int(token)), float(x[token]) - lse, top)
