@@ -12,7 +12,7 @@ import pytest
 
 from speco3.engine.base import Sampling
 from speco3.engine.parallel import SequencePool
-from speco3.engine.segments import cells_of
+from speco3.engine.segments import cells_of, flatten
 from speco3.errors import ContextFullError
 
 pytestmark = [pytest.mark.llama]
@@ -227,3 +227,23 @@ def _assert_cache_consistent(engine, images) -> None:
     engine.evaluate()
     want = engine.last_logits()
     assert float(np.max(np.abs(got - want))) <= TOL
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_budget_check_is_exact_for_two_sequences(make_engine, images, extra):
+    """Two slots on one prefix of P cells with answer budgets a and b: admitted together when P + a + b == n_ctx
+    (the shared prefix counted once), and the second waits when it is one cell more."""
+    engine = make_engine(n_seq=2, n_ctx=512)
+    with SequencePool(engine) as pool:
+        a, b = pool.open(sampling(1)), pool.open(sampling(2))
+        for slot in (a, b):
+            pool.extend(slot, [SYSTEM, images[0], TASK])
+        prefix = cells_of(flatten(pool._seqs[a].conv))
+        budget_a = 100
+        pool.begin(a, max_tokens=budget_a)
+        pool.begin(b, max_tokens=512 - prefix - budget_a + extra)
+        pool.step()
+        assert pool.counters["deferred"] == extra
+        assert (b in pool._pending) == (extra == 0) and a in pool._pending
+        assert engine._cells.used == prefix + 1 + (extra == 0)  # one decoded token per admitted slot
+        assert engine._llama.llama_n_ctx(engine._ctx) == 512
