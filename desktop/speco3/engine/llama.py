@@ -50,8 +50,7 @@ from speco3.engine.base import (
 from speco3.engine.mtmd_image import eval_image, tokenize_image
 from speco3.engine.sampling import build_sampler, token_logprob
 from speco3.engine.segments import EvalPlan, ImageItem, Segment, flatten, plan_evaluation, runs
-from speco3.engine.sequences import CellLedger, SeqState
-from speco3.engine.turn import Turn
+from speco3.engine.sequences import CellLedger, SeqState, Turn
 from speco3.errors import ContextFullError, EngineError, ModelFileError
 from speco3.imaging import FACTOR, MAX_PIXELS, MIN_PIXELS, PreparedImage
 

@@ -28,8 +28,7 @@ from typing import Any
 
 from speco3.engine.base import Engine, GenerationResult, Part, Sampling, TokenCallback
 from speco3.engine.segments import common_prefix, flatten, positions_of
-from speco3.engine.sequences import SeqState
-from speco3.engine.turn import Turn
+from speco3.engine.sequences import SeqState, Turn
 from speco3.engine.worker import EngineWorker
 from speco3.errors import ContextFullError, EngineError
 
