@@ -19,7 +19,8 @@ Context policy
     raised with the numbers and nothing is evaluated. The caller decides (shorter answer budget, new session).
 
 Every sampled token, including the final ``<|im_end|>``, is decoded into the cache and kept verbatim in the
-conversation. The engine is not thread-safe: the thread that loads it must make every later call
+conversation. The context holds ``settings.n_seq`` sequences in one unified KV cache; this engine's own conversation
+is sequence 0 (`speco3.engine.sequences`), the others serve `speco3.engine.parallel`. The engine is not thread-safe: the thread that loads it must make every later call
 (`speco3.engine.worker.EngineWorker` provides such a thread).
 """
 
