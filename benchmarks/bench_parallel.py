@@ -143,18 +143,21 @@ def batch_rate(text, mmproj, settings: EngineSettings, n_spectra: int, slots_lis
     return out
 
 
-def logprob_cost(engine, images, max_tokens: int) -> dict:
-    out = {}
-    for n_top in (0, 5):
-        engine.settings.top_logprobs = n_top
-        engine.reset(keep_cache=True, sampling=Sampling(1.0, 1.0, 0, 3))
-        engine.extend([SYSTEM, images[0], TASK])
-        engine.evaluate()
-        t0 = time.perf_counter()
-        res = engine.generate(max_tokens=max_tokens)
-        wall = time.perf_counter() - t0
-        out[f"top_{n_top}_s_per_token"] = round(wall / max(1, res.n_tokens), 6)
+def logprob_cost(engine, images, max_tokens: int, repeat: int = 3) -> dict:
+    """Seconds per generated token without and with 5 alternatives (alternating runs, the fastest of each kept)."""
+    best: dict[int, float] = {}
+    for _ in range(repeat):
+        for n_top in (0, 5):
+            engine.settings.top_logprobs = n_top
+            engine.reset(keep_cache=True, sampling=Sampling(1.0, 1.0, 0, 3))
+            engine.extend([SYSTEM, images[0], TASK])
+            engine.evaluate()
+            t0 = time.perf_counter()
+            res = engine.generate(max_tokens=max_tokens)
+            per = (time.perf_counter() - t0) / max(1, res.n_tokens)
+            best[n_top] = min(best.get(n_top, per), per)
     engine.settings.top_logprobs = 0
+    out = {f"top_{n}_s_per_token": round(v, 6) for n, v in best.items()}
     out["extra_ms_per_token"] = round(1000 * (out["top_5_s_per_token"] - out["top_0_s_per_token"]), 3)
     return out
 
