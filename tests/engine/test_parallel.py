@@ -13,7 +13,7 @@ import pytest
 from speco3.engine.base import Sampling
 from speco3.engine.parallel import SequencePool
 from speco3.engine.segments import cells_of, flatten
-from speco3.errors import ContextFullError
+from speco3.errors import ContextFullError, EngineError
 
 pytestmark = [pytest.mark.llama]
 
@@ -247,3 +247,13 @@ def test_budget_check_is_exact_for_two_sequences(make_engine, images, extra):
         assert (b in pool._pending) == (extra == 0) and a in pool._pending
         assert engine._cells.used == prefix + 1 + (extra == 0)  # one decoded token per admitted slot
         assert engine._llama.llama_n_ctx(engine._ctx) == 512
+
+
+def test_single_conversation_is_refused_while_a_pool_runs(make_engine, images):
+    engine = make_engine(n_seq=2)
+    with SequencePool(engine):
+        with pytest.raises(EngineError, match="parallel sequences"):
+            engine.reset()
+        with pytest.raises(EngineError, match="already runs"):
+            SequencePool(engine)
+    engine.reset()  # closed: the engine's own conversation is back

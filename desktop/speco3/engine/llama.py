@@ -89,6 +89,7 @@ class LlamaMtmdEngine(Engine):
         self._model = self._ctx = self._mctx = self._vocab = None
         self._batch = None
         self._owner: threading.Thread | None = None
+        self.pool = None  # the open `speco3.engine.parallel.SequencePool`, which then owns sequence 0
         self._cells = CellLedger()
         self._seq = SeqState(0, self._cells)  # the one conversation of `reset`/`extend`/`generate`
         self._stats = EngineStats(n_ctx=self.settings.n_ctx)
@@ -233,6 +234,8 @@ class LlamaMtmdEngine(Engine):
         """Start a new conversation sampled with ``sampling`` (None: the settings). With ``keep_cache`` the KV cache
         stays and its common prefix with the next conversation is reused; without it the cache is cleared."""
         self._require()
+        if self.pool is not None:
+            raise EngineError("the engine is running parallel sequences; close that run before starting another")
         self._seq.conv = []
         if not keep_cache:
             self._llama.llama_memory_seq_rm(self._llama.llama_get_memory(self._ctx), 0, -1, -1)

@@ -77,7 +77,10 @@ class SequencePool:
 
     def __init__(self, engine):
         engine._require()
+        if engine.pool is not None:
+            raise EngineError("the engine already runs a pool of sequences")
         self.engine = engine
+        engine.pool = self
         self.capacity = min(int(engine._llama.llama_n_seq_max(engine._ctx)), engine.n_batch)
         self._seqs: dict[int, SeqState] = {0: engine._seq}
         self._live: set[int] = set()
@@ -131,6 +134,7 @@ class SequencePool:
                     seq.sampler = None
                 del self._seqs[sid]
         self.engine._stats.extra["parallel"] = dict(self.counters)
+        self.engine.pool = None
 
     def __enter__(self):
         return self
