@@ -104,7 +104,7 @@ def decode_rate(engine, images, n: int, max_tokens: int) -> dict:
             pool.extend(slot, [SYSTEM, images[0], TASK])
             pool.begin(slot, max_tokens=max_tokens)
         done, generated = 0, 0
-        first = pool.step()  # admission: the prefix once, every first token
+        first = pool.step(rounds=1)  # admission: the prefix once, every first token
         done += len(first)
         t0 = time.perf_counter()
         while done < n:

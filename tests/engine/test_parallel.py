@@ -152,7 +152,7 @@ def test_cancel_in_the_middle_of_k_rollouts(pool_engine, images):
         pool.begin(slots[2], max_tokens=12)
         res = {}
         for _ in range(4):
-            res.update(pool.step())
+            res.update(pool.step(rounds=1))
         cancel.set()
         while len(res) < 3:
             res.update(pool.step())
@@ -242,7 +242,7 @@ def test_budget_check_is_exact_for_two_sequences(make_engine, images, extra):
         budget_a = 100
         pool.begin(a, max_tokens=budget_a)
         pool.begin(b, max_tokens=512 - prefix - budget_a + extra)
-        pool.step()
+        pool.step(rounds=1)
         assert pool.counters["deferred"] == extra
         assert (b in pool._pending) == (extra == 0) and a in pool._pending
         assert engine._cells.used == prefix + 1 + (extra == 0)  # one decoded token per admitted slot

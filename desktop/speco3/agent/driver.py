@@ -8,8 +8,8 @@ into the episode at that point (the episode turns it into its final verdict).
 `drive` runs any number of episodes through the slots of `speco3.engine.parallel`: up to ``width`` at once, a new
 episode started as soon as one ends (batch vetting refills its slots this way). Each pass advances every episode
 that is not waiting for a generation until it asks for one (rendering its tool image and feeding its tool turn
-on the way), then lets the slots take one step (one batched decode); episodes whose message is complete go on at
-the next pass while the others keep decoding. With `SerialSlots` (one slot) the same loop is a plain single run.
+on the way), then lets the slots take a step (batched decodes until some message is complete); the episodes whose
+message is complete go on at the next pass while the others hold their state. With `SerialSlots` (one slot) the same loop is a plain single run.
 """
 
 from __future__ import annotations

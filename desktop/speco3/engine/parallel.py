@@ -1,17 +1,17 @@
 """Slots: several conversations generated together, on llama.cpp sequences (`SequencePool`) or one at a time.
 
 A *slot* is one conversation: `open` it with its sampling, `extend` it with parts, `begin` a generation, and call
-`step` until the slot's `GenerationResult` (or its exception) comes back; `release` it when the conversation ends.
+`step` until the slot's `GenerationResult` (or its exception) comes back (a step returns as soon as some turn ended); `release` it when the conversation ends.
 One driver (`speco3.agent.driver`) serves K rollouts of one spectrum and N spectra of a batch through this interface.
 
 `SequencePool` (a loaded `LlamaMtmdEngine` with ``n_seq`` > 1) gives every slot its own llama.cpp sequence. Each
 `step` first *admits* the slots that began a turn: the longest prefix any other sequence holds is shared with
 ``llama_memory_seq_cp`` (the system prompt, task and first image of K rollouts are evaluated once), the rest is
 evaluated into the slot's own sequence (tool images with ``mtmd_helper_eval_chunk_single(..., seq_id, ...)``), and
-its first token is sampled. Then one ``llama_decode`` carries the pending token of every generating slot, and each
-slot samples its next token from its own output row with its own sampler. A slot whose turn ended returns; the
-others keep their state, so a rollout stopped on a tool call is rendered and fed while the others wait at most one
-step. A slot that would not fit beside the others' cells and answer reserves waits until they finish their turns;
+its first token is sampled. Then decode rounds follow, until some turn ends: one ``llama_decode`` carries the
+pending token of every generating slot, and each slot samples its next token from its own output row with its own
+sampler. The slots whose turn ended return; the others keep their state, so a rollout stopped on a tool call is
+rendered and fed before the next round (its tool turn is evaluated at the next step's admission). A slot that would not fit beside the others' cells and answer reserves waits until they finish their turns;
 when nothing is generating and it still does not fit, it gets `ContextFullError` (the count is exact:
 `speco3.engine.sequences`). Released sequences free their cells (``seq_rm``); sequence 0 is the engine's own and
 keeps its cache, as a single run does.
@@ -56,7 +56,7 @@ class SerialSlots:
               cancel: threading.Event | None = None) -> None:
         self._job = dict(max_tokens=max_tokens, on_token=on_token, cancel=cancel)
 
-    def step(self) -> list[StepResult]:
+    def step(self, rounds: int | None = None) -> list[StepResult]:
         job, self._job = self._job, None
         if job is None:
             return []
@@ -156,14 +156,17 @@ class SequencePool:
         seq.conv = []
 
     # ------------------------------------------------------------------ stepping
-    def step(self) -> list[StepResult]:
-        """Admit the slots that began a turn, then decode one token of every generating slot; return the slots
-        whose turn ended (with the result, or the exception that ended it)."""
+    def step(self, rounds: int | None = None) -> list[StepResult]:
+        """Admit the slots that began a turn, then decode rounds (one token of every generating slot each) until a
+        turn ends or ``rounds`` rounds were done; return the slots whose turn ended (with the result, or the
+        exception that ended it). Running until a turn ends keeps an `EngineWorker` to one call per turn end."""
         self.engine._require()
         done: list[StepResult] = []
         self._admit(done)
-        if self._pending:
+        n = 0
+        while self._pending and not done and (rounds is None or n < rounds):
             self._round(done)
+            n += 1
         self.engine._stats.extra["parallel"] = dict(self.counters)
         return done
 
