@@ -80,3 +80,18 @@ def test_piece_stream_holds_back_split_utf8():
     stream.feed(b"\xe2\x82")  # an incomplete euro sign at the end
     text = stream.finish()
     assert text == "é!\ufffd" and "".join(got) == text
+
+
+def test_token_logprob_is_the_log_softmax_of_the_raw_logits():
+    import numpy as np
+
+    from speco3.engine.sampling import token_logprob
+
+    logits = np.random.default_rng(3).normal(0, 4, 5000).astype(np.float32)
+    ref = logits.astype(np.float64) - np.log(np.sum(np.exp(logits.astype(np.float64))))
+    got = token_logprob(logits, 17, 4, lambda t: f"<{t}>")
+    assert got.token == "<17>" and abs(got.logprob - ref[17]) < 1e-6
+    best = np.argsort(-ref)[:4]
+    assert [t for t, _ in got.top] == [f"<{t}>" for t in best]
+    assert np.allclose([v for _, v in got.top], ref[best], atol=1e-6)
+    assert token_logprob(logits, 17, 0, str).top == ()

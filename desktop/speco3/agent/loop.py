@@ -5,6 +5,9 @@ the full-spectrum image, then up to ``max_turns`` assistant turns. A turn with a
 first call (only the first) and appends the tool turn directly after the sampled ``<|im_end|>``; a turn without
 one ends the episode and its answer is parsed. Nothing escapes: engine failures, a full context, cancellation and
 unusable spectra become outcomes of the final `VerdictStep`.
+
+The episode never calls the engine itself: it yields requests (`speco3.agent.driver`) that a driver serves, so
+the same episode code runs alone (`run_episode`) or beside others on parallel sequences (`run_rollouts`, batches).
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any
 
 from speco3.agent.confidence import answer_token_p_yes
+from speco3.agent.driver import Extend, Generate, Open, Request, drive
 from speco3.agent.protocol import (
     IM_END,
     MAX_TURNS,
@@ -32,13 +36,14 @@ from speco3.agent.steps import AssistantStep, Outcome, PromptStep, Step, ToolSte
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn, run_tool
 from speco3.engine.base import Engine, GenerationResult, Part, Sampling
+from speco3.engine.parallel import SerialSlots
 from speco3.errors import ContextFullError
 from speco3.imaging import PreparedImage, prepare_image
 from speco3.spectra.model import Spectrum
 from speco3.spectra.view import View
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
+EpisodeGen = Generator["Step | Request", Any, Any]
 
 
 def _safe_callback(on_token: Callable[[str], None] | None) -> Callable[[str], None] | None:
@@ -81,7 +86,8 @@ class Episode:
     t_start: float = field(default_factory=time.perf_counter)
 
     # -- the episode -----------------------------------------------------------------------------------------
-    def run(self, task_id: str, task_text: str) -> Iterator[Step]:
+    def run(self, task_id: str, task_text: str) -> EpisodeGen:
+        """The episode as a generator of steps and engine requests (serve it with `speco3.agent.driver.drive`)."""
         first = self.full_view(task_id, task_text)
         yield first
         if isinstance(first, VerdictStep):
@@ -89,15 +95,13 @@ class Episode:
         if self.cancelled():
             yield self.finish(Outcome.CANCELLED, "cancelled before the first turn")
             return
-        _, failed = self.engine_call(lambda: self.start(first.image, task_text), "engine failed to start the episode")
+        _, failed = yield from self.engine_call(self.start(first.image, task_text), "engine failed to start the episode")
         if failed is not None:
             yield failed
             return
         for turn in range(1, self.max_turns + 1):
-            for step in self.turn(turn):
-                yield step
-                if isinstance(step, VerdictStep):
-                    return
+            if (yield from self.turn(turn)):
+                return
         yield self.finish(Outcome.BUDGET_EXHAUSTED, f"no verdict after {self.max_turns} turns")  # max_turns < 1
 
     def full_view(self, task_id: str, task_text: str) -> PromptStep | VerdictStep:
@@ -114,34 +118,34 @@ class Episode:
         return PromptStep(turn=0, seconds=time.perf_counter() - t0, task_id=task_id, task_text=task_text,
                           view=full, view_spec=ViewSpec.of(full), image=image)
 
-    def start(self, image: PreparedImage, task_text: str) -> None:
-        """Load the model if needed, start a new conversation and feed the system and first user turns."""
-        self.engine.load()
-        self.engine.reset(sampling=self.sampling)
-        self.feed(first_turn_parts(image, task_text))
+    def start(self, image: PreparedImage, task_text: str) -> Open:
+        """The request that starts the conversation (loading the model if needed) with the system and first user
+        turns."""
+        return Open(self.sampling, first_turn_parts(image, task_text))
 
-    def turn(self, turn: int) -> Iterator[Step]:
-        """One assistant turn: generate; then the verdict, or the tool call and its tool turn."""
+    def turn(self, turn: int) -> EpisodeGen:
+        """One assistant turn: generate; then the verdict, or the tool call and its tool turn. True when the episode
+        ended (its `VerdictStep` was yielded)."""
         if self.cancelled():
             yield self.finish(Outcome.CANCELLED, f"cancelled before turn {turn}")
-            return
+            return True
         t0 = time.perf_counter()
-        res, failed = self.engine_call(self.generate, f"generation failed in turn {turn}")
+        res, failed = yield from self.engine_call(self.generate(), f"generation failed in turn {turn}")
         if res is None:
             yield failed
-            return
+            return True
         step, call = self.record(turn, res, t0)
         yield step
         end = self.end_of_turn(turn, res, call, step.content)
         if end is not None:
             yield end
-            return
+            return True
         assert call is not None
-        yield from self.zoom(turn, call, res)
+        return (yield from self.zoom(turn, call, res))
 
     # -- parts of a turn -------------------------------------------------------------------------------------
-    def generate(self) -> GenerationResult:
-        return self.engine.generate(max_tokens=self.max_tokens_per_turn, on_token=self.on_token, cancel=self.cancel)
+    def generate(self) -> Generate:
+        return Generate(max_tokens=self.max_tokens_per_turn, on_token=self.on_token, cancel=self.cancel)
 
     def record(self, turn: int, res: GenerationResult, t0: float) -> tuple[AssistantStep, ParsedCall | None]:
         """Count the turn, keep its tokens verbatim in the conversation, and parse its first tool call."""
@@ -183,7 +187,7 @@ class Episode:
             return self.finish(Outcome.BUDGET_EXHAUSTED, f"still calling the tool after {self.max_turns} turns")
         return None
 
-    def zoom(self, turn: int, call: ParsedCall, res: GenerationResult) -> Iterator[Step]:
+    def zoom(self, turn: int, call: ParsedCall, res: GenerationResult) -> EpisodeGen:
         """Run the (first) tool call and feed its tool turn right after the sampled message."""
         result = run_tool(call, self.spectrum, self.render, image_max_tokens=self.image_max_tokens)
         self.zooms += int(result.ok)
@@ -193,33 +197,30 @@ class Episode:
             view_spec=ViewSpec.of(result.view) if result.view is not None else None, image=result.image,
         )
 
-        def feed_tool_turn() -> None:
-            if res.stop_reason == "length":  # close the truncated message before the tool turn
-                self.feed([IM_END])
-            self.feed(tool_turn_parts(result.image, result.text))
-
-        _, failed = self.engine_call(feed_tool_turn, "engine failed to take the tool turn")
+        close = [IM_END] if res.stop_reason == "length" else []  # close a truncated message before the tool turn
+        tool_turn = Extend(close + tool_turn_parts(result.image, result.text))
+        _, failed = yield from self.engine_call(tool_turn, "engine failed to take the tool turn")
         if failed is not None:
             yield failed
+        return failed is not None
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def cancelled(self) -> bool:
         return self.cancel is not None and self.cancel.is_set()
 
-    def feed(self, parts: list[Part]) -> None:
-        self.engine.extend(parts)
-        self.conversation.extend(parts)
-
-    def engine_call(self, action: Callable[[], T], failure: str) -> tuple[T | None, VerdictStep | None]:
-        """Run an engine action: ``(its result, None)``, or ``(None, the final verdict)`` when the context is full
-        or the engine fails (``failure`` is logged with the traceback)."""
+    def engine_call(self, request: Request, failure: str) -> Generator[Request, Any, tuple[Any, VerdictStep | None]]:
+        """Ask the driver for engine work (``yield from``): ``(its result, None)``, or ``(None, the final verdict)``
+        when the context is full or the engine fails (``failure`` is logged with the traceback)."""
         try:
-            return action(), None
+            result = yield request
         except ContextFullError as exc:
             return None, self.finish(Outcome.CONTEXT_FULL, str(exc))
         except Exception as exc:
-            logger.exception("%s", failure)
+            logger.error("%s: %s: %s", failure, type(exc).__name__, exc, exc_info=exc)
             return None, self.finish(Outcome.ENGINE_ERROR, f"{type(exc).__name__}: {exc}")
+        if isinstance(request, (Open, Extend)):
+            self.conversation.extend(request.parts)
+        return result, None
 
     def finish(self, outcome: Outcome, detail: str = "", answer: ParsedAnswer | None = None, content: str = ""
                ) -> VerdictStep:
@@ -234,6 +235,29 @@ class Episode:
             tokens_generated=self.tokens, prompt_tokens=self.prompt_tokens, image_tokens=self.image_tokens,
             zooms=self.zooms, extra={"conversation": self.conversation},
         )
+
+
+def episode_run(
+    engine: Engine,
+    spectrum: Spectrum,
+    task: Task | str,
+    render: RenderFn,
+    *,
+    cancel: threading.Event | None = None,
+    on_token: Callable[[str], None] | None = None,
+    max_turns: int = MAX_TURNS,
+    image_max_tokens: int | None = None,
+    max_tokens_per_turn: int | None = None,
+    sampling: Sampling | None = None,
+) -> EpisodeGen:
+    """The episode of `run_episode` as a generator of steps and requests, for `speco3.agent.driver.drive`."""
+    task_id, task_text = (task.id, task.text) if isinstance(task, Task) else ("custom", str(task))
+    return Episode(
+        engine, spectrum, render, cancel=cancel, on_token=_safe_callback(on_token), max_turns=max_turns,
+        image_max_tokens=engine.settings.image_max_tokens if image_max_tokens is None else image_max_tokens,
+        max_tokens_per_turn=(engine.settings.max_tokens_per_turn if max_tokens_per_turn is None
+                             else max_tokens_per_turn), sampling=sampling,
+    ).run(task_id, task_text)
 
 
 def run_episode(
@@ -273,14 +297,10 @@ def run_episode(
     sampling : Sampling, optional
         How this episode samples (one rollout's temperature, top-p, top-k and seed). Defaults to the engine setting.
     """
-    task_id, task_text = (task.id, task.text) if isinstance(task, Task) else ("custom", str(task))
-    episode = Episode(
-        engine, spectrum, render, cancel=cancel, on_token=_safe_callback(on_token), max_turns=max_turns,
-        image_max_tokens=engine.settings.image_max_tokens if image_max_tokens is None else image_max_tokens,
-        max_tokens_per_turn=(engine.settings.max_tokens_per_turn if max_tokens_per_turn is None
-                             else max_tokens_per_turn), sampling=sampling,
-    )
-    yield from episode.run(task_id, task_text)
+    steps = episode_run(engine, spectrum, task, render, cancel=cancel, on_token=on_token, max_turns=max_turns,
+                        image_max_tokens=image_max_tokens, max_tokens_per_turn=max_tokens_per_turn, sampling=sampling)
+    for _, step in drive([steps], SerialSlots(engine)):
+        yield step
 
 
 def run_to_verdict(*args, **kwargs) -> tuple[list[Step], VerdictStep]:

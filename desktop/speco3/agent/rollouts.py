@@ -4,9 +4,11 @@ The model was trained with group-wise sampled rollouts (GRPO, 8 per prompt); K s
 spectrum and task, each with its own seed, show how settled its verdict is. K=1 at temperature 0 is the paper's
 greedy evaluation.
 
-`run_rollouts` is the one entry point for callers (CLI, vetting, evaluate, GUI). This version runs the episodes
-one after another on the engine; an engine that advances several sequences together may run them at once behind
-the same call (the result is the same list of step lists, rollout i sampled with `rollout_samplings(...)[i]`).
+`run_rollouts` is the one entry point for callers (CLI, vetting, evaluate, GUI). On a llama.cpp engine with
+``EngineSettings.n_seq`` > 1 the rollouts run at once on parallel sequences that share the evaluated prefix
+(`speco3.engine.parallel`; up to ``n_seq`` at a time, the next started as one ends); on other engines one after
+another. The result is the same either way: one step list per rollout, rollout i sampled with
+``plan.samplings()[i]``.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from speco3.agent.loop import run_episode
+from speco3.agent.driver import drive
+from speco3.agent.loop import episode_run
 from speco3.agent.steps import Step, VerdictStep
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn
 from speco3.engine.base import Engine, Sampling
+from speco3.engine.parallel import open_slots
 from speco3.spectra.model import Spectrum
 
 #: Sampling defaults of a rollout group (K > 1): the temperature the model was trained to sample at with GRPO.
@@ -66,15 +70,19 @@ def run_rollouts(
     episode_kwargs
         Passed to `run_episode` (``max_turns``, ``image_max_tokens``, ``max_tokens_per_turn``, ``on_token``).
     """
-    results: list[list[Step]] = []
-    for i, sampling in enumerate(plan.samplings()):
-        steps: list[Step] = []
-        for step in run_episode(engine, spectrum, task, render, cancel=cancel, sampling=sampling, **episode_kwargs):
-            steps.append(step)
+    samplings = plan.samplings()
+    results: list[list[Step]] = [[] for _ in samplings]
+    episodes = (episode_run(engine, spectrum, task, render, cancel=cancel, sampling=s, **episode_kwargs)
+                for s in samplings)
+    slots = open_slots(engine, len(samplings))
+    try:
+        for i, step in drive(episodes, slots, width=len(samplings)):
+            results[i].append(step)
             if on_step is not None:
                 on_step(i, step)
-        assert isinstance(steps[-1], VerdictStep)
-        results.append(steps)
+    finally:
+        slots.close()
+    assert all(steps and isinstance(steps[-1], VerdictStep) for steps in results)
     return results
 
 

@@ -45,6 +45,8 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     g.add_argument("--n-gpu-layers", type=int, help="layers on the GPU (default: all when supported)")
     g.add_argument("--image-max-tokens", type=int, help="cap on image tokens per image (saves memory)")
+    g.add_argument("--parallel", type=int, metavar="N", help="sequences decoded together (rollouts of a spectrum, "
+                   "spectra of `vet --slots`) sharing the context's KV cells (default: 4; 1: one at a time)")
     g.add_argument("--max-turns", type=int, help="assistant-turn budget (default: the budget the model was trained with)")
 
 
@@ -56,6 +58,11 @@ def engine_settings(args):
                               image_max_tokens=args.image_max_tokens, top_logprobs=top_logprobs(args))
     if args.n_ctx is not None:
         settings.n_ctx = args.n_ctx
+    if args.parallel is not None:
+        settings.n_seq = max(1, args.parallel)
+    slots = getattr(args, "slots", None)
+    if slots is not None and slots > settings.n_seq:
+        settings.n_seq = slots
     return settings
 
 
@@ -174,6 +181,8 @@ def register(sub) -> None:
     v.add_argument("--shard", metavar="I/N", help="screen only share I of N (0 <= I < N), chosen by a hash of each "
                    "spectrum's archive key: N jobs (a SLURM array, several machines) split the archive without "
                    "overlap; merge their stores with 'spec-o3 merge'")
+    v.add_argument("--slots", type=int, metavar="N", help="spectra screened at once, advanced together by one batched "
+                   "decode (default: --parallel's value, 4; 1: one at a time, in order)")
     v.add_argument("--survey")
     v.add_argument("--cls", help="catalogue class filter (STAR, GALAXY, QSO, ...)")
     v.add_argument("--snr-min", type=float)
@@ -374,7 +383,7 @@ def cmd_vet(args) -> int:
         with sigint_cancels(cancel):
             result = vet_batch(items, store, engine, task, render, trace_root=traces, cancel=cancel,
                                progress=bar, on_item=bar.record, resume=not args.no_resume, plan=plan,
-                               thresholds=thresholds)
+                               thresholds=thresholds, slots=args.slots or engine.settings.n_seq)
     finally:
         bar.close()
         engine.close()

@@ -44,6 +44,7 @@ class EngineSettings:
     kv_type: Literal["f16", "f32", "q8_0"] = "f16"
     use_mmap: bool = False  # CPU: avoids keeping the mapped file resident beside the repacked weights
     top_logprobs: int = 0  # > 0: record each generated token's log-probability and this many alternatives
+    n_seq: int = 4  # sequences decoded together (rollouts of a spectrum, batch slots); 1: one at a time
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -19,7 +19,8 @@ Context policy
     raised with the numbers and nothing is evaluated. The caller decides (shorter answer budget, new session).
 
 Every sampled token, including the final ``<|im_end|>``, is decoded into the cache and kept verbatim in the
-conversation. The engine is not thread-safe: the thread that loads it must make every later call
+conversation. The context holds ``settings.n_seq`` sequences in one unified KV cache; this engine's own conversation
+is sequence 0 (`speco3.engine.sequences`), the others serve `speco3.engine.parallel`. The engine is not thread-safe: the thread that loads it must make every later call
 (`speco3.engine.worker.EngineWorker` provides such a thread).
 """
 
@@ -48,8 +49,9 @@ from speco3.engine.base import (
     TokenCallback,
 )
 from speco3.engine.mtmd_image import eval_image, tokenize_image
-from speco3.engine.sampling import PieceStream, build_sampler
-from speco3.engine.segments import EvalPlan, ImageItem, Segment, cells_of, flatten, plan_evaluation, runs
+from speco3.engine.sampling import build_sampler, token_logprob
+from speco3.engine.segments import EvalPlan, ImageItem, Segment, flatten, plan_evaluation, runs
+from speco3.engine.sequences import CellLedger, SeqState, Turn
 from speco3.errors import ContextFullError, EngineError, ModelFileError
 from speco3.imaging import FACTOR, MAX_PIXELS, MIN_PIXELS, PreparedImage
 
@@ -84,13 +86,12 @@ class LlamaMtmdEngine(Engine):
         self.n_batch = int(n_batch)
         self.warmup = warmup
         self._llama = self._mtmd = None
-        self._model = self._ctx = self._mctx = self._vocab = self._sampler = None
+        self._model = self._ctx = self._mctx = self._vocab = None
         self._batch = None
         self._owner: threading.Thread | None = None
-        self._conv: list[Segment] = []
-        self._kv: list = []  # items in the KV cache, in position order
-        self._kv_pos = 0
-        self._logits_valid = False
+        self.pool = None  # the open `speco3.engine.parallel.SequencePool`, which then owns sequence 0
+        self._cells = CellLedger()
+        self._seq = SeqState(0, self._cells)  # the one conversation of `reset`/`extend`/`generate`
         self._stats = EngineStats(n_ctx=self.settings.n_ctx)
         self._t_prefill = self._t_decode = 0.0
         self._n_gpu_layers = 0
@@ -141,7 +142,8 @@ class LlamaMtmdEngine(Engine):
         if s.n_threads:
             threads = threads_batch = int(s.n_threads)
         cp = llama.llama_context_default_params()
-        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = int(s.n_ctx), self.n_batch, self.n_batch, 1
+        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = int(s.n_ctx), self.n_batch, self.n_batch, max(1, int(s.n_seq))
+        cp.kv_unified = True  # one cell buffer shared by all sequences (engine.sequences)
         cp.n_threads, cp.n_threads_batch = threads, threads_batch
         fa = llama.LLAMA_FLASH_ATTN_TYPE_ENABLED if s.flash_attn else llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cp.flash_attn_type = fa
@@ -169,8 +171,8 @@ class LlamaMtmdEngine(Engine):
         llama, mtmd = self._llama, self._mtmd
         if llama is None:
             return
-        if self._sampler is not None:
-            llama.llama_sampler_free(self._sampler)
+        if self._seq.sampler is not None:
+            llama.llama_sampler_free(self._seq.sampler)
         if self._batch is not None:
             llama.llama_batch_free(self._batch)
         if self._mctx:
@@ -179,8 +181,9 @@ class LlamaMtmdEngine(Engine):
             llama.llama_free(self._ctx)
         if self._model:
             llama.llama_model_free(self._model)
-        self._sampler = self._batch = self._mctx = self._ctx = self._model = self._vocab = None
-        self._kv, self._kv_pos, self._logits_valid = [], 0, False
+        self._batch = self._mctx = self._ctx = self._model = self._vocab = None
+        self._cells = CellLedger()
+        self._seq = SeqState(0, self._cells)
 
     def __del__(self):  # pragma: no cover - best effort at garbage collection
         with contextlib.suppress(Exception):
@@ -231,13 +234,15 @@ class LlamaMtmdEngine(Engine):
         """Start a new conversation sampled with ``sampling`` (None: the settings). With ``keep_cache`` the KV cache
         stays and its common prefix with the next conversation is reused; without it the cache is cleared."""
         self._require()
-        self._conv = []
+        if self.pool is not None:
+            raise EngineError("the engine is running parallel sequences; close that run before starting another")
+        self._seq.conv = []
         if not keep_cache:
-            self._llama.llama_memory_clear(self._llama.llama_get_memory(self._ctx), True)
-            self._kv, self._kv_pos, self._logits_valid = [], 0, False
+            self._llama.llama_memory_seq_rm(self._llama.llama_get_memory(self._ctx), 0, -1, -1)
+            self._seq.truncate(0)
         self._new_sampler(sampling)
 
-    def extend(self, parts: Sequence[Part]) -> None:
+    def extend(self, parts: Sequence[Part], seq: SeqState | None = None) -> None:
         """Append text (tokenized now, special tokens parsed) and images (checked against mtmd now)."""
         self._require()
         new: list[Segment] = []
@@ -258,66 +263,69 @@ class LlamaMtmdEngine(Engine):
                     new.append(Segment("text", chunks.after))
             else:
                 raise TypeError(f"a conversation part must be str or PreparedImage, not {type(part).__name__}")
-        self._conv.extend(new)
+        (seq or self._seq).conv.extend(new)
 
     def restore(self, segments: Sequence[Segment]) -> None:
         """Replace the conversation by saved segments (token ids kept verbatim); the cache is reused as usual."""
         self._require()
-        self._conv = [Segment(s.kind, list(s.tokens), s.image) for s in segments]
+        self._seq.conv = [Segment(s.kind, list(s.tokens), s.image) for s in segments]
 
     def conversation(self) -> list[Segment]:
         """A copy of the committed segments."""
-        return [Segment(s.kind, list(s.tokens), s.image) for s in self._conv]
+        return [Segment(s.kind, list(s.tokens), s.image) for s in self._seq.conv]
 
     @property
     def kv_cells(self) -> int:
-        return cells_of(self._kv)
+        return self._cells.used
 
     @property
     def kv_positions(self) -> int:
-        return self._kv_pos
+        return self._seq.kv_pos
 
     # ------------------------------------------------------------------ evaluation
     def plan(self) -> EvalPlan:
         """What the next evaluation would reuse, remove and evaluate (nothing is changed)."""
-        return plan_evaluation(self._kv, flatten(self._conv), self._logits_valid)
+        return plan_evaluation(self._seq.kv, flatten(self._seq.conv), self._seq.logits_valid)
 
-    def evaluate(self, reserve: int = 0) -> EvalPlan:
-        """Bring the KV cache up to the conversation; afterwards `last_logits` are the next-token logits.
+    def evaluate(self, reserve: int = 0, seq: SeqState | None = None) -> EvalPlan:
+        """Bring the KV cache of ``seq`` (default: the conversation of `reset`) up to its conversation; afterwards
+        `last_logits` are its next-token logits.
 
         Parameters
         ----------
         reserve : int
-            KV cells that must remain free after the evaluation (the answer budget).
+            KV cells that must remain free after the evaluation (answer budgets; cells of other sequences count).
 
         Raises
         ------
         ContextFullError
-            When the conversation plus ``reserve`` would exceed ``n_ctx`` (nothing is evaluated then).
+            When the cells in use plus this evaluation plus ``reserve`` would exceed ``n_ctx`` (nothing evaluated).
         """
         self._require()
-        items = flatten(self._conv)
+        seq = seq or self._seq
+        items = flatten(seq.conv)
         if not items:
             raise EngineError("nothing to evaluate: the conversation is empty")
         if not isinstance(items[-1], int):
             raise EngineError("the conversation must end with text (the assistant header) before generating")
-        plan = plan_evaluation(self._kv, items, self._logits_valid)
-        if plan.total_cells + reserve > self._n_ctx:
+        plan = plan_evaluation(seq.kv, items, seq.logits_valid)
+        need = seq.cells_after_cut(plan.keep) + plan.pending_cells
+        if need + reserve > self._n_ctx:
             raise ContextFullError(
-                f"context full: the conversation needs {plan.total_cells} KV cells ({len(items)} items) and the "
-                f"answer up to {reserve} more = {plan.total_cells + reserve} > n_ctx {self._n_ctx}; "
-                "M-RoPE models cannot shift the context, so start a new session or raise n_ctx"
+                f"context full: the conversation needs {plan.total_cells} KV cells ({len(items)} items), "
+                f"{need} cells in use in all with it, and {reserve} more reserved for answers = {need + reserve} > "
+                f"n_ctx {self._n_ctx}; M-RoPE models cannot shift the context, so start a new session or raise n_ctx"
             )
         if plan.cut_pos is not None:
-            self._cut(plan.keep, plan.cut_pos)
+            self._cut(seq, plan.keep, plan.cut_pos)
         for run in runs(plan.pending):
             if isinstance(run, list):
                 t0 = time.perf_counter()
-                self._decode_tokens(run, logits_last=True)
+                self._decode_tokens(seq, run, logits_last=True)
                 self._t_prefill += time.perf_counter() - t0
                 self._stats.text_tokens_evaluated += len(run)
             else:
-                self._eval_image(run)
+                self._eval_image(seq, run)
         self._stats.extra["last_eval"] = {
             "reused_cells": plan.kept_cells, "removed_from_pos": plan.cut_pos,
             "text_tokens": plan.pending_text_tokens, "images": len(plan.pending_images),
@@ -325,35 +333,34 @@ class LlamaMtmdEngine(Engine):
         }
         return plan
 
-    def _cut(self, keep: int, pos: int) -> None:
+    def _cut(self, seq: SeqState, keep: int, pos: int) -> None:
         mem = self._llama.llama_get_memory(self._ctx)
-        if not self._llama.llama_memory_seq_rm(mem, 0, pos, -1):
-            logger.warning("partial KV removal refused at position %d; clearing the cache", pos)
-            self._llama.llama_memory_clear(mem, True)
-            keep, pos = 0, 0
-        self._kv, self._kv_pos, self._logits_valid = self._kv[:keep], pos, False
+        if not self._llama.llama_memory_seq_rm(mem, seq.seq_id, pos, -1):
+            logger.warning("partial KV removal refused at position %d; clearing the sequence", pos)
+            self._llama.llama_memory_seq_rm(mem, seq.seq_id, -1, -1)
+            keep = 0
+        seq.truncate(keep)
         self._stats.extra["seq_rm_calls"] = self._stats.extra.get("seq_rm_calls", 0) + 1
 
-    def _decode_tokens(self, tokens: Sequence[int], logits_last: bool) -> None:
-        """Decode text tokens at the next positions, in batches of ``n_batch``."""
+    def _decode_tokens(self, seq: SeqState, tokens: Sequence[int], logits_last: bool) -> None:
+        """Decode text tokens of one sequence at its next positions, in batches of ``n_batch``."""
         b = self._batch
         for start in range(0, len(tokens), self.n_batch):
-            part = tokens[start:start + self.n_batch]
+            part = list(tokens[start:start + self.n_batch])
             last = start + len(part) == len(tokens)
             for i, tok in enumerate(part):
-                b.token[i], b.pos[i], b.n_seq_id[i] = tok, self._kv_pos + i, 1
-                b.seq_id[i][0] = 0
+                b.token[i], b.pos[i], b.n_seq_id[i] = tok, seq.kv_pos + i, 1
+                b.seq_id[i][0] = seq.seq_id
                 b.logits[i] = 1 if (logits_last and last and i == len(part) - 1) else 0
             b.n_tokens = len(part)
             rc = self._llama.llama_decode(self._ctx, b)
             if rc != 0:
-                self._recover(self._kv_pos)
+                self._recover(seq)
                 raise EngineError(f"llama_decode failed (code {rc}): {native.recent_native_problems()}")
-            self._kv.extend(part)
-            self._kv_pos += len(part)
-        self._logits_valid = logits_last
+            seq.push(part, len(part))
+        seq.logits_valid = logits_last
 
-    def _eval_image(self, item: ImageItem) -> None:
+    def _eval_image(self, seq: SeqState, item: ImageItem) -> None:
         t0 = time.perf_counter()
         if item.image is None:
             raise EngineError(f"image {item.sha256[:12]} must be evaluated but its pixels are not available")
@@ -362,83 +369,71 @@ class LlamaMtmdEngine(Engine):
             if (chunks.n_tokens, chunks.n_pos) != (item.n_tokens, item.n_pos):
                 raise EngineError(f"image {item.sha256[:12]} tokenizes differently now ({chunks.n_tokens} tokens)")
             try:
-                self._kv_pos = eval_image(self._mtmd, self._llama, self._mctx, self._ctx, chunks, self._kv_pos, self.n_batch)
+                eval_image(self._mtmd, self._llama, self._mctx, self._ctx, chunks, seq.kv_pos, self.n_batch,
+                           seq.seq_id)
             except EngineError:
-                self._recover(self._kv_pos)
+                self._recover(seq)
                 raise
         finally:
             chunks.free(self._mtmd)
-        self._kv.append(item)
-        self._logits_valid = False
+        seq.push([item], item.n_pos)
+        seq.logits_valid = False
         self._stats.images_encoded += 1
         self._stats.image_tokens_encoded += item.n_tokens
         self._stats.extra["image_seconds"] = self._stats.extra.get("image_seconds", 0.0) + time.perf_counter() - t0
 
-    def _recover(self, pos: int) -> None:
-        """After a failed native call: drop whatever it may have written from ``pos`` on."""
-        self._llama.llama_memory_seq_rm(self._llama.llama_get_memory(self._ctx), 0, pos, -1)
-        self._logits_valid = False
+    def _recover(self, seq: SeqState) -> None:
+        """After a failed native call: drop whatever it may have written from the sequence's next position on."""
+        self._llama.llama_memory_seq_rm(self._llama.llama_get_memory(self._ctx), seq.seq_id, seq.kv_pos, -1)
+        seq.logits_valid = False
 
     def last_logits(self) -> np.ndarray:
         """A copy of the next-token logits after the last evaluated item."""
         self._require()
-        if not self._logits_valid:
+        if not self._seq.logits_valid:
             raise EngineError("no logits: evaluate() first")
+        return self._logits_row(-1)
+
+    def _logits_row(self, index: int) -> np.ndarray:
+        """A copy of output row ``index`` of the last decode."""
         n_vocab = self._llama.llama_vocab_n_tokens(self._vocab)
-        ptr = self._llama.llama_get_logits_ith(self._ctx, -1)
+        ptr = self._llama.llama_get_logits_ith(self._ctx, index)
         return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
 
     # ------------------------------------------------------------------ sampling
-    def _new_sampler(self, sampling: Sampling | None = None) -> None:
-        if self._sampler is not None:
-            self._llama.llama_sampler_free(self._sampler)
-        self._sampler = build_sampler(self._llama, sampling or self.settings)
-        self._stats.extra["sampling"] = (sampling or Sampling.from_settings(self.settings)).to_dict()
+    def _new_sampler(self, sampling: Sampling | None = None, seq: SeqState | None = None) -> None:
+        seq = seq or self._seq
+        if seq.sampler is not None:
+            self._llama.llama_sampler_free(seq.sampler)
+        seq.sampler = build_sampler(self._llama, sampling or self.settings)
+        seq.sampling = sampling or Sampling.from_settings(self.settings)
+        self._stats.extra["sampling"] = seq.sampling.to_dict()
+
+    def sample(self, seq: SeqState, index: int, logprobs: list | None) -> int:
+        """Sample the next token of ``seq`` from output row ``index``; append its `TokenLogprob` to ``logprobs``."""
+        tok = int(self._llama.llama_sampler_sample(seq.sampler, self._ctx, index))
+        if logprobs is not None and self.settings.top_logprobs > 0:
+            logprobs.append(token_logprob(self._logits_row(index), tok, self.settings.top_logprobs, self.token_text))
+        return tok
+
+    def token_text(self, token: int) -> str:
+        return self.token_bytes(token).decode("utf-8", errors="replace")
 
     def generate(self, *, max_tokens: int | None = None, on_token: TokenCallback | None = None,
                  cancel: threading.Event | None = None) -> GenerationResult:
         self._require()
-        t_start = time.perf_counter()
-        max_tokens = int(self.settings.max_tokens_per_turn if max_tokens is None else max_tokens)
-        if max_tokens < 1:
-            raise EngineError(f"max_tokens must be at least 1, got {max_tokens}")
-        before = (self._stats.text_tokens_evaluated, self._stats.images_encoded, self._stats.image_tokens_encoded)
-        self.evaluate(reserve=max_tokens)
-        llama = self._llama
-        seg = Segment("generated")
-        self._conv.append(seg)
-        stream = PieceStream(on_token)
-        reason = "length"
-        t_gen = time.perf_counter()
-        while len(seg.tokens) < max_tokens:
-            if cancel is not None and cancel.is_set():
-                reason = "cancelled"
-                break
-            tok = int(llama.llama_sampler_sample(self._sampler, self._ctx, -1))
-            seg.tokens.append(tok)
-            eog = bool(llama.llama_vocab_is_eog(self._vocab, tok))
-            self._decode_tokens([tok], logits_last=True)  # feed back, including the final <|im_end|>
-            if eog:
-                reason = "stop"
-                break
-            stream.feed(self.token_bytes(tok))
-        text = stream.finish()
-        now = time.perf_counter()
-        self._t_decode += now - t_gen
-        st = self._stats
-        st.tokens_generated += len(seg.tokens)
-        st.decode_tokens_per_s = st.tokens_generated / self._t_decode if self._t_decode > 0 else 0.0
-        st.prefill_tokens_per_s = st.text_tokens_evaluated / self._t_prefill if self._t_prefill > 0 else 0.0
-        return GenerationResult(
-            text=text, n_tokens=len(seg.tokens), stop_reason=reason, seconds=now - t_start,
-            prompt_tokens=st.text_tokens_evaluated - before[0], images_encoded=st.images_encoded - before[1],
-            image_tokens=st.image_tokens_encoded - before[2],
-        )
+        turn = Turn.begin(self, self._seq, max_tokens, on_token, cancel)
+        turn.start(self.evaluate(reserve=turn.max_tokens))
+        while not turn.done():
+            tok = self.sample(self._seq, -1, turn.logprobs)
+            self._decode_tokens(self._seq, [tok], logits_last=True)  # feed back, including the final <|im_end|>
+            turn.commit(tok)
+        return turn.finish()
 
     def stats(self) -> EngineStats:
         st = replace(self._stats, extra=dict(self._stats.extra))
         st.kv_cells_used = self.kv_cells
-        st.extra["kv_positions"] = self._kv_pos
+        st.extra["kv_positions"] = self._seq.kv_pos
         return st
 
 

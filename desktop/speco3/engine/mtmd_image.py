@@ -123,14 +123,14 @@ def tokenize_image(mtmd, llama, mctx, image: PreparedImage) -> ImageChunks:
         raise
 
 
-def eval_image(mtmd, llama, mctx, lctx, chunks: ImageChunks, n_past: int, n_batch: int) -> int:
-    """Encode the image chunk and decode its embeddings into the KV cache at position ``n_past``.
+def eval_image(mtmd, llama, mctx, lctx, chunks: ImageChunks, n_past: int, n_batch: int, seq_id: int = 0) -> int:
+    """Encode the image chunk and decode its embeddings into sequence ``seq_id`` of the KV cache at ``n_past``.
 
     Returns the next position. ``new_n_past`` is initialised to ``n_past`` before the call: for text chunks
     mtmd *adds* to it, and an unset value is the classic cause of M-RoPE position errors on the next image.
     """
     new_n_past = llama.llama_pos(n_past)
-    rc = mtmd.mtmd_helper_eval_chunk_single(mctx, lctx, chunks.chunk, n_past, 0, n_batch, False, ctypes.byref(new_n_past))
+    rc = mtmd.mtmd_helper_eval_chunk_single(mctx, lctx, chunks.chunk, n_past, seq_id, n_batch, False, ctypes.byref(new_n_past))
     if rc != 0:
         raise EngineError(f"image evaluation failed (code {rc}): {recent_native_problems()}")
     if new_n_past.value != n_past + chunks.n_pos:

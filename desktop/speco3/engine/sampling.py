@@ -1,6 +1,6 @@
 """Sampling and streaming helpers of the llama.cpp engine.
 
-`build_sampler` makes llama.cpp's sampler chain from `EngineSettings`: greedy when the temperature is 0 (the
+`token_logprob` gives a sampled token's log-probability and the top alternatives. `build_sampler` makes llama.cpp's sampler chain from `EngineSettings`: greedy when the temperature is 0 (the
 paper's evaluation setting), otherwise top-k → top-p → temperature → seeded draw. `PieceStream` turns the bytes
 of sampled tokens into text pieces for streaming, holding back a UTF-8 character split across tokens.
 """
@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import codecs
 import logging
+from collections.abc import Callable
 
-from speco3.engine.base import EngineSettings, Sampling, TokenCallback
+import numpy as np
+
+from speco3.engine.base import EngineSettings, Sampling, TokenCallback, TokenLogprob
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +39,19 @@ def build_sampler(llama, settings: EngineSettings | Sampling):
     llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_temp(float(settings.temperature)))
     llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_dist(int(settings.seed) & 0xFFFFFFFF))
     return chain
+
+
+def token_logprob(logits: np.ndarray, token: int, n_top: int, text: Callable[[int], str]) -> TokenLogprob:
+    """The sampled ``token``'s log-probability (log-softmax of the raw ``logits``, before temperature and
+    truncation) and the ``n_top`` most probable tokens with theirs, best first (``text`` renders a token id)."""
+    x = np.asarray(logits, dtype=np.float32)
+    m = float(np.max(x))
+    lse = m + float(np.log(np.sum(np.exp(x - m), dtype=np.float64)))  # float32 exp (fast), float64 sum
+    n_top = max(0, min(int(n_top), x.size))
+    top_ids = np.argpartition(x, x.size - n_top)[x.size - n_top:] if n_top else np.empty(0, dtype=np.int64)
+    top_ids = top_ids[np.argsort(-x[top_ids], kind="stable")]
+    top = tuple((text(int(i)), float(x[i]) - lse) for i in top_ids)
+    return TokenLogprob(text(int(token)), float(x[token]) - lse, top)
 
 
 class PieceStream:

@@ -31,7 +31,7 @@ from speco3.errors import Speco3Error
 from speco3.fileio import Progress, sha256_file
 from speco3.spectra.model import Spectrum
 from speco3.vetting.records import ModelVerdict, SpectrumInfo
-from speco3.vetting.rollout_runs import run_traced, save_rollouts, verdict_row
+from speco3.vetting.rollout_runs import RolloutRun, new_run, run_into, save_rollouts, verdict_row
 from speco3.vetting.store import VettingStore, storable_text
 
 logger = logging.getLogger(__name__)
@@ -166,29 +166,20 @@ def trace_folder(root: Path, task: str, key: str, name: str) -> Path:
     return root / task / f"{safe}-{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
 
 
-def vet_one(
-    item: VetItem,
-    store: VettingStore,
-    engine: Engine,
-    task: Task,
-    render: RenderFn,
-    *,
-    trace_root: Path | None = None,
-    cancel: threading.Event | None = None,
-    on_token: Callable[[str], None] | None = None,
-    on_step: Callable[[object], None] | None = None,
-    sha_cache: dict[str, str] | None = None,
-    files: FileCheck | None = None,
-    plan: RolloutPlan | None = None,
-    thresholds: Thresholds | None = None,
-) -> ModelVerdict | None:
-    """Screen one spectrum and record the verdict; returns it (None when cancelled mid-episode).
+@dataclass
+class ItemRun:
+    """A spectrum being screened: what its verdict row records, its rollouts' traces, and when it started."""
 
-    ``plan``: K rollouts (None: one, sampled as the engine's settings say); each is stored with its trace
-    (``<folder>/rNN`` when K > 1) and the verdict row carries their fold (`speco3.agent.confidence.aggregate`
-    with ``thresholds``); the row's verdict is the majority (None on a tie) and its trace the first rollout that
-    gave it.
-    """
+    item: VetItem
+    spectrum: Spectrum
+    base: dict
+    t0: float
+    run: RolloutRun
+
+
+def start_item(item: VetItem, store: VettingStore, engine: Engine, task: Task, plan: RolloutPlan | None = None, *,
+               sha_cache: dict[str, str] | None = None, files: FileCheck | None = None) -> ItemRun | ModelVerdict:
+    """Load the spectrum, record it and open its traces; an unreadable one gets its verdict (recorded) instead."""
     info = engine.info
     if item.path:
         sha = files.digest(item.path) if files is not None else file_sha256(item.path, sha_cache)
@@ -211,15 +202,55 @@ def vet_one(
         store.record_model_verdict(v)
         return v
     store.record_spectrum(SpectrumInfo.of(item.key, spectrum, sha))
-    run = run_traced(engine, spectrum, task, render, plan, spectrum_extra={"key": item.key, "file_sha256": sha},
-                     cancel=cancel, on_step=(lambda i, step: on_step(step)) if on_step else None, on_token=on_token)
+    run = new_run(engine, spectrum, task, plan, spectrum_extra={"key": item.key, "file_sha256": sha})
+    return ItemRun(item, spectrum, base, t0, run)
+
+
+def finish_item(started: ItemRun, store: VettingStore, task: Task, trace_root: Path | None,
+                thresholds: Thresholds | None = None) -> ModelVerdict | None:
+    """Save the rollouts' traces and record the verdict row with their fold (None when cancelled: not recorded)."""
+    run = started.run
     if run.cancelled:
         return None
-    folder = trace_folder(Path(trace_root), task.id, item.key, item.name or spectrum.name) if trace_root else None
+    folder = None
+    if trace_root is not None:
+        folder = trace_folder(Path(trace_root), task.id, started.item.key, started.item.name or started.spectrum.name)
     records = save_rollouts(run, folder)
-    v = verdict_row(run, records, run.confidence(thresholds), seconds=time.perf_counter() - t0, **base)
+    v = verdict_row(run, records, run.confidence(thresholds), seconds=time.perf_counter() - started.t0,
+                    **started.base)
     store.record_model_verdict(v, records)
     return v
+
+
+def vet_one(
+    item: VetItem,
+    store: VettingStore,
+    engine: Engine,
+    task: Task,
+    render: RenderFn,
+    *,
+    trace_root: Path | None = None,
+    cancel: threading.Event | None = None,
+    on_token: Callable[[str], None] | None = None,
+    on_step: Callable[[object], None] | None = None,
+    sha_cache: dict[str, str] | None = None,
+    files: FileCheck | None = None,
+    plan: RolloutPlan | None = None,
+    thresholds: Thresholds | None = None,
+) -> ModelVerdict | None:
+    """Screen one spectrum and record the verdict; returns it (None when cancelled mid-episode).
+
+    ``plan``: K rollouts (None: one, sampled as the engine's settings say); each is stored with its trace
+    (``<folder>/rNN`` when K > 1) and the verdict row carries their fold (`speco3.agent.confidence.aggregate`
+    with ``thresholds``); the row's verdict is the majority (None on a tie) and its trace the first rollout that
+    gave it. On an engine with parallel sequences the K rollouts run together (`speco3.agent.rollouts`).
+    """
+    started = start_item(item, store, engine, task, plan, sha_cache=sha_cache, files=files)
+    if isinstance(started, ModelVerdict):
+        return started
+    run_into(started.run, engine, started.spectrum, task, render, cancel=cancel, on_token=on_token,
+             on_step=(lambda i, step: on_step(step)) if on_step else None)
+    return finish_item(started, store, task, trace_root, thresholds)
 
 
 def vet_batch(
@@ -238,13 +269,23 @@ def vet_batch(
     total: int | None = None,
     plan: RolloutPlan | None = None,
     thresholds: Thresholds | None = None,
+    slots: int = 1,
 ) -> BatchResult:
     """Screen ``items`` in order; see module doc.
 
     After each item, ``on_item(item, verdict)`` (``verdict`` None when it was done before and skipped), then
     ``progress(item.key, i, total)``. ``plan`` and ``thresholds``: K rollouts per spectrum (see `vet_one`); a
     spectrum done before with another number of rollouts is screened again.
+    ``slots`` > 1 with one rollout per spectrum screens that many spectra at once on the engine's parallel
+    sequences (`speco3.vetting.slots`; items then finish out of order and ``on_token`` is not used); with K > 1
+    rollouts the parallel sequences serve the K rollouts of each spectrum instead.
     """
+    if slots > 1 and (plan is None or plan.k == 1):
+        from speco3.vetting.slots import vet_slots
+
+        return vet_slots(items, store, engine, task, render, slots=slots, trace_root=trace_root, cancel=cancel,
+                         progress=progress, on_item=on_item, resume=resume, total=total, plan=plan,
+                         thresholds=thresholds)
     items = list(items)
     result = BatchResult(total=total if total is not None else len(items))
     t0 = time.perf_counter()
@@ -270,14 +311,18 @@ def vet_batch(
             result.cancelled = True
             break
         check.mark(item.key, v.file_sha256)
-        result.done += 1
-        result.changed += changed
-        result.outcomes[v.outcome] = result.outcomes.get(v.outcome, 0) + 1
-        if v.outcome in ("engine_error", "input_error"):
-            result.failed += 1
+        count_verdict(result, v, changed)
         _report(progress, on_item, i, result.total, item, v)
     result.seconds = round(time.perf_counter() - t0, 3)
     return result
+
+
+def count_verdict(result: BatchResult, v: ModelVerdict, changed: bool) -> None:
+    result.done += 1
+    result.changed += changed
+    result.outcomes[v.outcome] = result.outcomes.get(v.outcome, 0) + 1
+    if v.outcome in ("engine_error", "input_error"):
+        result.failed += 1
 
 
 def _report(progress: Progress | None, on_item: ItemDone | None, i: int, total: int, item: VetItem,

@@ -52,6 +52,39 @@ def engine_plan(engine: Engine) -> RolloutPlan:
     return RolloutPlan(1, s.temperature, s.top_p, s.top_k, s.seed)
 
 
+def new_run(engine: Engine, spectrum: Spectrum, task: Task, plan: RolloutPlan | None = None, *,
+            spectrum_extra: dict | None = None) -> RolloutRun:
+    """The empty traces of ``plan``'s rollouts (None: `engine_plan`), each with its sampling in its settings."""
+    plan = plan or engine_plan(engine)
+    samplings = plan.samplings()
+    info = engine.info
+    traces = [Trace(task_id=task.id, task_text=task.text, prompt_version=task.prompt_version,
+                    spectrum={**spectrum_ref(spectrum), **(spectrum_extra or {})},
+                    model=asdict(info) if is_dataclass(info) else dict(vars(info)),
+                    settings={**engine.settings.to_dict(), "sampling": sampling.to_dict(), "rollout": i,
+                              "rollouts": plan.k})
+              for i, sampling in enumerate(samplings)]
+    return RolloutRun(plan, samplings, traces)
+
+
+def run_into(run: RolloutRun, engine: Engine, spectrum: Spectrum, task: Task, render: RenderFn, *,
+             cancel: threading.Event | None = None, on_step: Callable[[int, object], None] | None = None,
+             on_token: Callable[[str], None] | None = None, **episode_kwargs) -> RolloutRun:
+    """Run ``run``'s rollouts (`speco3.agent.rollouts.run_rollouts`), adding each step to its rollout's trace;
+    ``on_step(i, step)`` for each step of rollout i."""
+
+    def step_done(i: int, step) -> None:
+        run.traces[i].add(step)
+        if on_step is not None:
+            on_step(i, step)
+
+    t0 = time.perf_counter()
+    run_rollouts(engine, spectrum, task, render, run.plan, cancel=cancel, on_step=step_done, on_token=on_token,
+                 **episode_kwargs)
+    run.seconds = time.perf_counter() - t0
+    return run
+
+
 def run_traced(
     engine: Engine,
     spectrum: Spectrum,
@@ -66,25 +99,9 @@ def run_traced(
     **episode_kwargs,
 ) -> RolloutRun:
     """Run ``plan`` (None: `engine_plan`) on ``spectrum``; ``on_step(i, step)`` for each step of rollout i."""
-    plan = plan or engine_plan(engine)
-    samplings = plan.samplings()
-    info = engine.info
-    traces = [Trace(task_id=task.id, task_text=task.text, prompt_version=task.prompt_version,
-                    spectrum={**spectrum_ref(spectrum), **(spectrum_extra or {})},
-                    model=asdict(info) if is_dataclass(info) else dict(vars(info)),
-                    settings={**engine.settings.to_dict(), "sampling": sampling.to_dict(), "rollout": i,
-                              "rollouts": plan.k})
-              for i, sampling in enumerate(samplings)]
-
-    def step_done(i: int, step) -> None:
-        traces[i].add(step)
-        if on_step is not None:
-            on_step(i, step)
-
-    t0 = time.perf_counter()
-    run_rollouts(engine, spectrum, task, render, plan, cancel=cancel, on_step=step_done, on_token=on_token,
-                 **episode_kwargs)
-    return RolloutRun(plan, samplings, traces, time.perf_counter() - t0)
+    run = new_run(engine, spectrum, task, plan, spectrum_extra=spectrum_extra)
+    return run_into(run, engine, spectrum, task, render, cancel=cancel, on_step=on_step, on_token=on_token,
+                    **episode_kwargs)
 
 
 def rollout_folder(folder: Path, i: int, k: int) -> Path:

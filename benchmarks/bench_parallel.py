@@ -1,0 +1,224 @@
+"""Benchmark: K rollouts on parallel sequences vs K runs one after the other; batch slots; log-probability cost.
+
+Four sections, all on one llama.cpp engine (the tiny Qwen2.5-VL unless ``--text/--mmproj`` name another GGUF pair,
+e.g. the 7B-shaped random checkpoint at Q4_K_M):
+
+* ``rollouts``: for each K in ``--rollouts`` (default 1,2,4,8), K sampled rollouts (temperature 1, seeds 0..K-1)
+  of a 2-turn session (system + full image + task, ``--max-tokens`` sampled, a tool turn with its own zoom image,
+  ``--max-tokens`` more) run ``parallel`` (`SequencePool`: the prefix evaluated once and copied with
+  ``seq_cp``, one ``llama_decode`` per step for all rollouts) and ``sequential`` (one after the other, reusing the
+  cached prefix as `run_rollouts` did before). Wall time, text tokens evaluated (prompt + generated), images
+  encoded, how often the shared prefix was evaluated (``prefix_evaluations``: K minus the prefix copies), decode
+  rounds, and ``wall_over_k1``: the parallel wall time over the K=1 wall time (goal at 7B scale: ≤ 2 for K=4).
+* ``decode``: aggregate decode tokens/s with 1, 2, 4, 8 sequences generating together from one prefix.
+* ``batch``: spectra per hour screening ``--spectra`` synthetic spectra with `vet_batch` (``slots`` 1 = one at a
+  time, 2, 4), greedy, the real agent loop (tool calls render real zoom images).
+* ``logprobs``: seconds per generated token with ``top_logprobs`` 0 and 5 (single sequence).
+
+Run: ``.venv/bin/python benchmarks/bench_parallel.py``; ``--quick``: 8 tokens per turn, K in 1,2,4, small images,
+4 spectra. Timings depend on the machine's load. The tiny model is built into ``SPECO3_TEST_CACHE`` when set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _kit  # noqa: F401 - puts the test kit on sys.path
+from bench_engine import QUICK_SIZES, SIZES, SYSTEM, TASK, make_images, tool_turn
+
+from speco3.engine.base import EngineSettings, Sampling
+from speco3.engine.llama import LlamaMtmdEngine
+from speco3.engine.parallel import SequencePool
+
+REQUIRES = ("llama_cpp",)
+#: Headline keys of the printed JSON (the README's benchmark table lists them).
+JSON_KEYS = ("rollouts", "decode", "batch", "logprobs")
+
+
+def counters(engine) -> dict:
+    s = engine.stats()
+    return {"text": s.text_tokens_evaluated + s.tokens_generated, "prompt": s.text_tokens_evaluated,
+            "generated": s.tokens_generated, "images": s.images_encoded}
+
+
+def delta(a: dict, b: dict) -> dict:
+    return {k: b[k] - a[k] for k in a}
+
+
+def rollouts_parallel(engine, images, k: int, max_tokens: int) -> dict:
+    engine.reset(keep_cache=False)
+    c0, t0 = counters(engine), time.perf_counter()
+    with SequencePool(engine) as pool:
+        turns = {}
+        for i in range(k):
+            slot = pool.open(Sampling(1.0, 1.0, 0, i))
+            pool.extend(slot, [SYSTEM, images[0], TASK])
+            pool.begin(slot, max_tokens=max_tokens)
+            turns[slot] = 0
+        while turns:
+            for slot, res in pool.step():
+                if isinstance(res, Exception):
+                    raise res
+                turns[slot] += 1
+                if turns[slot] == 2:
+                    del turns[slot]
+                    pool.release(slot)
+                    continue
+                pool.extend(slot, tool_turn(images[1 + slot % 3], 6500 + slot, 6600 + slot))
+                pool.begin(slot, max_tokens=max_tokens)
+        counts = dict(pool.counters)
+    wall = time.perf_counter() - t0
+    d = delta(c0, counters(engine))
+    return {"wall_s": round(wall, 3), "text_tokens_evaluated": d["text"], "prompt_tokens_evaluated": d["prompt"],
+            "tokens_generated": d["generated"], "images_encoded": d["images"],
+            "prefix_evaluations": k - counts["prefix_copies"], "decode_rounds": counts["rounds"]}
+
+
+def rollouts_sequential(engine, images, k: int, max_tokens: int) -> dict:
+    engine.reset(keep_cache=False)
+    c0, t0 = counters(engine), time.perf_counter()
+    for i in range(k):
+        engine.reset(sampling=Sampling(1.0, 1.0, 0, i))  # keeps the cached prefix, as run_rollouts did
+        engine.extend([SYSTEM, images[0], TASK])
+        engine.generate(max_tokens=max_tokens)
+        engine.extend(tool_turn(images[1 + i % 3], 6500 + i, 6600 + i))
+        engine.generate(max_tokens=max_tokens)
+    wall = time.perf_counter() - t0
+    d = delta(c0, counters(engine))
+    return {"wall_s": round(wall, 3), "text_tokens_evaluated": d["text"], "prompt_tokens_evaluated": d["prompt"],
+            "tokens_generated": d["generated"], "images_encoded": d["images"]}
+
+
+def decode_rate(engine, images, n: int, max_tokens: int) -> dict:
+    """Aggregate decode tokens/s of n sequences sampling together after one shared prefix."""
+    engine.reset(keep_cache=False)
+    with SequencePool(engine) as pool:
+        for i in range(n):
+            slot = pool.open(Sampling(1.0, 1.0, 0, 100 + i))
+            pool.extend(slot, [SYSTEM, images[0], TASK])
+            pool.begin(slot, max_tokens=max_tokens)
+        done, generated = 0, 0
+        first = pool.step(rounds=1)  # admission: the prefix once, every first token
+        done += len(first)
+        t0 = time.perf_counter()
+        while done < n:
+            finished = pool.step()
+            done += len(finished)
+        wall = time.perf_counter() - t0
+        generated = pool.counters["round_tokens"]
+    return {"sequences": n, "tokens": generated, "wall_s": round(wall, 3),
+            "tokens_per_s": round(generated / wall, 1) if wall > 0 else None}
+
+
+def batch_rate(text, mmproj, settings: EngineSettings, n_spectra: int, slots_list, tmp: Path) -> dict:
+    from speco3.agent import get_task
+    from speco3.engine import open_engine
+    from speco3.vetting import VettingStore
+    from speco3.vetting.batch import VetItem, vet_batch
+    from speco3_testkit.spectra import make_spectrum, pillow_render
+
+    items = [VetItem(key=f"/bench/s{i:03d}.fits#0", load=lambda i=i: make_spectrum(name=f"s{i:03d}.fits", seed=i),
+                     name=f"s{i:03d}.fits") for i in range(n_spectra)]
+    out = {}
+    for slots in slots_list:
+        engine = open_engine((text, mmproj), settings, warmup=False)
+        store = VettingStore(tmp / f"batch{slots}.sqlite")
+        try:
+            t0 = time.perf_counter()
+            result = vet_batch(items, store, engine, get_task("cv"), pillow_render, slots=slots)
+            wall = time.perf_counter() - t0
+        finally:
+            engine.close()
+            store.close()
+        out[f"slots_{slots}"] = {"spectra": result.done, "wall_s": round(wall, 3),
+                                 "spectra_per_hour": round(3600 * result.done / wall, 1), "outcomes": result.outcomes}
+    base = out[f"slots_{slots_list[0]}"]["spectra_per_hour"]
+    out["speedup_over_one_at_a_time"] = {k: round(v["spectra_per_hour"] / base, 3) for k, v in out.items()}
+    return out
+
+
+def logprob_cost(engine, images, max_tokens: int, repeat: int = 3) -> dict:
+    """Seconds per generated token without and with 5 alternatives (alternating runs, the fastest of each kept)."""
+    best: dict[int, float] = {}
+    for _ in range(repeat):
+        for n_top in (0, 5):
+            engine.settings.top_logprobs = n_top
+            engine.reset(keep_cache=True, sampling=Sampling(1.0, 1.0, 0, 3))
+            engine.extend([SYSTEM, images[0], TASK])
+            engine.evaluate()
+            t0 = time.perf_counter()
+            res = engine.generate(max_tokens=max_tokens)
+            per = (time.perf_counter() - t0) / max(1, res.n_tokens)
+            best[n_top] = min(best.get(n_top, per), per)
+    engine.settings.top_logprobs = 0
+    out = {f"top_{n}_s_per_token": round(v, 6) for n, v in best.items()}
+    out["extra_ms_per_token"] = round(1000 * (out["top_5_s_per_token"] - out["top_0_s_per_token"]), 3)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--text", help="text GGUF (default: the converter's tiny model)")
+    ap.add_argument("--mmproj", help="projector GGUF")
+    ap.add_argument("--quant", default="Q8_0", help="quant of the tiny model (default Q8_0)")
+    ap.add_argument("--rollouts", default="1,2,4,8", help="K values, comma-separated")
+    ap.add_argument("--max-tokens", type=int, default=48, help="tokens sampled per turn")
+    ap.add_argument("--spectra", type=int, default=12, help="spectra of the batch section (0: skip it)")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--n-ctx", type=int, default=16384)
+    ap.add_argument("--n-gpu-layers", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="8 tokens per turn, K in 1,2,4, small images, 4 spectra")
+    args = ap.parse_args(argv)
+    ks = [int(k) for k in args.rollouts.split(",")]
+    if args.quick:
+        args.max_tokens, args.spectra, ks = 8, min(args.spectra, 4), [k for k in ks if k <= 4] or [1]
+    n_seq = max(ks + [4, 8])
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.text and args.mmproj:
+            text, mmproj, model = args.text, args.mmproj, "given"
+        else:
+            from speco3_testkit.tinymodel import tiny_gguf_pair
+
+            text, mmproj = tiny_gguf_pair(os.environ.get("SPECO3_TEST_CACHE") or tmp, quant=args.quant)
+            model = f"tiny Qwen2.5-VL ({args.quant})"
+        settings = EngineSettings(n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+                                  n_seq=n_seq, mmproj_on_gpu=args.n_gpu_layers != 0)
+        engine = LlamaMtmdEngine(text, mmproj, settings, warmup=False)
+        engine.load()
+        images = make_images(QUICK_SIZES if args.quick else SIZES)
+        try:
+            rollouts_parallel(engine, images, 1, 4)  # warm up allocators once
+            rollouts = {}
+            for k in ks:
+                par = rollouts_parallel(engine, images, k, args.max_tokens)
+                seq = rollouts_sequential(engine, images, k, args.max_tokens)
+                rollouts[f"k_{k}"] = {"parallel": par, "sequential": seq,
+                                      "sequential_over_parallel_wall": round(seq["wall_s"] / par["wall_s"], 3)}
+            k1 = rollouts.get("k_1", {}).get("parallel", {}).get("wall_s")
+            for row in rollouts.values():
+                row["parallel"]["wall_over_k1"] = round(row["parallel"]["wall_s"] / k1, 3) if k1 else None
+            decode = [decode_rate(engine, images, n, max(args.max_tokens, 16)) for n in (1, 2, 4, 8) if n <= n_seq]
+            logprobs = logprob_cost(engine, images, max(args.max_tokens, 16))
+            backend = engine.stats().backend
+        finally:
+            engine.close()
+        batch = None
+        if args.spectra > 0:
+            bsettings = EngineSettings(n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+                                       mmproj_on_gpu=args.n_gpu_layers != 0, n_seq=4, image_max_tokens=120
+                                       if args.quick else None, max_tokens_per_turn=args.max_tokens)
+            batch = batch_rate(text, mmproj, bsettings, args.spectra, [1, 2, 4], Path(tmp))
+    report = {"model": model, "backend": backend, "max_tokens_per_turn": args.max_tokens, "rollouts": rollouts,
+              "decode": decode, "batch": batch, "logprobs": logprobs}
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
