@@ -115,6 +115,31 @@ def _file_type(value) -> str:
     return name.split("_", 1)[1] if "_" in name else name
 
 
+def shape_from_catalog(entry, quant: str | None = None, mmproj_quant: str | None = None) -> ModelShape:
+    """The shape of a catalog model before download: dimensions from its ``shape`` entry, the bytes of the text
+    GGUF spread over its tensors in proportion to their parameters (the catalog's sizes are estimates)."""
+    quant = (quant or entry.recommended_quant).upper()
+    mq = (mmproj_quant or entry.recommended.get("mmproj_quant", "F16")).upper()
+    sh = entry.extra.get("shape")
+    if not sh or quant not in entry.text_bytes:
+        raise ValueError(f"the catalog has no shape or no {quant} size for {entry.name}")
+    e, n, vocab = entry.hidden_size, entry.n_layers, int(sh["vocab"])
+    kv = int(sh["kv_heads"]) * e // int(sh["heads"])
+    layer_params = 2 * e * e + 2 * e * kv + 3 * e * int(sh["intermediate"])
+    io_params = vocab * e * (1 if entry.tied_embeddings else 2)
+    per_param = entry.text_bytes[quant].value / (n * layer_params + io_params)
+    embd = int(vocab * e * per_param)
+    vision = sh.get("vision", {})
+    return ModelShape(
+        name=entry.install_name(quant), n_layers=n, n_embd=e, n_head=int(sh["heads"]), n_head_kv=int(sh["kv_heads"]),
+        n_vocab=vocab, n_ff=int(sh["intermediate"]), n_ctx_train=int(sh.get("context_length", 32768)),
+        layer_bytes=(int(layer_params * per_param),) * n, output_bytes=0 if entry.tied_embeddings else embd,
+        embd_bytes=embd, projector_bytes=int(entry.mmproj_bytes[mq].value) if mq in entry.mmproj_bytes else 0,
+        vision_hidden=int(vision.get("hidden", 1280)), vision_heads=int(vision.get("heads", 16)),
+        vision_ff=int(vision.get("intermediate", 3420)), quant=quant,
+    )
+
+
 @dataclass(frozen=True)
 class MemoryEstimate:
     """Bytes a loaded model needs, in parts (all layers counted; `split` divides them between GPU and host)."""

@@ -109,3 +109,44 @@ def describe(plan: FitPlan, n_gpu_layers: int) -> str:
     proj = ", projector on the GPU" if plan.mmproj_on_gpu and n_gpu_layers else ""
     ctx = f", context {plan.n_ctx}" + (f" (lowered from {plan.n_ctx_requested})" if plan.context_reduced else "")
     return f"{where}{proj}{ctx}; estimated {format_gib(plan.estimate.total_bytes)} ({plan.source})"
+
+
+def plan_model(name: str | None = None, text: str | Path | None = None, mmproj: str | Path | None = None, *,
+               settings: EngineSettings | None = None, store=None, use_tool: bool = True,
+               quant: str | None = None) -> tuple[FitPlan, list[native.Device]]:
+    """The plan for an installed model (by name; None: the default), a catalog model not downloaded yet (its
+    catalog shape), or an explicit ``text`` + ``mmproj`` pair; with the devices seen. For `spec-o3 models fit`
+    and the model manager. ``use_tool``: let llama-fit-params give the text model's parts when installed."""
+    from speco3_models import catalog
+    from speco3_models.errors import ModelStoreError
+    from speco3_models.fit import shape_from_catalog
+    from speco3_models.store import ModelStore
+
+    settings = settings or EngineSettings()
+    try:
+        native.ensure_backend()
+        llama, _ = native.import_llama()
+        gpu_offload, devices = bool(llama.llama_supports_gpu_offload()), native.list_devices()
+    except EngineError:  # no llama-cpp-python: plan for the CPU from the files alone
+        gpu_offload, devices = False, []
+    if text is None and mmproj is None:
+        entry = catalog.find(name) if name else None
+        installed = None
+        try:
+            installed = (store or ModelStore()).get(name) if name else (store or ModelStore()).default()
+        except ModelStoreError:
+            if entry is None:
+                raise
+        if installed is None and entry is not None:
+            host_free, gpus = machine_memory(devices) if gpu_offload else (host_available_bytes(), [])
+            plan = plan_fit(shape_from_catalog(entry, quant), settings.n_ctx, host_free, gpus, kv_type=settings.kv_type,
+                            flash_attn=settings.flash_attn, want_gpu=gpu_offload,
+                            want_projector_gpu=settings.mmproj_on_gpu, n_gpu_layers=settings.n_gpu_layers)
+            return plan, devices
+        if installed is None:
+            raise ModelStoreError("no model installed and no catalog name given")
+        text, mmproj = installed.text_path, installed.mmproj_path
+    if text is None or mmproj is None:
+        raise EngineError("give both the text GGUF and its projector (--text and --mmproj)")
+    native.check_model_files(text, mmproj)
+    return plan_load(text, mmproj, settings, gpu_offload=gpu_offload, use_tool=use_tool, devices=devices), devices
