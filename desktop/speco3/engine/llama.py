@@ -127,8 +127,8 @@ class LlamaMtmdEngine(Engine):
         self._stats.extra.update(n_gpu_layers=self._n_gpu_layers, flash_attn=s.flash_attn, kv_type=s.kv_type,
                                  mmproj_backend=native.backend_label(1 if self._mmproj_gpu else 0), fit=chosen,
                                  fit_notes=list(plan.notes), estimated_bytes=plan.estimate.total_bytes)
-        logger.info("loaded %s + %s on %s in %.1f s (n_ctx %d): %s", self.text_path.name, self.mmproj_path.name,
-                    self._stats.backend, self._stats.load_seconds, self._n_ctx, chosen)
+        logger.info("loaded %s + %s on %s in %.1f s (n_ctx %d): %s; settings %s", self.text_path, self.mmproj_path,
+                    self._stats.backend, self._stats.load_seconds, self._n_ctx, chosen, s.to_dict())
 
     def _load_native(self, llama, mtmd, n_gpu_layers: int, n_ctx: int, mmproj_gpu: bool) -> None:
         s = self.settings

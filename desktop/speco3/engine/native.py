@@ -76,6 +76,11 @@ def ensure_backend() -> None:
                 setter(_log_callback, ctypes.c_void_p(0))
         llama.llama_backend_init()
         _initialised = True
+    devices = ", ".join(f"{d.backend}/{d.name} ({d.kind}, {d.description}, {d.free_bytes / 2**30:.1f} of "
+                        f"{d.total_bytes / 2**30:.1f} GiB free)" for d in list_devices())
+    logger.info("llama.cpp backend ready: GPU offload %s; devices: %s; %s",
+                "supported" if llama.llama_supports_gpu_offload() else "not supported", devices or "unknown",
+                (llama.llama_print_system_info() or b"").decode(errors="replace").strip())
 
 
 def recent_native_problems(clear: bool = True) -> str:
