@@ -178,3 +178,21 @@ def test_shape_from_the_tiny_gguf_pair(tiny_gguf):
     assert estimate(shape, 4096).kv_bytes == 2 * 4096 * 2 * 2 * 64 * 2
     assert plan_fit(shape, 4096, 4 * GIB).fits
     assert shape.weights_bytes < MIB * 8
+
+
+def test_models_fit_command(tiny_gguf, capsys):
+    import json
+
+    from speco3.cli import main
+
+    text, mmproj = tiny_gguf("F16")
+    assert main(["models", "fit", "--text", str(text), "--mmproj", str(mmproj), "--ctx", "8192", "--json",
+                 "--no-tool"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fits"] and out["n_ctx"] == 8192 and out["n_gpu_layers"] == 0 and out["source"] == "estimate"
+    assert out["total_bytes"] == sum(v for k, v in out.items() if k.endswith("_bytes") and k not in (
+        "total_bytes", "host_needed_bytes", "host_free_bytes", "gpu_needed_bytes"))
+    assert out["devices_seen"][0]["kind"] == "CPU" and out["devices_seen"][0]["total_bytes"] > 0
+    assert main(["models", "fit", "spec-o3-7b", "--quant", "Q8_0"]) in (0, 1)
+    human = capsys.readouterr().out
+    assert "estimate at a 16384-token context, f16 KV cache (estimate):" in human and "free memory: RAM " in human
