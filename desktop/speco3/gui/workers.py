@@ -29,6 +29,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from speco3.agent.eta import QueueEstimate, Rates, TimeToVerdict
 from speco3.spectra.model import Spectrum
 
 log = logging.getLogger(__name__)
@@ -202,6 +203,7 @@ class InferenceThread(BackgroundTask):
     batch_progress = Signal(int, int)
     batch_state = Signal(str)
     engine_status = Signal(str)
+    eta = Signal(int, float, float)  # job id, seconds left for it, for it and the batch queue (-1: unknown)
 
     def __init__(self, render: Callable[[Any], bytes] = render_png, parent: QObject | None = None):
         super().__init__("speco3-inference", parent)
@@ -218,6 +220,7 @@ class InferenceThread(BackgroundTask):
         self._engine = None
         self._engine_key: str | None = None
         self._next_id = 1
+        self._queue_eta = QueueEstimate()
 
     # -- GUI-thread API ------------------------------------------------------------------------------------------
     def isRunning(self) -> bool:  # noqa: N802 - mirrors QThread
@@ -343,6 +346,12 @@ class InferenceThread(BackgroundTask):
                     if not left and done >= total:
                         self.batch_state.emit("finished")
 
+    def _emit_eta(self, job: AgentJob, eta: TimeToVerdict) -> None:
+        with self._lock:
+            queued = len(self._batch) if job.batch else 0
+        left, queue = eta.remaining(), self._queue_eta.remaining(eta, queued) if job.batch else None
+        self.eta.emit(job.job_id, -1.0 if left is None else left, -1.0 if queue is None else queue)
+
     def _close_engine(self) -> None:
         if self._engine is not None:
             try:
@@ -392,12 +401,17 @@ class InferenceThread(BackgroundTask):
 
         final = None
         steps = []
+        eta = self._queue_eta.new_episode(Rates.from_stats(stats))
         for step in run_episode(engine, spectrum, job.task, self.render, cancel=job.cancel, on_token=on_token):
             flush()
             steps.append(step)
             if not job.batch:
                 self.step.emit(job.job_id, step)
             final = step
+            eta.observe(step, engine.stats() if step.kind == "assistant" and hasattr(engine, "stats") else None)
+            self._emit_eta(job, eta)
+        if final is not None and final.kind == "verdict" and not job.scripted:
+            self._queue_eta.finished(final)
         flush()
         info["steps"] = steps
         info["spectrum"] = spectrum
