@@ -92,3 +92,23 @@ def test_load_records_the_plan(make_engine):
     st = make_engine().stats()
     assert st.extra["fit"].startswith("CPU only") and "context 2048" in st.extra["fit"]
     assert 0 < st.extra["estimated_bytes"] < 1 * GIB
+
+
+def test_context_is_lowered_when_that_is_what_it_takes(tiny_pair, monkeypatch, caplog):
+    from speco3_models.fit import HOST_MARGIN, estimate
+
+    settings = EngineSettings(**{**TIGHT, "n_ctx": 16384})
+    shape = ModelShape.from_gguf(*tiny_pair)
+    free = estimate(shape, 8192, kv_type="f32", flash_attn=False).total_bytes + HOST_MARGIN + 1
+    monkeypatch.setattr(fitting, "host_available_bytes", lambda: free)
+    engine = LlamaMtmdEngine(*tiny_pair, settings, warmup=False)
+    with caplog.at_level(logging.WARNING, logger="speco3.engine"):
+        engine.load()
+    try:
+        st = engine.stats()
+        assert st.n_ctx == 8192
+        assert st.extra["fit_notes"] == ["context lowered from 16384 to 8192 tokens to fit in memory"]
+        assert "context 8192 (lowered from 16384)" in st.extra["fit"]
+        assert "context lowered from 16384 to 8192" in caplog.text
+    finally:
+        engine.close()

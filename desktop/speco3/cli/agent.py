@@ -76,7 +76,10 @@ def open_cli_engine(args):
     t0 = time.perf_counter()
     engine = open_engine(model, settings)
     stats = engine.stats()
-    print(f"loaded {engine.info.model_id} ({stats.backend}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    print(f"loaded {engine.info.model_id} ({stats.backend}) in {time.perf_counter() - t0:.1f} s: "
+          f"{stats.extra.get('fit', '')}", file=sys.stderr)
+    for note in stats.extra.get("fit_notes", ()):  # a lowered context, layers left on the CPU: say so
+        print(f"note: {note}", file=sys.stderr)
     return engine
 
 

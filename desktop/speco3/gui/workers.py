@@ -370,7 +370,10 @@ class InferenceThread(BackgroundTask):
             self._engine = job.engine_factory()
             self._engine.load()
             self._engine_key = job.engine_key
-            self.engine_status.emit(f"{job.engine_key} loaded in {time.perf_counter() - t0:.1f} s")
+            extra = getattr(self._engine.stats(), "extra", {}) if hasattr(self._engine, "stats") else {}
+            fit = "; ".join([extra.get("fit", ""), *extra.get("fit_notes", ())]).strip("; ")
+            self.engine_status.emit(f"{job.engine_key} loaded in {time.perf_counter() - t0:.1f} s"
+                                    + (f": {fit}" if fit else ""))
         return self._engine
 
     def _run_job(self, job: AgentJob) -> None:
