@@ -39,6 +39,12 @@ MIN_CTX = 4096
 #: llama.cpp's and mtmd's fixed allocations besides the buffers counted apart (graph metadata, thread pools, image
 #: preprocessing, sampler): 29 MiB measured on the tiny model on Linux (peak RSS increase minus the parts).
 RUNTIME_OVERHEAD = 32 * MIB
+#: Vision encoder bytes per pair of patches: attention masks with flash attention; masks besides the scores of
+#: every head (4 bytes each) without it. Measured on the tiny model at 5,076 patches (tests/engine/test_fit_rss.py).
+#: KV cells an inspection typically fills (a few images at the cap and the turns): the attention buffers touched.
+TYPICAL_CELLS = 4096
+VISION_PAIR_BYTES_FA = 7
+VISION_PAIR_BYTES_NO_FA = 5
 #: Rough bits per weight of the text quantizations (to suggest a smaller one in a refusal).
 QUANT_BITS = {"Q4_K_M": 4.85, "Q5_K_M": 5.7, "Q6_K": 6.6, "Q8_0": 8.5, "F16": 16.0, "BF16": 16.0, "F32": 32.0}
 
@@ -156,6 +162,7 @@ class MemoryEstimate:
     projector_bytes: int
     projector_compute_bytes: int
     overhead_bytes: int
+    reserved_compute: int = 0  # the text compute buffer as allocated (a GPU holds all of it)
 
     @property
     def total_bytes(self) -> int:
@@ -173,27 +180,37 @@ def _pad(n: int, to: int = 256) -> int:
 
 def estimate(shape: ModelShape, n_ctx: int, *, kv_type: str = "f16", flash_attn: bool = True, n_ubatch: int = 512,
              image_max_tokens: int = 1280) -> MemoryEstimate:
-    """Memory of ``shape`` loaded with an ``n_ctx`` context (one sequence), as llama.cpp and mtmd allocate it.
+    """Memory of ``shape`` loaded with an ``n_ctx`` context (one sequence): what the process's peak RSS grows by.
 
-    The KV cache is exact (llama.cpp pads the context to 256 cells). The compute buffers follow the graph's
-    largest live tensors for one micro-batch of ``n_ubatch`` tokens: the logits, the FFN activations and, without
-    flash attention, the attention scores; the vision encoder's for one image of ``image_max_tokens`` tokens
-    (4 patches per token).
+    The KV cache is exact (llama.cpp pads the context to 256 cells). The text compute buffer as llama.cpp reserves
+    it (``reserved_compute``, what a GPU allocates; checked against llama-fit-params) is the larger of two phases
+    of the graph for one micro-batch of ``n_ubatch`` tokens: the layers (FFN activations, the KQ mask over the
+    whole context and, without flash attention, every head's scores) or the output (``n_ubatch`` rows of logits).
+    What RAM holds of it (``compute_bytes``) is what a batch touches: one row of logits (the agent asks for the
+    last token's only) and the mask over the cells an inspection uses (`TYPICAL_CELLS`). The vision
+    encoder's buffers are for one image at ``image_max_tokens`` tokens (4 patches per token): activations per
+    patch plus attention masks over all patch pairs (and the scores of every head without flash attention);
+    the per-pair coefficients were measured on the tiny model (``tests/engine/test_fit_rss.py``).
     """
     if kv_type not in KV_BYTES:
         raise ValueError(f"unknown KV type {kv_type!r}; use one of {sorted(KV_BYTES)}")
     ctx = _pad(max(1, int(n_ctx)))
     kv = int(shape.n_layers * ctx * 2 * shape.n_head_kv * shape.head_dim * KV_BYTES[kv_type])
     ub = min(int(n_ubatch), ctx)
-    scores = 0 if flash_attn else ub * ctx * shape.n_head * 4
-    compute = ub * 4 * (shape.n_vocab + 2 * shape.n_ff + 4 * shape.n_embd) + scores
+    per_cell = 2 if flash_attn else 4 * shape.n_head + 4  # KQ mask (f16 with flash attention; f32 + f32 scores)
+    activations = ub * 4 * (2 * shape.n_ff + 4 * shape.n_embd)
+    output_phase = ub * shape.n_embd * 8  # the graph's end: the last hidden states before the output matmul
+    # llama.cpp reserves the larger of the two phases of the graph (its allocator reuses memory between them)
+    reserved = max(output_phase + ub * shape.n_vocab * 4, activations + ub * ctx * per_cell)
+    resident = max(output_phase + shape.n_vocab * 4, activations + ub * min(ctx, TYPICAL_CELLS) * per_cell)
     patches = 4 * int(image_max_tokens)
-    vis_scores = patches * patches * shape.vision_heads * 4 if not flash_attn else 0
-    vis = patches * 4 * (3 * shape.vision_hidden + 2 * shape.vision_ff) + vis_scores
+    per_pair = VISION_PAIR_BYTES_FA if flash_attn else 4 * shape.vision_heads + VISION_PAIR_BYTES_NO_FA
+    vis = patches * 4 * (3 * shape.vision_hidden + 2 * shape.vision_ff) + patches * patches * per_pair
     return MemoryEstimate(
-        n_ctx=ctx, kv_type=kv_type, weights_bytes=shape.weights_bytes, kv_bytes=kv, compute_bytes=compute,
-        output_buffer_bytes=shape.n_vocab * 4, projector_bytes=shape.projector_bytes,
-        projector_compute_bytes=vis if shape.projector_bytes else 0, overhead_bytes=RUNTIME_OVERHEAD,
+        n_ctx=ctx, kv_type=kv_type, weights_bytes=shape.weights_bytes, kv_bytes=kv,
+        compute_bytes=resident, output_buffer_bytes=shape.n_vocab * 4,
+        projector_bytes=shape.projector_bytes, projector_compute_bytes=vis if shape.projector_bytes else 0,
+        overhead_bytes=RUNTIME_OVERHEAD, reserved_compute=reserved,
     )
 
 
@@ -271,12 +288,13 @@ def _gpu_layers(shape: ModelShape, est: MemoryEstimate, budgets: list[int]) -> t
     """Greedy layer placement over the GPUs: ``(n_gpu_layers, bytes on GPUs, budgets left)``."""
     kv_layer = est.kv_bytes // max(1, shape.n_layers)
     left = list(budgets)
-    if not left or max(left) < est.compute_bytes:
+    compute = max(est.compute_bytes, est.reserved_compute)  # a GPU allocates the whole buffer
+    if not left or max(left) < compute:
         return 0, 0, left
     used = 0
     main = max(range(len(left)), key=lambda i: left[i])  # the compute buffer lives on the main GPU
-    left[main] -= est.compute_bytes
-    used += est.compute_bytes
+    left[main] -= compute
+    used += compute
     n = 0
     dev = 0
     costs = [b + kv_layer for b in shape.layer_bytes] + [shape.output_bytes + est.output_buffer_bytes]
@@ -317,7 +335,8 @@ def plan_fit(shape: ModelShape, n_ctx: int, host_free: int | None, gpus: Sequenc
             ngl = shape.n_layers + 1 if n_gpu_layers < 0 else min(int(n_gpu_layers), shape.n_layers + 1)
             blocks = min(ngl, shape.n_layers)
             gpu_used = (sum(shape.layer_bytes[shape.n_layers - blocks:]) + blocks * est.kv_bytes // shape.n_layers
-                        + (shape.output_bytes if ngl > shape.n_layers else 0) + (est.compute_bytes if ngl else 0))
+                        + (shape.output_bytes if ngl > shape.n_layers else 0)
+                        + (max(est.compute_bytes, est.reserved_compute) if ngl else 0))
             left = [sum(budgets) - gpu_used]
         else:
             ngl, gpu_used, left = _gpu_layers(shape, est, budgets)

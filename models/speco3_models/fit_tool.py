@@ -128,8 +128,9 @@ def fit_args(text_path, n_ctx: int, *, kv_type: str = "f16", flash_attn: bool = 
 
 def llama_estimator(shape: ModelShape, text_path, *, kv_type: str = "f16", flash_attn: bool = True,
                     tool: Path | None = None):
-    """An estimator for `plan_fit` whose text-model parts are llama.cpp's (``fit_print`` at each context) and
-    whose projector and runtime parts are ours; None when the tool is not available."""
+    """An estimator for `plan_fit` whose text-model weights, KV cache and allocated compute buffer are llama.cpp's
+    (``fit_print`` at each context) and whose projector, runtime and resident compute parts are ours; None when
+    the tool is not available."""
     tool = tool or find_fit_params()
     if tool is None:
         return None
@@ -141,7 +142,9 @@ def llama_estimator(shape: ModelShape, text_path, *, kv_type: str = "f16", flash
             return ours
         from dataclasses import replace
 
+        # llama.cpp's figures are allocations: the weights and the KV cache are resident in full; of the compute
+        # buffer a GPU holds all (reserved_compute) while RAM holds what one batch touches (ours)
         return replace(ours, weights_bytes=max(ours.weights_bytes, fp.part_mib(0) * MIB),
-                       kv_bytes=fp.part_mib(1) * MIB, compute_bytes=fp.part_mib(2) * MIB)
+                       kv_bytes=fp.part_mib(1) * MIB, reserved_compute=fp.part_mib(2) * MIB)
 
     return est

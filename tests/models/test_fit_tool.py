@@ -37,7 +37,7 @@ def test_estimate_parts_agree_with_llama_cpp(tool, tiny_gguf, quant, n_ctx, flas
     model, context, compute = fp.part_mib(0), fp.part_mib(1), fp.part_mib(2)
     assert _agree(ours.weights_bytes, model), (ours.weights_bytes / MIB, fp.rows)
     assert _agree(ours.kv_bytes, context), (ours.kv_bytes / MIB, fp.rows)
-    assert _agree(ours.compute_bytes, compute), (ours.compute_bytes / MIB, fp.rows)
+    assert _agree(ours.reserved_compute, compute), (ours.reserved_compute / MIB, fp.rows)
 
 
 def test_llama_estimator_feeds_the_plan(tool, tiny_gguf):

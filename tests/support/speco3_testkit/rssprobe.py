@@ -1,5 +1,5 @@
 """Measure what loading a model pair really costs: a child process loads it with the real engine, encodes one
-image, generates a few tokens and reports its peak RSS increase (Linux: ``VmHWM`` after resetting it with
+image at the token cap, generates a few tokens and reports its peak RSS increase (Linux: ``VmHWM`` after resetting it with
 ``/proc/self/clear_refs``), load time, image encode, prefill and decode rates, next to `speco3_models.fit`'s
 estimate for the same settings. Shared by ``tests/engine/test_fit_rss.py`` and ``benchmarks/bench_fit.py``."""
 
@@ -31,14 +31,17 @@ def status():
     return out
 
 text, mmproj, ctx, cap, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+fa = sys.argv[6] == "1"
 native.ensure_backend()
 buf = io.BytesIO()
-Image.fromarray(np.random.default_rng(0).integers(0, 256, (400, 700, 3), dtype=np.uint8)).save(buf, format="PNG")
+# an image at the token cap: the estimate counts the encoder's buffers and a full prefill batch for one such image
+Image.fromarray(np.random.default_rng(0).integers(0, 256, (1600, 2800, 3), dtype=np.uint8)).save(buf, format="PNG")
 image = prepare_image(buf.getvalue(), max_tokens=cap)
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # reset the peak (VmHWM) to the current RSS
 base = status()["VmRSS"]
-settings = EngineSettings(n_ctx=ctx, n_threads=threads, image_max_tokens=cap, n_gpu_layers=0, mmproj_on_gpu=False)
+settings = EngineSettings(n_ctx=ctx, n_threads=threads, image_max_tokens=cap, n_gpu_layers=0, mmproj_on_gpu=False,
+                          flash_attn=fa, kv_type="f16")
 t0 = time.perf_counter()
 engine = LlamaMtmdEngine(text, mmproj, settings, warmup=True)
 engine.load()
@@ -60,12 +63,12 @@ print(json.dumps({
 
 
 def measure_load(text: str | Path, mmproj: str | Path, n_ctx: int, *, image_max_tokens: int = 1280,
-                 threads: int = 2, timeout: float = 1200.0) -> dict:
+                 threads: int = 2, flash_attn: bool = True, timeout: float = 1200.0) -> dict:
     """Load ``text`` + ``mmproj`` at ``n_ctx`` in a fresh child process; its figures as a dict (see the module)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*sys.path[1:], env.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(text), str(mmproj), str(n_ctx), str(image_max_tokens),
-                           str(threads)], capture_output=True, text=True, timeout=timeout, env=env)
+                           str(threads), "1" if flash_attn else "0"], capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"load measurement failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
