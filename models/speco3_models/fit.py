@@ -315,14 +315,16 @@ def plan_fit(shape: ModelShape, n_ctx: int, host_free: int | None, gpus: Sequenc
              estimator: Callable[[int], MemoryEstimate] | None = None, kv_type: str = "f16",
              flash_attn: bool = True, want_gpu: bool = True, want_projector_gpu: bool = True,
              lower_ctx: bool = True, min_ctx: int = MIN_CTX, gpu_margin: int = GPU_MARGIN,
-             host_margin: int = HOST_MARGIN, n_gpu_layers: int | None = None) -> FitPlan:
+             host_margin: int = HOST_MARGIN, n_gpu_layers: int | None = None,
+             image_max_tokens: int = 1280) -> FitPlan:
     """Choose ``n_gpu_layers``, where the projector goes and the context, for the free memory given.
 
     Contexts tried: ``n_ctx``, then (with ``lower_ctx``) halved down to ``min_ctx``; the first that fits wins and
     the lowered context is noted. ``host_free`` None means unknown (assumed enough). ``n_gpu_layers`` fixes the
     layer count (the user chose it) instead of fitting it. Pure: no file, device or clock is read.
     """
-    est_fn = estimator or (lambda c: estimate(shape, c, kv_type=kv_type, flash_attn=flash_attn))
+    est_fn = estimator or (lambda c: estimate(shape, c, kv_type=kv_type, flash_attn=flash_attn,
+                                              image_max_tokens=image_max_tokens))
     gpus = tuple(g for g in gpus if g.kind in ("GPU", "IGPU", "ACCEL")) if want_gpu else ()
     ctxs = [int(n_ctx)]
     while ctxs[-1] // 2 >= min_ctx:

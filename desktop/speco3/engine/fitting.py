@@ -64,15 +64,22 @@ def plan_load(text_path: str | Path, mmproj_path: str | Path, settings: EngineSe
     if use_tool if use_tool is not None else bool(gpus):
         from speco3_models.fit_tool import llama_estimator
 
-        estimator = llama_estimator(shape, text_path, kv_type=settings.kv_type, flash_attn=settings.flash_attn)
+        estimator = llama_estimator(shape, text_path, kv_type=settings.kv_type, flash_attn=settings.flash_attn,
+                                    image_max_tokens=image_cap(settings))
     plan = plan_fit(shape, int(settings.n_ctx), host_free, gpus, estimator=estimator, kv_type=settings.kv_type,
                     flash_attn=settings.flash_attn, want_gpu=gpu_offload, want_projector_gpu=settings.mmproj_on_gpu,
-                    n_gpu_layers=settings.n_gpu_layers)
+                    n_gpu_layers=settings.n_gpu_layers, image_max_tokens=image_cap(settings))
     if estimator is not None:
         from dataclasses import replace
 
         plan = replace(plan, source="llama-fit-params")
     return plan
+
+
+def image_cap(settings: EngineSettings) -> int:
+    """Image tokens per image the estimate plans for: the settings' cap, else 1280 (the catalog's recommended cap,
+    above the ~500 tokens of the renderer's views; the processor's own limit, 16k tokens, is never reached)."""
+    return int(settings.image_max_tokens or 1280)
 
 
 def load_attempts(plan: FitPlan) -> list[int]:
@@ -141,7 +148,8 @@ def plan_model(name: str | None = None, text: str | Path | None = None, mmproj: 
             host_free, gpus = machine_memory(devices) if gpu_offload else (host_available_bytes(), [])
             plan = plan_fit(shape_from_catalog(entry, quant), settings.n_ctx, host_free, gpus, kv_type=settings.kv_type,
                             flash_attn=settings.flash_attn, want_gpu=gpu_offload,
-                            want_projector_gpu=settings.mmproj_on_gpu, n_gpu_layers=settings.n_gpu_layers)
+                            want_projector_gpu=settings.mmproj_on_gpu, n_gpu_layers=settings.n_gpu_layers,
+                            image_max_tokens=settings.image_max_tokens or entry.image_max_tokens or image_cap(settings))
             return plan, devices
         if installed is None:
             raise ModelStoreError("no model installed and no catalog name given")
