@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import re
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -232,6 +233,23 @@ def llama_cpp_files(lib_dir: Path | None = None) -> tuple[list[tuple[str, str]],
         if not any(re.match(rf"^(lib)?{re.escape(needed)}(\.|$)", n) for n in names):
             raise BundleError(f"{lib_dir}: no {needed} library; reinstall llama-cpp-python")
     return binaries, datas
+
+
+def llama_tools() -> list[tuple[str, str]]:
+    """llama.cpp's ``llama-fit-params`` as a binary destined for ``llama-tools`` (the app runs it to fit the model
+    to the machine, `speco3_models.fit_tool`), from ``scripts/build-llama-tools.sh``'s cache; empty (with a note)
+    when it was not built: the app then uses its own estimate."""
+    sys.path.insert(0, str(ROOT / "models"))
+    try:
+        from speco3_models.fit_tool import find_fit_params
+    finally:
+        sys.path.pop(0)
+    tool = find_fit_params()
+    if tool is None:
+        print("bundle: llama-fit-params not found (run scripts/build-llama-tools.sh); the app will use its own "
+              "memory estimate")
+        return []
+    return [(str(tool), "llama-tools")]
 
 
 def ggml_backends(names: Iterable[str]) -> list[str]:

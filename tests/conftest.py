@@ -95,9 +95,9 @@ socket.getaddrinfo = _guarded_getaddrinfo
 
 @pytest.fixture(autouse=True)
 def _user_dirs(tmp_path_factory, monkeypatch):
-    """Every test gets its own data, config and cache folders."""
+    """Every test gets its own data, config, cache and log folders."""
     base = tmp_path_factory.mktemp("user")
-    for name in ("DATA", "CONFIG", "CACHE"):
+    for name in ("DATA", "CONFIG", "CACHE", "LOG"):
         monkeypatch.setenv(f"SPECO3_{name}_DIR", str(base / name.lower()))
     yield
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from speco3_base.dirs import cache_dir, config_dir, data_dir, ensure
+from speco3_base.dirs import cache_dir, config_dir, data_dir, ensure, log_dir
 
-__all__ = ["cache_dir", "config_dir", "data_dir", "ensure"]
+__all__ = ["cache_dir", "config_dir", "data_dir", "ensure", "log_dir"]

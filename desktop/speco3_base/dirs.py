@@ -1,6 +1,6 @@
 """User folders (platformdirs) and their overrides.
 
-``SPECO3_DATA_DIR``, ``SPECO3_CONFIG_DIR`` and ``SPECO3_CACHE_DIR`` override the platform folders;
+``SPECO3_DATA_DIR``, ``SPECO3_CONFIG_DIR``, ``SPECO3_CACHE_DIR`` and ``SPECO3_LOG_DIR`` override the platform folders;
 tests point them at temporary folders.
 """
 
@@ -33,6 +33,11 @@ def config_dir() -> Path:
 def cache_dir() -> Path:
     """Folder for rebuildable caches (archive indexes, rendered thumbnails)."""
     return _dir("SPECO3_CACHE_DIR", platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+
+
+def log_dir() -> Path:
+    """Folder of the rotating log file (``spec-o3.log``) written by the app and the CLI."""
+    return _dir("SPECO3_LOG_DIR", platformdirs.user_log_dir(APP_NAME, appauthor=False))
 
 
 def ensure(path: Path) -> Path:

@@ -152,7 +152,7 @@ def _parse(entry: dict[str, Any]) -> CatalogModel:
             memory_bytes=_size(entry["memory_bytes"], f"{name}.memory_bytes") if "memory_bytes" in entry else None,
             published_macro_f1=entry.get("published_macro_f1"),
             published_task_f1={str(k): float(v) for k, v in entry.get("published_task_f1", {}).items()},
-            extra={k: v for k, v in entry.items() if k in ("params",)},
+            extra={k: v for k, v in entry.items() if k in ("params", "shape")},
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelStoreError(f"catalog entry {name!r} is malformed: {exc!r}") from exc

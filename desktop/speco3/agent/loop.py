@@ -228,6 +228,9 @@ class Episode:
         if detail:
             log = logger.info if outcome in (Outcome.CANCELLED, Outcome.FORMAT_ERROR) else logger.warning
             log("episode on %s ended: %s (%s)", self.spectrum.name, outcome.value, detail)
+        logger.info("episode on %s: %s after %d turns, %d zooms, %d tokens generated, %d prompt and %d image tokens, "
+                    "%.1f s", self.spectrum.name, outcome.value, self.turns, self.zooms, self.tokens,
+                    self.prompt_tokens, self.image_tokens, time.perf_counter() - self.t_start)
         return VerdictStep(
             turn=self.turns, seconds=time.perf_counter() - self.t_start, outcome=outcome, verdict=outcome.verdict,
             answer=content or (answer.answer if answer else ""), method=answer.method if answer else "none",

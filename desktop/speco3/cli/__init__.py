@@ -9,6 +9,7 @@ import os
 import sys
 
 from speco3 import __version__
+from speco3.applog import file_handler, log_path, setup_logging
 from speco3.errors import Speco3Error
 
 # Modules with a ``register(subparsers)`` function, in help order.
@@ -33,13 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging("spec-o3", verbose=args.verbose, console_level=logging.WARNING)
+    log = logging.getLogger("speco3.cli")
+    log.info("command: %s %s", args.command, getattr(args, "models_command", "") or "")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
     except Speco3Error as exc:
+        _to_log_file(log, "command failed")
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -49,6 +53,20 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    except Exception:
+        _to_log_file(log, "uncaught exception")
+        path = log_path()
+        print(f"spec-o3: unexpected error; the traceback is in {path}", file=sys.stderr)
+        raise
+
+
+def _to_log_file(log: logging.Logger, what: str) -> None:
+    """The current exception with its traceback, in the log file only (the console gets one line)."""
+    handler = file_handler()
+    if handler is not None:
+        record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (what,), sys.exc_info())
+        if handler.filter(record):
+            handler.handle(record)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -84,7 +84,10 @@ def open_cli_engine(args):
     t0 = time.perf_counter()
     engine = open_engine(model, settings)
     stats = engine.stats()
-    print(f"loaded {engine.info.model_id} ({stats.backend}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    print(f"loaded {engine.info.model_id} ({stats.backend}) in {time.perf_counter() - t0:.1f} s: "
+          f"{stats.extra.get('fit', '')}", file=sys.stderr)
+    for note in stats.extra.get("fit_notes", ()):  # a lowered context, layers left on the CPU: say so
+        print(f"note: {note}", file=sys.stderr)
     return engine
 
 
@@ -226,6 +229,7 @@ def cmd_inspect(args) -> int:
         get_task,
         run_episode,
     )
+    from speco3.agent.eta import Rates, TimeToVerdict, format_eta
     from speco3.agent.trace import spectrum_ref
     from speco3.cli.confidence import cmd_inspect_rollouts, plan_and_thresholds
     from speco3.spectra import read_spectrum
@@ -245,14 +249,17 @@ def cmd_inspect(args) -> int:
     final = None
     max_turns = MAX_TURNS if args.max_turns is None else args.max_turns
     print(f"{spectrum.name} · task {task.id} ({task.target_class}) · model {engine.info.model_id}", flush=True)
+    eta = TimeToVerdict(rates=Rates.from_stats(engine.stats()), max_turns=max_turns)
     try:
         with sigint_cancels(cancel):
             for step in trace.follow(run_episode(engine, spectrum, task, render, cancel=cancel, on_token=stream,
                                                  max_turns=max_turns)):
+                eta.observe(step, engine.stats() if isinstance(step, AssistantStep) else None)
                 if isinstance(step, PromptStep):
                     print(f"[full view {step.image.width}×{step.image.height} px, {step.image.n_tokens} image tokens]")
                 elif isinstance(step, AssistantStep) and not args.quiet:
-                    print(f"\n[turn {step.turn}: {step.n_tokens} tokens, {step.tokens_per_s:.1f} tok/s]", flush=True)
+                    print(f"\n[turn {step.turn}: {step.n_tokens} tokens, {step.tokens_per_s:.1f} tok/s · "
+                          f"{format_eta(eta.remaining())}]", flush=True)
                 elif isinstance(step, ToolStep):
                     rng = step.wavelength_range
                     what = f"{rng[0]:g}–{rng[1]:g} Å" if rng else "?"

@@ -1,4 +1,4 @@
-"""``spec-o3 models list|pull|import|verify|remove|default`` and ``spec-o3 convert HF_DIR``.
+"""``spec-o3 models list|pull|import|verify|fit|remove|default`` and ``spec-o3 convert HF_DIR``.
 
 Progress goes to stderr (a self-updating line on a terminal, one line per 10 % otherwise); results go to stdout.
 Nothing here touches the network except ``models pull``, which the user asks for explicitly.
@@ -214,6 +214,39 @@ def cmd_convert(args) -> int:
     return 0
 
 
+def cmd_fit(args) -> int:
+    from dataclasses import asdict, replace
+
+    from speco3.engine.base import EngineSettings
+    from speco3.engine.fitting import plan_model
+    from speco3_models.fit import format_gib
+    from speco3_models.fit_tool import find_fit_params
+
+    settings = EngineSettings()
+    entry = catalog.find(args.name) if args.name else None
+    ctx = args.ctx or (entry.recommended_ctx if entry else settings.n_ctx)
+    settings = replace(settings, n_ctx=int(ctx), kv_type=args.kv_type, flash_attn=not args.no_flash_attn)
+    plan, devices = plan_model(args.name, args.text, args.mmproj, settings=settings,
+                               store=_store(args) if args.store else None, use_tool=not args.no_tool, quant=args.quant)
+    if args.json:
+        tool = find_fit_params()
+        out = plan.to_dict() | {"devices_seen": [asdict(d) for d in devices],
+                                "fit_tool": str(tool) if tool and not args.no_tool else None}
+        print(json.dumps(out, indent=2))
+        return 0 if plan.fits else 1
+    est = plan.estimate
+    print(f"estimate at a {est.n_ctx}-token context, {est.kv_type} KV cache ({plan.source}):")
+    for key, value in est.parts().items():
+        print(f"  {key.removesuffix('_bytes').replace('_', ' '):16s} {format_gib(value):>10s}")
+    host = "unknown" if plan.host_free_bytes is None else format_gib(plan.host_free_bytes)
+    print(f"free memory: RAM {host}" + "".join(f"; {d.name} {format_gib(d.free_bytes)} of {format_gib(d.total_bytes)}"
+                                           for d in plan.devices))
+    print(plan.summary())
+    for note in plan.notes:
+        print(f"  note: {note}")
+    return 0 if plan.fits else 1
+
+
 def register(subparsers) -> None:
     """Add ``models`` and ``convert`` to the ``spec-o3`` command line."""
     p = subparsers.add_parser("models", help="list, download, import, verify and remove models")
@@ -249,6 +282,18 @@ def register(subparsers) -> None:
     s.add_argument("--load", action="store_true", help="also load the pair with llama.cpp in a subprocess")
     s.add_argument("--timeout", type=float, default=300.0, help="seconds allowed for --load")
     s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("fit", help="estimate the memory a model needs and how it would load on this machine")
+    s.add_argument("name", nargs="?", help="installed or catalog model (default: the default model)")
+    s.add_argument("--text", help="text model GGUF (with --mmproj instead of a name)")
+    s.add_argument("--mmproj", help="vision projector GGUF")
+    s.add_argument("--ctx", type=int, help="context size (default: the model's recommended one)")
+    s.add_argument("--quant", help="catalog model not installed: the quantization to plan for (default Q4_K_M)")
+    s.add_argument("--kv-type", default="f16", choices=("f16", "f32", "q8_0"), help="KV cache type")
+    s.add_argument("--no-flash-attn", action="store_true", help="plan without flash attention")
+    s.add_argument("--no-tool", action="store_true", help="do not run llama-fit-params (built-in estimate only)")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_fit)
 
     s = sub.add_parser("remove", help="delete an installed model")
     s.add_argument("name")

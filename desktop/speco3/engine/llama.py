@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from speco3.engine import native
+from speco3.engine import fitting, native
 from speco3.engine.base import (
     Engine,
     EngineSettings,
@@ -94,7 +94,7 @@ class LlamaMtmdEngine(Engine):
         self._seq = SeqState(0, self._cells)  # the one conversation of `reset`/`extend`/`generate`
         self._stats = EngineStats(n_ctx=self.settings.n_ctx)
         self._t_prefill = self._t_decode = 0.0
-        self._n_gpu_layers = 0
+        self._n_gpu_layers, self._mmproj_gpu = 0, False
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -114,24 +114,26 @@ class LlamaMtmdEngine(Engine):
         native.ensure_backend()
         self._llama, self._mtmd = llama, mtmd = native.import_llama()
         self._owner = threading.current_thread()
-        try:
-            self._load_native(llama, mtmd)
-        except BaseException:
-            self.close()
-            raise
+        gpu = bool(llama.llama_supports_gpu_offload())
+        plan = fitting.plan_load(self.text_path, self.mmproj_path, s, gpu_offload=gpu)
+        if not plan.fits:
+            raise fitting.ModelTooLargeError(plan)  # before anything is loaded
+        fitting.load_with_fallback(
+            plan, lambda ngl: self._load_native(llama, mtmd, ngl, plan.n_ctx, plan.mmproj_on_gpu and ngl > 0), self.close)
+        chosen = fitting.describe(plan, self._n_gpu_layers)
         self._n_ctx = int(llama.llama_n_ctx(self._ctx))
         self._stats = EngineStats(
             backend=native.backend_label(self._n_gpu_layers), n_ctx=self._n_ctx, load_seconds=time.perf_counter() - t0
         )
         self._stats.extra.update(n_gpu_layers=self._n_gpu_layers, flash_attn=s.flash_attn, kv_type=s.kv_type,
-                                 mmproj_backend=native.backend_label(1 if s.mmproj_on_gpu else 0))
-        logger.info("loaded %s + %s on %s in %.1f s (n_ctx %d)", self.text_path.name, self.mmproj_path.name,
-                    self._stats.backend, self._stats.load_seconds, self._n_ctx)
+                                 mmproj_backend=native.backend_label(1 if self._mmproj_gpu else 0), fit=chosen,
+                                 fit_notes=list(plan.notes), estimated_bytes=plan.estimate.total_bytes)
+        logger.info("loaded %s + %s on %s in %.1f s (n_ctx %d): %s; settings %s", self.text_path, self.mmproj_path,
+                    self._stats.backend, self._stats.load_seconds, self._n_ctx, chosen, s.to_dict())
 
-    def _load_native(self, llama, mtmd) -> None:
+    def _load_native(self, llama, mtmd, n_gpu_layers: int, n_ctx: int, mmproj_gpu: bool) -> None:
         s = self.settings
-        gpu = bool(llama.llama_supports_gpu_offload())
-        self._n_gpu_layers = (-1 if gpu else 0) if s.n_gpu_layers is None else int(s.n_gpu_layers)
+        self._n_gpu_layers, self._mmproj_gpu = int(n_gpu_layers), bool(mmproj_gpu)
         mp = llama.llama_model_default_params()
         mp.n_gpu_layers = self._n_gpu_layers
         mp.load_mode = llama.LLAMA_LOAD_MODE_MMAP if s.use_mmap and llama.llama_supports_mmap() else llama.LLAMA_LOAD_MODE_NONE
@@ -142,7 +144,7 @@ class LlamaMtmdEngine(Engine):
         if s.n_threads:
             threads = threads_batch = int(s.n_threads)
         cp = llama.llama_context_default_params()
-        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = int(s.n_ctx), self.n_batch, self.n_batch, max(1, int(s.n_seq))
+        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = int(n_ctx), self.n_batch, self.n_batch, max(1, int(s.n_seq))
         cp.kv_unified = True  # one cell buffer shared by all sequences (engine.sequences)
         cp.n_threads, cp.n_threads_batch = threads, threads_batch
         fa = llama.LLAMA_FLASH_ATTN_TYPE_ENABLED if s.flash_attn else llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
@@ -150,10 +152,10 @@ class LlamaMtmdEngine(Engine):
         cp.type_k = cp.type_v = KV_TYPES[s.kv_type]
         self._ctx = llama.llama_init_from_model(self._model, cp)
         if not self._ctx:
-            raise EngineError(f"llama.cpp could not create a context of {s.n_ctx} tokens: {native.recent_native_problems()}")
+            raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens: {native.recent_native_problems()}")
         self._vocab = llama.llama_model_get_vocab(self._model)
         mp2 = mtmd.mtmd_context_params_default()
-        mp2.use_gpu = bool(s.mmproj_on_gpu and gpu)
+        mp2.use_gpu = self._mmproj_gpu
         mp2.n_threads, mp2.print_timings, mp2.warmup, mp2.flash_attn_type = threads_batch, False, self.warmup, fa
         # images arrive already resized (speco3.imaging): let mtmd accept every size the HF processor produces
         mp2.image_min_tokens = MIN_PIXELS // (FACTOR * FACTOR)

@@ -76,6 +76,11 @@ def ensure_backend() -> None:
                 setter(_log_callback, ctypes.c_void_p(0))
         llama.llama_backend_init()
         _initialised = True
+    devices = ", ".join(f"{d.backend}/{d.name} ({d.kind}, {d.description}, {d.free_bytes / 2**30:.1f} of "
+                        f"{d.total_bytes / 2**30:.1f} GiB free)" for d in list_devices())
+    logger.info("llama.cpp backend ready: GPU offload %s; devices: %s; %s",
+                "supported" if llama.llama_supports_gpu_offload() else "not supported", devices or "unknown",
+                (llama.llama_print_system_info() or b"").decode(errors="replace").strip())
 
 
 def recent_native_problems(clear: bool = True) -> str:
@@ -94,6 +99,8 @@ class Device:
     name: str
     kind: str
     description: str
+    free_bytes: int = 0  # ggml_backend_dev_memory (the CPU device reports all RAM as free)
+    total_bytes: int = 0
 
 
 def list_devices() -> list[Device]:
@@ -110,16 +117,21 @@ def list_devices() -> list[Device]:
         lib.ggml_backend_dev_type.argtypes, lib.ggml_backend_dev_type.restype = [vp], ctypes.c_int
         lib.ggml_backend_dev_backend_reg.argtypes, lib.ggml_backend_dev_backend_reg.restype = [vp], vp
         lib.ggml_backend_reg_name.argtypes, lib.ggml_backend_reg_name.restype = [vp], ctypes.c_char_p
+        size_p = ctypes.POINTER(ctypes.c_size_t)
+        lib.ggml_backend_dev_memory.argtypes, lib.ggml_backend_dev_memory.restype = [vp, size_p, size_p], None
         devices = []
         for i in range(lib.ggml_backend_dev_count()):
             dev = lib.ggml_backend_dev_get(i)
             reg = lib.ggml_backend_dev_backend_reg(dev)
+            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+            lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
             devices.append(
                 Device(
                     backend=(lib.ggml_backend_reg_name(reg) or b"?").decode(errors="replace"),
                     name=(lib.ggml_backend_dev_name(dev) or b"?").decode(errors="replace"),
                     kind=DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "?"),
                     description=(lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
+                    free_bytes=int(free.value), total_bytes=int(total.value),
                 )
             )
         return devices

@@ -18,6 +18,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QProgressBar, QPushButton
 
+from speco3.agent.eta import format_eta
 from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectrum
 from speco3.gui.vetting import VettingController, store_key
 from speco3.gui.workers import AgentJob, InferenceThread
@@ -66,6 +67,7 @@ class AgentController(QObject):
         inference.started_job.connect(self._started)
         inference.tokens.connect(panel.append_tokens)
         inference.step.connect(panel.add_step)
+        inference.eta.connect(panel.set_eta)
         inference.finished_job.connect(self._finished)
         inference.failed_job.connect(self._failed)
         inference.engine_status.connect(self.message)
@@ -238,6 +240,7 @@ class BatchControls(QObject):
         self.pause.clicked.connect(self.toggle_pause)
         self.cancel.clicked.connect(inference.cancel_batch)
         inference.batch_progress.connect(self._on_progress)
+        inference.eta.connect(self._on_eta)
         inference.batch_state.connect(self._on_state)
         self.paused = False
 
@@ -251,10 +254,17 @@ class BatchControls(QObject):
         self.bar.setMaximum(max(total, 1))
         self.bar.setValue(done)
 
+    def _on_eta(self, _job_id: int, _left: float, queue_left: float) -> None:
+        """Time left for the whole queue in the progress bar (only while a batch runs)."""
+        if self.bar.isVisible() and queue_left >= 0:
+            self.bar.setFormat(f"pre-screen %v / %m · {format_eta(queue_left)}")
+            self.bar.setToolTip("estimated from the measured speed of the loaded model and the spectra done so far")
+
     def _on_state(self, state: str) -> None:
         self.pause.setText("Resume" if state == "paused" else "Pause")
         self.paused = state == "paused"
         if state in ("finished", "cancelled"):
+            self.bar.setFormat("pre-screen %v / %m")
             self.message(f"batch pre-screen {state}")
             QTimer.singleShot(3000, self, self._hide)  # this object as context: no call after the window closes
 

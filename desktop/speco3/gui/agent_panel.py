@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from speco3.agent.eta import format_eta
 from speco3.agent.steps import Step, VerdictStep
 from speco3.agent.tasks import Task
 from speco3.agent.trace import Trace
@@ -105,6 +106,7 @@ class AgentPanel(QWidget):
         self._done_tokens = 0
         self._live_chars = 0
         self._info: dict = {}
+        self._eta: tuple[float, float] | None = None  # (seconds left when estimated, perf_counter then)
         self._timer = QTimer(self, interval=250)
         self._timer.timeout.connect(self._update_status)
 
@@ -158,7 +160,7 @@ class AgentPanel(QWidget):
 
     def begin(self, job_id: int, title: str, scripted: bool) -> None:
         self.clear()
-        self._job, self._t0, self._info = job_id, time.perf_counter(), {}
+        self._job, self._t0, self._info, self._eta = job_id, time.perf_counter(), {}, None
         self._done_tokens, self._live_chars = 0, 0
         banner = (f"<p style='background:#fff3cd;color:#7a5200'><b>⚠ {SCRIPTED_LABEL}.</b> Canned text and the demo "
                   "catalogue's answer; the zooms are real renders.</p>") if scripted else ""
@@ -302,6 +304,20 @@ class AgentPanel(QWidget):
         self.run_button.setEnabled(self.model_box.count() > 0)
         self.cancel_button.setEnabled(False)
 
+    def set_eta(self, job_id: int, seconds_left: float, _queue_left: float = -1.0) -> None:
+        """The inference thread's estimate of the time left for this run (negative: not known yet)."""
+        if job_id == self._job:
+            self._eta = (seconds_left, time.perf_counter()) if seconds_left >= 0 else None
+            self._update_status()
+
+    def eta_text(self) -> str:
+        """``about 40 s left`` counting down from the last estimate, ``estimating time left …``, or "" once the
+        verdict is in."""
+        if self._eta is None:
+            return format_eta(None)
+        left, at = self._eta
+        return format_eta(max(0.0, left - (time.perf_counter() - at))) if left > 0 else ""
+
     def _update_status(self) -> None:
         if self._job is None:
             return
@@ -309,7 +325,8 @@ class AgentPanel(QWidget):
         tokens = self._done_tokens + self._live_chars // 4
         rate = tokens / elapsed if elapsed > 0 else 0.0
         backend = self._info.get("backend", "…")
-        self.status.setText(f"{backend} · {tokens} tokens · {rate:.1f} tok/s · {elapsed:.1f} s")
+        eta = self.eta_text()
+        self.status.setText(f"{backend} · {tokens} tokens · {rate:.1f} tok/s · {elapsed:.1f} s" + (f" · {eta}" if eta else ""))
 
     # -- zooms ---------------------------------------------------------------------------------------------------
     def zoom_windows(self) -> list[tuple[float, float, str]]:

@@ -42,8 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     if "--self-test" in argv:  # installation self-test: offscreen, no window; options of its own
         return _self_test([a for a in argv if a != "--self-test"])
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from speco3.applog import install_thread_hook, setup_logging
+
+    setup_logging("spec-o3-desktop", verbose=args.verbose, console_level=logging.INFO)
+    install_thread_hook()
     if args.folder and not Path(args.folder).is_dir():
         print(f"spec-o3-desktop: {args.folder}: not a folder", file=sys.stderr)
         return 2
@@ -55,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("Spec-o3 Desktop")
     app.setApplicationVersion(__version__)
     pg.setConfigOptions(antialias=True, background="w", foreground="k")
+    from speco3.gui.crash import install_excepthook
     from speco3.gui.main_window import MainWindow
+
+    install_excepthook()
 
     window = MainWindow()
     window.show()

@@ -93,6 +93,20 @@ def _pull(store, name: str, progress) -> str:
     return pull(store, name, progress=progress, convert=build_model).name
 
 
+def fit_line(name: str, store=None) -> str:
+    """The fit summary of an installed or catalog model at the app's context (the built-in estimate: no
+    subprocess while a dialog waits), or why it is unknown."""
+    from speco3.engine.fitting import plan_model
+    from speco3.gui.settings import AppSettings
+
+    try:
+        plan, _ = plan_model(name, settings=AppSettings.load().engine_settings(), store=store, use_tool=False)
+    except Exception as exc:  # a model the estimate cannot read must not break the dialog
+        log.info("no memory estimate for %s: %s", name, exc)
+        return f"memory needed: unknown ({exc})"
+    return plan.summary() + "".join(f"; {n}" for n in plan.notes)
+
+
 class ModelManagerDialog(QDialog):
     """Installed models with import, verify, remove and pull."""
 
@@ -125,6 +139,9 @@ class ModelManagerDialog(QDialog):
         row.addWidget(QLabel("Pull:"))
         row.addWidget(self.pull_name, 1)
         layout.addLayout(row)
+        self.fit_label = QLabel(objectName="pullFit", wordWrap=True)
+        layout.addWidget(self.fit_label)
+        self.pull_name.currentTextChanged.connect(self._show_pull_fit)
         layout.addLayout(buttons)
         layout.addWidget(self.progress)
         layout.addWidget(self.details, 1)
@@ -135,6 +152,7 @@ class ModelManagerDialog(QDialog):
         self._job: _Job | None = None
         self.resize(640, 520)
         self.reload()
+        self._show_pull_fit(self.pull_name.currentText())
 
     def reload(self) -> None:
         self.list.clear()
@@ -164,7 +182,15 @@ class ModelManagerDialog(QDialog):
             return
         self.details.setPlainText(
             f"{m.name}\ntext: {m.text.path} ({m.quant})\nprojector: {m.mmproj.path} ({m.mmproj_quant})\n"
-            f"width {m.hidden_size}, {m.n_layers} layers\ninstalled {m.created}\n{m.provenance.describe()}")
+            f"width {m.hidden_size}, {m.n_layers} layers\ninstalled {m.created}\n{m.provenance.describe()}\n"
+            f"{fit_line(name, self.store)}")
+
+    def _show_pull_fit(self, name: str) -> None:
+        """Before download: would the catalog model fit this machine ('fits on this machine: CPU only, 6.4 GiB')."""
+        from speco3_models.catalog import find
+
+        entry = find(name) if name else None
+        self.fit_label.setText(f"{entry.name} ({entry.recommended_quant}): {fit_line(name)}" if entry else "")
 
     def _run(self, fn, done_text: str) -> None:
         if self._job is not None:

@@ -6,6 +6,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMessageBox
 
 from speco3 import __version__
+from speco3.gui.crash import open_log_folder
 
 EXPORTS = (("CSV…", "csv", "csv"), ("VOTable…", "votable", "vot"), ("FITS table…", "fits", "fits"),
            ("HTML audit report…", "html", "html"))
@@ -48,4 +49,5 @@ def build_menus(w) -> None:
     add_action(w, s, "Settings…", w.open_settings)
     h = mb.addMenu("&Help")
     add_action(w, h, "Keyboard cheat sheet (H)", w.decision.toggle_cheat_sheet)
+    add_action(w, h, "Open log folder", open_log_folder)
     add_action(w, h, "About", lambda: QMessageBox.about(w, "Spec-o3 Desktop", f"Spec-o3 Desktop {__version__}"))

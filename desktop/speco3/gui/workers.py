@@ -29,6 +29,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from speco3.agent.eta import QueueEstimate, Rates, TimeToVerdict
 from speco3.spectra.model import Spectrum
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,7 @@ class InferenceThread(BackgroundTask):
     batch_progress = Signal(int, int)
     batch_state = Signal(str)
     engine_status = Signal(str)
+    eta = Signal(int, float, float)  # job id, seconds left for it, for it and the batch queue (-1: unknown)
 
     def __init__(self, render: Callable[[Any], bytes] = render_png, parent: QObject | None = None):
         super().__init__("speco3-inference", parent)
@@ -219,6 +221,7 @@ class InferenceThread(BackgroundTask):
         self._engine = None
         self._engine_key: str | None = None
         self._next_id = 1
+        self._queue_eta = QueueEstimate()
 
     # -- GUI-thread API ------------------------------------------------------------------------------------------
     def isRunning(self) -> bool:  # noqa: N802 - mirrors QThread
@@ -344,6 +347,12 @@ class InferenceThread(BackgroundTask):
                     if not left and done >= total:
                         self.batch_state.emit("finished")
 
+    def _emit_eta(self, job: AgentJob, eta: TimeToVerdict) -> None:
+        with self._lock:
+            queued = len(self._batch) if job.batch else 0
+        left, queue = eta.remaining(), self._queue_eta.remaining(eta, queued) if job.batch else None
+        self.eta.emit(job.job_id, -1.0 if left is None else left, -1.0 if queue is None else queue)
+
     def _close_engine(self) -> None:
         if self._engine is not None:
             try:
@@ -362,7 +371,10 @@ class InferenceThread(BackgroundTask):
             self._engine = job.engine_factory()
             self._engine.load()
             self._engine_key = job.engine_key
-            self.engine_status.emit(f"{job.engine_key} loaded in {time.perf_counter() - t0:.1f} s")
+            extra = getattr(self._engine.stats(), "extra", {}) if hasattr(self._engine, "stats") else {}
+            fit = "; ".join([extra.get("fit", ""), *extra.get("fit_notes", ())]).strip("; ")
+            self.engine_status.emit(f"{job.engine_key} loaded in {time.perf_counter() - t0:.1f} s"
+                                    + (f": {fit}" if fit else ""))
         return self._engine
 
     def _run_job(self, job: AgentJob) -> None:
@@ -392,17 +404,23 @@ class InferenceThread(BackgroundTask):
                 flush()
 
         k = job.plan.k if job.plan is not None else 1
+        eta = self._queue_eta.new_episode(Rates.from_stats(stats))
 
         def on_step(i: int, step) -> None:  # the panel follows the first rollout (its verdict is not the fold's)
             flush()
             if i == 0 and not job.batch and not (k > 1 and step.kind == "verdict"):
                 self.step.emit(job.job_id, step)
+            if i == 0:  # the estimate follows the first rollout too (K rollouts advance together)
+                eta.observe(step, engine.stats() if step.kind == "assistant" and hasattr(engine, "stats") else None)
+                self._emit_eta(job, eta)
 
         run = run_traced(engine, spectrum, job.task, self.render, job.plan, cancel=job.cancel, on_step=on_step,
                          on_token=on_token if k == 1 else None)
         flush()
         finals = run.finals
         final = next((f for f in finals if f is None or f.outcome.value == "cancelled"), finals[0])
+        if final is not None and final.kind == "verdict" and not job.scripted:
+            self._queue_eta.finished(final)
         info["run"] = run
         info["steps"] = run.traces[0].steps
         info["spectrum"] = spectrum
