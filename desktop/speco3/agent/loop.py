@@ -21,16 +21,17 @@ from speco3.agent.protocol import (
     MAX_TURNS,
     ParsedAnswer,
     ParsedCall,
-    first_turn_parts,
+    first_turn_messages,
+    markup,
     parse_answer,
     parse_tool_calls,
     split_reasoning,
-    tool_turn_parts,
+    tool_turn_messages,
 )
 from speco3.agent.steps import AssistantStep, Outcome, PromptStep, Step, ToolStep, VerdictStep, ViewSpec
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn, run_tool
-from speco3.engine.base import Engine, GenerationResult, Part, Sampling
+from speco3.engine.base import Engine, GenerationResult, Message, Part, Sampling
 from speco3.errors import ContextFullError
 from speco3.imaging import PreparedImage, prepare_image
 from speco3.spectra.model import Spectrum
@@ -117,7 +118,7 @@ class Episode:
         """Load the model if needed, start a new conversation and feed the system and first user turns."""
         self.engine.load()
         self.engine.reset(sampling=self.sampling)
-        self.feed(first_turn_parts(image, task_text))
+        self.feed_messages(first_turn_messages(image, task_text))
 
     def turn(self, turn: int) -> Iterator[Step]:
         """One assistant turn: generate; then the verdict, or the tool call and its tool turn."""
@@ -191,9 +192,8 @@ class Episode:
         )
 
         def feed_tool_turn() -> None:
-            if res.stop_reason == "length":  # close the truncated message before the tool turn
-                self.feed([IM_END])
-            self.feed(tool_turn_parts(result.image, result.text))
+            # a truncated message is closed before the tool turn (a chat server's template closes it itself)
+            self.feed_messages(tool_turn_messages(result.image, result.text), close_open=res.stop_reason == "length")
 
         _, failed = self.engine_call(feed_tool_turn, "engine failed to take the tool turn")
         if failed is not None:
@@ -206,6 +206,16 @@ class Episode:
     def feed(self, parts: list[Part]) -> None:
         self.engine.extend(parts)
         self.conversation.extend(parts)
+
+    def feed_messages(self, messages: list[Message], close_open: bool = False) -> None:
+        """Feed messages: their markup to a local engine, the messages themselves to a chat server; the trace's
+        conversation keeps the markup either way."""
+        parts = ([IM_END] if close_open else []) + markup(messages)
+        if self.engine.takes_messages:
+            self.engine.extend_messages(messages)
+            self.conversation.extend(parts)
+        else:
+            self.feed(parts)
 
     def engine_call(self, action: Callable[[], T], failure: str) -> tuple[T | None, VerdictStep | None]:
         """Run an engine action: ``(its result, None)``, or ``(None, the final verdict)`` when the context is full
