@@ -46,6 +46,10 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-gpu-layers", type=int, help="layers on the GPU (default: all when supported)")
     g.add_argument("--image-max-tokens", type=int, help="cap on image tokens per image (saves memory)")
     g.add_argument("--max-turns", type=int, help="assistant-turn budget (default: the budget the model was trained with)")
+    g.add_argument("--max-tokens", type=int, help="tokens per assistant turn at most (default: the engine default)")
+    from speco3.cli.server import server_options
+
+    server_options(p)
 
 
 def engine_settings(args):
@@ -55,12 +59,18 @@ def engine_settings(args):
                               image_max_tokens=args.image_max_tokens)
     if args.n_ctx is not None:
         settings.n_ctx = args.n_ctx
+    if getattr(args, "max_tokens", None) is not None:
+        settings.max_tokens_per_turn = args.max_tokens
     return settings
 
 
 def open_cli_engine(args):
     """The engine the options ask for (scripted, explicit files, or an installed model)."""
     settings = engine_settings(args)
+    if getattr(args, "server", None):
+        from speco3.cli.server import open_server_engines
+
+        return open_server_engines(args, settings, 1)[0]
     if args.scripted:
         from speco3.engine.scripted import load_script
 
@@ -170,6 +180,8 @@ def register(sub) -> None:
     v.add_argument("--cls", help="catalogue class filter (STAR, GALAXY, QSO, ...)")
     v.add_argument("--snr-min", type=float)
     v.add_argument("--match", metavar="TEXT", help="only spectra whose key, object id, class or note contain TEXT")
+    v.add_argument("--concurrency", type=int, default=1, metavar="N",
+                   help="with --server: keep N episodes in flight (the server batches them; default 1)")
     _model_options(v)
     v.set_defaults(func=cmd_vet)
 
@@ -341,17 +353,36 @@ def cmd_vet(args) -> int:
     store_path = Path(args.out)
     traces = Path(args.traces) if args.traces else store_path.with_name(store_path.stem + "_traces")
     store = VettingStore(store_path)
-    engine = open_cli_engine(args)
+    if args.concurrency > 1 and not args.server:
+        raise Speco3Error("--concurrency needs --server URL (a model server batches the episodes)")
+    if args.server:
+        from speco3.cli.server import open_server_engines
+
+        engines = open_server_engines(args, engine_settings(args), max(1, args.concurrency))
+    else:
+        engines = [open_cli_engine(args)]
     cancel = threading.Event()
     bar = ProgressBar(len(items))
     try:
-        fill_model_digests(engine.info)
+        fill_model_digests(engines[0].info)
         with sigint_cancels(cancel):
-            result = vet_batch(items, store, engine, task, render, trace_root=traces, cancel=cancel,
-                               progress=bar, on_item=bar.record, resume=not args.no_resume)
+            if len(engines) > 1:
+                from speco3.vetting.concurrent import vet_concurrent
+
+                if RENDER_FACTORY is default_render:  # Qt must exist before worker threads render
+                    from speco3.render import init_qt
+
+                    init_qt()
+
+                result = vet_concurrent(items, store, engines, task, render, trace_root=traces, cancel=cancel,
+                                        progress=bar, on_item=bar.record, resume=not args.no_resume)
+            else:
+                result = vet_batch(items, store, engines[0], task, render, trace_root=traces, cancel=cancel,
+                                   progress=bar, on_item=bar.record, resume=not args.no_resume)
     finally:
         bar.close()
-        engine.close()
+        for engine in engines:
+            engine.close()
         store.close()
     print(json.dumps({"store": str(store_path), "traces": str(traces), "task": task.id,
                       "prompt_version": task.prompt_version, **result.to_dict()}))
