@@ -40,6 +40,13 @@ def installed_models() -> list[tuple[str, str]]:
         return []
 
 
+def _open_remote_engine(server: Any, engine_settings: Any):
+    """The engine for the settings' "Model server" (loaded by the inference worker, like a local model)."""
+    from speco3.engine.remote import RemoteEngine
+
+    return RemoteEngine(server, engine_settings)
+
+
 def _demo_engine_for(spectrum: Any, entry: Any, task: Any):
     """The scripted demo engine of one spectrum (loaded from ``entry`` when not given)."""
     return demo_engine(spectrum if spectrum is not None else entry.load(), task)
@@ -88,6 +95,11 @@ class AgentController(QObject):
             return AgentJob(entry.key, task, SCRIPTED_LABEL, partial(_demo_engine_for, spectrum, entry, task),
                             spectrum=spectrum, entry=entry, batch=batch, scripted=True)
         es = self.settings.engine_settings()
+        server = self.settings.server_config()
+        if server is not None:  # "Model server" in the settings: the model runs there
+            key = f"server|{server.url}|{server.model}|{sorted(es.to_dict().items())}"
+            return AgentJob(entry.key, task, key, partial(_open_remote_engine, server, es), spectrum=spectrum,
+                            entry=entry, batch=batch)
         key = f"{model_id}|{sorted(es.to_dict().items())}"
         return AgentJob(entry.key, task, key, partial(self.engine_opener, model_id, es), spectrum=spectrum,
                         entry=entry, batch=batch)
@@ -98,7 +110,7 @@ class AgentController(QObject):
         if entry is None or spectrum is None:
             self.message.emit("select a readable spectrum first")
             return None
-        if not model_id:
+        if not model_id and not self.settings.server_url:
             self.message.emit("no model installed — see the agent panel for how to get one")
             return None
         if model_id == SCRIPTED_LABEL and not is_demo_spectrum(spectrum):
@@ -125,7 +137,7 @@ class AgentController(QObject):
     # -- batch ---------------------------------------------------------------------------------------------------
     def start_batch(self, entries: list[Any], task_id: str, model_id: str, skip_done: bool = True) -> int:
         """Queue ``entries`` for a background pre-screen; returns the number queued."""
-        if not model_id:
+        if not model_id and not self.settings.server_url:
             self.message.emit("no model installed — batch pre-screen needs one")
             return 0
         task = self._task(task_id)

@@ -50,6 +50,10 @@ class AppSettings:
         Connect to a SAMP hub (TOPCAT, SPLAT-VO, Aladin) at start; off by default (no socket is opened then).
     samp_match_arcsec : int
         Tolerance for selecting the archive spectrum nearest a position sent over SAMP.
+    server_url, server_model, server_api_key_env : str
+        "Model server": run the model on this OpenAI-compatible server instead of locally ("" = local model);
+        the served model's name ("" = the first it lists) and the environment variable holding its API key ("" =
+        the OS keyring entry, when keyring is installed). The key itself is never stored here.
     """
 
     vetter: str = ""
@@ -65,6 +69,9 @@ class AppSettings:
     last_archive: str = ""
     samp_enabled: bool = False
     samp_match_arcsec: int = 5
+    server_url: str = ""
+    server_model: str = ""
+    server_api_key_env: str = ""
 
     # -- persistence ---------------------------------------------------------------------------------------------
     @staticmethod
@@ -129,6 +136,15 @@ class AppSettings:
         es = EngineSettings(n_ctx=self.n_ctx, n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
                             image_max_tokens=self.image_max_tokens)
         return es
+
+    def server_config(self):
+        """The model server's `ServerConfig`, or None to run the model locally (raises `EngineError` on a bad URL)."""
+        if not self.server_url.strip():
+            return None
+        from speco3.engine.chatapi import ServerConfig
+
+        return ServerConfig(self.server_url.strip(), model=self.server_model.strip() or None,
+                            api_key_env=self.server_api_key_env.strip() or None)
 
     def vetter_name(self) -> str:
         """The vetter's name, falling back to the login name."""
