@@ -95,7 +95,7 @@ def test_inspect_cli_against_the_server(server, tmp_path, monkeypatch, capsys):
     arch = _archive(tmp_path / "arch", 1)
     out = tmp_path / "trace"
     rc = main(["inspect", str(arch / "s00.csv"), "--task", "cv", "--server", server, "--api-key-env",
-               "SPECO3_TEST_KEY", "--max-tokens", "24", "--max-turns", "3", "--out", str(out)])
+               "SPECO3_TEST_KEY", "--max-tokens-per-turn", "24", "--max-turns", "3", "--out", str(out)])
     printed = capsys.readouterr()
     assert rc in (0, 3), printed.err
     saved = json.loads((out / "trace.json").read_text(encoding="utf-8"))
@@ -112,9 +112,9 @@ def test_vet_concurrency_4_with_faults_records_every_spectrum_once(server, tmp_p
     db = tmp_path / "r.sqlite"
     plan = ["pass", "drop", "500", "pass", "429", "truncate", "pass", "slow", "drop", "500", "truncate", "429"]
     caplog.set_level(logging.WARNING, logger="speco3.engine.chatapi")
-    with FaultProxy(server, plan, slow_s=4.0) as proxy:
+    with FaultProxy(server, plan, slow_s=8.0) as proxy:
         rc = main(["vet", str(arch), "--task", "cv", "--out", str(db), "--server", proxy.url, "--concurrency", "4",
-                   "--max-tokens", "24", "--max-turns", "3", "--request-timeout", "2", "--retries", "6"])
+                   "--max-tokens-per-turn", "24", "--max-turns", "3", "--request-timeout", "4", "--retries", "6"])
         injected = list(proxy.faults)
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and summary["done"] == 20 and summary["failed"] == 0, summary
@@ -128,7 +128,7 @@ def test_vet_concurrency_4_with_faults_records_every_spectrum_once(server, tmp_p
     assert all(r.engine_settings["server"] == proxy.url for r in rows)
     # resume: nothing left to do
     rc = main(["vet", str(arch), "--task", "cv", "--out", str(db), "--server", server, "--model", rows[0].model_id,
-               "--concurrency", "4", "--max-tokens", "24"])
+               "--concurrency", "4", "--max-tokens-per-turn", "24"])
     assert rc == 0 and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["skipped"] == 20
 
 
@@ -136,7 +136,7 @@ def test_a_dead_server_is_recorded_as_engine_error_and_retried_on_resume(server,
     monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     arch = _archive(tmp_path / "arch", 3)
     db = tmp_path / "r.sqlite"
-    argv = ["vet", str(arch), "--task", "cv", "--out", str(db), "--concurrency", "2", "--max-tokens", "8",
+    argv = ["vet", str(arch), "--task", "cv", "--out", str(db), "--concurrency", "2", "--max-tokens-per-turn", "8",
             "--max-turns", "2", "--retries", "1"]
     with FaultProxy(server, ["500"] * 200) as proxy:  # the model list passes, every completion fails
         rc = main([*argv, "--server", proxy.url])

@@ -46,7 +46,7 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-gpu-layers", type=int, help="layers on the GPU (default: all when supported)")
     g.add_argument("--image-max-tokens", type=int, help="cap on image tokens per image (saves memory)")
     g.add_argument("--max-turns", type=int, help="assistant-turn budget (default: the budget the model was trained with)")
-    g.add_argument("--max-tokens", type=int, help="tokens per assistant turn at most (default: the engine default)")
+    g.add_argument("--max-tokens-per-turn", type=int, help="generation cap per assistant turn (default: the engine's)")
     from speco3.cli.server import server_options
 
     server_options(p)
@@ -59,8 +59,8 @@ def engine_settings(args):
                               image_max_tokens=args.image_max_tokens)
     if args.n_ctx is not None:
         settings.n_ctx = args.n_ctx
-    if getattr(args, "max_tokens", None) is not None:
-        settings.max_tokens_per_turn = args.max_tokens
+    if getattr(args, "max_tokens_per_turn", None):
+        settings.max_tokens_per_turn = args.max_tokens_per_turn
     return settings
 
 
