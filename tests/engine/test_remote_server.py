@@ -147,3 +147,32 @@ def test_a_dead_server_is_recorded_as_engine_error_and_retried_on_resume(server,
     assert main([*argv, "--server", server]) == 0
     second = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert second["done"] == 3 and second["skipped"] == 0 and "engine_error" not in second["outcomes"]
+
+
+def test_first_turn_greedy_answer_matches_the_in_process_engine(server, tiny_gguf):
+    """Same model file, same prompt bytes, same image pixels, greedy: the server writes what the local engine
+    writes (the end-to-end proof that the messages reach the model as the local markup does)."""
+    from speco3.agent import protocol as p
+    from speco3.engine.llama import LlamaMtmdEngine
+    from speco3.imaging import prepare_image
+    from speco3.spectra.view import View
+
+    image = prepare_image(pillow_render(View(make_spectrum())), max_tokens=120)
+    messages = p.first_turn_messages(image, get_task("cv").text)
+    text, mmproj = tiny_gguf("Q8_0")
+    settings = EngineSettings(n_ctx=4096, n_threads=2, n_gpu_layers=0, mmproj_on_gpu=False, image_max_tokens=120,
+                              max_tokens_per_turn=12)
+    local = LlamaMtmdEngine(text, mmproj, settings, warmup=False)
+    local.load()
+    local.reset()
+    local.extend(p.markup(messages))
+    mine = local.generate()
+    local.close()
+    remote = RemoteEngine(ServerConfig(server), settings)
+    remote.load()
+    remote.reset()
+    remote.extend_messages(messages)
+    theirs = remote.generate()
+    remote.close()
+    assert theirs.text == mine.text and theirs.stop_reason == mine.stop_reason, (theirs.text, mine.text)
+    assert theirs.n_tokens == mine.n_tokens
