@@ -50,6 +50,7 @@ def test_model_server_choice_runs_the_agent_on_the_server(qtbot, make_window, de
     settings = AppSettings(vetter="t", image_max_tokens=128, server_url=tiny_llama_server)
     w = make_window(settings=settings, opener=None)
     open_and_wait(w, demo_archive)
+    assert w.agent_panel.model_id() == "model-server" and tiny_llama_server in w.agent_panel.model_box.currentText()
     w.run_agent()
     qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=240000)
     mv = w.vetting.model_suggestion()

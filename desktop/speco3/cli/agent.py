@@ -358,7 +358,7 @@ def cmd_vet(args) -> int:
     if args.server:
         from speco3.cli.server import open_server_engines
 
-        engines = open_server_engines(args, engine_settings(args), max(1, args.concurrency))
+        engines = open_server_engines(args, engine_settings(args), max(1, args.concurrency), check=True)
     else:
         engines = [open_cli_engine(args)]
     cancel = threading.Event()

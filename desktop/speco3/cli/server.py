@@ -35,18 +35,36 @@ def server_config(args):
                         ca_bundle=args.ca_bundle, timeout_s=args.request_timeout, retries=args.retries)
 
 
-def open_server_engines(args, settings, n: int) -> list:
-    """``n`` loaded remote engines (conversations) for the server in ``args``, sharing one HTTP client."""
+def open_server_engines(args, settings, n: int, check: bool = False) -> list:
+    """``n`` loaded remote engines (conversations) for the server in ``args``, sharing one HTTP client. With
+    ``check`` the server's prompt is first compared with the training template (`server check`), and any
+    difference is printed as a warning before the run starts."""
     from speco3.engine.remote import RemoteEngine
 
     first = RemoteEngine(server_config(args), settings)
     first.load()
+    if check:
+        warn_if_unfaithful(first.config)
     engines = [first] + [RemoteEngine(first.config, settings, client=first.client) for _ in range(n - 1)]
     for e in engines[1:]:
         e.load()
     print(f"model {first.info.model_id} on {first.config.url} ({n} conversation{'s' * (n > 1)} in flight)",
           file=sys.stderr)
     return engines
+
+
+def warn_if_unfaithful(config) -> None:
+    """Run the fidelity check; print its report on stderr when the server's prompt or image size differs."""
+    from speco3.agent.fidelity import check_server
+
+    report = check_server(config)
+    image_differs = report.server_image_tokens not in (None, report.local_image_tokens)
+    if report.error:
+        print(f"warning: the server's prompt could not be checked ({report.error})", file=sys.stderr)
+    elif not report.same or image_differs:
+        print(report.summary(), file=sys.stderr)
+    else:
+        print("server check: the prompt is the training template's, byte for byte", file=sys.stderr)
 
 
 def register(sub) -> None:

@@ -19,6 +19,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QProgressBar, QPushButton
 
 from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectrum
+from speco3.gui.settings import SERVER_MODEL_ID
 from speco3.gui.vetting import VettingController, store_key
 from speco3.gui.workers import AgentJob, InferenceThread
 
@@ -95,8 +96,8 @@ class AgentController(QObject):
             return AgentJob(entry.key, task, SCRIPTED_LABEL, partial(_demo_engine_for, spectrum, entry, task),
                             spectrum=spectrum, entry=entry, batch=batch, scripted=True)
         es = self.settings.engine_settings()
-        server = self.settings.server_config()
-        if server is not None:  # "Model server" in the settings: the model runs there
+        if model_id == SERVER_MODEL_ID:  # Settings → Model server: the model runs there
+            server = self.settings.server_config()
             key = f"server|{server.url}|{server.model}|{sorted(es.to_dict().items())}"
             return AgentJob(entry.key, task, key, partial(_open_remote_engine, server, es), spectrum=spectrum,
                             entry=entry, batch=batch)
@@ -110,7 +111,7 @@ class AgentController(QObject):
         if entry is None or spectrum is None:
             self.message.emit("select a readable spectrum first")
             return None
-        if not model_id and not self.settings.server_url:
+        if not model_id:
             self.message.emit("no model installed — see the agent panel for how to get one")
             return None
         if model_id == SCRIPTED_LABEL and not is_demo_spectrum(spectrum):
@@ -137,7 +138,7 @@ class AgentController(QObject):
     # -- batch ---------------------------------------------------------------------------------------------------
     def start_batch(self, entries: list[Any], task_id: str, model_id: str, skip_done: bool = True) -> int:
         """Queue ``entries`` for a background pre-screen; returns the number queued."""
-        if not model_id and not self.settings.server_url:
+        if not model_id:
             self.message.emit("no model installed — batch pre-screen needs one")
             return 0
         task = self._task(task_id)

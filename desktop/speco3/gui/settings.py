@@ -22,6 +22,8 @@ from speco3.fileio import write_text_atomic
 log = logging.getLogger(__name__)
 
 FILE_NAME = "desktop.json"
+#: The agent panel's model entry for the settings' "Model server" (shown when a server URL is set).
+SERVER_MODEL_ID = "model-server"
 
 
 @dataclass
@@ -145,6 +147,11 @@ class AppSettings:
 
         return ServerConfig(self.server_url.strip(), model=self.server_model.strip() or None,
                             api_key_env=self.server_api_key_env.strip() or None)
+
+    def server_entry(self) -> tuple[str, str] | None:
+        """The agent panel's ``(model id, text)`` entry for the model server, or None when none is set."""
+        cfg = self.server_config() if self.server_url.strip() else None
+        return None if cfg is None else (SERVER_MODEL_ID, f"{cfg.model or 'served model'} @ {cfg.url}")
 
     def vetter_name(self) -> str:
         """The vetter's name, falling back to the login name."""

@@ -164,10 +164,8 @@ class FaultProxy:
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     def _handle(self, conn: socket.socket) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the client gave up (a timed-out request): nothing to answer
             self._handle_one(conn)
-        except OSError:  # the client gave up (a timed-out request): nothing to answer
-            pass
 
     def _handle_one(self, conn: socket.socket) -> None:
         with conn:
