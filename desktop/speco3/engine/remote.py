@@ -219,6 +219,9 @@ class RemoteEngine(Engine):
             body["tools"], body["tool_choice"] = self._tools, "none"
         if self._server_kind == "llama.cpp":
             body["reasoning_format"] = "none"  # keep <think> in the content, as the model wrote it
+            # the local sampler's chain (speco3.engine.sampling): no min-p, no top-k unless asked (server defaults
+            # are min_p 0.05 and top_k 40)
+            body.update(top_k=s.top_k, min_p=0.0)
         n_top = int(getattr(self.settings, "top_logprobs", 0) or 0)
         if n_top > 0:
             body["logprobs"], body["top_logprobs"] = True, n_top
