@@ -64,11 +64,15 @@ def test_server_check_reports_a_foreign_template_byte_by_byte(tiny_gguf, tmp_pat
     chatml.write_text("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
                       "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}", encoding="utf-8")
     text, mmproj = tiny_gguf("Q8_0")
-    with llama_server(exe, text, mmproj, slots=1, extra=("--chat-template-file", str(chatml))) as url:
+    extra = ("--chat-template-file", str(chatml), "--image-max-tokens", "64")  # and a smaller image budget
+    with llama_server(exe, text, mmproj, slots=1, extra=extra) as url:
         report = check_server(ServerConfig(url, retries=1))
+        assert main(["server", "check", url]) == 4
     assert not report.error and not report.same
     assert any("# Tools" in d.reference for d in report.differences), report.summary()
-    assert "WARNING" in report.summary()
+    assert report.server_image_tokens < report.local_image_tokens
+    assert "WARNING: the server's prompt differs" in report.summary()
+    assert "resizes images differently" in report.summary()
 
 
 def test_episode_against_the_server(server, caplog):

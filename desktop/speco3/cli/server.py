@@ -75,7 +75,7 @@ def register(sub) -> None:
         description="Send the first turn and a tool turn of a Spec-o3 conversation to the server's template "
         "endpoints (llama-server: /apply-template and /tokenize; vLLM / SGLang: /tokenize with messages) and "
         "compare the prompt with the local engine's markup byte by byte; report the image size the server "
-        "will use. Exit status 0 when they agree, 4 when they differ.")
+        "will use. Exit status 0 when they agree, 4 when the prompt or the image size differs.")
     c.add_argument("url", metavar="URL")
     c.add_argument("--model", metavar="NAME", help="served model name (default: the first the server lists)")
     c.add_argument("--api-key-env", metavar="NAME")
@@ -96,4 +96,5 @@ def cmd_check(args) -> int:
         print(json.dumps(report.to_dict(), indent=1, ensure_ascii=False))
     else:
         print(report.summary())
-    return 0 if report.same else 4
+    image_same = report.server_image_tokens in (None, report.local_image_tokens)
+    return 0 if report.same and image_same else 4
