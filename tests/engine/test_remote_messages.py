@@ -79,3 +79,8 @@ def test_remote_engine_refuses_markup_parts_and_needs_loading():
     with pytest.raises(EngineError, match="not loaded"):
         engine.client  # noqa: B018
     assert engine.takes_messages and engine.info.server == "http://127.0.0.1:9"
+
+
+def test_a_missing_ca_bundle_is_a_clear_error(tmp_path):
+    with pytest.raises(EngineError, match="CA bundle"):
+        ChatClient(ServerConfig("https://127.0.0.1:9", ca_bundle=str(tmp_path / "none.pem")))

@@ -183,3 +183,21 @@ def test_first_turn_greedy_answer_matches_the_in_process_engine(server, tiny_ggu
     remote.close()
     assert theirs.text == mine.text and theirs.stop_reason == mine.stop_reason, (theirs.text, mine.text)
     assert theirs.n_tokens == mine.n_tokens
+
+
+def test_logprobs_are_requested_from_the_server_when_asked(server):
+    from speco3.agent import protocol as p
+    from speco3.imaging import prepare_image
+    from speco3.spectra.view import View
+
+    engine = RemoteEngine(ServerConfig(server), EngineSettings(max_tokens_per_turn=6))
+    engine.settings.top_logprobs = 3  # the setting the logprob-recording engines read
+    engine.load()
+    engine.reset()
+    engine.extend_messages(p.first_turn_messages(prepare_image(pillow_render(View(make_spectrum())), 120), "T"))
+    res = engine.generate()
+    engine.close()
+    assert len(res.logprobs) == res.n_tokens > 0
+    assert all(lp.logprob <= 0 and len(lp.top) == 3 and lp.top[0][1] >= lp.top[-1][1] for lp in res.logprobs)
+    assert "".join(lp.token for lp in res.logprobs) == res.text  # greedy: each token is its top candidate
+    assert all(lp.token == lp.top[0][0] for lp in res.logprobs)

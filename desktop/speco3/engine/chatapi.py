@@ -113,7 +113,10 @@ class ChatClient:
         if config.ca_bundle:
             import ssl
 
-            verify = ssl.create_default_context(cafile=config.ca_bundle)
+            try:
+                verify = ssl.create_default_context(cafile=config.ca_bundle)
+            except (OSError, ssl.SSLError) as exc:
+                raise EngineError(f"CA bundle {config.ca_bundle}: {exc}") from exc
         self._http = httpx.Client(
             base_url=config.url, headers=headers, verify=verify, trust_env=False, follow_redirects=False,
             timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),

@@ -225,6 +225,9 @@ class RemoteEngine(Engine):
         n_top = int(getattr(self.settings, "top_logprobs", 0) or 0)
         if n_top > 0:
             body["logprobs"], body["top_logprobs"] = True, n_top
+            if self._server_kind == "llama.cpp" and self._tools:  # it refuses logprobs with tools in a stream
+                body["stream"] = False
+                del body["stream_options"]
         return body
 
     # ------------------------------------------------------------------ generation
@@ -263,7 +266,12 @@ class RemoteEngine(Engine):
             nonlocal answer
             answer = _Answer()
 
-        finished = self.client.stream_chat(self.request_body(max_tokens), on_chunk, cancel, on_retry=restart)
+        body = self.request_body(max_tokens)
+        if body["stream"]:
+            finished = self.client.stream_chat(body, on_chunk, cancel, on_retry=restart)
+        else:  # one JSON answer, read as a single chunk
+            on_chunk(_as_chunk(self.client.post_json("/v1/chat/completions", body)))
+            finished = True
         text = answer.text()
         self._messages.append({"role": "assistant", "content": text})
         reason = "cancelled" if not finished else ("length" if answer.finish == "length" else "stop")
@@ -280,6 +288,16 @@ class RemoteEngine(Engine):
 
     def stats(self) -> EngineStats:
         return EngineStats(**{**self._stats.__dict__, "extra": dict(self._stats.extra)})
+
+
+def _as_chunk(response: dict) -> dict:
+    """A non-streamed chat completion in the form of one stream chunk (its message as the delta)."""
+    choices = []
+    for c in response.get("choices") or []:
+        delta = dict(c.get("message") or {})
+        delta["tool_calls"] = [{**tc, "index": i} for i, tc in enumerate(delta.get("tool_calls") or [])]
+        choices.append({"delta": delta, "logprobs": c.get("logprobs"), "finish_reason": c.get("finish_reason")})
+    return {"choices": choices, "usage": response.get("usage")}
 
 
 def _logprobs(block: dict | None) -> list[TokenLogprob]:
