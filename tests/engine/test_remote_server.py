@@ -201,3 +201,40 @@ def test_logprobs_are_requested_from_the_server_when_asked(server):
     assert all(lp.logprob <= 0 and len(lp.top) == 3 and lp.top[0][1] >= lp.top[-1][1] for lp in res.logprobs)
     assert "".join(lp.token for lp in res.logprobs) == res.text  # greedy: each token is its top candidate
     assert all(lp.token == lp.top[0][0] for lp in res.logprobs)
+
+
+def test_concurrent_vet_cancelled_then_resumed_records_each_spectrum_once(server, tmp_path):
+    import threading
+
+    from speco3.vetting.batch import VetItem
+    from speco3.vetting.concurrent import vet_concurrent
+
+    items = [VetItem(key=f"/d/s{i}.fits#0", load=lambda i=i: make_spectrum(name=f"s{i}", seed=i), name=f"s{i}")
+             for i in range(8)]
+    settings = EngineSettings(**SETTINGS)
+
+    def engines(n):
+        first = RemoteEngine(ServerConfig(server), settings)
+        first.load()
+        return [first] + [RemoteEngine(first.config, settings, client=first.client) for _ in range(n - 1)]
+
+    cancel = threading.Event()
+    seen: list[str] = []
+
+    def on_item(item, verdict):
+        seen.append(item.key)
+        if len(seen) == 2:
+            cancel.set()  # Ctrl-C: the episodes in flight stop between tokens and are not recorded
+
+    store = VettingStore(tmp_path / "r.sqlite")
+    task = get_task("cv")
+    opened = [engines(3), engines(3)]
+    first = vet_concurrent(items, store, opened[0], task, pillow_render, cancel=cancel, on_item=on_item)
+    assert first.cancelled and 2 <= first.done < 8
+    second = vet_concurrent(items, store, opened[1], task, pillow_render)
+    for e in [*opened[0][::-1], *opened[1][::-1]]:
+        e.close()
+    assert not second.cancelled and second.skipped == first.done and second.done == 8 - first.done
+    rows = store.model_verdicts("cv", latest=False)
+    assert len(rows) == 8 and len({r.spectrum_key for r in rows}) == 8
+    store.close()
