@@ -69,9 +69,12 @@ export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
 if [ "$want_tests" = 1 ]; then
   # Everything the suite needs, parity against transformers included (CPU torch; a local file on the project
   # machines). Any failure here stops the setup: under SPECO3_STRICT_SKIPS=1 a missing package fails the tests.
-  .venv/bin/python -m pip install -q -e ".[llm,hub,test,parity]"
+  .venv/bin/python -m pip install -q -e ".[llm,hub,server,test,parity]"
+  # llama.cpp's llama-server, built from the sources llama-cpp-python compiled (cached; about 8 minutes the first
+  # time): the remote-engine tests run the tiny model on it. A failure stops the setup (strict skips would fail).
+  scripts/build-llama-tools.sh .venv/bin/python >/dev/null
 else
-  .venv/bin/python -m pip install -q -e ".[llm,hub,samp,specutils,eval]" || {
+  .venv/bin/python -m pip install -q -e ".[llm,hub,server,samp,specutils,eval]" || {
     echo "setup: llama-cpp-python did not build; installing the app without the model engine" >&2
     .venv/bin/python -m pip install -q -e .
   }

@@ -108,7 +108,7 @@ def _user_dirs(tmp_path_factory, monkeypatch):
 # failure under SPECO3_STRICT_SKIPS=1 (scripts/test.sh) unless the test is marked @pytest.mark.optin("ENV_VAR").
 from speco3_testkit.testdata import PROTOCOL, SPECTRA  # noqa: E402
 
-pytest_plugins = ["strict_skips"]
+pytest_plugins = ["strict_skips", "speco3_testkit.llamaserver"]  # the latter: the tiny_llama_server fixture
 
 
 @pytest.fixture(scope="session")

@@ -110,3 +110,41 @@ def test_truncate_tool_text():
     out = p.truncate_tool_text(long)
     assert out.startswith("x" * 512) and "...(truncated)..." in out and len(out) == 1024 + len("...(truncated)...")
     assert p.truncate_tool_text("short") == "short"
+
+
+# -- one structured form: the local markup and the messages a chat server's template writes ------------------------
+def _template_messages(messages):
+    """Our messages as the OpenAI JSON a server gets, images as the ``{"type": "image"}`` parts HF templates read."""
+    from speco3.engine.remote import to_openai
+
+    msgs, tools = to_openai(messages)
+    for m in msgs:
+        if isinstance(m["content"], list):
+            m["content"] = [{"type": "image"} if c["type"] == "image_url" else c for c in m["content"]]
+    return msgs, tools
+
+
+def test_messages_through_the_training_template_give_the_local_markup(image):
+    """The Spec-o3 training template, fed the messages and tools a server receives, writes byte for byte the markup
+    the local engine is fed: first turn, an assistant answer, then a tool turn (but for the RL form's missing
+    ``\\n`` after the sampled ``<|im_end|>``, the one known difference)."""
+    from speco3_converters.chat_template import render
+
+    first = p.first_turn_messages(image, "TASK TEXT")
+    msgs, tools = _template_messages(first)
+    assert tools == [p.TOOL_SCHEMA]
+    local = p.render_prompt(p.first_turn_parts(image, "TASK TEXT"))
+    assert render(msgs, tools) == local
+    answer = '<think>x</think>\n<tool_call>\n{"name": "spectral_visualization_tool", "arguments": {}}\n</tool_call>'
+    tool = p.tool_turn_messages(image, "Generated spectral visualization focused on wavelength range (1, 2) Å.")
+    tmsgs, _ = _template_messages(tool)
+    served = render([*msgs, {"role": "assistant", "content": answer}, *tmsgs], tools)
+    local_rl = local + answer + p.IM_END + p.render_prompt(p.tool_turn_parts(image, tool[0].content[1]))
+    assert served == local_rl.replace(p.IM_END + p.IM_START + "user", p.IM_END + "\n" + p.IM_START + "user")
+    assert served != local_rl
+
+
+def test_markup_splits_text_only_at_images(image):
+    parts = p.first_turn_parts(image, "T")
+    assert [type(x).__name__ for x in parts] == ["str", "PreparedImage", "str"]
+    assert p.tool_turn_parts(None, "err") == [p.TOOL_TURN_OPEN + "err" + p.TOOL_TURN_CLOSE]

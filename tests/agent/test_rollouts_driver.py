@@ -73,7 +73,7 @@ class ScriptedSlots:
         self.live.add(slot)
         return self.serial[slot].open(sampling) + slot
 
-    def extend(self, slot, parts):
+    def extend(self, slot, parts, messages=None):
         self.serial[slot].extend(0, parts)
 
     def begin(self, slot, **kw):

@@ -156,3 +156,17 @@ def test_bad_inputs_give_clear_errors(tmp_path, capsys):
     VettingStore(empty).close()
     assert main(["evaluate", str(empty)]) == 1
     assert "no spectrum has both" in capsys.readouterr().err
+
+
+@pytest.mark.llama
+def test_evaluate_against_a_model_server(bench_path, tiny_llama_server, tmp_path, capsys):
+    """`evaluate --server URL` runs the bench items on a real llama-server (tiny model): every item is scored."""
+    out = tmp_path / "run"
+    rc = main(["evaluate", str(bench_path), "--server", tiny_llama_server, "--max-tokens-per-turn", "16",
+               "--max-turns", "2", "--json", "--out", str(out)])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["run"]["done"] == summary["n"] > 0 and summary["model_id"].endswith(".gguf")
+    traces = list((out / "traces").rglob("trace.json"))
+    assert len(traces) == summary["n"]
+    assert all(json.loads(t.read_text(encoding="utf-8"))["model"]["server"] == tiny_llama_server for t in traces)

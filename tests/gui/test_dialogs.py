@@ -82,6 +82,24 @@ def test_settings_dialog_writes_settings_and_rejects_conflicts(qtbot):
     assert s.keymap == {"next": "J"}
 
 
+def test_settings_model_server_tab(qtbot, tmp_path):
+    s = AppSettings()
+    dlg = SettingsDialog(s)
+    qtbot.addWidget(dlg)
+    dlg.server_url.setText("gpu-box:8080")  # no scheme
+    dlg.accept()
+    assert "http(s)://" in dlg.error.text() and s.server_url == ""
+    dlg.server_url.setText("https://gpu-box:8080/v1")
+    dlg.server_key_env.setText("SPECO3_KEY")
+    dlg.accept()
+    assert (s.server_url, s.server_api_key_env) == ("https://gpu-box:8080/v1", "SPECO3_KEY")
+    cfg = s.server_config()
+    assert cfg.url == "https://gpu-box:8080" and cfg.api_key_env == "SPECO3_KEY" and cfg.model is None
+    s.save(tmp_path / "d.json")
+    again = AppSettings.load(tmp_path / "d.json")
+    assert again.server_config().url == "https://gpu-box:8080" and AppSettings().server_config() is None
+
+
 def test_model_manager_stays_open_while_its_job_runs_and_joins_it(qtbot):
     """Closing the dialog mid-job is refused with a note (its worker would outlive the widgets); after the job
     finishes it closes, and no worker thread is left."""

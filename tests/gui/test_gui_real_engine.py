@@ -41,3 +41,20 @@ def test_real_engine_streams_into_the_panel(qtbot, make_window, demo_archive, op
     assert "scripted" not in w.agent_panel.status.text() and "tokens" in w.agent_panel.status.text()
     assert len(w.agent_panel.transcript.toPlainText()) > 50
     print("tiny model run:", mv.outcome, mv.turns, mv.tokens, round(mv.seconds, 2), w.agent_panel.status.text())
+
+
+def test_model_server_choice_runs_the_agent_on_the_server(qtbot, make_window, demo_archive, open_and_wait,
+                                                          tiny_llama_server):
+    """Settings → "Model server": the agent panel streams from a real llama-server, no local model installed; the
+    verdict names the served model and the settings record the server."""
+    settings = AppSettings(vetter="t", image_max_tokens=128, server_url=tiny_llama_server)
+    w = make_window(settings=settings, opener=None)
+    open_and_wait(w, demo_archive)
+    assert w.agent_panel.model_id() == "model-server" and tiny_llama_server in w.agent_panel.model_box.currentText()
+    w.run_agent()
+    qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=240000)
+    mv = w.vetting.model_suggestion()
+    assert mv is not None and mv.tokens > 0, w.agent_panel.status.text()
+    assert mv.outcome in {"YES", "NO", "format_error", "budget_exhausted"}, mv.detail
+    assert mv.engine_settings.get("server") == tiny_llama_server and mv.model_id.endswith(".gguf")
+    assert len(w.agent_panel.transcript.toPlainText()) > 50

@@ -20,22 +20,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speco3.agent.steps import Step
-from speco3.engine.base import Part, Sampling
+from speco3.engine.base import Message, Part, Sampling
 
 
 @dataclass(frozen=True)
 class Open:
-    """Start a new conversation sampled with ``sampling`` and feed ``parts``."""
+    """Start a new conversation sampled with ``sampling`` and feed ``parts`` (the markup of ``messages``, which an
+    engine that takes messages — a chat server — is fed instead)."""
 
     sampling: Sampling | None
     parts: list[Part]
+    messages: list[Message] | None = None
 
 
 @dataclass(frozen=True)
 class Extend:
-    """Append ``parts`` to the conversation."""
+    """Append ``parts`` (the markup of ``messages``, when given) to the conversation."""
 
     parts: list[Part]
+    messages: list[Message] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,9 +119,9 @@ def _advance(i: int, run: _Run, slots) -> Iterator[tuple[int, Step]]:
                     slots.release(run.slot)
                     run.slot = None
                 run.slot = slots.open(item.sampling)
-                slots.extend(run.slot, item.parts)
+                slots.extend(run.slot, item.parts, item.messages)
             elif isinstance(item, Extend):
-                slots.extend(run.slot, item.parts)
+                slots.extend(run.slot, item.parts, item.messages)
             elif isinstance(item, Generate):
                 slots.begin(run.slot, max_tokens=item.max_tokens, on_token=item.on_token, cancel=item.cancel)
                 run.waiting = True

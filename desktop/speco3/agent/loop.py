@@ -26,11 +26,12 @@ from speco3.agent.protocol import (
     MAX_TURNS,
     ParsedAnswer,
     ParsedCall,
-    first_turn_parts,
+    first_turn_messages,
+    markup,
     parse_answer,
     parse_tool_calls,
     split_reasoning,
-    tool_turn_parts,
+    tool_turn_messages,
 )
 from speco3.agent.steps import AssistantStep, Outcome, PromptStep, Step, ToolStep, VerdictStep, ViewSpec
 from speco3.agent.tasks import Task
@@ -120,8 +121,9 @@ class Episode:
 
     def start(self, image: PreparedImage, task_text: str) -> Open:
         """The request that starts the conversation (loading the model if needed) with the system and first user
-        turns."""
-        return Open(self.sampling, first_turn_parts(image, task_text))
+        turns (as markup for a local engine, as messages for a chat server)."""
+        messages = first_turn_messages(image, task_text)
+        return Open(self.sampling, markup(messages), messages)
 
     def turn(self, turn: int) -> EpisodeGen:
         """One assistant turn: generate; then the verdict, or the tool call and its tool turn. True when the episode
@@ -197,8 +199,10 @@ class Episode:
             view_spec=ViewSpec.of(result.view) if result.view is not None else None, image=result.image,
         )
 
-        close = [IM_END] if res.stop_reason == "length" else []  # close a truncated message before the tool turn
-        tool_turn = Extend(close + tool_turn_parts(result.image, result.text))
+        # a truncated message is closed before the tool turn (a chat server's template closes it itself)
+        messages = tool_turn_messages(result.image, result.text)
+        close = [IM_END] if res.stop_reason == "length" else []
+        tool_turn = Extend(close + markup(messages), messages)
         _, failed = yield from self.engine_call(tool_turn, "engine failed to take the tool turn")
         if failed is not None:
             yield failed

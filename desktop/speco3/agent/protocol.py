@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from speco3.engine.base import Part
+from speco3.engine.base import Message, Part
 from speco3.imaging import PreparedImage
 
 logger = logging.getLogger(__name__)
@@ -54,19 +54,25 @@ TOOL_SCHEMA: dict[str, Any] = {
 #: ``tojson`` of the chat template = ``json.dumps(ensure_ascii=False)`` with default separators.
 TOOL_SCHEMA_JSON = json.dumps(TOOL_SCHEMA, ensure_ascii=False)
 
-TOOLS_BLOCK = (
-    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-    + "\n"
-    + TOOL_SCHEMA_JSON
-    + "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
-    "</tool_call>"
-)
+
+def tools_block(tools: Sequence[dict[str, Any]]) -> str:
+    """The Qwen2.5 tools block the chat template appends to the system prompt for ``tools``."""
+    return (
+        "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+        + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
+        + "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+        '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
+        "</tool_call>"
+    )
+
+
+TOOLS_BLOCK = tools_block([TOOL_SCHEMA])
 SYSTEM_TURN = f"{IM_START}system\n{SYSTEM_PROMPT}{TOOLS_BLOCK}{IM_END}\n"
 GENERATION_PROMPT = f"{IM_START}assistant\n"
 TOOL_TURN_OPEN = f"{IM_START}user\n<tool_response>\n"
-TOOL_TURN_CLOSE = f"\n</tool_response>{IM_END}\n{GENERATION_PROMPT}"
+TOOL_RESPONSE_CLOSE = f"\n</tool_response>{IM_END}\n"
+TOOL_TURN_CLOSE = TOOL_RESPONSE_CLOSE + GENERATION_PROMPT
 
 #: verl truncates tool-response text longer than this many characters (middle truncation).
 MAX_TOOL_RESPONSE_CHARS = 1024
@@ -84,20 +90,51 @@ def protocol_fingerprint() -> str:
 
 
 # -- building the conversation ------------------------------------------------------------------------------
+# The conversation is built once, as structured messages (`speco3.engine.base.Message`): a local engine is fed
+# their chat markup (`markup`), a chat server the messages themselves (its chat template writes the same markup).
+def first_turn_messages(image: PreparedImage | None, task_text: str) -> list[Message]:
+    """The system message (declaring the tool) and the first user message (full-spectrum image, ``\\n``, task)."""
+    content: tuple[Part, ...] = ((image,) if image is not None else ()) + ("\n" + task_text,)
+    return [Message("system", (SYSTEM_PROMPT,), tools=(TOOL_SCHEMA,)), Message("user", content)]
+
+
+def tool_turn_messages(image: PreparedImage | None, text: str) -> list[Message]:
+    """The tool message: the zoom image (when the call succeeded) and the tool's sentence."""
+    return [Message("tool", ((image,) if image is not None else ()) + (text,))]
+
+
+def markup(messages: Sequence[Message], generation_prompt: bool = True) -> list[Part]:
+    """The chat markup of ``messages`` as engine parts (text split only at images), ending with the generation
+    prompt. A tool message is a user turn wrapped in ``<tool_response>``."""
+    out: list[Part] = []
+    for m in messages:
+        if m.role == "system":
+            out += [f"{IM_START}system\n", *m.content, tools_block(m.tools) if m.tools else "", f"{IM_END}\n"]
+        elif m.role == "user":
+            out += [f"{IM_START}user\n", *m.content, f"{IM_END}\n"]
+        elif m.role == "tool":
+            out += [TOOL_TURN_OPEN, *m.content, TOOL_RESPONSE_CLOSE]
+        else:
+            raise ValueError(f"unknown message role {m.role!r}")
+    if generation_prompt:
+        out.append(GENERATION_PROMPT)
+    merged: list[Part] = []
+    for part in out:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        elif not isinstance(part, str) or part:
+            merged.append(part)
+    return merged
+
+
 def first_turn_parts(image: PreparedImage | None, task_text: str) -> list[Part]:
     """System turn, first user turn (full-spectrum image, ``\\n``, task text) and the generation prompt."""
-    parts: list[Part] = [SYSTEM_TURN + f"{IM_START}user\n"]
-    if image is not None:
-        parts.append(image)
-    parts.append("\n" + task_text + f"{IM_END}\n{GENERATION_PROMPT}")
-    return parts
+    return markup(first_turn_messages(image, task_text))
 
 
 def tool_turn_parts(image: PreparedImage | None, text: str) -> list[Part]:
     """A tool turn appended directly after the assistant's ``<|im_end|>`` (RL form)."""
-    if image is None:
-        return [TOOL_TURN_OPEN + text + TOOL_TURN_CLOSE]
-    return [TOOL_TURN_OPEN, image, text + TOOL_TURN_CLOSE]
+    return markup(tool_turn_messages(image, text))
 
 
 def truncate_tool_text(text: str, limit: int = MAX_TOOL_RESPONSE_CHARS) -> str:

@@ -15,7 +15,7 @@ from speco3.errors import Speco3Error
 # Modules with a ``register(subparsers)`` function, in help order.
 COMMAND_MODULES: list[str] = ["speco3.cli.spectra", "speco3.cli.models", "speco3.cli.agent", "speco3.cli.confidence",
                                  "speco3.cli.evaluate", "speco3.cli.render", "speco3.cli.selftest", "speco3.cli.samp",
-                                 "speco3.cli.merge"]
+                                 "speco3.cli.merge", "speco3.cli.server"]
 
 
 def build_parser() -> argparse.ArgumentParser:

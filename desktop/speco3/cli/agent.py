@@ -48,6 +48,10 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--parallel", type=int, metavar="N", help="sequences decoded together (rollouts of a spectrum, "
                    "spectra of `vet --slots`) sharing the context's KV cells (default: 4; 1: one at a time)")
     g.add_argument("--max-turns", type=int, help="assistant-turn budget (default: the budget the model was trained with)")
+    g.add_argument("--max-tokens-per-turn", type=int, help="generation cap per assistant turn (default: the engine's)")
+    from speco3.cli.server import server_options
+
+    server_options(p)
 
 
 def engine_settings(args):
@@ -63,12 +67,18 @@ def engine_settings(args):
     slots = getattr(args, "slots", None)
     if slots is not None and slots > settings.n_seq:
         settings.n_seq = slots
+    if getattr(args, "max_tokens_per_turn", None):
+        settings.max_tokens_per_turn = args.max_tokens_per_turn
     return settings
 
 
 def open_cli_engine(args):
     """The engine the options ask for (scripted, explicit files, or an installed model)."""
     settings = engine_settings(args)
+    if getattr(args, "server", None):
+        from speco3.cli.server import open_server_engines
+
+        return open_server_engines(args, settings, 1)[0]
     if args.scripted:
         from speco3.engine.scripted import load_script
 
@@ -190,6 +200,8 @@ def register(sub) -> None:
     v.add_argument("--cls", help="catalogue class filter (STAR, GALAXY, QSO, ...)")
     v.add_argument("--snr-min", type=float)
     v.add_argument("--match", metavar="TEXT", help="only spectra whose key, object id, class or note contain TEXT")
+    v.add_argument("--concurrency", type=int, default=1, metavar="N",
+                   help="with --server: keep N episodes in flight (the server batches them; default 1)")
     _model_options(v)
     rollout_options(v)
     v.set_defaults(func=cmd_vet)
@@ -382,18 +394,38 @@ def cmd_vet(args) -> int:
     store_path = Path(args.out)
     traces = Path(args.traces) if args.traces else store_path.with_name(store_path.stem + "_traces")
     store = VettingStore(store_path)
-    engine = open_cli_engine(args)
+    if args.concurrency > 1 and not args.server:
+        raise Speco3Error("--concurrency needs --server URL (a model server batches the episodes)")
+    if args.server:
+        from speco3.cli.server import open_server_engines
+
+        engines = open_server_engines(args, engine_settings(args), max(1, args.concurrency), check=True)
+    else:
+        engines = [open_cli_engine(args)]
     cancel = threading.Event()
     bar = ProgressBar(len(items))
     try:
-        fill_model_digests(engine.info)
+        fill_model_digests(engines[0].info)
         with sigint_cancels(cancel):
-            result = vet_batch(items, store, engine, task, render, trace_root=traces, cancel=cancel,
-                               progress=bar, on_item=bar.record, resume=not args.no_resume, plan=plan,
-                               thresholds=thresholds, slots=args.slots or engine.settings.n_seq)
+            if len(engines) > 1:
+                from speco3.vetting.concurrent import vet_concurrent
+
+                if RENDER_FACTORY is default_render:  # Qt must exist before worker threads render
+                    from speco3.render import init_qt
+
+                    init_qt()
+
+                result = vet_concurrent(items, store, engines, task, render, trace_root=traces, cancel=cancel,
+                                        progress=bar, on_item=bar.record, resume=not args.no_resume, plan=plan,
+                                        thresholds=thresholds)
+            else:
+                result = vet_batch(items, store, engines[0], task, render, trace_root=traces, cancel=cancel,
+                                   progress=bar, on_item=bar.record, resume=not args.no_resume, plan=plan,
+                                   thresholds=thresholds, slots=args.slots or engines[0].settings.n_seq)
     finally:
         bar.close()
-        engine.close()
+        for engine in engines:
+            engine.close()
         store.close()
     print(json.dumps({"store": str(store_path), "traces": str(traces), "task": task.id,
                       "prompt_version": task.prompt_version, "shard": args.shard, "rollouts": plan.k if plan else 1,

@@ -49,7 +49,6 @@ def register(sub) -> None:
     p.add_argument("--compare", nargs="+", metavar="BUILD", help="builds to compare (names or TEXT,MMPROJ pairs)")
     p.add_argument("--probe-items", type=int, default=4, help="--compare: items of the first-turn check")
     p.add_argument("--probe-positions", type=int, default=16, help="--compare: generated positions compared")
-    p.add_argument("--max-tokens-per-turn", type=int, help="generation cap per assistant turn (default: the engine's)")
     _model_options(p)
     p.set_defaults(func=cmd_evaluate)
 

@@ -25,6 +25,16 @@ StopReason = Literal["stop", "length", "cancelled", "context_full"]
 TokenCallback = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class Message:
+    """One chat message in structured form: a role (``system``, ``user``, ``tool``), its content parts in order,
+    and for a system message the tool schemas it declares. `speco3.agent.protocol` builds the conversation as
+    messages; a local engine is fed their chat markup (``protocol.markup``), a chat server (an engine with
+    `Engine.takes_messages`) the messages themselves, which its chat template writes."""
+
+    role: Literal["system", "user", "tool"]
+    content: tuple[Part, ...]
+    tools: tuple[dict, ...] = ()
 
 @dataclass
 class EngineSettings:
@@ -88,6 +98,7 @@ class ModelInfo:
     mmproj_sha256: str | None = None
     text_path: str | None = None
     mmproj_path: str | None = None
+    server: str | None = None  # the chat server's base URL when the model runs remotely (speco3.engine.remote)
 
 
 @dataclass
@@ -126,6 +137,8 @@ class Engine(ABC):
 
     settings: EngineSettings
     info: ModelInfo
+    #: True for an engine fed structured `Message` lists (`extend_messages`) instead of chat-markup parts.
+    takes_messages: bool = False
 
     @abstractmethod
     def load(self) -> None:
@@ -139,6 +152,10 @@ class Engine(ABC):
     @abstractmethod
     def extend(self, parts: Sequence[Part]) -> None:
         """Append text and image parts to the conversation (evaluated lazily or eagerly)."""
+
+    def extend_messages(self, messages: Sequence[Message]) -> None:
+        """Append structured messages (engines with `takes_messages`; the others are fed their markup)."""
+        raise NotImplementedError(f"{type(self).__name__} takes chat-markup parts (extend), not messages")
 
     @abstractmethod
     def generate(

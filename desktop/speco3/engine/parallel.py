@@ -26,7 +26,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from speco3.engine.base import Engine, GenerationResult, Part, Sampling, TokenCallback
+from speco3.engine.base import Engine, GenerationResult, Message, Part, Sampling, TokenCallback
 from speco3.engine.segments import common_prefix, flatten, positions_of
 from speco3.engine.sequences import SeqState, Turn
 from speco3.engine.worker import EngineWorker
@@ -49,8 +49,11 @@ class SerialSlots:
         self.engine.reset(sampling=sampling)
         return 0
 
-    def extend(self, slot: int, parts: Sequence[Part]) -> None:
-        self.engine.extend(parts)
+    def extend(self, slot: int, parts: Sequence[Part], messages: Sequence[Message] | None = None) -> None:
+        if messages is not None and getattr(self.engine, "takes_messages", False):
+            self.engine.extend_messages(messages)  # a chat server: its template writes the markup
+        else:
+            self.engine.extend(parts)
 
     def begin(self, slot: int, *, max_tokens: int | None = None, on_token: TokenCallback | None = None,
               cancel: threading.Event | None = None) -> None:
@@ -102,8 +105,8 @@ class SequencePool:
         self._live.add(sid)
         return sid
 
-    def extend(self, slot: int, parts: Sequence[Part]) -> None:
-        self.engine.extend(parts, self._seq(slot))
+    def extend(self, slot: int, parts: Sequence[Part], messages: Sequence[Message] | None = None) -> None:
+        self.engine.extend(parts, self._seq(slot))  # llama.cpp sequences take the markup
 
     def begin(self, slot: int, *, max_tokens: int | None = None, on_token: TokenCallback | None = None,
               cancel: threading.Event | None = None) -> None:

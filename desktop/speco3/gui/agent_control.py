@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QProgressBar, QPushButton
 
 from speco3.agent.eta import format_eta
 from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectrum
+from speco3.gui.settings import SERVER_MODEL_ID
 from speco3.gui.vetting import VettingController, store_key
 from speco3.gui.workers import AgentJob, InferenceThread
 
@@ -39,6 +40,13 @@ def installed_models() -> list[tuple[str, str]]:
     except Exception as exc:
         log.warning("model store unavailable: %s", exc)
         return []
+
+
+def _open_remote_engine(server: Any, engine_settings: Any):
+    """The engine for the settings' "Model server" (loaded by the inference worker, like a local model)."""
+    from speco3.engine.remote import RemoteEngine
+
+    return RemoteEngine(server, engine_settings)
 
 
 def _demo_engine_for(spectrum: Any, entry: Any, task: Any):
@@ -91,6 +99,11 @@ class AgentController(QObject):
             return AgentJob(entry.key, task, SCRIPTED_LABEL, partial(_demo_engine_for, spectrum, entry, task),
                             spectrum=spectrum, entry=entry, batch=batch, scripted=True)
         es = self.settings.engine_settings()
+        if model_id == SERVER_MODEL_ID:  # Settings → Model server: the model runs there
+            server = self.settings.server_config()
+            key = f"server|{server.url}|{server.model}|{sorted(es.to_dict().items())}"
+            return AgentJob(entry.key, task, key, partial(_open_remote_engine, server, es), spectrum=spectrum,
+                            entry=entry, batch=batch)
         key = f"{model_id}|{sorted(es.to_dict().items())}"
         return AgentJob(entry.key, task, key, partial(self.engine_opener, model_id, es), spectrum=spectrum,
                         entry=entry, batch=batch, plan=self.settings.rollout_plan())

@@ -313,6 +313,18 @@ class SettingsDialog(QDialog):
         form.addRow("SAMP", self.samp)
         form.addRow("Sky position match", self.samp_match)
         tabs.addTab(general, "General")
+        server = QWidget()
+        sform = QFormLayout(server)
+        self.server_url = QLineEdit(settings.server_url, objectName="serverUrl",
+                                    placeholderText="empty: run the model on this computer")
+        self.server_model = QLineEdit(settings.server_model, objectName="serverModel",
+                                      placeholderText="the first model the server lists")
+        self.server_key_env = QLineEdit(settings.server_api_key_env, objectName="serverKeyEnv",
+                                        placeholderText="none, or the OS keyring entry 'spec-o3' / URL")
+        sform.addRow("Server URL (llama-server, vLLM, SGLang)", self.server_url)
+        sform.addRow("Served model", self.server_model)
+        sform.addRow("API key variable", self.server_key_env)
+        tabs.addTab(server, "Model server")
         keys = QWidget()
         kform = QFormLayout(keys)
         keymap = Keymap(settings.keymap)
@@ -340,7 +352,19 @@ class SettingsDialog(QDialog):
             msg += [f"{k} bound to both {a} and {b}" for k, a, b in keymap.conflicts()]
             self.error.setText("; ".join(msg))
             return
+        url = self.server_url.text().strip()
+        if url:
+            from speco3.engine.chatapi import ServerConfig
+            from speco3.errors import EngineError
+
+            try:
+                ServerConfig(url)
+            except EngineError as exc:
+                self.error.setText(str(exc))
+                return
         s = self.settings
+        s.server_url, s.server_model = url, self.server_model.text().strip()
+        s.server_api_key_env = self.server_key_env.text().strip()
         s.vetter = self.vetter.text().strip()
         s.data_folder = self.data_folder.text().strip()
         s.auto_advance = self.auto_advance.isChecked()

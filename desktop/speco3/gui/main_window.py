@@ -324,7 +324,15 @@ class MainWindow(QMainWindow):
             self._on_record()
 
     def refresh_models(self) -> None:
-        self.agent_panel.set_models(installed_models(), is_demo_spectrum(self.vetting.spectrum), self.settings.model_id)
+        models, current = installed_models(), self.settings.model_id
+        try:
+            server = self.settings.server_entry()
+        except Exception as exc:  # a hand-edited, unusable URL: the local models stay usable
+            self.statusBar().showMessage(f"model server ignored: {exc}")
+            server = None
+        if server is not None:  # Settings → Model server: offered first, and chosen
+            models, current = [server, *models], server[0]
+        self.agent_panel.set_models(models, is_demo_spectrum(self.vetting.spectrum), current)
 
     # -- decisions -----------------------------------------------------------------------------------------------
     def decide(self, decision: str) -> None:
@@ -393,6 +401,7 @@ class MainWindow(QMainWindow):
             self.decision.keymap = self.keymap
             self.decision.cheat.setText(self.keymap.cheat_sheet_html())
             self.samp.toggle.setChecked(self.settings.samp_enabled)  # connects or disconnects as chosen
+            self.refresh_models()  # the model server entry comes and goes with its URL
             self._save_settings()
 
     # -- misc ----------------------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 FILE_NAME = "desktop.json"
 ROLLOUT_TOP_LOGPROBS = 5  # alternatives recorded per token when K > 1 (for P(YES) at the verdict token)
+#: The agent panel's model entry for the settings' "Model server" (shown when a server URL is set).
+SERVER_MODEL_ID = "model-server"
 
 
 @dataclass
@@ -60,6 +62,10 @@ class AppSettings:
         Sampling temperature of the rollouts when K > 1.
     min_agreement, min_answered : float
         Abstention thresholds (`speco3.agent.confidence.Thresholds`).
+    server_url, server_model, server_api_key_env : str
+        "Model server": run the model on this OpenAI-compatible server instead of locally ("" = local model);
+        the served model's name ("" = the first it lists) and the environment variable holding its API key ("" =
+        the OS keyring entry, when keyring is installed). The key itself is never stored here.
     """
 
     vetter: str = ""
@@ -79,6 +85,9 @@ class AppSettings:
     rollout_temperature: float = ROLLOUT_TEMPERATURE
     min_agreement: float = DEFAULT_MIN_AGREEMENT
     min_answered: float = DEFAULT_MIN_ANSWERED
+    server_url: str = ""
+    server_model: str = ""
+    server_api_key_env: str = ""
 
     # -- persistence ---------------------------------------------------------------------------------------------
     @staticmethod
@@ -154,6 +163,19 @@ class AppSettings:
 
     def thresholds(self) -> Thresholds:
         return Thresholds(self.min_agreement, self.min_answered)
+    def server_config(self):
+        """The model server's `ServerConfig`, or None to run the model locally (raises `EngineError` on a bad URL)."""
+        if not self.server_url.strip():
+            return None
+        from speco3.engine.chatapi import ServerConfig
+
+        return ServerConfig(self.server_url.strip(), model=self.server_model.strip() or None,
+                            api_key_env=self.server_api_key_env.strip() or None)
+
+    def server_entry(self) -> tuple[str, str] | None:
+        """The agent panel's ``(model id, text)`` entry for the model server, or None when none is set."""
+        cfg = self.server_config() if self.server_url.strip() else None
+        return None if cfg is None else (SERVER_MODEL_ID, f"{cfg.model or 'served model'} @ {cfg.url}")
 
     def vetter_name(self) -> str:
         """The vetter's name, falling back to the login name."""
