@@ -71,19 +71,32 @@ def main(argv: list[str] | None = None) -> int:
                     help="1.5b / 7b: opt-in random checkpoint of that shape, converted to Q4_K_M here")
     ap.add_argument("--dir", default=None, help="scratch folder (default: system temp)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--text", help="an existing text GGUF to measure (with --mmproj) instead of building one")
+    ap.add_argument("--mmproj", help="its projector GGUF")
+    ap.add_argument("--image-max-tokens", type=int, default=1280,
+                    help="image-token cap of the load (mtmd sizes its warm-up and buffers for it; default 1280)")
+    ap.add_argument("--contexts", default=None, help="comma-separated contexts (default 4096,16384; --quick 4096)")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="speco3-bench-fit-", dir=args.dir))
     try:
         converter = None
-        if args.shape == "tiny":
+        if args.text or args.mmproj:
+            if not (args.text and args.mmproj):
+                raise SystemExit("--text and --mmproj go together")
+            text, mmproj = Path(args.text), Path(args.mmproj)
+        elif args.shape == "tiny":
             text, mmproj = tiny_gguf_pair(work / "tiny", "Q8_0")
         else:
             text, mmproj, converter = build_checkpoint(args.shape, work)
         rows = []
-        for n_ctx in (4096,) if args.quick else (4096, 16384):
-            m = measure_load(text, mmproj, n_ctx, threads=args.threads)
+        contexts = [int(c) for c in args.contexts.split(",")] if args.contexts else (
+            [4096] if args.quick else [4096, 16384])
+        for n_ctx in contexts:
+            m = measure_load(text, mmproj, n_ctx, threads=args.threads, image_max_tokens=args.image_max_tokens)
             rows.append({
                 "n_ctx": n_ctx,
+                "image_max_tokens": args.image_max_tokens,
+                "measured_peak_rss_MiB": round((m["measured_peak_rss_increase_bytes"] + m["baseline_rss_bytes"]) / 2**20, 1),
                 "estimated_MiB": round(m["estimated_bytes"] / 2**20, 1),
                 "measured_peak_rss_increase_MiB": round(m["measured_peak_rss_increase_bytes"] / 2**20, 1),
                 "error": round(m["error"], 3),

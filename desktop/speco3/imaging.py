@@ -20,6 +20,10 @@ MERGE = 2
 FACTOR = PATCH * MERGE  # 28
 MIN_PIXELS = 3136
 MAX_PIXELS = 12845056
+#: Image tokens per image when no cap is set: the renderer's largest view (the full spectrum, 792 x 472 px) is 476
+#: tokens, so 1280 never resizes what the model sees, and mtmd sizes its warm-up and compute buffers for 1280 tokens
+#: instead of the processor's 16,384 (the difference is load time and memory, see bench_load.py).
+DEFAULT_MAX_TOKENS = 1280
 
 
 def smart_resize(
@@ -51,6 +55,11 @@ def smart_resize(
         h_bar = math.ceil(height * beta / factor) * factor
         w_bar = math.ceil(width * beta / factor) * factor
     return h_bar, w_bar
+
+
+def effective_max_tokens(max_tokens: int | None) -> int:
+    """The image-token cap in force: ``max_tokens``, else `DEFAULT_MAX_TOKENS`."""
+    return int(max_tokens or DEFAULT_MAX_TOKENS)
 
 
 def max_pixels_for_tokens(max_tokens: int | None) -> int:

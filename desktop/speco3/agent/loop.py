@@ -39,7 +39,7 @@ from speco3.agent.tool import RenderFn, run_tool
 from speco3.engine.base import Engine, GenerationResult, Part, Sampling
 from speco3.engine.parallel import SerialSlots
 from speco3.errors import ContextFullError
-from speco3.imaging import PreparedImage, prepare_image
+from speco3.imaging import PreparedImage, effective_max_tokens, prepare_image
 from speco3.spectra.model import Spectrum
 from speco3.spectra.view import View
 
@@ -261,7 +261,8 @@ def episode_run(
     task_id, task_text = (task.id, task.text) if isinstance(task, Task) else ("custom", str(task))
     return Episode(
         engine, spectrum, render, cancel=cancel, on_token=_safe_callback(on_token), max_turns=max_turns,
-        image_max_tokens=engine.settings.image_max_tokens if image_max_tokens is None else image_max_tokens,
+        image_max_tokens=effective_max_tokens(engine.settings.image_max_tokens if image_max_tokens is None
+                                              else image_max_tokens),
         max_tokens_per_turn=(engine.settings.max_tokens_per_turn if max_tokens_per_turn is None
                              else max_tokens_per_turn), sampling=sampling,
     ).run(task_id, task_text)

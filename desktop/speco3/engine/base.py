@@ -45,7 +45,7 @@ class EngineSettings:
     n_gpu_layers: int | None = None  # None: all layers when llama.cpp supports GPU offload, else 0
     flash_attn: bool = True
     mmproj_on_gpu: bool = True
-    image_max_tokens: int | None = None  # cap on image tokens per image (None: processor default)
+    image_max_tokens: int | None = None  # cap on image tokens per image (None: speco3.imaging.DEFAULT_MAX_TOKENS)
     seed: int = 0
     temperature: float = 0.0  # 0: greedy, as in the paper's evaluation
     top_p: float = 1.0

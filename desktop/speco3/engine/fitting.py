@@ -18,6 +18,7 @@ from pathlib import Path
 from speco3.engine import native
 from speco3.engine.base import EngineSettings
 from speco3.errors import EngineError, ModelFileError
+from speco3.imaging import effective_max_tokens
 from speco3_models.fit import (
     DeviceMemory,
     FitPlan,
@@ -77,9 +78,8 @@ def plan_load(text_path: str | Path, mmproj_path: str | Path, settings: EngineSe
 
 
 def image_cap(settings: EngineSettings) -> int:
-    """Image tokens per image the estimate plans for: the settings' cap, else 1280 (the catalog's recommended cap,
-    above the ~500 tokens of the renderer's views; the processor's own limit, 16k tokens, is never reached)."""
-    return int(settings.image_max_tokens or 1280)
+    """Image tokens per image the estimate plans for: the cap the engine gives mtmd (`effective_max_tokens`)."""
+    return effective_max_tokens(settings.image_max_tokens)
 
 
 def load_attempts(plan: FitPlan) -> list[int]:

@@ -53,7 +53,7 @@ from speco3.engine.sampling import build_sampler, token_logprob
 from speco3.engine.segments import EvalPlan, ImageItem, Segment, flatten, plan_evaluation, runs
 from speco3.engine.sequences import CellLedger, SeqState, Turn
 from speco3.errors import ContextFullError, EngineError, ModelFileError
-from speco3.imaging import FACTOR, MAX_PIXELS, MIN_PIXELS, PreparedImage
+from speco3.imaging import FACTOR, MIN_PIXELS, PreparedImage, effective_max_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class LlamaMtmdEngine(Engine):
         mp2.n_threads, mp2.print_timings, mp2.warmup, mp2.flash_attn_type = threads_batch, False, self.warmup, fa
         # images arrive already resized (speco3.imaging): let mtmd accept every size the HF processor produces
         mp2.image_min_tokens = MIN_PIXELS // (FACTOR * FACTOR)
-        mp2.image_max_tokens = int(s.image_max_tokens or MAX_PIXELS // (FACTOR * FACTOR))
+        mp2.image_max_tokens = effective_max_tokens(s.image_max_tokens)
         self._mctx = mtmd.mtmd_init_from_file(str(self.mmproj_path).encode(), self._model, mp2)
         if not self._mctx:
             raise ModelFileError(self.mmproj_path, f"mtmd could not load the projector: {native.recent_native_problems()}")
