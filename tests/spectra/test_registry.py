@@ -274,3 +274,50 @@ def test_zero_length_data_is_no_spectrum(spectra_path, tmp_path):
     with fallback_enabled(), pytest.raises(NoSpectraError, match=r"no pixels: zero-length data") as err:
         read_spectra(tmp_path / "zero.fits")
     assert err.value.path == str(tmp_path / "zero.fits")
+
+
+def test_threads_reading_while_the_builtin_formats_load_all_see_every_format(monkeypatch):
+    """`vet --concurrency` reads from several threads: one that arrives while another is registering the built-in
+    formats must wait for the whole set (a half-filled registry called a DESI coadd an unknown layout)."""
+    import importlib
+    import threading
+    import time
+
+    from speco3.spectra import registry
+    from speco3_testkit.testdata import SPECTRA
+
+    formats_mod = importlib.import_module("speco3.spectra.formats")  # the package (speco3.spectra.formats is a function)
+    real_load_all = formats_mod.load_all
+    started = threading.Event()
+
+    def slow_load_all(register):
+        def slow_register(*args, **kwargs):
+            started.set()
+            time.sleep(0.02)  # a registration in progress, as a thread switch mid-load would leave it
+            register(*args, **kwargs)
+
+        real_load_all(slow_register)
+
+    monkeypatch.setattr(formats_mod, "load_all", slow_load_all)
+    monkeypatch.setattr(registry, "_FORMATS", {})
+    monkeypatch.setattr(registry, "_BUILTINS_LOADED", False)
+    desi = SPECTRA / "desi" / "coadd-4-80613-thru20210324.fits"
+    results: dict[str, object] = {}
+
+    def first():
+        registry.formats()
+
+    def second():
+        started.wait(10)
+        try:
+            results["spectra"] = read_spectra(desi)
+        except Exception as exc:  # the failure this test guards against
+            results["error"] = exc
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert "error" not in results, results.get("error")
+    assert results["spectra"], "the DESI coadd read as no spectra"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +77,7 @@ class Format:
 
 _FORMATS: dict[str, Format] = {}
 _BUILTINS_LOADED = False
+_BUILTINS_LOCK = threading.RLock()
 
 
 def register_format(name: str, identify: Identify, read: Read, priority: int = 0) -> None:
@@ -96,13 +98,19 @@ def register_format(name: str, identify: Identify, read: Read, priority: int = 0
 
 
 def _load_builtins() -> None:
+    """Register the built-in formats once. Threads that read at once (``vet --concurrency``) wait for the whole
+    set: the flag is set only after every format is registered (set first, a second thread saw a half-filled
+    registry and called a DESI coadd an unknown layout)."""
     global _BUILTINS_LOADED
     if _BUILTINS_LOADED:
         return
-    _BUILTINS_LOADED = True
-    from speco3.spectra.formats import load_all
+    with _BUILTINS_LOCK:
+        if _BUILTINS_LOADED:
+            return
+        from speco3.spectra.formats import load_all
 
-    load_all(register_format)
+        load_all(register_format)
+        _BUILTINS_LOADED = True
 
 
 def _ordered() -> list[Format]:
