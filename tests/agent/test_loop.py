@@ -227,6 +227,18 @@ def test_empty_spectrum_is_input_error(render):
     assert final.outcome is Outcome.INPUT_ERROR and len(steps) == 1 and engine.conversations == []
 
 
+def test_fully_masked_spectrum_is_input_error_not_a_flat_line_shown_to_the_model(render):
+    """A spectrum whose every pixel is masked (finite zeros, zero inverse variance: SDSS spec-0269-51581-0003) is
+    not drawn as a flat line for the model to judge."""
+    spec = make_spectrum()
+    spec.flux[:] = 0.0
+    spec.mask[:] = True
+    engine = ScriptedEngine([ANSWER_YES])
+    steps, final = run_to_verdict(engine, spec, "t", render)
+    assert final.outcome is Outcome.INPUT_ERROR and "masked" in final.detail
+    assert len(steps) == 1 and engine.conversations == []
+
+
 def test_render_failure_of_full_view(spectrum):
     def broken(_view):
         raise ValueError("no display")

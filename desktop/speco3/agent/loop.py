@@ -108,6 +108,9 @@ class Episode:
     def full_view(self, task_id: str, task_text: str) -> PromptStep | VerdictStep:
         """The first step: the whole spectrum rendered for the first user turn."""
         t0 = time.perf_counter()
+        if self.spectrum.is_empty:  # a flat line of masked zeros is no evidence; the model must not judge it
+            return self.finish(Outcome.INPUT_ERROR, f"{self.spectrum.name}: every pixel is masked or not finite "
+                               f"({self.spectrum.n_pixels} pixels, none usable)")
         full = View(self.spectrum, None, frame="rest")
         if full.data_range() is None:
             return self.finish(Outcome.INPUT_ERROR, f"{self.spectrum.name}: no finite data points to show")
