@@ -140,3 +140,16 @@ def test_no_logprobs_recorded_without_the_setting(spectrum, render):
     runs = run_rollouts(engine, spectrum, "is it?", render, RolloutPlan(k=2, temperature=1.0))
     assert all(r[-1].p_yes_token is None for r in runs)
     assert aggregate([r[-1] for r in runs]).p_yes_token is None
+
+
+def test_abstain_reason_names_what_happened():
+    from speco3.agent.confidence import Confidence, abstain_reason
+
+    assert abstain_reason(3, 0, 0) == "no rollout of 3 answered"
+    assert abstain_reason(4, 2, 2) == "a tie, 2 YES / 2 NO"
+    assert abstain_reason(3, 2, 1) == "split evidence, 2 YES / 1 NO"
+    assert abstain_reason(4, 1, 0) == "split evidence, 1 YES / 0 NO, 3 of 4 without an answer"
+    none = Confidence(3, ("format_error",) * 3, 0, 0, None, None, None, None, 3, True)
+    assert none.abstain_reason == "no rollout of 3 answered"
+    sure = Confidence(2, ("YES", "YES"), 2, 0, 1.0, None, 1.0, "YES", 0, False)
+    assert sure.abstain_reason == ""

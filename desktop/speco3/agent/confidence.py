@@ -79,6 +79,13 @@ class Confidence:
         return self.yes + self.no
 
     @property
+    def abstain_reason(self) -> str:
+        """Why the model abstained, in words ("" when it did not)."""
+        if not self.abstained:
+            return ""
+        return abstain_reason(self.k, self.yes, self.no)
+
+    @property
     def uncertainty(self) -> float:
         """Distance of ``p_yes`` from a sure answer: 1 at 0.5, 0 at 0 or 1 (1 without answers)."""
         return 1.0 if self.p_yes is None else 1.0 - abs(2.0 * self.p_yes - 1.0)
@@ -88,6 +95,16 @@ class Confidence:
         d["outcomes"] = list(self.outcomes)
         d["answered"] = self.answered
         return d
+
+
+def abstain_reason(k: int, yes: int, no: int) -> str:
+    """The reason of an abstention from the vote: no answer, a tie, or split / sparse evidence."""
+    if yes + no == 0:
+        return f"no rollout of {k} answered"
+    if yes == no:
+        return f"a tie, {yes} YES / {no} NO"
+    missing = k - yes - no
+    return f"split evidence, {yes} YES / {no} NO" + (f", {missing} of {k} without an answer" if missing else "")
 
 
 def _word(text: str, *, prefixes: bool = True) -> str | None:

@@ -131,7 +131,7 @@ def cmd_inspect_rollouts(args, task, spectrum, engine, render, out: Path) -> int
         agree = "—" if conf.agreement is None else f"{conf.agreement:.2f}"
         print(f"\ntrace: {out}\nVerdict: {conf.verdict or 'none'} ({task.target_class}) — p_yes {p} "
               f"({conf.yes} YES / {conf.no} NO of {conf.k}{tok}), agreement {agree}, "
-              f"{conf.format_failures} format failures" + (" — ABSTAINED (split evidence)" if conf.abstained else ""))
+              f"{conf.format_failures} format failures" + (f" — ABSTAINED ({conf.abstain_reason})" if conf.abstained else ""))
     if run.cancelled:
         return EXIT_INTERRUPTED
     return 0 if conf.verdict else EXIT_NO_VERDICT

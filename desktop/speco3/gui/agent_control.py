@@ -235,7 +235,7 @@ class AgentController(QObject):
         if conf.k > 1:
             p = "—" if conf.p_yes is None else f"{conf.p_yes:.2f}"
             self.message.emit(f"{entry.key}: p_yes {p} over {conf.k} rollouts"
-                              + (" — abstained (split evidence)" if conf.abstained else ""))
+                              + (f" — abstained ({conf.abstain_reason})" if conf.abstained else ""))
         return conf
 
 

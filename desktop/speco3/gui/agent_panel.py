@@ -256,7 +256,7 @@ class AgentPanel(QWidget):
             votes += f" · P(YES) at the answer token {conf.p_yes_token:.2f}"
         if conf.format_failures:
             votes += f" · {conf.format_failures} format failures"
-        warn = ("<br><span style='color:#8a6d00'><b>Abstained: the evidence is split.</b></span>"
+        warn = (f"<br><span style='color:#8a6d00'><b>Abstained: {html.escape(conf.abstain_reason)}.</b></span>"
                 if conf.abstained else "")
         self.verdict.setText(f"{head} — {html.escape(str(who))}<br><small>{html.escape(votes)}</small>{warn}"
                              "<br><small>The transcript shows one rollout; all are stored and side by side in the "

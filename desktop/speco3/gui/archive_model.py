@@ -17,6 +17,7 @@ from typing import Any
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor
 
+from speco3.agent.confidence import abstain_reason
 from speco3.spectra.index import IndexEntry
 
 log = logging.getLogger(__name__)
@@ -324,7 +325,9 @@ class ArchiveTableModel(QAbstractTableModel):
         if role == ABSTAINED_ROLE:
             return abstained
         if role == Qt.ItemDataRole.DisplayRole:
-            return "" if p is None else f"{p:.2f}" + (" ?" if abstained else "")
+            if p is None:
+                return "abstained" if abstained else ""
+            return f"{p:.2f}" + (" ?" if abstained else "")
         if role == Qt.ItemDataRole.ToolTipRole and mv is not None:
             outcomes = getattr(mv, "outcomes", None) or []
             k = getattr(mv, "rollouts", None) or 1
@@ -337,7 +340,9 @@ class ArchiveTableModel(QAbstractTableModel):
                 text += f" · P(YES) at the answer token {mv.p_yes_token:.2f}"
             if getattr(mv, "format_failures", None):
                 text += f" · {mv.format_failures} format failures"
-            return text + (" · abstained: split evidence" if abstained else "")
+            if abstained:
+                text += " · abstained: " + abstain_reason(k, outcomes.count("YES"), outcomes.count("NO"))
+            return text
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None

@@ -64,6 +64,12 @@ class ConfidenceDelegate(QStyledItemDelegate):
         p = index.data(P_YES_ROLE)
         if p is None:
             super().paint(painter, option, index)
+            if index.data(ABSTAINED_ROLE):  # abstained without a single answer: the frame alone
+                painter.save()
+                painter.setPen(QPen(QColor(215, 160, 0), 1.5, Qt.PenStyle.DashLine))
+                painter.setBrush(QBrush(Qt.BrushStyle.NoBrush))
+                painter.drawRect(option.rect.adjusted(1, 1, -2, -2))
+                painter.restore()
             return
         painter.save()
         if option.state & QStyle.StateFlag.State_Selected:
