@@ -73,6 +73,7 @@ def test_settings_dialog_writes_settings_and_rejects_conflicts(qtbot):
     dlg.threads.setValue(6)
     dlg.gpu_layers.setValue(0)
     dlg.image_tokens.setValue(640)
+    dlg.kv_type.setCurrentText("q8_0")
     dlg.key_edits["next"].setText("Y")  # clashes with YES
     dlg.accept()
     assert "bound to both" in dlg.error.text() and s.vetter == ""
@@ -80,6 +81,16 @@ def test_settings_dialog_writes_settings_and_rejects_conflicts(qtbot):
     dlg.accept()
     assert (s.vetter, s.n_threads, s.n_gpu_layers, s.image_max_tokens) == ("M. Jia", 6, 0, 640)
     assert s.keymap == {"next": "J"}
+    assert s.kv_type == "q8_0" and s.engine_settings().kv_type == "q8_0"
+
+
+def test_settings_file_with_an_unknown_kv_type_keeps_the_default(tmp_path):
+    import json
+
+    path = tmp_path / "desktop.json"
+    path.write_text(json.dumps({"kv_type": "q4_0", "n_ctx": 8192}))
+    s = AppSettings.load(path)
+    assert s.kv_type == "f16" and s.n_ctx == 8192
 
 
 def test_settings_model_server_tab(qtbot, tmp_path):

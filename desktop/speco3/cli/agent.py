@@ -44,7 +44,10 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-ctx", type=int, help="context window in KV cells (default: the engine default)")
     g.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     g.add_argument("--n-gpu-layers", type=int, help="layers on the GPU (default: all when supported)")
-    g.add_argument("--image-max-tokens", type=int, help="cap on image tokens per image (saves memory)")
+    g.add_argument("--image-max-tokens", type=int, help="cap on image tokens per image (default 1280, above the "
+                   "renderer's views; lower saves memory)")
+    g.add_argument("--kv-type", choices=("f16", "q8_0"), default="f16",
+                   help="KV cache type: q8_0 halves its memory (cost on the logits: benchmarks/bench_load.py)")
     g.add_argument("--parallel", type=int, metavar="N", help="sequences decoded together (rollouts of a spectrum, "
                    "spectra of `vet --slots`) sharing the context's KV cells (default: 4; 1: one at a time)")
     g.add_argument("--max-turns", type=int, help="assistant-turn budget (default: the budget the model was trained with)")
@@ -59,7 +62,8 @@ def engine_settings(args):
     from speco3.engine.base import EngineSettings
 
     settings = EngineSettings(n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
-                              image_max_tokens=args.image_max_tokens, top_logprobs=top_logprobs(args))
+                              image_max_tokens=args.image_max_tokens, top_logprobs=top_logprobs(args),
+                              kv_type=getattr(args, "kv_type", "f16"))
     if args.n_ctx is not None:
         settings.n_ctx = args.n_ctx
     if args.parallel is not None:

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 from speco3.gui.keymap import ACTIONS, Keymap, normalize
 from speco3.gui.settings import AppSettings
 from speco3.gui.workers import BackgroundTask
+from speco3.imaging import DEFAULT_MAX_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +288,12 @@ class SettingsDialog(QDialog):
                                    value=-1 if settings.n_gpu_layers is None else settings.n_gpu_layers)
         self.n_ctx = QSpinBox(objectName="nCtx", minimum=2048, maximum=131072, singleStep=1024, value=settings.n_ctx)
         self.image_tokens = QSpinBox(objectName="imageTokens", minimum=0, maximum=16384, singleStep=64,
-                                     specialValueText="no cap", value=settings.image_max_tokens or 0)
+                                     specialValueText=f"default ({DEFAULT_MAX_TOKENS})",
+                                     value=settings.image_max_tokens or 0)
+        self.kv_type = QComboBox(objectName="kvType", toolTip="q8_0 halves the KV cache's memory (bench_load.py "
+                                 "measures its cost on the next-token distribution)")
+        self.kv_type.addItems(["f16", "q8_0"])
+        self.kv_type.setCurrentText(settings.kv_type if settings.kv_type in ("f16", "q8_0") else "f16")
         form.addRow("Vetter name", self.vetter)
         form.addRow("Data folder", self.data_folder)
         form.addRow("", self.auto_advance)
@@ -295,6 +301,7 @@ class SettingsDialog(QDialog):
         form.addRow("GPU layers (-1 automatic, 0 CPU only)", self.gpu_layers)
         form.addRow("Context (KV cells)", self.n_ctx)
         form.addRow("Image token cap", self.image_tokens)
+        form.addRow("KV cache type", self.kv_type)
         self.rollouts = QSpinBox(objectName="rollouts", minimum=1, maximum=16, value=settings.rollouts,
                                  specialValueText="1 (greedy, as in the paper)",
                                  toolTip="K sampled runs per spectrum: p_yes, agreement and abstention")
@@ -372,6 +379,7 @@ class SettingsDialog(QDialog):
         s.n_gpu_layers = None if self.gpu_layers.value() < 0 else self.gpu_layers.value()
         s.n_ctx = self.n_ctx.value()
         s.image_max_tokens = self.image_tokens.value() or None
+        s.kv_type = self.kv_type.currentText()
         s.rollouts = self.rollouts.value()
         s.rollout_temperature = self.rollout_temp.value()
         s.min_agreement = self.min_agreement.value()

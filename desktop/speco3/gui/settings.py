@@ -74,6 +74,7 @@ class AppSettings:
     n_gpu_layers: int | None = None
     n_ctx: int = DEFAULT_N_CTX
     image_max_tokens: int | None = None
+    kv_type: str = "f16"
     model_id: str = ""
     task: str = "cv"
     keymap: dict[str, str] = field(default_factory=dict)
@@ -125,7 +126,9 @@ class AppSettings:
                 if isinstance(value, dict):
                     out.keymap = {str(k): str(v) for k, v in value.items()}
                 continue
-            if f.name in ("n_threads", "n_gpu_layers", "image_max_tokens"):
+            if f.name == "kv_type":
+                ok = value in ("f16", "f32", "q8_0")
+            elif f.name in ("n_threads", "n_gpu_layers", "image_max_tokens"):
                 ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= -1)
             elif isinstance(default, bool):
                 ok = isinstance(value, bool)
@@ -153,7 +156,7 @@ class AppSettings:
     def engine_settings(self) -> EngineSettings:
         """`EngineSettings` with the user's choices (other fields keep the engine defaults)."""
         es = EngineSettings(n_ctx=self.n_ctx, n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
-                            image_max_tokens=self.image_max_tokens,
+                            image_max_tokens=self.image_max_tokens, kv_type=self.kv_type,
                             top_logprobs=ROLLOUT_TOP_LOGPROBS if self.rollouts > 1 else 0)
         return es
 
