@@ -302,7 +302,7 @@ def run_episode(
     max_turns : int
         Assistant-turn budget (8 in training).
     image_max_tokens : int, optional
-        Cap on image tokens per image (None: the processor default). Defaults to the engine setting.
+        Cap on image tokens per image. Defaults to the engine setting, else `speco3.imaging.DEFAULT_MAX_TOKENS`.
     max_tokens_per_turn : int, optional
         Generation cap per assistant turn. Defaults to the engine setting.
     sampling : Sampling, optional
