@@ -3,7 +3,7 @@
 All figures are what loading adds to the running process (its peak resident memory grows by the estimate's
 total): free memory is measured while the app or the CLI is already running. `ModelShape` is what the estimate
 needs from a text GGUF and its projector (read with the bounded scan, `speco3_models.gguf_scan`), or from the
-catalog before anything is downloaded. `estimate` turns a shape, a
+catalog before anything is downloaded (`speco3_models.shape`). `estimate` turns a shape, a
 context size and a KV type into `MemoryEstimate` parts: weights (per layer, the output layer, the token
 embeddings, which llama.cpp keeps on the CPU), the KV cache, llama.cpp's compute buffers, the projector and its
 encoder's compute buffer. `plan_fit` is a pure function of an estimate and the free memory figures
@@ -23,9 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from gguf.constants import LlamaFileType
-
-from speco3_models.gguf_scan import scan_gguf
+from speco3_models.shape import QUANT_BITS, ModelShape, shape_from_catalog  # noqa: F401 - re-exported
 
 GIB = 1024**3
 MIB = 1024**2
@@ -45,108 +43,6 @@ RUNTIME_OVERHEAD = 32 * MIB
 TYPICAL_CELLS = 4096
 VISION_PAIR_BYTES_FA = 7
 VISION_PAIR_BYTES_NO_FA = 5
-#: Rough bits per weight of the text quantizations (to suggest a smaller one in a refusal).
-QUANT_BITS = {"Q4_K_M": 4.85, "Q5_K_M": 5.7, "Q6_K": 6.6, "Q8_0": 8.5, "F16": 16.0, "BF16": 16.0, "F32": 32.0}
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The figures of a model that its memory use depends on."""
-
-    name: str
-    n_layers: int
-    n_embd: int
-    n_head: int
-    n_head_kv: int
-    n_vocab: int
-    n_ff: int
-    n_ctx_train: int
-    layer_bytes: tuple[int, ...]  # weights of each block
-    output_bytes: int  # output.weight + output_norm: offloaded with the last "layer" (n_gpu_layers = n_layers + 1)
-    embd_bytes: int  # token_embd: llama.cpp keeps the input layer on the CPU
-    projector_bytes: int = 0
-    vision_hidden: int = 1280
-    vision_heads: int = 16
-    vision_ff: int = 3420
-    quant: str = ""
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
-
-    @property
-    def weights_bytes(self) -> int:
-        return sum(self.layer_bytes) + self.output_bytes + self.embd_bytes
-
-    @classmethod
-    def from_gguf(cls, text_path: str | Path, mmproj_path: str | Path | None = None) -> ModelShape:
-        """Read the shape from a text GGUF (and its projector): metadata and tensor sizes, never the weights."""
-        scan = scan_gguf(text_path)
-        md = scan.metadata
-        arch = md.get("general.architecture", "qwen2vl")
-        n_layers = int(md[f"{arch}.block_count"])
-        layers = [0] * n_layers
-        output = embd = 0
-        vocab = 0
-        for t in scan.tensors:
-            if t.name.startswith("blk."):
-                layers[int(t.name.split(".")[1])] += t.nbytes
-            elif t.name == "token_embd.weight":
-                embd += t.nbytes
-                vocab = t.shape[-1]
-            else:
-                output += t.nbytes
-        n_embd = int(md[f"{arch}.embedding_length"])
-        proj = hidden, heads, ff = 0, 16, 3420
-        if mmproj_path is not None:
-            ps = scan_gguf(mmproj_path)
-            proj = sum(t.nbytes for t in ps.tensors)
-            hidden = int(ps.metadata.get("clip.vision.embedding_length", 1280))
-            heads = int(ps.metadata.get("clip.vision.attention.head_count", 16))
-            ff = int(ps.metadata.get("clip.vision.feed_forward_length", 3420))
-        return cls(
-            name=Path(text_path).stem, n_layers=n_layers, n_embd=n_embd,
-            n_head=int(md[f"{arch}.attention.head_count"]),
-            n_head_kv=int(md.get(f"{arch}.attention.head_count_kv", md[f"{arch}.attention.head_count"])),
-            n_vocab=int(vocab), n_ff=int(md.get(f"{arch}.feed_forward_length", 4 * n_embd)),
-            n_ctx_train=int(md.get(f"{arch}.context_length", 32768)), layer_bytes=tuple(layers),
-            output_bytes=output, embd_bytes=embd, projector_bytes=int(proj if mmproj_path else 0),
-            vision_hidden=hidden, vision_heads=heads, vision_ff=ff, quant=_file_type(md.get("general.file_type")),
-        )
-
-
-def _file_type(value) -> str:
-    """``general.file_type`` as a quant name (``Q4_K_M``, ``Q8_0``, ``F16``…); "" when unknown."""
-    try:
-        name = LlamaFileType(int(value)).name  # e.g. MOSTLY_Q4_K_M, ALL_F32
-    except (TypeError, ValueError):
-        return ""
-    return name.split("_", 1)[1] if "_" in name else name
-
-
-def shape_from_catalog(entry, quant: str | None = None, mmproj_quant: str | None = None) -> ModelShape:
-    """The shape of a catalog model before download: dimensions from its ``shape`` entry, the bytes of the text
-    GGUF spread over its tensors in proportion to their parameters (the catalog's sizes are estimates)."""
-    quant = (quant or entry.recommended_quant).upper()
-    mq = (mmproj_quant or entry.recommended.get("mmproj_quant", "F16")).upper()
-    sh = entry.extra.get("shape")
-    if not sh or quant not in entry.text_bytes:
-        raise ValueError(f"the catalog has no shape or no {quant} size for {entry.name}")
-    e, n, vocab = entry.hidden_size, entry.n_layers, int(sh["vocab"])
-    kv = int(sh["kv_heads"]) * e // int(sh["heads"])
-    layer_params = 2 * e * e + 2 * e * kv + 3 * e * int(sh["intermediate"])
-    io_params = vocab * e * (1 if entry.tied_embeddings else 2)
-    per_param = entry.text_bytes[quant].value / (n * layer_params + io_params)
-    embd = int(vocab * e * per_param)
-    vision = sh.get("vision", {})
-    return ModelShape(
-        name=entry.install_name(quant), n_layers=n, n_embd=e, n_head=int(sh["heads"]), n_head_kv=int(sh["kv_heads"]),
-        n_vocab=vocab, n_ff=int(sh["intermediate"]), n_ctx_train=int(sh.get("context_length", 32768)),
-        layer_bytes=(int(layer_params * per_param),) * n, output_bytes=0 if entry.tied_embeddings else embd,
-        embd_bytes=embd, projector_bytes=int(entry.mmproj_bytes[mq].value) if mq in entry.mmproj_bytes else 0,
-        vision_hidden=int(vision.get("hidden", 1280)), vision_heads=int(vision.get("heads", 16)),
-        vision_ff=int(vision.get("intermediate", 3420)), quant=quant,
-    )
 
 
 @dataclass(frozen=True)
@@ -243,6 +139,7 @@ class FitPlan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     message: str = ""
     source: str = "estimate"  # or "llama-fit-params" when llama.cpp's figures were used
+    use_mmap: bool = False  # map the text GGUF (llama.cpp's default) rather than read it into memory
 
     @property
     def context_reduced(self) -> bool:
@@ -275,7 +172,7 @@ class FitPlan:
             "host_needed_bytes": self.host_needed_bytes, "host_free_bytes": self.host_free_bytes,
             "gpu_needed_bytes": self.gpu_needed_bytes,
             "devices": [asdict(d) for d in self.devices], "notes": list(self.notes), "summary": self.summary(),
-            "source": self.source,
+            "source": self.source, "use_mmap": self.use_mmap,
         }
 
 
@@ -316,12 +213,13 @@ def plan_fit(shape: ModelShape, n_ctx: int, host_free: int | None, gpus: Sequenc
              flash_attn: bool = True, want_gpu: bool = True, want_projector_gpu: bool = True,
              lower_ctx: bool = True, min_ctx: int = MIN_CTX, gpu_margin: int = GPU_MARGIN,
              host_margin: int = HOST_MARGIN, n_gpu_layers: int | None = None,
-             image_max_tokens: int = 1280) -> FitPlan:
+             image_max_tokens: int = 1280, mmap: bool | None = None) -> FitPlan:
     """Choose ``n_gpu_layers``, where the projector goes and the context, for the free memory given.
 
     Contexts tried: ``n_ctx``, then (with ``lower_ctx``) halved down to ``min_ctx``; the first that fits wins and
     the lowered context is noted. ``host_free`` None means unknown (assumed enough). ``n_gpu_layers`` fixes the
-    layer count (the user chose it) instead of fitting it. Pure: no file, device or clock is read.
+    layer count (the user chose it) instead of fitting it. ``mmap`` True/False forces the load mode, None lets
+    `choose_mmap` decide. Pure: no file, device or clock is read.
     """
     est_fn = estimator or (lambda c: estimate(shape, c, kv_type=kv_type, flash_attn=flash_attn,
                                               image_max_tokens=image_max_tokens))
@@ -363,9 +261,27 @@ def plan_fit(shape: ModelShape, n_ctx: int, host_free: int | None, gpus: Sequenc
                              f"{format_gib(sum(g.free_bytes for g in gpus))})")
             if plan.n_gpu_layers and not plan.mmproj_on_gpu and want_projector_gpu:
                 notes.append("vision projector on the CPU (not enough GPU memory left for it)")
-            return replace(plan, notes=tuple(notes))
+            use_mmap = choose_mmap(shape, plan, host_margin) if mmap is None else bool(mmap)
+            if mmap is None and not use_mmap:
+                notes.append("model file read into memory instead of mapped (no room for the mapped file beside "
+                             "the loaded weights): a slower load, a lower peak")
+            return replace(plan, notes=tuple(notes), use_mmap=use_mmap)
     smaller = next((c for c in ctxs[1:] if place(c).fits), None) if not lower_ctx else None
     return replace(first, message=refusal_message(shape, first, smaller))
+
+
+def choose_mmap(shape: ModelShape, plan: FitPlan, host_margin: int = HOST_MARGIN) -> bool:
+    """Map the text GGUF (fast: llama.cpp's default) when its pages fit in free memory beside everything the load
+    keeps; otherwise read it (slower, lower peak).
+
+    On the CPU llama.cpp repacks most weights into its own buffers; with a map, the file's pages stay resident beside
+    them during the load, so the peak is the plan's host bytes plus up to the whole text file (clean page cache the
+    system can drop, but resident). Reading copies each tensor through a buffer instead: measured on a 7B Q4_K_M at
+    16k (benchmarks/bench_load.py) it takes ~1.5-2x as long and peaks ~3 GiB lower. Unknown free memory: map.
+    """
+    if plan.host_free_bytes is None:
+        return True
+    return plan.host_needed_bytes + shape.weights_bytes <= plan.host_free_bytes - host_margin
 
 
 def refusal_message(shape: ModelShape, plan: FitPlan, smaller_ctx: int | None = None) -> str:

@@ -14,7 +14,7 @@ from speco3.engine import fitting
 from speco3.engine.base import EngineSettings
 from speco3.engine.llama import LlamaMtmdEngine
 from speco3.errors import EngineError
-from speco3_models.fit import GIB, MIB, DeviceMemory, ModelShape, plan_fit
+from speco3_models.fit import GIB, HOST_MARGIN, MIB, DeviceMemory, ModelShape, plan_fit
 
 pytestmark = [pytest.mark.llama]
 
@@ -51,11 +51,11 @@ def test_gpu_load_failure_retries_with_fewer_layers_then_cpu(tiny_pair, monkeypa
     real = LlamaMtmdEngine._load_native
     tried = []
 
-    def flaky(self, llama, mtmd, ngl, n_ctx, mmproj_gpu):
+    def flaky(self, llama, mtmd, ngl, n_ctx, mmproj_gpu, use_mmap):
         tried.append((ngl, mmproj_gpu))
         if ngl > fail_above:
             raise EngineError(f"simulated: cudaMalloc failed with {ngl} layers")
-        return real(self, llama, mtmd, ngl, n_ctx, mmproj_gpu)
+        return real(self, llama, mtmd, ngl, n_ctx, mmproj_gpu, use_mmap)
 
     monkeypatch.setattr(LlamaMtmdEngine, "_load_native", flaky)
     engine = LlamaMtmdEngine(*tiny_pair, settings, warmup=False)
@@ -107,8 +107,38 @@ def test_context_is_lowered_when_that_is_what_it_takes(tiny_pair, monkeypatch, c
     try:
         st = engine.stats()
         assert st.n_ctx == 8192
-        assert st.extra["fit_notes"] == ["context lowered from 16384 to 8192 tokens to fit in memory"]
+        assert st.extra["fit_notes"] == ["context lowered from 16384 to 8192 tokens to fit in memory",
+                                         "model file read into memory instead of mapped (no room for the mapped file "
+                                         "beside the loaded weights): a slower load, a lower peak"]
+        assert st.extra["use_mmap"] is False
         assert "context 8192 (lowered from 16384)" in st.extra["fit"]
         assert "context lowered from 16384 to 8192" in caplog.text
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("free_mib, forced, mapped", [(None, None, True), (64 * 1024, None, True),
+                                                      (None, False, False), ("tight", None, False)])
+def test_load_mode_follows_the_plan_and_the_user(tiny_pair, monkeypatch, free_mib, forced, mapped):
+    """The model file is mapped when free memory holds it beside the loaded weights (llama.cpp's default, the
+    fastest load), read into memory when it does not or when the user says --no-mmap; the real engine loads either
+    way, records the mode and generates."""
+    settings = EngineSettings(**TIGHT, use_mmap=forced)
+    if free_mib == "tight":  # room for the loaded weights but not for the mapped file beside them
+        plan = fitting.plan_load(*tiny_pair, settings, gpu_offload=False)
+        shape = ModelShape.from_gguf(*tiny_pair)
+        free = plan.host_needed_bytes + shape.weights_bytes + HOST_MARGIN - 1
+        monkeypatch.setattr(fitting, "host_available_bytes", lambda: free)
+    elif free_mib is not None:
+        monkeypatch.setattr(fitting, "host_available_bytes", lambda: free_mib * MIB)
+    engine = LlamaMtmdEngine(*tiny_pair, settings, warmup=False)
+    engine.load()
+    try:
+        extra = engine.stats().extra
+        assert extra["use_mmap"] is mapped
+        assert ("model file mapped" if mapped else "model file read into memory") in extra["fit"]
+        assert any("read into memory instead of mapped" in n for n in extra["fit_notes"]) is (free_mib == "tight")
+        engine.extend(["<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"])
+        assert engine.generate(max_tokens=3).n_tokens == 3
     finally:
         engine.close()

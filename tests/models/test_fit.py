@@ -12,6 +12,7 @@ from speco3_models.fit import (
     MIB,
     DeviceMemory,
     ModelShape,
+    choose_mmap,
     estimate,
     plan_fit,
     retry_layers,
@@ -77,6 +78,21 @@ def test_margin_is_kept(q4):
     need = estimate(q4, 4096).total_bytes
     assert not plan_fit(q4, 4096, need).fits  # exactly the need: no room for the margin
     assert plan_fit(q4, 4096, need + HOST_MARGIN).fits
+
+
+def test_model_file_mapped_only_when_it_fits_beside_the_loaded_weights(q4):
+    need = estimate(q4, 16384).total_bytes
+    roomy = plan_fit(q4, 16384, need + q4.weights_bytes + HOST_MARGIN)
+    assert roomy.fits and roomy.use_mmap and roomy.notes == () and roomy.to_dict()["use_mmap"] is True
+    tight = plan_fit(q4, 16384, need + q4.weights_bytes + HOST_MARGIN - 1)  # fits, but not beside the mapped file
+    assert tight.fits and not tight.use_mmap and not tight.context_reduced
+    assert any("read into memory instead of mapped" in n for n in tight.notes)
+    assert choose_mmap(q4, tight) is False and choose_mmap(q4, roomy) is True
+    assert plan_fit(q4, 16384, None).use_mmap  # unknown free memory: llama.cpp's default
+    # the user's choice wins either way, and says nothing
+    forced = plan_fit(q4, 16384, need + HOST_MARGIN, mmap=True)
+    assert forced.use_mmap and forced.notes == ()
+    assert not plan_fit(q4, 16384, 64 * GIB, mmap=False).use_mmap
 
 
 def test_refusal_names_the_figures_and_a_smaller_quant(q8):

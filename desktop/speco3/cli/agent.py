@@ -48,6 +48,9 @@ def _model_options(p: argparse.ArgumentParser) -> None:
                    "renderer's views; lower saves memory)")
     g.add_argument("--kv-type", choices=("f16", "q8_0"), default="f16",
                    help="KV cache type: q8_0 halves its memory (cost on the logits: benchmarks/bench_load.py)")
+    g.add_argument("--mmap", dest="use_mmap", action=argparse.BooleanOptionalAction, default=None,
+                   help="map the model file (fast load, llama.cpp's default) or read it (--no-mmap: slower, lower "
+                   "peak); default: map when free memory holds the file beside the loaded weights")
     g.add_argument("--parallel", type=int, metavar="N", help="sequences decoded together (rollouts of a spectrum, "
                    "spectra of `vet --slots`) sharing the context's KV cells (default: 4; 1: one at a time)")
     g.add_argument("--max-turns", type=int, help="assistant-turn budget (default: the budget the model was trained with)")
@@ -63,7 +66,7 @@ def engine_settings(args):
 
     settings = EngineSettings(n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
                               image_max_tokens=args.image_max_tokens, top_logprobs=top_logprobs(args),
-                              kv_type=getattr(args, "kv_type", "f16"))
+                              kv_type=getattr(args, "kv_type", "f16"), use_mmap=getattr(args, "use_mmap", None))
     if args.n_ctx is not None:
         settings.n_ctx = args.n_ctx
     if args.parallel is not None:

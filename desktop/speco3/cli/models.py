@@ -6,6 +6,7 @@ Nothing here touches the network except ``models pull``, which the user asks for
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -225,7 +226,8 @@ def cmd_fit(args) -> int:
     settings = EngineSettings()
     entry = catalog.find(args.name) if args.name else None
     ctx = args.ctx or (entry.recommended_ctx if entry else settings.n_ctx)
-    settings = replace(settings, n_ctx=int(ctx), kv_type=args.kv_type, flash_attn=not args.no_flash_attn)
+    settings = replace(settings, n_ctx=int(ctx), kv_type=args.kv_type, flash_attn=not args.no_flash_attn,
+                       use_mmap=args.use_mmap)
     plan, devices = plan_model(args.name, args.text, args.mmproj, settings=settings,
                                store=_store(args) if args.store else None, use_tool=not args.no_tool, quant=args.quant)
     if args.json:
@@ -242,6 +244,9 @@ def cmd_fit(args) -> int:
     print(f"free memory: RAM {host}" + "".join(f"; {d.name} {format_gib(d.free_bytes)} of {format_gib(d.total_bytes)}"
                                            for d in plan.devices))
     print(plan.summary())
+    if plan.fits:
+        print("model file: " + ("mapped (llama.cpp's default: the fastest load)" if plan.use_mmap
+                                else "read into memory (a slower load, a lower peak)"))
     for note in plan.notes:
         print(f"  note: {note}")
     return 0 if plan.fits else 1
@@ -291,6 +296,8 @@ def register(subparsers) -> None:
     s.add_argument("--quant", help="catalog model not installed: the quantization to plan for (default Q4_K_M)")
     s.add_argument("--kv-type", default="f16", choices=("f16", "f32", "q8_0"), help="KV cache type")
     s.add_argument("--no-flash-attn", action="store_true", help="plan without flash attention")
+    s.add_argument("--mmap", dest="use_mmap", action=argparse.BooleanOptionalAction, default=None,
+                   help="plan a mapped (--mmap) or read (--no-mmap) model file (default: what fits)")
     s.add_argument("--no-tool", action="store_true", help="do not run llama-fit-params (built-in estimate only)")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_fit)

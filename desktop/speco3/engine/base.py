@@ -52,7 +52,7 @@ class EngineSettings:
     top_k: int = 0
     max_tokens_per_turn: int = 2048
     kv_type: Literal["f16", "f32", "q8_0"] = "f16"
-    use_mmap: bool = False  # CPU: avoids keeping the mapped file resident beside the repacked weights
+    use_mmap: bool | None = None  # None: map the model file when it fits beside the weights (speco3_models.fit.choose_mmap)
     top_logprobs: int = 0  # > 0: record each generated token's log-probability and this many alternatives
     n_seq: int = 4  # sequences decoded together (rollouts of a spectrum, batch slots); 1: one at a time
 

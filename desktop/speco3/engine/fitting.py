@@ -69,7 +69,7 @@ def plan_load(text_path: str | Path, mmproj_path: str | Path, settings: EngineSe
                                     image_max_tokens=image_cap(settings))
     plan = plan_fit(shape, int(settings.n_ctx), host_free, gpus, estimator=estimator, kv_type=settings.kv_type,
                     flash_attn=settings.flash_attn, want_gpu=gpu_offload, want_projector_gpu=settings.mmproj_on_gpu,
-                    n_gpu_layers=settings.n_gpu_layers, image_max_tokens=image_cap(settings))
+                    n_gpu_layers=settings.n_gpu_layers, image_max_tokens=image_cap(settings), mmap=settings.use_mmap)
     if estimator is not None:
         from dataclasses import replace
 
@@ -115,7 +115,8 @@ def describe(plan: FitPlan, n_gpu_layers: int) -> str:
         where += f" (after a failed load with {plan.gpu_layers_shown})"
     proj = ", projector on the GPU" if plan.mmproj_on_gpu and n_gpu_layers else ""
     ctx = f", context {plan.n_ctx}" + (f" (lowered from {plan.n_ctx_requested})" if plan.context_reduced else "")
-    return f"{where}{proj}{ctx}; estimated {format_gib(plan.estimate.total_bytes)} ({plan.source})"
+    load = "mapped" if plan.use_mmap else "read into memory"
+    return f"{where}{proj}{ctx}, model file {load}; estimated {format_gib(plan.estimate.total_bytes)} ({plan.source})"
 
 
 def plan_model(name: str | None = None, text: str | Path | None = None, mmproj: str | Path | None = None, *,

@@ -119,24 +119,26 @@ class LlamaMtmdEngine(Engine):
         if not plan.fits:
             raise fitting.ModelTooLargeError(plan)  # before anything is loaded
         fitting.load_with_fallback(
-            plan, lambda ngl: self._load_native(llama, mtmd, ngl, plan.n_ctx, plan.mmproj_on_gpu and ngl > 0), self.close)
+            plan, lambda ngl: self._load_native(llama, mtmd, ngl, plan.n_ctx, plan.mmproj_on_gpu and ngl > 0,
+                                                plan.use_mmap), self.close)
         chosen = fitting.describe(plan, self._n_gpu_layers)
         self._n_ctx = int(llama.llama_n_ctx(self._ctx))
         self._stats = EngineStats(
             backend=native.backend_label(self._n_gpu_layers), n_ctx=self._n_ctx, load_seconds=time.perf_counter() - t0
         )
         self._stats.extra.update(n_gpu_layers=self._n_gpu_layers, flash_attn=s.flash_attn, kv_type=s.kv_type,
+                                 use_mmap=plan.use_mmap,
                                  mmproj_backend=native.backend_label(1 if self._mmproj_gpu else 0), fit=chosen,
                                  fit_notes=list(plan.notes), estimated_bytes=plan.estimate.total_bytes)
         logger.info("loaded %s + %s on %s in %.1f s (n_ctx %d): %s; settings %s", self.text_path, self.mmproj_path,
                     self._stats.backend, self._stats.load_seconds, self._n_ctx, chosen, s.to_dict())
 
-    def _load_native(self, llama, mtmd, n_gpu_layers: int, n_ctx: int, mmproj_gpu: bool) -> None:
+    def _load_native(self, llama, mtmd, n_gpu_layers: int, n_ctx: int, mmproj_gpu: bool, use_mmap: bool) -> None:
         s = self.settings
         self._n_gpu_layers, self._mmproj_gpu = int(n_gpu_layers), bool(mmproj_gpu)
         mp = llama.llama_model_default_params()
         mp.n_gpu_layers = self._n_gpu_layers
-        mp.load_mode = llama.LLAMA_LOAD_MODE_MMAP if s.use_mmap and llama.llama_supports_mmap() else llama.LLAMA_LOAD_MODE_NONE
+        mp.load_mode = llama.LLAMA_LOAD_MODE_MMAP if use_mmap and llama.llama_supports_mmap() else llama.LLAMA_LOAD_MODE_NONE
         self._model = llama.llama_model_load_from_file(str(self.text_path).encode(), mp)
         if not self._model:
             raise ModelFileError(self.text_path, f"llama.cpp could not load the model: {native.recent_native_problems()}")

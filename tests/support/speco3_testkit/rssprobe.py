@@ -40,7 +40,7 @@ image = prepare_image(buf.getvalue(), max_tokens=cap)
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # reset the peak (VmHWM) to the current RSS
 base = status()["VmRSS"]
-settings = EngineSettings(n_ctx=ctx, n_threads=threads, image_max_tokens=cap, n_gpu_layers=0, mmproj_on_gpu=False,
+settings = EngineSettings(n_ctx=ctx, n_threads=threads, image_max_tokens=cap, n_gpu_layers=0, mmproj_on_gpu=False, use_mmap=False,
                           flash_attn=fa, kv_type="f16")
 t0 = time.perf_counter()
 engine = LlamaMtmdEngine(text, mmproj, settings, warmup=True)
