@@ -6,7 +6,8 @@ width 1280/3420) in 1 GiB shards, written fast from random bytes. It then conver
 projector) in a child process and reports
 
 * the child's peak RSS (``getrusage(RUSAGE_CHILDREN).ru_maxrss``; goal ≤ 1.5 GiB, independent of model
-  size — the same figure for the tiny test model is printed beside it),
+  size — the same figure for the tiny test model is printed beside it) and its peak anonymous memory
+  (``peak_anon_MiB``: ``RssAnon`` sampled every 20 ms; RSS also counts the mapped checkpoint's clean pages),
 * conversion throughput in MB/s of checkpoint bytes against a plain copy (``shutil.copyfile``) of the same
   shards in the same run; both timings start and end with ``os.sync()`` so that the write-back of the
   output is counted alike.
@@ -110,9 +111,21 @@ def write_checkpoint(folder: Path, layers: int, seed: int = 0, shape: str = "1.5
 
 
 _CONVERT = """
-import os, resource, sys, json, time
+import os, resource, sys, json, threading, time
 from speco3_converters import convert_checkpoint
 from speco3_converters.verify import verify_pair
+
+def status(key):
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith(key))
+
+anon = [0]
+def sample():  # RssAnon every 20 ms: RSS also counts the mapped checkpoint's clean pages, which the system can drop
+    while True:
+        anon[0] = max(anon[0], status("RssAnon"))
+        time.sleep(0.02)
+
+threading.Thread(target=sample, daemon=True).start()
 t0 = time.perf_counter()
 res = convert_checkpoint(sys.argv[1], sys.argv[2], outtype="bf16", mmproj_type="f16", name="bench")
 os.sync()  # count the write-back of the output, as for the copy
@@ -120,8 +133,15 @@ t1 = time.perf_counter()
 t, m = verify_pair(res.text_path, res.mmproj_path)
 t2 = time.perf_counter()
 print(json.dumps({"convert_s": t1 - t0, "verify_s": t2 - t1, "text_bytes": t["size"], "mmproj_bytes": m["size"],
-                  "text_types": t["types"], "self_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+                  "text_types": t["types"], "self_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "peak_anon_kib": max(anon[0], status("RssAnon"))}))
 """
+
+
+def _safetensors_header(path: Path) -> dict:
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n))
 
 
 def convert_in_child(src: Path, out: Path) -> tuple[float, dict]:
@@ -142,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", choices=("1.5b", "7b"), default="1.5b",
                     help="7b: opt-in real-scale checkpoint (28 layers unless --layers; ~34 GB free disk needed)")
     ap.add_argument("--quick", action="store_true", help="toy-sized checkpoint in 4 MiB shards (seconds)")
+    ap.add_argument("--src", help="convert this existing checkpoint folder instead of generating one (not removed; "
+                    "e.g. a 7B-shaped checkpoint kept from an earlier run)")
     args = ap.parse_args(argv)
     if args.quick:
         args.shape, args.layers = "quick", 2
@@ -149,10 +171,18 @@ def main(argv: list[str] | None = None) -> int:
         args.layers = 28
     work = Path(tempfile.mkdtemp(prefix="speco3-bench-convert-", dir=args.dir))
     try:
-        src = work / "hf"
         t0 = time.perf_counter()
-        nbytes, params = write_checkpoint(src, args.layers, shape=args.shape,
-                                          shard_bytes=4 << 20 if args.quick else SHARD_BYTES)
+        if args.src:
+            src = Path(args.src)
+            shards = sorted(src.glob("*.safetensors"))
+            nbytes = sum(p.stat().st_size for p in shards)
+            params = sum(math.prod(t["shape"]) for p in shards for k, t in _safetensors_header(p).items()
+                         if k != "__metadata__")
+            args.shape, args.layers = f"existing {src}", load_config(src).text.n_layers
+        else:
+            src = work / "hf"
+            nbytes, params = write_checkpoint(src, args.layers, shape=args.shape,
+                                              shard_bytes=4 << 20 if args.quick else SHARD_BYTES)
         gen_s = time.perf_counter() - t0
         child_s, conv = convert_in_child(src, work / "gguf")  # first child: RUSAGE_CHILDREN is its peak
         conv_s = conv["convert_s"]
@@ -182,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             "plain_copy_MBps": round(mb / copy_s, 1),
             "convert_vs_copy_throughput": round((mb / conv_s) / (mb / copy_s), 3),
             "peak_rss_MiB": round(peak_kib / 1024, 1),
+            "peak_anon_MiB": round(conv["peak_anon_kib"] / 1024, 1),
             "peak_rss_tiny_model_MiB": round(tiny_conv["self_maxrss_kib"] / 1024, 1),
             "peak_rss_goal_MiB": 1536,
             "peak_rss_ok": peak_kib / 1024 <= 1536,
