@@ -163,3 +163,21 @@ def test_a_failed_merge_leaves_out_unchanged(tmp_path):
         merge_stores(out, [good, out])
     with pytest.raises(StoreError, match="no such vetting store"):
         merge_stores(out, [tmp_path / "missing.sqlite"])
+
+
+def test_an_empty_shard_prints_the_same_summary_as_a_run(tmp_path, monkeypatch, capsys):
+    """A SLURM array whose shard gets no spectrum still prints one JSON summary (zero counts) and exits 0."""
+    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"scripts": [[NO]]}), encoding="utf-8")
+    arch = _archive(tmp_path / "arch", n=1)
+    key_shard = next(i for i in range(7) if in_shard("s00.csv#0", (i, 7)))
+    empty = (key_shard + 1) % 7
+    capsys.readouterr()
+    assert _vet(arch, tmp_path / "e.sqlite", script, "--shard", f"{empty}/7") == 0
+    out = capsys.readouterr()
+    summary = json.loads(out.out.strip().splitlines()[-1])
+    assert summary["total"] == summary["done"] == summary["failed"] == 0 and summary["shard"] == f"{empty}/7"
+    assert f"in shard {empty}/7" in out.err
+    assert _vet(arch, tmp_path / "f.sqlite", script, "--shard", f"{key_shard}/7") == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["done"] == 1

@@ -394,12 +394,18 @@ def cmd_vet(args) -> int:
     entries = _archive_entries(args)
     items = [VetItem(key=f"{e.path}#{e.index}", load=e.load, path=e.path, name=e.name, error=e.error)
              for e in entries]
-    if not items:
-        print("nothing to screen: the archive has no spectra matching the filters", file=sys.stderr)
-        return 0
-    render = RENDER_FACTORY()
     store_path = Path(args.out)
     traces = Path(args.traces) if args.traces else store_path.with_name(store_path.stem + "_traces")
+    summary = {"store": str(store_path), "traces": str(traces), "task": task.id, "prompt_version": task.prompt_version,
+               "shard": args.shard, "rollouts": plan.k if plan else 1}
+    if not items:  # the same summary as a run (a shard of a SLURM array may be empty): scripts parse every shard
+        from speco3.vetting.batch import BatchResult
+
+        print("nothing to screen: the archive has no spectra matching the filters"
+              + (f" in shard {args.shard}" if args.shard else ""), file=sys.stderr)
+        print(json.dumps({**summary, **BatchResult().to_dict()}))
+        return 0
+    render = RENDER_FACTORY()
     store = VettingStore(store_path)
     if args.concurrency > 1 and not args.server:
         raise Speco3Error("--concurrency needs --server URL (a model server batches the episodes)")
@@ -434,9 +440,7 @@ def cmd_vet(args) -> int:
         for engine in engines:
             engine.close()
         store.close()
-    print(json.dumps({"store": str(store_path), "traces": str(traces), "task": task.id,
-                      "prompt_version": task.prompt_version, "shard": args.shard, "rollouts": plan.k if plan else 1,
-                      **result.to_dict()}))
+    print(json.dumps({**summary, **result.to_dict()}))
     if result.cancelled:
         print("stopped; run the same command again to continue", file=sys.stderr)
         return EXIT_INTERRUPTED
