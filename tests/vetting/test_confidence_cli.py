@@ -134,6 +134,22 @@ def test_vet_rollouts_then_queue(tmp_path, capsys):
     assert lines[0].split()[:3] == ["p_yes", "K", "agree"] and len(lines) == 4 and "ABS" in lines[1]
 
 
+
+def test_queue_columns_stay_aligned_when_the_model_gave_no_answer(tmp_path, capsys):
+    arch = tmp_path / "arch"
+    for i in range(2):
+        _spectrum_file(arch, i)
+    db = tmp_path / "a.sqlite"
+    silent = _script(tmp_path, [["<think>The spectrum is hard to read.</think> I cannot tell."]])
+    assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted", str(silent), "--limit", "1"]) == 0
+    assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted", str(_script(tmp_path, [[YES]]))]) == 0
+    capsys.readouterr()
+    assert main(["queue", str(db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and any("no_answer" in line or "format" in line for line in lines[1:])
+    starts = {line.index("spectrum") if i == 0 else line.index(str(arch)) for i, line in enumerate(lines)}
+    assert len(starts) == 1, lines  # the spectrum column starts at the same place on every row
+
 @pytest.mark.llama
 def test_inspect_rollouts_on_the_tiny_model(tiny_gguf, tmp_path, capsys):
     """``inspect --rollouts 2 --json`` through llama.cpp (the tiny random model's words are noise; the path is real):

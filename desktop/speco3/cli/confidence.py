@@ -165,11 +165,13 @@ def cmd_queue(args) -> int:
     if args.json:
         print(json.dumps([{k: r.get(k) for k in QUEUE_FIELDS} for r in rows], indent=1))
         return 0
-    print(f"{'p_yes':>5} {'K':>2} {'agree':>5} {'':3} {'model':6} {'human':6} spectrum")
-    for r in rows:
+    model = [str(r.get("model_verdict") or r.get("model_outcome") or "-") for r in rows]
+    human = [str(r.get("decision") or "-") for r in rows]
+    wm, wh = max([5, *map(len, model)]), max([5, *map(len, human)])  # outcomes such as no_answer are wider
+    print(f"{'p_yes':>5} {'K':>2} {'agree':>5} {'':3} {'model':{wm}} {'human':{wh}} spectrum")
+    for r, m, h in zip(rows, model, human, strict=True):
         p = "  —  " if r.get("p_yes") is None else f"{r['p_yes']:5.2f}"
         agree = "  —  " if r.get("agreement") is None else f"{r['agreement']:5.2f}"
         print(f"{p} {r.get('rollouts') or 1:>2} {agree} {'ABS' if r.get('abstained') else '':3} "
-              f"{r.get('model_verdict') or r.get('model_outcome'):6} {r.get('decision') or '-':6} "
-              f"{r['spectrum_key']} ({r['task']})")
+              f"{m:{wm}} {h:{wh}} {r['spectrum_key']} ({r['task']})")
     return 0
