@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -127,9 +128,14 @@ def test_rollouts_with_adversarial_outputs_keep_the_others(spectrum, render):
     assert [r[-1].zooms for r in runs] == [1, 0, 0, 0, 2]
 
 
-def test_an_engine_failure_in_one_rollout_leaves_the_others(spectrum, render):
+def test_an_engine_failure_in_one_rollout_leaves_the_others(spectrum, render, caplog):
     engine = scripted([[YES], [ZOOM, EngineError("device lost")], [NO], ["<tool_call>[[[[</tool_call>"], [YES]])
-    runs = run_rollouts(engine, spectrum, "is it?", render, RolloutPlan(k=5, temperature=1.0))
+    with caplog.at_level(logging.INFO, logger="speco3.agent"):
+        runs = run_rollouts(engine, spectrum, "is it?", render, RolloutPlan(k=5, temperature=1.0))
+    # the log tells the rollouts apart by their seed (which also reproduces one)
+    failed = [r.getMessage() for r in caplog.records if "device lost" in r.getMessage() and "ended" in r.getMessage()]
+    assert failed and "[seed 1, temperature 1]" in failed[0]
+    assert sum("[seed 4, temperature 1]: YES after" in r.getMessage() for r in caplog.records) == 1
     assert [r[-1].outcome.value for r in runs] == ["YES", "engine_error", "NO", "format_error", "YES"]
     c = aggregate([r[-1] for r in runs])
     assert (c.yes, c.no, c.format_failures, c.verdict, c.abstained) == (2, 1, 1, "YES", True)

@@ -232,11 +232,14 @@ class Episode:
     def finish(self, outcome: Outcome, detail: str = "", answer: ParsedAnswer | None = None, content: str = ""
                ) -> VerdictStep:
         """The final record of the episode."""
+        who = self.spectrum.name
+        if self.sampling is not None:  # a rollout: its seed tells it from the others (and reproduces it)
+            who += f" [seed {self.sampling.seed}, temperature {self.sampling.temperature:g}]"
         if detail:
             log = logger.info if outcome in (Outcome.CANCELLED, Outcome.FORMAT_ERROR) else logger.warning
-            log("episode on %s ended: %s (%s)", self.spectrum.name, outcome.value, detail)
+            log("episode on %s ended: %s (%s)", who, outcome.value, detail)
         logger.info("episode on %s: %s after %d turns, %d zooms, %d tokens generated, %d prompt and %d image tokens, "
-                    "%.1f s", self.spectrum.name, outcome.value, self.turns, self.zooms, self.tokens,
+                    "%.1f s", who, outcome.value, self.turns, self.zooms, self.tokens,
                     self.prompt_tokens, self.image_tokens, time.perf_counter() - self.t_start)
         return VerdictStep(
             turn=self.turns, seconds=time.perf_counter() - self.t_start, outcome=outcome, verdict=outcome.verdict,
