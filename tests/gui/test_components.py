@@ -215,3 +215,28 @@ def test_entry_point_arguments(capsys, tmp_path):
     assert exc.value.code == 0 and "spec-o3-desktop 0.1.0" in capsys.readouterr().out
     assert main([str(tmp_path / "missing")]) == 2
     assert "not a folder" in capsys.readouterr().err
+
+
+def test_rows_of_a_multi_spectrum_file_stay_distinguishable(qtbot, make_window, open_and_wait, tmp_path, spectra_dir):
+    """LAMOST MRS files hold 16 spectra under one long name: the table elides the middle, so each row still shows
+    its ``#N``, and the tooltip names the file and the spectrum."""
+    import shutil
+
+    from PySide6.QtGui import QFontMetrics
+
+    folder = tmp_path / "mrs"
+    folder.mkdir()
+    shutil.copy(spectra_dir / "lamost" / "med-58408-TD230151N343645T01_sp01-015.fits", folder)
+    w = make_window()
+    open_and_wait(w, folder)
+    table, model = w.archive.table, w.archive.table.model()
+    width = table.columnWidth(COL["name"]) - 8  # the cell's text margins
+    shown = {}
+    for row in range(model.rowCount()):
+        text = model.data(model.index(row, COL["name"]))
+        assert QFontMetrics(table.font()).horizontalAdvance(text) > width  # the name really is cut
+        shown[text] = QFontMetrics(table.font()).elidedText(text, table.textElideMode(), width)
+    assert len(shown) == 16 and len(set(shown.values())) == 16
+    tip = model.data(model.index(1, COL["name"]), Qt.ItemDataRole.ToolTipRole)
+    name = model.data(model.index(1, COL["name"]))
+    assert tip.endswith("med-58408-TD230151N343645T01_sp01-015.fits #" + name.split("#")[1])

@@ -310,8 +310,8 @@ class ArchiveTableModel(QAbstractTableModel):
             if name == "snr":
                 return f"{float(value):.1f}"
             return str(value)
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return entry.path or entry.key
+        if role == Qt.ItemDataRole.ToolTipRole:  # the full path, and which spectrum of a multi-spectrum file
+            return (entry.path or entry.key) + (f" #{entry.index}" if entry.path and entry.index else "")
         if role == Qt.ItemDataRole.TextAlignmentRole and name in ("redshift", "snr"):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
