@@ -137,3 +137,41 @@ def test_prescreen_cancel_records_none_in_flight_and_a_new_one_does_the_rest(qtb
     final = rows(store)  # each spectrum exactly once (`rows` checks), the first ones untouched
     assert len(final) == 6 and all(final[k] == r for k, r in first.items())
     assert w.agent.start_batch(batch, "cv", MODEL) == 0
+
+
+def test_prescreen_pause_and_a_run_on_this_spectrum_between_slot_runs(qtbot, window):
+    """Pause stops the refill (the spectra in flight finish); a run on the current spectrum is served then, and the
+    batch resumes in slots after it; every spectrum of the batch ends recorded once by the batch."""
+    w, batch = window, entries(window, 5)
+    store = w.vetting.store
+    seen = watch(w)
+    assert w.agent.start_batch(batch, "cv", MODEL) == 5
+    qtbot.waitUntil(lambda: seen["flight"] == 2, timeout=120000)
+    w.toggle_batch_pause()
+    qtbot.waitUntil(lambda: not w.inference.busy(), timeout=240000)  # the two in flight finished, no refill
+    qtbot.wait(100)
+    paused = len(store.model_verdicts("cv", latest=False))
+    assert 2 <= paused < 5 and w.inference.batch_running()
+    w.run_agent()  # on the current spectrum (the batch's first)
+    assert w.agent.interactive_job is not None
+    qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=240000)
+    qtbot.wait(100)
+    assert len(store.model_verdicts("cv", latest=False)) == paused + 1  # the interactive run only: still paused
+    seen["flight"] = 0
+    w.toggle_batch_pause()
+    wait_idle(qtbot, w)
+    keys = [v.spectrum_key for v in store.model_verdicts("cv", latest=False)]
+    assert len(keys) == 6 and len(set(keys)) == 5  # five batch items once each, plus the interactive run
+    assert seen["flight"] == (2 if 5 - paused > 1 else 1)  # the rest ran in slots again
+
+
+def test_closing_the_window_with_two_in_flight_stops_and_joins_the_worker(qtbot, window):
+    w, store = window, window.vetting.store
+    seen = watch(w)
+    inference = w.inference
+    assert w.agent.start_batch(entries(w, 4), "cv", MODEL) == 4
+    qtbot.waitUntil(lambda: seen["flight"] == 2, timeout=120000)
+    recorded = len(store.model_verdicts("cv", latest=False))
+    w.close()  # stops the inference thread (cancelling the spectra in flight) and joins it before widgets go
+    assert not inference.running() and not inference._flight
+    assert recorded < 4
