@@ -18,8 +18,8 @@ from speco3.gui.settings import AppSettings
 pytestmark = [pytest.mark.gui, pytest.mark.llama]
 
 MODEL = "tiny-slots"
-#: engine settings that keep the tiny model's noise short (as in tests/vetting/test_batch_slots.py); 2 sequences
-FAST = dict(n_seq=2, max_tokens_per_turn=32, flash_attn=False, mmproj_on_gpu=False)
+#: engine settings that keep the tiny model's noise short (as in tests/vetting/test_batch_slots.py)
+FAST = dict(max_tokens_per_turn=32, flash_attn=False, mmproj_on_gpu=False)
 
 
 def open_fast(model_id, engine_settings):
@@ -41,7 +41,8 @@ def tiny_installed(tiny_gguf):
 
 @pytest.fixture
 def window(make_window, demo_archive, open_and_wait, tiny_installed):
-    settings = AppSettings(vetter="t", n_ctx=8192, image_max_tokens=120, n_threads=2, n_gpu_layers=0, kv_type="f32")
+    settings = AppSettings(vetter="t", n_ctx=8192, image_max_tokens=120, n_threads=2, n_gpu_layers=0, kv_type="f32",
+                           parallel=2)  # Settings → Parallel sequences: 2 spectra at once
     w = make_window(settings=settings, opener=open_fast)
     open_and_wait(w, demo_archive)
     w.table_model.fetch_all()
