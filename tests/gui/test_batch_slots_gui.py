@@ -61,7 +61,8 @@ def entries(w, n):
 
 def watch(w) -> dict:
     """What the inference thread reports: the most items in flight at once, and the finished runs' outcomes."""
-    seen = {"flight": 0, "outcomes": [], "follow": []}
+    seen = {"flight": 0, "outcomes": [], "follow": [], "queue": []}
+    w.inference.eta.connect(lambda _job, _left, queue: seen["queue"].append(queue))
     w.inference.batch_follow.connect(lambda _job, key, n: (seen.__setitem__("flight", max(seen["flight"], n)),
                                                            seen["follow"].append((key, n))))
     w.inference.finished_job.connect(lambda _job, _key, step, _info: seen["outcomes"].append(step.outcome.value))
@@ -101,6 +102,7 @@ def test_prescreen_runs_two_at_once_and_records_what_vet_slots_records(qtbot, wi
     assert parallel and parallel["rounds"] < parallel["round_tokens"], parallel  # decodes of several sequences
     assert seen["flight"] == 2, seen  # two spectra in flight at once
     assert any(n == 2 and key for key, n in seen["follow"])
+    assert any(q > 0 for q in seen["queue"])  # the batch's time left, from the spectra measured so far
     app_rows = rows(w.vetting.store)
     assert len(app_rows) == 4 and all(r["model_id"] == MODEL for r in app_rows.values())
 
