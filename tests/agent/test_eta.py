@@ -132,6 +132,7 @@ def test_queue_estimate_uses_finished_episodes():
         q.finished(VerdictStep(turn=turns, seconds=seconds, turns=turns))
     assert q.expected_turns == pytest.approx(3.0)
     assert q.remaining(None, 4) == pytest.approx(4 * 12.0)
+    assert q.remaining(None, 4, parallel=2) == pytest.approx(2 * 12.0)  # episodes measured 2 at a time, run 2 at a time
     cur = q.new_episode(Rates())
     assert cur.expected_turns == 3.0
 

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from speco3.engine.base import EngineSettings
 from speco3.gui.dialogs import ModelManagerDialog, SettingsDialog
 from speco3.gui.settings import AppSettings
 
@@ -74,6 +75,8 @@ def test_settings_dialog_writes_settings_and_rejects_conflicts(qtbot):
     dlg.gpu_layers.setValue(0)
     dlg.image_tokens.setValue(640)
     dlg.kv_type.setCurrentText("q8_0")
+    assert dlg.parallel.value() == EngineSettings().n_seq  # the engine's default number of sequences
+    dlg.parallel.setValue(2)
     dlg.key_edits["next"].setText("Y")  # clashes with YES
     dlg.accept()
     assert "bound to both" in dlg.error.text() and s.vetter == ""
@@ -82,6 +85,17 @@ def test_settings_dialog_writes_settings_and_rejects_conflicts(qtbot):
     assert (s.vetter, s.n_threads, s.n_gpu_layers, s.image_max_tokens) == ("M. Jia", 6, 0, 640)
     assert s.keymap == {"next": "J"}
     assert s.kv_type == "q8_0" and s.engine_settings().kv_type == "q8_0"
+    assert s.parallel == 2 and s.engine_settings().n_seq == 2
+
+
+def test_settings_file_with_a_bad_parallel_value_keeps_the_default(tmp_path):
+    import json
+
+    path = tmp_path / "desktop.json"
+    path.write_text(json.dumps({"parallel": 0, "n_ctx": 8192}))
+    assert AppSettings.load(path).parallel == EngineSettings().n_seq
+    path.write_text(json.dumps({"parallel": 3}))
+    assert AppSettings.load(path).engine_settings().n_seq == 3
 
 
 def test_settings_file_with_an_unknown_kv_type_keeps_the_default(tmp_path):

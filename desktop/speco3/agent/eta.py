@@ -160,8 +160,9 @@ class QueueEstimate:
     def new_episode(self, rates: Rates, max_turns: int = 8) -> TimeToVerdict:
         return TimeToVerdict(rates=rates, expected_turns=self.expected_turns, max_turns=max_turns)
 
-    def remaining(self, current: TimeToVerdict | None, queued: int) -> float | None:
-        """Seconds left for the current episode and ``queued`` more (None while nothing was measured)."""
+    def remaining(self, current: TimeToVerdict | None, queued: int, parallel: int = 1) -> float | None:
+        """Seconds left for the current episode and ``queued`` more, run ``parallel`` at a time (the mean episode
+        time was then measured with as many in flight); None while nothing was measured."""
         now = current.remaining() if current is not None else 0.0
         if self.episode_seconds:
             per = sum(self.episode_seconds) / len(self.episode_seconds)
@@ -169,7 +170,7 @@ class QueueEstimate:
             per = current.expected_turns * current.next_turn_seconds()
         else:
             return None
-        return (now or 0.0) + queued * per
+        return (now or 0.0) + queued * per / max(1, parallel)
 
 
 def format_eta(seconds: float | None) -> str:

@@ -284,14 +284,21 @@ class _OnWorker:
         return (lambda *a, **k: self._worker.call(attr, *a, **k)) if callable(attr) else attr
 
 
-def open_slots(engine: Engine, wanted: int):
-    """Slots for up to ``wanted`` conversations at once: a `SequencePool` when the engine is a loaded llama.cpp
-    engine with ``n_seq`` > 1 and ``wanted`` > 1, else `SerialSlots`. Close them after use."""
+def parallel_sequences(engine: Engine) -> int:
+    """How many conversations `open_slots` can run at once on ``engine``: the ``n_seq`` of a llama.cpp engine
+    (also inside an `EngineWorker`), 1 for any other engine (scripted, a model server)."""
     from speco3.engine.llama import LlamaMtmdEngine
 
     inner = engine.engine if isinstance(engine, EngineWorker) else engine
-    if wanted < 2 or not isinstance(inner, LlamaMtmdEngine) or int(inner.settings.n_seq) < 2:
+    return max(1, int(inner.settings.n_seq)) if isinstance(inner, LlamaMtmdEngine) else 1
+
+
+def open_slots(engine: Engine, wanted: int):
+    """Slots for up to ``wanted`` conversations at once: a `SequencePool` when the engine is a loaded llama.cpp
+    engine with ``n_seq`` > 1 and ``wanted`` > 1, else `SerialSlots`. Close them after use."""
+    if wanted < 2 or parallel_sequences(engine) < 2:
         return SerialSlots(engine)
+    inner = engine.engine if isinstance(engine, EngineWorker) else engine
     try:
         engine.load()
     except Exception:  # the serial path reports it as each episode's engine error
@@ -301,4 +308,4 @@ def open_slots(engine: Engine, wanted: int):
     return SequencePool(inner)
 
 
-__all__ = ["SequencePool", "SerialSlots", "open_slots"]
+__all__ = ["SequencePool", "SerialSlots", "open_slots", "parallel_sequences"]

@@ -72,6 +72,7 @@ class AgentController(QObject):
         self.interactive_job: int | None = None
         self._jobs: dict[int, tuple[Any, Any]] = {}  # job id -> (entry, task)
         self._files = None  # FileCheck of the current store (digests of the files behind recorded verdicts)
+        self.batch_in_flight = 0  # batch items running together in slots (`speco3.gui.slot_batch`)
         inference.started_job.connect(self._started)
         inference.tokens.connect(panel.append_tokens)
         inference.step.connect(panel.add_step)
@@ -79,6 +80,7 @@ class AgentController(QObject):
         inference.finished_job.connect(self._finished)
         inference.failed_job.connect(self._failed)
         inference.engine_status.connect(self.message)
+        inference.batch_follow.connect(self._follow)
 
     @staticmethod
     def _open_engine(model_id: str, engine_settings: Any):
@@ -130,7 +132,10 @@ class AgentController(QObject):
         self._jobs[job_id] = (entry, task)
         title = f"{spectrum.name} · task {task.id} · {model_id}"
         self.panel.begin(job_id, title, scripted=job.scripted)
-        if self.inference.batch_running():
+        if self.batch_in_flight > 1:
+            self.message.emit(f"batch pre-screen pauses for this run, which starts when the {self.batch_in_flight} "
+                              "spectra in flight are done")
+        elif self.inference.batch_running():
             self.message.emit("batch pre-screen pauses for this run and continues after it")
         return job_id
 
@@ -166,6 +171,14 @@ class AgentController(QObject):
             self._jobs[job.job_id] = (job.entry, task)
         self.message.emit(f"batch pre-screen of {len(jobs)} spectra started (task {task.id})")
         return len(jobs)
+
+    def _follow(self, job_id: int, key: str, in_flight: int) -> None:
+        """The batch item the time estimate follows, named in the agent panel while it shows no run of its own."""
+        self.batch_in_flight = in_flight
+        entry = self._jobs.get(job_id, (None, None))[0]
+        name = getattr(entry, "file_name", None) or key
+        self.panel.show_batch(f"pre-screen: {in_flight} spectra in flight; the estimate follows {name}"
+                              if in_flight > 1 else "")
 
     # -- results -------------------------------------------------------------------------------------------------
     def _started(self, job_id: int, key: str, info: dict) -> None:

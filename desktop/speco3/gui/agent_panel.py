@@ -285,6 +285,11 @@ class AgentPanel(QWidget):
             elif kind == "verdict":
                 self._show_verdict(step)
 
+    def show_batch(self, text: str) -> None:
+        """What the batch pre-screen is doing, in the status line while the panel shows no run of its own."""
+        if not self.running:
+            self.status.setText(text or "idle")
+
     def show_idle(self, text: str = "") -> None:
         """No run for this spectrum: clear the trace and say so."""
         if self.running:

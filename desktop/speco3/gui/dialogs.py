@@ -302,6 +302,10 @@ class SettingsDialog(QDialog):
         form.addRow("Context (KV cells)", self.n_ctx)
         form.addRow("Image token cap", self.image_tokens)
         form.addRow("KV cache type", self.kv_type)
+        self.parallel = QSpinBox(objectName="parallel", minimum=1, maximum=16, value=settings.parallel,
+                                 toolTip="conversations a local model decodes together: the K rollouts of a spectrum, "
+                                 "or the spectra a batch pre-screen screens at once (1: one at a time)")
+        form.addRow("Parallel sequences", self.parallel)
         self.rollouts = QSpinBox(objectName="rollouts", minimum=1, maximum=16, value=settings.rollouts,
                                  specialValueText="1 (greedy, as in the paper)",
                                  toolTip="K sampled runs per spectrum: p_yes, agreement and abstention")
@@ -380,6 +384,7 @@ class SettingsDialog(QDialog):
         s.n_ctx = self.n_ctx.value()
         s.image_max_tokens = self.image_tokens.value() or None
         s.kv_type = self.kv_type.currentText()
+        s.parallel = self.parallel.value()
         s.rollouts = self.rollouts.value()
         s.rollout_temperature = self.rollout_temp.value()
         s.min_agreement = self.min_agreement.value()

@@ -41,6 +41,9 @@ class AppSettings:
         Where models, the demo archive and vetting stores live ("" = the platform data folder).
     n_threads, n_gpu_layers, n_ctx, image_max_tokens :
         Engine settings (None = automatic).
+    parallel : int
+        Conversations a local model decodes together (``EngineSettings.n_seq``): the K rollouts of a spectrum, or
+        the spectra of a batch pre-screen screened at once; 1: one at a time.
     model_id : str
         Model to run ("" = the first installed one).
     task : str
@@ -75,6 +78,7 @@ class AppSettings:
     n_ctx: int = DEFAULT_N_CTX
     image_max_tokens: int | None = None
     kv_type: str = "f16"
+    parallel: int = EngineSettings.n_seq
     model_id: str = ""
     task: str = "cv"
     keymap: dict[str, str] = field(default_factory=dict)
@@ -156,7 +160,7 @@ class AppSettings:
     def engine_settings(self) -> EngineSettings:
         """`EngineSettings` with the user's choices (other fields keep the engine defaults)."""
         es = EngineSettings(n_ctx=self.n_ctx, n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
-                            image_max_tokens=self.image_max_tokens, kv_type=self.kv_type,
+                            image_max_tokens=self.image_max_tokens, kv_type=self.kv_type, n_seq=self.parallel,
                             top_logprobs=ROLLOUT_TOP_LOGPROBS if self.rollouts > 1 else 0)
         return es
 

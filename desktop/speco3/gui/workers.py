@@ -7,6 +7,9 @@ The GUI thread never blocks: every long task runs here and reports back through 
 * `InferenceThread` owns the engine (llama.cpp contexts are not thread-safe; one thread drives them). It serves
   interactive runs first and batch items in between, so the vetter can ask the agent about the current spectrum
   while a batch pre-screen is running. Tokens are coalesced (≈ 25 updates per second) before crossing threads.
+  With one rollout per spectrum on a llama.cpp engine with parallel sequences, batch items run several at once
+  on the same thread (`speco3.gui.slot_batch`); a paused batch or a waiting interactive run stops the refill and
+  goes on once the spectra in flight are done.
 
 Thread rules (a GUI deadlock came from breaking them): a worker receives plain data only (`AgentJob` holds no Qt
 object, and its engine factory no widget), reports through signals of a QObject that lives on the GUI thread, and
@@ -18,7 +21,6 @@ the GUI thread.
 from __future__ import annotations
 
 import collections
-import gc
 import logging
 import threading
 import time
@@ -30,6 +32,8 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from speco3.agent.eta import QueueEstimate, Rates, TimeToVerdict
+from speco3.gui.collector import collect_garbage_on_gui_thread, restore_automatic_garbage_collection  # noqa: F401
+from speco3.gui.slot_batch import serve_slots, slot_width
 from speco3.spectra.model import Spectrum
 
 log = logging.getLogger(__name__)
@@ -53,33 +57,6 @@ def render_png(view) -> bytes:
     from speco3.render import render_view
 
     return render_view(view).png
-
-
-_collector = None
-
-
-def collect_garbage_on_gui_thread() -> None:
-    """Turn Python's automatic garbage collection into a timer on the GUI thread (idempotent; call on that thread).
-
-    Python-owned Qt objects in reference cycles exist inside pyqtgraph (a ViewBox and its context menu, say). The
-    automatic collector runs on whichever thread allocates, so the inference thread would destroy such a menu and
-    Qt deadlocks there. pyqtgraph's `GarbageCollector` disables the automatic collector and collects on a QTimer.
-    """
-    global _collector
-    if _collector is None:
-        from pyqtgraph.util.garbage_collector import GarbageCollector
-
-        _collector = GarbageCollector(interval=1.0)
-
-
-def restore_automatic_garbage_collection() -> None:
-    """Undo `collect_garbage_on_gui_thread` after a full collection on this thread (call with no worker running)."""
-    global _collector
-    if _collector is not None:
-        _collector.timer.stop()
-        _collector = None
-        gc.collect()
-        gc.enable()
 
 
 def join_thread(thread: threading.Thread, what: str, warn_every_s: float = 5.0) -> None:
@@ -194,6 +171,7 @@ class InferenceThread(BackgroundTask):
     -------
     started_job(job_id, key, info) ; tokens(job_id, text) ; step(job_id, step) ; finished_job(job_id, key, verdict, info)
     failed_job(job_id, key, message) ; batch_progress(done, total) ; batch_state(state) ; engine_status(text)
+    batch_follow(job_id, key, in_flight) : the batch item the time estimate follows (0, "", 0 when none)
     """
 
     started_job = Signal(int, str, object)
@@ -205,6 +183,7 @@ class InferenceThread(BackgroundTask):
     batch_state = Signal(str)
     engine_status = Signal(str)
     eta = Signal(int, float, float)  # job id, seconds left for it, for it and the batch queue (-1: unknown)
+    batch_follow = Signal(int, str, int)
 
     def __init__(self, render: Callable[[Any], bytes] = render_png, parent: QObject | None = None):
         super().__init__("speco3-inference", parent)
@@ -218,6 +197,7 @@ class InferenceThread(BackgroundTask):
         self._batch_done = 0
         self._paused = False
         self._current: AgentJob | None = None
+        self._flight: dict[int, AgentJob] = {}  # batch items running together in slots (`speco3.gui.slot_batch`)
         self._engine = None
         self._engine_key: str | None = None
         self._next_id = 1
@@ -258,9 +238,10 @@ class InferenceThread(BackgroundTask):
         with self._lock:
             self._batch.clear()
             self._paused = False
-            cur = self._current
-        if cur is not None and cur.batch:
-            cur.cancel.set()
+            running = self._running()
+        for job in running:
+            if job.batch:
+                job.cancel.set()
         self.batch_state.emit("cancelled")
 
     def cancel_current(self) -> bool:
@@ -278,11 +259,15 @@ class InferenceThread(BackgroundTask):
 
     def batch_running(self) -> bool:
         with self._lock:
-            return bool(self._batch) or (self._current is not None and self._current.batch)
+            return bool(self._batch) or any(job.batch for job in self._running())
 
     def busy(self) -> bool:
         with self._lock:
-            return self._current is not None or bool(self._interactive)
+            return bool(self._running() or self._interactive)
+
+    def _running(self) -> list[AgentJob]:
+        """The jobs under way (call with the lock held)."""
+        return [job for job in (self._current, *self._flight.values()) if job is not None]
 
     def stop(self) -> None:
         """Cancel everything, close the engine and join the worker thread (however long the current step takes).
@@ -295,9 +280,9 @@ class InferenceThread(BackgroundTask):
             self._stop = True
             self._batch.clear()
             self._interactive.clear()
-            cur = self._current
-        if cur is not None:
-            cur.cancel.set()
+            running = self._running()
+        for job in running:
+            job.cancel.set()
         self._wake.set()
         super().stop()  # joins the worker thread
 
@@ -332,6 +317,9 @@ class InferenceThread(BackgroundTask):
                 self._wake.clear()
                 continue
             try:
+                if job.batch and slot_width(self, job) > 1:
+                    serve_slots(self, job)  # reports and counts each item itself
+                    continue
                 self._run_job(job)
             except Exception as exc:  # never let the thread die
                 log.exception("agent job on %s failed", job.key)
@@ -339,18 +327,26 @@ class InferenceThread(BackgroundTask):
             finally:
                 with self._lock:
                     self._current = None
-                    if job.batch:
-                        self._batch_done += 1
-                        done, total, left = self._batch_done, self._batch_total, len(self._batch)
-                if job.batch:
-                    self.batch_progress.emit(done, total)
-                    if not left and done >= total:
-                        self.batch_state.emit("finished")
+            self._item_done(job)
 
-    def _emit_eta(self, job: AgentJob, eta: TimeToVerdict) -> None:
+    def _item_done(self, job: AgentJob) -> None:
+        """Count a finished batch item and report the batch's progress (nothing for an interactive run)."""
+        if not job.batch:
+            return
         with self._lock:
-            queued = len(self._batch) if job.batch else 0
-        left, queue = eta.remaining(), self._queue_eta.remaining(eta, queued) if job.batch else None
+            self._batch_done += 1
+            done, total, left = self._batch_done, self._batch_total, len(self._batch) + len(self._flight)
+        self.batch_progress.emit(done, total)
+        if not left and done >= total:
+            self.batch_state.emit("finished")
+
+    def _emit_eta(self, job: AgentJob, eta: TimeToVerdict, parallel: int = 1) -> None:
+        """The time left for ``job`` and, for a batch item, the queue: the items queued and the others in flight,
+        ``parallel`` at a time."""
+        with self._lock:
+            queued = len(self._batch) + max(0, len(self._flight) - 1) if job.batch else 0
+        left = eta.remaining()
+        queue = self._queue_eta.remaining(eta, queued, parallel) if job.batch else None
         self.eta.emit(job.job_id, -1.0 if left is None else left, -1.0 if queue is None else queue)
 
     def _close_engine(self) -> None:
@@ -377,11 +373,8 @@ class InferenceThread(BackgroundTask):
                                     + (f": {fit}" if fit else ""))
         return self._engine
 
-    def _run_job(self, job: AgentJob) -> None:
-        from speco3.vetting.rollout_runs import run_traced
-
-        spectrum = job.spectrum if job.spectrum is not None else job.entry.load()
-        engine = self._engine_for(job)
+    def _job_started(self, job: AgentJob, engine) -> dict:
+        """The run's description (what `AgentController` records with it); emitted as ``started_job``."""
         stats = engine.stats() if hasattr(engine, "stats") else None
         info = {"backend": getattr(stats, "backend", "?"), "model": getattr(engine.info, "model_id", "?"),
                 "quant": getattr(engine.info, "quant", None), "scripted": job.scripted,
@@ -389,6 +382,23 @@ class InferenceThread(BackgroundTask):
                 "prompt_version": getattr(job.task, "prompt_version", None), "task": getattr(job.task, "id", None),
                 "t0": time.time()}
         self.started_job.emit(job.job_id, job.key, info)
+        return info
+
+    def _job_finished(self, job: AgentJob, run, spectrum: Spectrum, info: dict) -> None:
+        """Report a run's end (``finished_job`` with its final step: the first cancelled one, else rollout 0's)."""
+        final = next((f for f in run.finals if f is None or f.outcome.value == "cancelled"), run.finals[0])
+        if final is not None and final.kind == "verdict" and not job.scripted:
+            self._queue_eta.finished(final)
+        info.update(run=run, steps=run.traces[0].steps, spectrum=spectrum, elapsed=time.time() - info["t0"])
+        self.finished_job.emit(job.job_id, job.key, final, info)
+
+    def _run_job(self, job: AgentJob) -> None:
+        from speco3.vetting.rollout_runs import run_traced
+
+        spectrum = job.spectrum if job.spectrum is not None else job.entry.load()
+        engine = self._engine_for(job)
+        stats = engine.stats() if hasattr(engine, "stats") else None
+        info = self._job_started(job, engine)
         buf: list[str] = []
         last = [time.perf_counter()]
 
@@ -417,12 +427,4 @@ class InferenceThread(BackgroundTask):
         run = run_traced(engine, spectrum, job.task, self.render, job.plan, cancel=job.cancel, on_step=on_step,
                          on_token=on_token if k == 1 else None)
         flush()
-        finals = run.finals
-        final = next((f for f in finals if f is None or f.outcome.value == "cancelled"), finals[0])
-        if final is not None and final.kind == "verdict" and not job.scripted:
-            self._queue_eta.finished(final)
-        info["run"] = run
-        info["steps"] = run.traces[0].steps
-        info["spectrum"] = spectrum
-        info["elapsed"] = time.time() - info["t0"]
-        self.finished_job.emit(job.job_id, job.key, final, info)
+        self._job_finished(job, run, spectrum, info)

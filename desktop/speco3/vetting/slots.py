@@ -6,6 +6,11 @@ sequences (`speco3.engine.parallel`), so one batched decode advances every spect
 recorded as each episode ends (out of input order); ``progress`` receives the number of items reported so far.
 A cancel ends every episode in flight; none of them is recorded, so a resumed run does them again. On an engine
 without parallel sequences (the scripted engine, ``n_seq`` 1) the spectra run one at a time.
+
+`run_in_slots` is the loop itself, shared with the desktop app's batch pre-screen (`speco3.gui.slot_batch`): it
+takes prepared `SlotEpisode` s lazily (the caller decides what starts next, and stops feeding to pause), adds each
+step to the episode's trace and hands back each episode when its verdict is in; what is recorded, and where, is
+the caller's.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from speco3.agent.confidence import Thresholds
 from speco3.agent.driver import drive
@@ -26,11 +33,11 @@ from speco3.agent.tool import RenderFn
 from speco3.engine.base import Engine
 from speco3.engine.parallel import open_slots
 from speco3.fileio import Progress
+from speco3.spectra.model import Spectrum
 from speco3.vetting.batch import (
     BatchResult,
     DoneCheck,
     ItemDone,
-    ItemRun,
     VetItem,
     _report,
     count_verdict,
@@ -38,9 +45,51 @@ from speco3.vetting.batch import (
     start_item,
 )
 from speco3.vetting.records import ModelVerdict
+from speco3.vetting.rollout_runs import RolloutRun
 from speco3.vetting.store import VettingStore
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SlotEpisode:
+    """One spectrum's single rollout to run in a slot: its traces (``run``), the spectrum, the task, the cancel
+    that ends it, and whatever the caller needs back with it (``tag``)."""
+
+    run: RolloutRun
+    spectrum: Spectrum
+    task: Task
+    cancel: threading.Event | None = None
+    tag: Any = None
+
+
+def run_in_slots(episodes: Iterable[SlotEpisode], engine: Engine, render: RenderFn, *, slots: int,
+                 on_step: Callable[[SlotEpisode, Any], None] | None = None) -> Iterator[SlotEpisode]:
+    """Run ``episodes`` (taken lazily, in order) with up to ``slots`` in flight on ``engine``'s parallel sequences
+    (`speco3.engine.parallel.open_slots`); each step goes into the episode's trace (then to ``on_step``), and each
+    episode is yielded when its verdict is in (its run's ``seconds`` set). Closing the iterator ends the episodes
+    in flight and releases the sequences."""
+    started: list[tuple[SlotEpisode, float]] = []  # per episode, in the order the driver numbers them
+
+    def generators() -> Iterator:
+        for ep in episodes:
+            if len(ep.run.samplings) != 1:
+                raise ValueError("a slot runs one rollout per spectrum; K rollouts share the sequences instead")
+            started.append((ep, time.perf_counter()))
+            yield episode_run(engine, ep.spectrum, ep.task, render, cancel=ep.cancel, sampling=ep.run.samplings[0])
+
+    slot_set = open_slots(engine, slots)
+    try:
+        for n, step in drive(generators(), slot_set, width=slots):
+            ep, t0 = started[n]
+            ep.run.traces[0].add(step)
+            if on_step is not None:
+                on_step(ep, step)
+            if isinstance(step, VerdictStep):
+                ep.run.seconds = time.perf_counter() - t0
+                yield ep
+    finally:
+        slot_set.close()
 
 
 def vet_slots(
@@ -69,7 +118,6 @@ def vet_slots(
     t0 = time.perf_counter()
     check = DoneCheck(store, task, engine.info.model_id, resume=resume, rollouts=1)
     root = Path(trace_root) if trace_root is not None else None
-    runs: list[tuple[ItemRun, bool]] = []  # per episode, in the order the driver numbers them
     reported = 0
 
     def report(item: VetItem, verdict: ModelVerdict | None) -> None:
@@ -81,7 +129,7 @@ def vet_slots(
         check.mark(verdict.spectrum_key, verdict.file_sha256)
         count_verdict(result, verdict, changed)
 
-    def episodes() -> Iterator:
+    def episodes() -> Iterator[SlotEpisode]:
         for item in items:
             if cancel is not None and cancel.is_set():
                 result.cancelled = True
@@ -97,26 +145,18 @@ def vet_slots(
                 record(run, changed)
                 report(item, run)
                 continue
-            runs.append((run, changed))
-            yield episode_run(engine, run.spectrum, task, render, cancel=cancel, sampling=run.run.samplings[0])
+            yield SlotEpisode(run.run, run.spectrum, task, cancel, tag=(run, changed))
 
-    slot_set = open_slots(engine, slots)
-    try:
-        for n, step in drive(episodes(), slot_set, width=slots):
-            run, changed = runs[n]
-            run.run.traces[0].add(step)
-            if not isinstance(step, VerdictStep):
-                continue
-            verdict = finish_item(run, store, task, root, thresholds)
-            if verdict is None:  # cancelled: not recorded, done again on resume
-                result.cancelled = True
-                continue
-            record(verdict, changed)
-            report(run.item, verdict)
-    finally:
-        slot_set.close()
+    for ep in run_in_slots(episodes(), engine, render, slots=slots):
+        run, changed = ep.tag
+        verdict = finish_item(run, store, task, root, thresholds)
+        if verdict is None:  # cancelled: not recorded, done again on resume
+            result.cancelled = True
+            continue
+        record(verdict, changed)
+        report(run.item, verdict)
     result.seconds = round(time.perf_counter() - t0, 3)
     return result
 
 
-__all__ = ["vet_slots"]
+__all__ = ["SlotEpisode", "run_in_slots", "vet_slots"]

@@ -1,0 +1,180 @@
+"""The app's batch pre-screen on parallel slots, with the real llama.cpp engine on the tiny model and a real store.
+
+With one rollout per spectrum and an engine of 2 parallel sequences, the pre-screen runs 2 spectra at once through
+the loop ``spec-o3 vet --slots 2`` uses, records the same verdict rows vet records for the same spectra, records
+none of the spectra in flight when cancelled (a new pre-screen does them, skipping the ones done), and shows which
+spectrum the agent panel's estimate follows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+
+import pytest
+
+from speco3.gui.settings import AppSettings
+
+pytestmark = [pytest.mark.gui, pytest.mark.llama]
+
+MODEL = "tiny-slots"
+#: engine settings that keep the tiny model's noise short (as in tests/vetting/test_batch_slots.py)
+FAST = dict(max_tokens_per_turn=32, flash_attn=False, mmproj_on_gpu=False)
+
+
+def open_fast(model_id, engine_settings):
+    """The app's engine opener (`open_engine`, not loaded) with `FAST` over the app's settings."""
+    from speco3.engine import open_engine
+
+    return open_engine(model_id, dataclasses.replace(engine_settings, **FAST), threaded=False, load=False)
+
+
+@pytest.fixture
+def tiny_installed(tiny_gguf):
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed")
+    from speco3_models.store import ModelStore
+
+    text, mmproj = tiny_gguf("F32")
+    return ModelStore().import_pair(text, mmproj, name=MODEL).name
+
+
+@pytest.fixture
+def window(make_window, demo_archive, open_and_wait, tiny_installed):
+    settings = AppSettings(vetter="t", n_ctx=8192, image_max_tokens=120, n_threads=2, n_gpu_layers=0, kv_type="f32",
+                           parallel=2)  # Settings → Parallel sequences: 2 spectra at once
+    w = make_window(settings=settings, opener=open_fast)
+    open_and_wait(w, demo_archive)
+    w.table_model.fetch_all()
+    return w
+
+
+def wait_idle(qtbot, w) -> None:
+    """Wait until the batch is over and its last reports (queued before it looked idle) are handled."""
+    qtbot.waitUntil(lambda: not w.inference.batch_running(), timeout=240000)
+    qtbot.wait(100)
+
+
+def entries(w, n):
+    return [w.table_model.entry(r) for r in range(n)]
+
+
+def watch(w) -> dict:
+    """What the inference thread reports: the most items in flight at once, and the finished runs' outcomes."""
+    seen = {"flight": 0, "outcomes": [], "follow": [], "queue": []}
+    w.inference.eta.connect(lambda _job, _left, queue: seen["queue"].append(queue))
+    w.inference.batch_follow.connect(lambda _job, key, n: (seen.__setitem__("flight", max(seen["flight"], n)),
+                                                           seen["follow"].append((key, n))))
+    w.inference.finished_job.connect(lambda _job, _key, step, _info: seen["outcomes"].append(step.outcome.value))
+    return seen
+
+
+def rows(store, fields=("verdict", "outcome", "turns", "tokens", "zooms", "answer", "detail", "model_id", "quant",
+                        "prompt_version", "file_sha256", "engine_settings")) -> dict:
+    """Every stored verdict row (not only the latest), by spectrum key: the fields vet and the app must agree on."""
+    out = {}
+    for v in store.model_verdicts("cv", latest=False):
+        assert v.spectrum_key not in out, f"{v.spectrum_key} recorded twice"
+        out[v.spectrum_key] = {f: getattr(v, f) for f in fields}
+    return out
+
+
+def generated(store) -> dict:
+    """What the model wrote for each spectrum (its trace's assistant messages), by spectrum key."""
+    from speco3.agent.trace import Trace
+
+    return {v.spectrum_key: [s.text for s in Trace.load(v.trace_dir).steps if s.kind == "assistant"]
+            for v in store.model_verdicts("cv")}
+
+
+def test_prescreen_runs_two_at_once_and_records_what_vet_slots_records(qtbot, window, tmp_path):
+    from speco3.gui.vetting import store_key
+    from speco3.gui.workers import render_png
+    from speco3.vetting import VettingStore
+    from speco3.vetting.batch import VetItem, vet_batch
+
+    w, batch = window, entries(window, 4)
+    seen = watch(w)
+    assert w.agent.start_batch(batch, "cv", MODEL) == 4
+    wait_idle(qtbot, w)
+    assert w.batch_bar.value() == 4
+    parallel = w.inference._engine.stats().extra.get("parallel")  # the worker is idle: its engine is quiet
+    assert parallel and parallel["rounds"] < parallel["round_tokens"], parallel  # decodes of several sequences
+    assert seen["flight"] == 2, seen  # two spectra in flight at once
+    assert any(n == 2 and key for key, n in seen["follow"])
+    assert any(q > 0 for q in seen["queue"])  # the batch's time left, from the spectra measured so far
+    app_rows = rows(w.vetting.store)
+    assert len(app_rows) == 4 and all(r["model_id"] == MODEL for r in app_rows.values())
+
+    engine = open_fast(MODEL, w.settings.engine_settings())
+    store = VettingStore(tmp_path / "vet.sqlite")
+    try:
+        items = [VetItem(store_key(e), e.load, path=e.path, name=e.file_name) for e in batch]
+        result = vet_batch(items, store, engine, w.agent.tasks["cv"], render_png, slots=2, trace_root=tmp_path / "t")
+        assert result.done == 4 and not result.cancelled
+        assert rows(store) == app_rows
+        texts = generated(store)
+        assert texts == generated(w.vetting.store) and all(texts.values())
+        assert len({tuple(t) for t in texts.values()}) > 1  # the spectra differ in what was written: no mix-up hides
+        print("what the tiny model wrote:", {k.rsplit("/", 1)[-1]: t for k, t in texts.items()})
+    finally:
+        engine.close()
+        store.close()
+
+
+def test_prescreen_cancel_records_none_in_flight_and_a_new_one_does_the_rest(qtbot, window):
+    w, batch = window, entries(window, 6)
+    seen = watch(w)
+    store = w.vetting.store
+    w.agent.verdictRecorded.connect(lambda _key: w.inference.cancel_batch())  # at the first verdict stored
+    assert w.agent.start_batch(batch, "cv", MODEL) == 6
+    wait_idle(qtbot, w)
+    w.agent.verdictRecorded.disconnect()
+    first = rows(store)
+    assert 1 <= len(first) < 6 and "cancelled" not in {r["outcome"] for r in first.values()}
+    assert seen["outcomes"].count("cancelled") >= 1  # a spectrum in flight was cut short ...
+    assert len(seen["outcomes"]) - seen["outcomes"].count("cancelled") == len(first)  # ... and not stored
+
+    assert w.agent.start_batch(batch, "cv", MODEL) == 6 - len(first)  # `vet`'s done rule: the stored ones skip
+    wait_idle(qtbot, w)
+    final = rows(store)  # each spectrum exactly once (`rows` checks), the first ones untouched
+    assert len(final) == 6 and all(final[k] == r for k, r in first.items())
+    assert w.agent.start_batch(batch, "cv", MODEL) == 0
+
+
+def test_prescreen_pause_and_a_run_on_this_spectrum_between_slot_runs(qtbot, window):
+    """Pause stops the refill (the spectra in flight finish); a run on the current spectrum is served then, and the
+    batch resumes in slots after it; every spectrum of the batch ends recorded once by the batch."""
+    w, batch = window, entries(window, 5)
+    store = w.vetting.store
+    seen = watch(w)
+    assert w.agent.start_batch(batch, "cv", MODEL) == 5
+    qtbot.waitUntil(lambda: seen["flight"] == 2, timeout=120000)
+    w.toggle_batch_pause()
+    qtbot.waitUntil(lambda: not w.inference.busy(), timeout=240000)  # the two in flight finished, no refill
+    qtbot.wait(100)
+    paused = len(store.model_verdicts("cv", latest=False))
+    assert 2 <= paused < 5 and w.inference.batch_running()
+    w.run_agent()  # on the current spectrum (the batch's first)
+    assert w.agent.interactive_job is not None
+    qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=240000)
+    qtbot.wait(100)
+    assert len(store.model_verdicts("cv", latest=False)) == paused + 1  # the interactive run only: still paused
+    seen["flight"] = 0
+    w.toggle_batch_pause()
+    wait_idle(qtbot, w)
+    keys = [v.spectrum_key for v in store.model_verdicts("cv", latest=False)]
+    assert len(keys) == 6 and len(set(keys)) == 5  # five batch items once each, plus the interactive run
+    assert seen["flight"] == (2 if 5 - paused > 1 else 1)  # the rest ran in slots again
+
+
+def test_closing_the_window_with_two_in_flight_stops_and_joins_the_worker(qtbot, window):
+    w, store = window, window.vetting.store
+    seen = watch(w)
+    inference = w.inference
+    assert w.agent.start_batch(entries(w, 4), "cv", MODEL) == 4
+    qtbot.waitUntil(lambda: seen["flight"] == 2, timeout=120000)
+    recorded = len(store.model_verdicts("cv", latest=False))
+    w.close()  # stops the inference thread (cancelling the spectra in flight) and joins it before widgets go
+    assert not inference.running() and not inference._flight
+    assert recorded < 4
