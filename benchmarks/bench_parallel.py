@@ -41,6 +41,12 @@ REQUIRES = ("llama_cpp",)
 JSON_KEYS = ("rollouts", "decode", "batch", "logprobs")
 
 
+def _progress(what: str, figures: dict) -> dict:
+    """Each section's figures on stderr as soon as they are measured (a 7B-scale run takes long)."""
+    print(f"{time.strftime('%H:%M:%S')} {what}: {json.dumps(figures)}", file=sys.stderr, flush=True)
+    return figures
+
+
 def counters(engine) -> dict:
     s = engine.stats()
     return {"text": s.text_tokens_evaluated + s.tokens_generated, "prompt": s.text_tokens_evaluated,
@@ -197,14 +203,17 @@ def main(argv=None) -> int:
             rollouts = {}
             for k in ks:
                 par = rollouts_parallel(engine, images, k, args.max_tokens)
+                _progress(f"k={k} parallel", par)
                 seq = rollouts_sequential(engine, images, k, args.max_tokens)
+                _progress(f"k={k} sequential", seq)
                 rollouts[f"k_{k}"] = {"parallel": par, "sequential": seq,
                                       "sequential_over_parallel_wall": round(seq["wall_s"] / par["wall_s"], 3)}
             k1 = rollouts.get("k_1", {}).get("parallel", {}).get("wall_s")
             for row in rollouts.values():
                 row["parallel"]["wall_over_k1"] = round(row["parallel"]["wall_s"] / k1, 3) if k1 else None
-            decode = [decode_rate(engine, images, n, max(args.max_tokens, 16)) for n in (1, 2, 4, 8) if n <= n_seq]
-            logprobs = logprob_cost(engine, images, max(args.max_tokens, 16))
+            decode = [_progress(f"decode n={n}", decode_rate(engine, images, n, max(args.max_tokens, 16)))
+                      for n in (1, 2, 4, 8) if n <= n_seq]
+            logprobs = _progress("logprobs", logprob_cost(engine, images, max(args.max_tokens, 16)))
             backend = engine.stats().backend
         finally:
             engine.close()
