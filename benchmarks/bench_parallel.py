@@ -59,7 +59,7 @@ def delta(a: dict, b: dict) -> dict:
 
 def rollouts_parallel(engine, images, k: int, max_tokens: int) -> dict:
     engine.reset(keep_cache=False)
-    c0, t0 = counters(engine), time.perf_counter()
+    c0, t0, cpu0 = counters(engine), time.perf_counter(), time.process_time()
     with SequencePool(engine) as pool:
         turns = {}
         for i in range(k):
@@ -79,26 +79,26 @@ def rollouts_parallel(engine, images, k: int, max_tokens: int) -> dict:
                 pool.extend(slot, tool_turn(images[1 + slot % 3], 6500 + slot, 6600 + slot))
                 pool.begin(slot, max_tokens=max_tokens)
         counts = dict(pool.counters)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     d = delta(c0, counters(engine))
-    return {"wall_s": round(wall, 3), "text_tokens_evaluated": d["text"], "prompt_tokens_evaluated": d["prompt"],
-            "tokens_generated": d["generated"], "images_encoded": d["images"],
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "text_tokens_evaluated": d["text"],
+            "prompt_tokens_evaluated": d["prompt"], "tokens_generated": d["generated"], "images_encoded": d["images"],
             "prefix_evaluations": k - counts["prefix_copies"], "decode_rounds": counts["rounds"]}
 
 
 def rollouts_sequential(engine, images, k: int, max_tokens: int) -> dict:
     engine.reset(keep_cache=False)
-    c0, t0 = counters(engine), time.perf_counter()
+    c0, t0, cpu0 = counters(engine), time.perf_counter(), time.process_time()
     for i in range(k):
         engine.reset(sampling=Sampling(1.0, 1.0, 0, i))  # keeps the cached prefix, as run_rollouts did
         engine.extend([SYSTEM, images[0], TASK])
         engine.generate(max_tokens=max_tokens)
         engine.extend(tool_turn(images[1 + i % 3], 6500 + i, 6600 + i))
         engine.generate(max_tokens=max_tokens)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     d = delta(c0, counters(engine))
-    return {"wall_s": round(wall, 3), "text_tokens_evaluated": d["text"], "prompt_tokens_evaluated": d["prompt"],
-            "tokens_generated": d["generated"], "images_encoded": d["images"]}
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "text_tokens_evaluated": d["text"],
+            "prompt_tokens_evaluated": d["prompt"], "tokens_generated": d["generated"], "images_encoded": d["images"]}
 
 
 def decode_rate(engine, images, n: int, max_tokens: int) -> dict:
@@ -112,14 +112,15 @@ def decode_rate(engine, images, n: int, max_tokens: int) -> dict:
         done, generated = 0, 0
         first = pool.step(rounds=1)  # admission: the prefix once, every first token
         done += len(first)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         while done < n:
             finished = pool.step()
             done += len(finished)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         generated = pool.counters["round_tokens"]
-    return {"sequences": n, "tokens": generated, "wall_s": round(wall, 3),
-            "tokens_per_s": round(generated / wall, 1) if wall > 0 else None}
+    return {"sequences": n, "tokens": generated, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+            "tokens_per_s": round(generated / wall, 1) if wall > 0 else None,
+            "tokens_per_cpu_s": round(generated / cpu, 2) if cpu > 0 else None}
 
 
 def batch_rate(text, mmproj, settings: EngineSettings, n_spectra: int, slots_list, tmp: Path) -> dict:
@@ -177,6 +178,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-tokens", type=int, default=48, help="tokens sampled per turn")
     ap.add_argument("--spectra", type=int, default=12, help="spectra of the batch section (0: skip it)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--sections", default="rollouts,sequential,decode,logprobs",
+                    help="which of rollouts (parallel K), sequential (K one after the other), decode, logprobs to "
+                    "run (the batch section follows --spectra)")
     ap.add_argument("--n-ctx", type=int, default=16384)
     ap.add_argument("--n-gpu-layers", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="8 tokens per turn, K in 1,2,4, small images, 4 spectra")
@@ -185,6 +189,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.max_tokens, args.spectra, ks = 8, min(args.spectra, 4), [k for k in ks if k <= 4] or [1]
     n_seq = max(ks + [4, 8])
+    sections = set(args.sections.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         if args.text and args.mmproj:
             text, mmproj, model = args.text, args.mmproj, "given"
@@ -201,19 +206,21 @@ def main(argv=None) -> int:
         try:
             rollouts_parallel(engine, images, 1, 4)  # warm up allocators once
             rollouts = {}
-            for k in ks:
-                par = rollouts_parallel(engine, images, k, args.max_tokens)
-                _progress(f"k={k} parallel", par)
-                seq = rollouts_sequential(engine, images, k, args.max_tokens)
-                _progress(f"k={k} sequential", seq)
-                rollouts[f"k_{k}"] = {"parallel": par, "sequential": seq,
-                                      "sequential_over_parallel_wall": round(seq["wall_s"] / par["wall_s"], 3)}
-            k1 = rollouts.get("k_1", {}).get("parallel", {}).get("wall_s")
-            for row in rollouts.values():
-                row["parallel"]["wall_over_k1"] = round(row["parallel"]["wall_s"] / k1, 3) if k1 else None
+            for k in ks if "rollouts" in sections else ():
+                par = _progress(f"k={k} parallel", rollouts_parallel(engine, images, k, args.max_tokens))
+                rollouts[f"k_{k}"] = {"parallel": par}
+                if "sequential" in sections:
+                    seq = _progress(f"k={k} sequential", rollouts_sequential(engine, images, k, args.max_tokens))
+                    rollouts[f"k_{k}"] |= {"sequential": seq,
+                                           "sequential_over_parallel_wall": round(seq["wall_s"] / par["wall_s"], 3)}
+            k1 = rollouts.get("k_1", {}).get("parallel")
+            for row in rollouts.values():  # cpu: the process's CPU seconds, steadier than wall time on a busy machine
+                row["parallel"]["wall_over_k1"] = round(row["parallel"]["wall_s"] / k1["wall_s"], 3) if k1 else None
+                row["parallel"]["cpu_over_k1"] = round(row["parallel"]["cpu_s"] / k1["cpu_s"], 3) if k1 else None
             decode = [_progress(f"decode n={n}", decode_rate(engine, images, n, max(args.max_tokens, 16)))
-                      for n in (1, 2, 4, 8) if n <= n_seq]
-            logprobs = _progress("logprobs", logprob_cost(engine, images, max(args.max_tokens, 16)))
+                      for n in (1, 2, 4, 8) if n <= n_seq and "decode" in sections]
+            logprobs = (_progress("logprobs", logprob_cost(engine, images, max(args.max_tokens, 16)))
+                        if "logprobs" in sections else None)
             backend = engine.stats().backend
         finally:
             engine.close()
