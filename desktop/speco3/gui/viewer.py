@@ -91,8 +91,9 @@ class SpectrumViewer(QWidget):
         pi.showGrid(x=True, y=True, alpha=0.15)
         pi.setLabel("left", "Flux")
         pi.setLabel("bottom", "Wavelength (Å)")
-        for name in ("left", "bottom"):  # no units, so no SI prefix: spares re-setting the axis label on each range
-            pi.getAxis(name).enableAutoSIPrefix(False)
+        for name in ("left", "bottom", "right", "top"):  # no units, so no SI prefix: spares re-setting each axis
+            pi.getAxis(name).enableAutoSIPrefix(False)  # label's HTML on each range (the hidden axes' too)
+        for name in ("left", "bottom"):
             # major and minor ticks and grid lines; the third level (faint lines between the minor ones) cost a
             # third of each repaint in Python tick specs and blended lines
             pi.getAxis(name).setStyle(maxTickLevel=1)
