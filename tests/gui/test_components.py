@@ -135,6 +135,17 @@ def test_running_median_equals_nanmedian_of_each_window():
             assert np.array_equal(running_median(v, 7), ref, equal_nan=True), (n, frac)
 
 
+def test_running_median_of_finite_values_equals_median_of_each_window():
+    """All-finite input takes scipy's filter: the same medians, edges padded with the end values."""
+    rng = np.random.default_rng(11)
+    for n, width in ((8, 7), (501, 7), (2000, 15)):
+        v = rng.normal(size=n)
+        v[n // 2] = 40.0  # a spike the median removes
+        half = width // 2
+        ref = np.median(np.lib.stride_tricks.sliding_window_view(np.pad(v, half, mode="edge"), width), axis=1)
+        assert np.array_equal(running_median(v, width), ref), (n, width)
+
+
 def test_viewer_switch_keeps_the_plot_size_and_draws_masks_as_one_item(qtbot):
     """A switch must not resize the plot (a taller header would: two paints per switch); masks are one bar item
     whose bars span the visible y-range, telluric bands likewise."""

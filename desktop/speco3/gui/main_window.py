@@ -11,7 +11,6 @@ from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
     QHBoxLayout,
-    QLabel,
     QMainWindow,
     QMessageBox,
     QPushButton,
@@ -29,6 +28,7 @@ from speco3.gui.archive_panel import ArchivePanel
 from speco3.gui.decision_panel import DecisionPanel
 from speco3.gui.demo_session import SCRIPTED_LABEL, is_demo_spectrum
 from speco3.gui.keymap import FLAG_ACTIONS, KeyFilter, Keymap
+from speco3.gui.labels import WrapLabel
 from speco3.gui.menus import build_menus
 from speco3.gui.samp_panel import SampPanel
 from speco3.gui.settings import AppSettings
@@ -116,10 +116,11 @@ class MainWindow(QMainWindow):
         page = QWidget(objectName="startPage")
         layout = QVBoxLayout(page)
         layout.addStretch(1)
-        title = QLabel("<h2>Spec-o3 Desktop</h2><p>Open a folder of FITS spectra (LAMOST, SDSS, DESI, generic) to "
-                       "browse, inspect and vet candidates — or try the demo archive: twenty synthetic LAMOST "
-                       "spectra with CVs, carbon stars, S-type stars, M giants and white dwarfs.</p>",
-                       wordWrap=True, alignment=Qt.AlignmentFlag.AlignCenter)
+        title = WrapLabel("<h2>Spec-o3 Desktop</h2><p>Open a folder of FITS spectra (LAMOST, SDSS, DESI, generic) to "
+                          "browse, inspect and vet candidates — or try the demo archive: twenty synthetic LAMOST "
+                          "spectra with CVs, carbon stars, S-type stars, M giants and white dwarfs.</p>")
+        title.setWordWrap(True)  # a WrapLabel: the stack asks this hidden page its height on every switch
+        title.setAlignment(Qt.AlignmentFlag.AlignCenter)
         row = QHBoxLayout()
         open_b = QPushButton("Open archive folder…", objectName="startOpen")
         demo_b = QPushButton("Open the demo archive", objectName="startDemo")

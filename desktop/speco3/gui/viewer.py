@@ -20,10 +20,10 @@ import logging
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Signal
-from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QGraphicsSimpleTextItem, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from speco3.agent.tasks import Line, Task
+from speco3.gui.labels import MarkerLabel, WrapLabel
 from speco3.gui.lines import (
     TELLURIC_BANDS,
     air_to_vac,
@@ -50,34 +50,6 @@ LABEL_TOP = 0.97
 TELLURIC_ROWS = 2  # rows of telluric band labels, stacked up from the bottom (row 0 at TELLURIC_BOTTOM)
 TELLURIC_BOTTOM = 0.04
 LABEL_FILL = pg.mkBrush(255, 255, 255, 210)  # labels stay legible where another marker crosses them
-
-
-class MarkerLabel(QGraphicsSimpleTextItem):
-    """A marker's label, placed by the viewer in the view box's pixel coordinates.
-
-    Pixel coordinates cost nothing when the view pans or zooms (pyqtgraph's ``InfLineLabel`` recomputes its place
-    in Python on every transform change of every label). ``format`` is the text, ``anchor`` the wavelength it is at
-    to, ``orthoPos`` where its anchor sits as a fraction of the view height from the bottom (as ``InfLineLabel``).
-    """
-
-    def __init__(self, text: str, color: tuple[int, int, int], anchor: float = 0.0, fill=None):
-        super().__init__(text)
-        self.setBrush(QColor(*color))
-        self.format = text
-        self.anchor = anchor
-        self.orthoPos = 1.0
-        self.anchor_end = anchor  # where a band ends (telluric labels); a line's label has anchor_end == anchor
-        self._fill = fill
-        self.setZValue(20)
-
-    def setFormat(self, text: str) -> None:
-        self.format = text
-        self.setText(text)
-
-    def paint(self, painter, option, widget=None) -> None:
-        if self._fill is not None:
-            painter.fillRect(self.boundingRect(), self._fill)
-        super().paint(painter, option, widget)
 
 
 class SpectrumViewer(QWidget):
@@ -108,7 +80,7 @@ class SpectrumViewer(QWidget):
         self._quiet = False  # set while _redraw changes the x-range: it updates y-range and labels itself
         self.highlight: pg.LinearRegionItem | None = None
 
-        self.header = QLabel("No spectrum")
+        self.header = WrapLabel("No spectrum")
         self.header.setObjectName("viewerHeader")
         self.header.setWordWrap(True)
         # room for two lines whatever the spectrum: a header that changes height would resize the plot on every switch
@@ -119,23 +91,33 @@ class SpectrumViewer(QWidget):
         pi.showGrid(x=True, y=True, alpha=0.15)
         pi.setLabel("left", "Flux")
         pi.setLabel("bottom", "Wavelength (Å)")
-        for name in ("left", "bottom"):  # no units, so no SI prefix: spares re-setting the axis label on each range
-            pi.getAxis(name).enableAutoSIPrefix(False)
+        for name in ("left", "bottom", "right", "top"):  # no units, so no SI prefix: spares re-setting each axis
+            pi.getAxis(name).enableAutoSIPrefix(False)  # label's HTML on each range (the hidden axes' too)
+        for name in ("left", "bottom"):
             # major and minor ticks and grid lines; the third level (faint lines between the minor ones) cost a
             # third of each repaint in Python tick specs and blended lines
             pi.getAxis(name).setStyle(maxTickLevel=1)
+        # the flux axis grows to its widest tick labels and never shrinks back: an axis whose width follows each
+        # spectrum's labels re-lays out the plot (resizing the view and everything in it) on many switches
+        pi.getAxis("left").setStyle(autoReduceTextSpace=False)
         self.vb = pi.getViewBox()
         self.vb.setMouseEnabled(x=True, y=False)
         self.vb.enableAutoRange(x=False, y=False)
         self.vb.sigXRangeChanged.connect(self._update_y_range)
         self.vb.sigXRangeChanged.connect(self._layout_labels)
         self.vb.sigResized.connect(self._layout_labels)
-        # beyond the screen's pixel count, curves are drawn peak-downsampled and clipped to the visible range
-        fast = {"autoDownsample": True, "downsampleMethod": "peak", "clipToView": True}
-        self.sigma_upper = pg.PlotDataItem(pen=None, **fast)
-        self.sigma_lower = pg.PlotDataItem(pen=None, **fast)
+        self.sigma_upper = pg.PlotDataItem(pen=None)
+        self.sigma_lower = pg.PlotDataItem(pen=None)
         self.sigma_fill = pg.FillBetweenItem(self.sigma_lower, self.sigma_upper, brush=SIGMA_BRUSH)
-        self.curve = pg.PlotDataItem(pen=FLUX_PEN, **fast)
+        self.curve = pg.PlotDataItem(pen=FLUX_PEN)
+        # beyond the view's pixel count, curves are drawn peak-downsampled and clipped to the visible range. Set on
+        # the plot item: it imposes its own modes on every curve added to it (constructor keywords were overridden
+        # by them, so nothing was downsampled). Peak downsampling keeps each bin's maximum and minimum, so one bin
+        # per device pixel draws the strokes every pixel would; pyqtgraph's default factor keeps five bins a
+        # pixel, five times the path to build and stroke.
+        pi.setDownsampling(auto=True, mode="peak")
+        pi.setClipToView(True)
+        self.curve.opts["autoDownsampleFactor"] = max(1.0, self.devicePixelRatioF())
         self.mask_bars = pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[], pen=pg.mkPen(None), brush=MASK_BRUSH)
         self.telluric_bars = pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[], pen=pg.mkPen(None), brush=TELLURIC_BRUSH)
         self._telluric_x = np.empty((0, 2))
