@@ -149,3 +149,21 @@ def test_wrap_label_answers_as_qlabel_and_forgets_on_new_text(qtbot):
         for width in (120, 300, 640, 300):
             assert ours.heightForWidth(width) == ref.heightForWidth(width), (text[:20], width)
     assert ours.heightForWidth(120) > ours.heightForWidth(640)
+
+
+def test_noise_level_is_drawn_and_an_unknown_redshift_is_said(viewer, qtbot):
+    """The 1σ line from the inverse variance is drawn (downsampled like the flux); a DESI coadd read without its
+    redrock file has no redshift, and the header says so instead of showing z = 0."""
+    data = Path(__file__).resolve().parents[1] / "data" / "spectra"
+    s = read_spectrum(data / "lamost" / "spec-55859-F5902_sp01-001.fits.gz")
+    viewer.set_spectrum(s)
+    qtbot.wait(10)
+    sx, sy = np.asarray(viewer.sigma.curve.xData), np.asarray(viewer.sigma.curve.yData)
+    good = s.good & (s.ivar > 0)
+    expected = 1 / np.sqrt(s.ivar[good])
+    assert sx.size > 100 and np.nanmax(sy) == pytest.approx(expected.max(), rel=1e-6)
+    assert "z = " in viewer.header.text() and "unknown" not in viewer.header.text()
+    desi = read_spectrum(data / "desi" / "coadd-5-169-thru20210419.fits")
+    assert desi.meta.redshift is None
+    viewer.set_spectrum(desi)
+    assert "z unknown (lines at z = 0)" in viewer.header.text() and "z = 0.00000" not in viewer.header.text()

@@ -3,7 +3,7 @@
 What it draws, for the human (the model's images come from `speco3.render`, unchanged):
 
 * flux, optionally boxcar-smoothed (inverse-variance weighted, masked pixels excluded);
-* the 1σ band from ivar, masked pixels shaded red, telluric bands shaded grey (observed frame);
+* the 1σ noise level from ivar (a light-blue line), masked pixels shaded red, telluric bands shaded grey (observed frame);
 * line markers of the current task class with labels that follow the redshift and the frame, laid out in up to
   three rows so that none overlap at the current zoom (labels that fit nowhere are hidden; re-laid out on zoom,
   pan and resize; the marker's tooltip still names the line);
@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 
 SMOOTH_WIDTHS = (1, 3, 5, 9, 15, 25, 41)
 FLUX_PEN = pg.mkPen((31, 90, 200), width=1)
-SIGMA_BRUSH = pg.mkBrush(120, 150, 220, 70)
+SIGMA_PEN = pg.mkPen(120, 150, 220, 200, width=1)  # the 1σ noise level (a line: a band between two edges cost
+# 2-3x the whole switch to fill, and pyqtgraph's fill-between gives up on curves with gaps)
 MASK_BRUSH = pg.mkBrush(230, 60, 60, 45)
 TELLURIC_BRUSH = pg.mkBrush(120, 120, 120, 35)
 HIGHLIGHT_BRUSH = pg.mkBrush(255, 190, 0, 70)
@@ -106,9 +107,7 @@ class SpectrumViewer(QWidget):
         self.vb.sigXRangeChanged.connect(self._update_y_range)
         self.vb.sigXRangeChanged.connect(self._layout_labels)
         self.vb.sigResized.connect(self._layout_labels)
-        self.sigma_upper = pg.PlotDataItem(pen=None)
-        self.sigma_lower = pg.PlotDataItem(pen=None)
-        self.sigma_fill = pg.FillBetweenItem(self.sigma_lower, self.sigma_upper, brush=SIGMA_BRUSH)
+        self.sigma = pg.PlotDataItem(pen=SIGMA_PEN)
         self.curve = pg.PlotDataItem(pen=FLUX_PEN)
         # beyond the view's pixel count, curves are drawn peak-downsampled and clipped to the visible range. Set on
         # the plot item: it imposes its own modes on every curve added to it (constructor keywords were overridden
@@ -124,7 +123,9 @@ class SpectrumViewer(QWidget):
         for bars in (self.mask_bars, self.telluric_bars):
             bars.setZValue(-10)
             pi.addItem(bars)
-        pi.addItem(self.sigma_fill)
+        self.sigma.opts["autoDownsampleFactor"] = self.curve.opts["autoDownsampleFactor"]
+        self.sigma.setZValue(-5)
+        pi.addItem(self.sigma)
         pi.addItem(self.curve)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -226,8 +227,7 @@ class SpectrumViewer(QWidget):
         s = self.spectrum
         if s is None or s.n_pixels == 0:
             self.curve.setData([], [])
-            self.sigma_upper.setData([], [])
-            self.sigma_lower.setData([], [])
+            self.sigma.setData([], [])
             self._x = self._y = self._sig = np.empty(0)
             self._mask_runs = np.empty((0, 2))
             self.header.setText("No spectrum")
@@ -242,11 +242,9 @@ class SpectrumViewer(QWidget):
         self._sig = sig if sig is not None else np.empty(0)
         self.curve.setData(x, y, connect="finite")
         if sig is not None and self.show_sigma:
-            self.sigma_upper.setData(x, np.where(np.isfinite(sig), y + sig, y), connect="finite")
-            self.sigma_lower.setData(x, np.where(np.isfinite(sig), y - sig, y), connect="finite")
+            self.sigma.setData(x, sig, connect="finite")
         else:
-            self.sigma_upper.setData([], [])
-            self.sigma_lower.setData([], [])
+            self.sigma.setData([], [])
         runs = np.asarray(mask_runs(~good), dtype=np.intp).reshape(-1, 2)
         if runs.size:
             last = len(x) - 1
@@ -378,7 +376,10 @@ class SpectrumViewer(QWidget):
             parts.append(m.survey + (f" {m.data_release}" if m.data_release else ""))
         if m.cls:
             parts.append(f"{m.cls} {m.subclass or ''}".strip())
-        parts.append(f"z = {s.z:.5f}" + (f" ({m.redshift_source})" if m.redshift_source else ""))
+        if m.redshift is None:  # e.g. a DESI coadd without its redrock file: say so rather than show z = 0
+            parts.append("z unknown (lines at z = 0)")
+        else:
+            parts.append(f"z = {s.z:.5f}" + (f" ({m.redshift_source})" if m.redshift_source else ""))
         if m.snr is not None:
             parts.append(f"S/N {m.snr:.1f}")
         medium = {"air": "air", "vacuum": "vacuum"}.get(s.medium, "medium unknown (lines in vacuum)")
