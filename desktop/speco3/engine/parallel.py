@@ -287,10 +287,12 @@ class _OnWorker:
 def open_slots(engine: Engine, wanted: int):
     """Slots for up to ``wanted`` conversations at once: a `SequencePool` when the engine is a loaded llama.cpp
     engine with ``n_seq`` > 1 and ``wanted`` > 1, else `SerialSlots`. Close them after use."""
+    if wanted < 2:  # before the import: loading llama.cpp's bindings costs a scripted run ~0.3 s
+        return SerialSlots(engine)
     from speco3.engine.llama import LlamaMtmdEngine
 
     inner = engine.engine if isinstance(engine, EngineWorker) else engine
-    if wanted < 2 or not isinstance(inner, LlamaMtmdEngine) or int(inner.settings.n_seq) < 2:
+    if not isinstance(inner, LlamaMtmdEngine) or int(inner.settings.n_seq) < 2:
         return SerialSlots(engine)
     try:
         engine.load()
