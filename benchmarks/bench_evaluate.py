@@ -80,7 +80,7 @@ def main() -> int:
     def render(view):
         t0 = time.perf_counter()
         try:
-            return render_view(view).png
+            return render_view(view)  # as `spec-o3 evaluate` renders: pixels to the model, no PNG round trip
         finally:
             render_s[0] += time.perf_counter() - t0
 
@@ -92,7 +92,7 @@ def main() -> int:
             s = spectra[i % len(spectra)]
             good = np.flatnonzero(s.good)[i:]  # each row its own cut, so each row's image differs
             rows.append(bench_row(task, truth, f"{s.name}-{i}", s.wavelength[good], s.flux[good],
-                                  s.meta.redshift or 0.0, render(View(s, None)), index=i))
+                                  s.meta.redshift or 0.0, render(View(s, None)).png, index=i))
         items = bench_items(BenchFile(write_bench(tmp / "b.parquet", rows)).items())
         render_s[0] = 0.0
         scripted_s, scripted = _run(items, ScriptedEngine(scripts=SCRIPTS), render, tmp / "scripted.sqlite")
