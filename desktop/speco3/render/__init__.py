@@ -1,4 +1,4 @@
-"""Training-faithful spectrum renderer: :class:`~speco3.spectra.view.View` → PNG bytes.
+"""Training-faithful spectrum renderer: :class:`~speco3.spectra.view.View` → pixels and PNG (`RenderedImage`).
 
 The Spec-o3 model was trained on matplotlib plots (docs/design.md §3). :func:`render_view` draws the same plot with
 pyqtgraph offscreen — same figure-size classes at 80 dpi, the same tight-layout placement and tight-bbox crop,
