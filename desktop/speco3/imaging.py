@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -72,6 +73,7 @@ def max_pixels_for_tokens(max_tokens: int | None) -> int:
     return max(MIN_PIXELS, int(max_tokens) * FACTOR * FACTOR)
 
 
+@dataclass(frozen=True, eq=False, init=False)
 class PreparedImage:
     """An image exactly as the model will see it.
 
@@ -90,18 +92,21 @@ class PreparedImage:
         Digest of the RGB pixels (identifies the image in the KV cache).
     """
 
-    __slots__ = ("width", "height", "grid", "sha256", "_png", "_pixels")
+    width: int
+    height: int
+    grid: tuple[int, int]
+    sha256: str
+    pixels: Image.Image | None = field(default=None, repr=False)  # RGB at the model size, when prepared here
+    encoded: bytes | None = field(default=None, repr=False)  # the PNG, once there is one
 
     def __init__(self, png: bytes | None = None, width: int = 0, height: int = 0, grid: tuple[int, int] = (0, 0),
-                 sha256: str = "", *, pixels: Image.Image | None = None) -> None:
-        if png is None and pixels is None:
+                 sha256: str = "", pixels: Image.Image | None = None, encoded: bytes | None = None) -> None:
+        encoded = png if png is not None else encoded
+        if encoded is None and pixels is None:
             raise ValueError("a prepared image needs its PNG bytes or its pixels")
         for name, value in (("width", int(width)), ("height", int(height)), ("grid", tuple(grid)),
-                            ("sha256", sha256), ("_png", png), ("_pixels", pixels)):
+                            ("sha256", sha256), ("pixels", pixels), ("encoded", encoded)):
             object.__setattr__(self, name, value)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"PreparedImage is read-only ({name})")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PreparedImage):
@@ -111,19 +116,13 @@ class PreparedImage:
     def __hash__(self) -> int:
         return hash((self.width, self.height, self.sha256))
 
-    def __repr__(self) -> str:
-        return f"PreparedImage({self.width}x{self.height}, grid={self.grid}, sha256={self.sha256[:12]})"
-
-    def __reduce__(self):  # copies and pickles carry the PNG
-        return (PreparedImage, (self.png, self.width, self.height, self.grid, self.sha256))
-
     @property
     def png(self) -> bytes:
-        if self._png is None:  # two threads may both encode: the same bytes, the last one kept
+        if self.encoded is None:  # two threads may both encode: the same bytes, the last one kept
             buf = io.BytesIO()
-            self._pixels.save(buf, format="PNG", compress_level=PNG_LEVEL)
-            object.__setattr__(self, "_png", buf.getvalue())
-        return self._png
+            self.pixels.save(buf, format="PNG", compress_level=PNG_LEVEL)
+            object.__setattr__(self, "encoded", buf.getvalue())
+        return self.encoded
 
     def rgb_bytes(self) -> bytes:
         """The RGB pixels, row by row (``width * height * 3`` bytes); decodes the PNG when there are no pixels.
@@ -133,10 +132,10 @@ class PreparedImage:
         ValueError
             When the PNG cannot be decoded or does not have the claimed size.
         """
-        if self._pixels is not None:
-            return self._pixels.tobytes()
+        if self.pixels is not None:
+            return self.pixels.tobytes()
         try:
-            with Image.open(io.BytesIO(self._png)) as img:
+            with Image.open(io.BytesIO(self.encoded)) as img:
                 rgb = img.convert("RGB")
         except Exception as exc:  # PIL raises many kinds on damaged bytes
             raise ValueError(f"cannot be decoded: {exc}") from exc

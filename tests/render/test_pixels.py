@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import pickle
 
@@ -55,8 +56,8 @@ def test_no_png_is_encoded_for_the_model(views):
     img = render_view(views[0])
     prepared = prepare_image(img, max_tokens=300)
     assert "png" not in vars(img)  # the render's PNG was never encoded
-    assert prepared._png is None  # nor the model image's, until someone asks for it
-    assert prepared.png.startswith(b"\x89PNG\r\n\x1a\n") and prepared._png is not None
+    assert prepared.encoded is None  # nor the model image's, until someone asks for it
+    assert prepared.png.startswith(b"\x89PNG\r\n\x1a\n") and prepared.encoded is not None
 
 
 def test_prepared_image_is_read_only_and_copies_keep_the_pixels(views):
@@ -65,6 +66,8 @@ def test_prepared_image_is_read_only_and_copies_keep_the_pixels(views):
         prepared.width = 1
     again = pickle.loads(pickle.dumps(prepared))
     assert again == prepared and again.rgb_bytes() == prepared.rgb_bytes()
+    lying = dataclasses.replace(prepared, grid=(1, 1))  # what the engine tests do to fake a wrong grid
+    assert lying.grid == (1, 1) and lying.png == prepared.png and lying != prepared
     with pytest.raises(ValueError):
         PreparedImage()
 
