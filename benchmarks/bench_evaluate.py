@@ -9,7 +9,8 @@ everything but the model (parquet rows → Spectrum, full view and zoom renders,
 render similarity), and its time must stay below 5 % of the tiny-model run's. The time spent in the renderer is
 reported apart for both runs (``render_seconds``), with the share of the loop's overhead beyond rendering.
 ``cpu_seconds`` (the process's CPU time, all threads) and ``load_avg`` (the 1-minute load average before and
-after) say how much a busy machine stretched the wall-clock figures.
+after) say how much a busy machine stretched the wall-clock figures; ``turns`` and ``tokens`` (generated, summed
+over the items) how much work the tiny model did: it samples, so its run length varies from run to run.
 
 Measured on a loaded machine (2 CPU cores shared with other jobs, load average 5-7, so wall figures are stretched).
 Default run (12 items), before → after the pixel hand-off (rendered pixels straight to the model's image, PNGs
@@ -47,13 +48,16 @@ LIMIT_SHARE = 0.05
 
 
 def _run(items, engine, render, store_path):
-    from speco3.evaluate.run import evaluate_items
+    from speco3.evaluate.run import evaluate_items, results
     from speco3.vetting import VettingStore
 
     with VettingStore(store_path) as store:
         t0, c0 = time.perf_counter(), time.process_time()
         res = evaluate_items(items, store, engine, render)
-        return time.perf_counter() - t0, time.process_time() - c0, res
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        rows = results(store)
+        work = {"turns": sum(r["turns"] or 0 for r in rows), "tokens": sum(r["tokens"] or 0 for r in rows)}
+        return wall, cpu, res, work
 
 
 def _tiny_pair(tmp: Path):
@@ -106,7 +110,7 @@ def main() -> int:
         items = bench_items(BenchFile(write_bench(tmp / "b.parquet", rows)).items())
         render_s[0] = 0.0
         load_before = round(os.getloadavg()[0], 2)
-        scripted_s, scripted_cpu, scripted = _run(items, ScriptedEngine(scripts=SCRIPTS), render, tmp / "scripted.sqlite")
+        scripted_s, scripted_cpu, scripted, scripted_work = _run(items, ScriptedEngine(scripts=SCRIPTS), render, tmp / "scripted.sqlite")
         scripted_render_s, render_s[0] = render_s[0], 0.0
         text, mmproj = _tiny_pair(tmp)
         settings = EngineSettings(n_threads=2, n_gpu_layers=0, mmproj_on_gpu=False,  # defaults otherwise
@@ -114,7 +118,7 @@ def main() -> int:
         engine = LlamaMtmdEngine(text, mmproj, settings, warmup=False)
         engine.load()
         try:
-            tiny_s, tiny_cpu, tiny = _run(items, engine, render, tmp / "tiny.sqlite")
+            tiny_s, tiny_cpu, tiny, tiny_work = _run(items, engine, render, tmp / "tiny.sqlite")
             tiny_render_s = render_s[0]
         finally:
             engine.close()
@@ -123,10 +127,10 @@ def main() -> int:
         "items": n,
         "scripted": {"seconds": round(scripted_s, 2), "cpu_seconds": round(scripted_cpu, 2),
                      "items_per_min": round(60 * n / scripted_s, 1),
-                     "render_seconds": round(scripted_render_s, 2), "outcomes": scripted.outcomes},
+                     "render_seconds": round(scripted_render_s, 2), "outcomes": scripted.outcomes, **scripted_work},
         "tiny_model": {"seconds": round(tiny_s, 2), "cpu_seconds": round(tiny_cpu, 2),
                        "items_per_min": round(60 * n / tiny_s, 2),
-                       "render_seconds": round(tiny_render_s, 2), "outcomes": tiny.outcomes,
+                       "render_seconds": round(tiny_render_s, 2), "outcomes": tiny.outcomes, **tiny_work,
                        "settings": f"n_ctx {settings.n_ctx}, {settings.max_tokens_per_turn} tokens/turn, CPU 2 threads"},
         "overhead_share": round(share, 4), "limit": LIMIT_SHARE, "ok": share < LIMIT_SHARE,
         # the training-faithful renders (full view and zooms) are work any run does, model or not; without them:
