@@ -118,11 +118,18 @@ class PreparedImage:
 
     @property
     def png(self) -> bytes:
-        if self.encoded is None:  # two threads may both encode: the same bytes, the last one kept
+        """The PNG; once encoded, the image keeps only it (a trace or a view that is kept stays as small as its PNG)."""
+        encoded = self.encoded
+        if encoded is None:
+            pixels = self.pixels
+            if pixels is None:  # another thread encoded it meanwhile (it sets the PNG before dropping the pixels)
+                return self.encoded
             buf = io.BytesIO()
-            self.pixels.save(buf, format="PNG", compress_level=PNG_LEVEL)
-            object.__setattr__(self, "encoded", buf.getvalue())
-        return self.encoded
+            pixels.save(buf, format="PNG", compress_level=PNG_LEVEL)
+            encoded = buf.getvalue()
+            object.__setattr__(self, "encoded", encoded)
+            object.__setattr__(self, "pixels", None)
+        return encoded
 
     def rgb_bytes(self) -> bytes:
         """The RGB pixels, row by row (``width * height * 3`` bytes); decodes the PNG when there are no pixels.
@@ -132,8 +139,9 @@ class PreparedImage:
         ValueError
             When the PNG cannot be decoded or does not have the claimed size.
         """
-        if self.pixels is not None:
-            return self.pixels.tobytes()
+        pixels = self.pixels
+        if pixels is not None:
+            return pixels.tobytes()
         try:
             with Image.open(io.BytesIO(self.encoded)) as img:
                 rgb = img.convert("RGB")

@@ -57,7 +57,10 @@ def test_no_png_is_encoded_for_the_model(views):
     prepared = prepare_image(img, max_tokens=300)
     assert "png" not in vars(img)  # the render's PNG was never encoded
     assert prepared.encoded is None  # nor the model image's, until someone asks for it
+    rgb = prepared.rgb_bytes()
     assert prepared.png.startswith(b"\x89PNG\r\n\x1a\n") and prepared.encoded is not None
+    assert prepared.pixels is None  # once encoded, it keeps only the PNG (traces and views kept in memory)
+    assert prepared.rgb_bytes() == rgb
 
 
 def test_prepared_image_is_read_only_and_copies_keep_the_pixels(views):
