@@ -19,6 +19,9 @@ alone, three alternating runs each: 2.5-2.6 → 1.5-1.7 s CPU. What is left is m
 of the antialiased, semi-transparent 1.1 px round-join stroke is ~59 ms CPU of a ~70 ms full-view render, and it
 cannot be made cheaper without moving pixels of the training-faithful image. The rest per item: model-image
 resize ~9 ms, render similarity ~18 ms, four store commits at ``synchronous=FULL`` ~4 ms each.
+``--quick`` is a smoke test, not the measure: its model run is 2 turns of 32 tokens (mostly image encoding), 4-8 s
+depending on the load, against a scripted run of 0.34-0.5 s, so its share landed between 4 % and 10 % both before
+and after; the same work (turns, tokens) took 4.3 s in one run and 7.7 s in the next.
 """
 
 from __future__ import annotations
