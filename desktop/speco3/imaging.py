@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
+import numpy as np
 from PIL import Image
 
 PATCH = 14
@@ -24,6 +26,8 @@ MAX_PIXELS = 12845056
 #: tokens, so 1280 never resizes what the model sees, and mtmd sizes its warm-up and compute buffers for 1280 tokens
 #: instead of the processor's 16,384 (the difference is load time and memory, see bench_load.py).
 DEFAULT_MAX_TOKENS = 1280
+#: zlib level of the model image's PNG: lossless, a third less encode time than level 6.
+PNG_LEVEL = 1
 
 
 def smart_resize(
@@ -69,14 +73,17 @@ def max_pixels_for_tokens(max_tokens: int | None) -> int:
     return max(MIN_PIXELS, int(max_tokens) * FACTOR * FACTOR)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, init=False)
 class PreparedImage:
     """An image exactly as the model will see it.
+
+    Made by `prepare_image` (from the pixels; the PNG is encoded when first asked for) or from PNG bytes read back
+    (a saved trace). Read-only; two prepared images are equal when their size and pixel digest are.
 
     Attributes
     ----------
     png : bytes
-        PNG bytes at the model resolution (sides multiples of 28).
+        PNG bytes at the model resolution (sides multiples of 28); lossless, encoded on first access.
     width, height : int
         Pixel size after ``smart_resize``.
     grid : tuple of int
@@ -85,11 +92,64 @@ class PreparedImage:
         Digest of the RGB pixels (identifies the image in the KV cache).
     """
 
-    png: bytes
     width: int
     height: int
     grid: tuple[int, int]
     sha256: str
+    pixels: Image.Image | None = field(default=None, repr=False)  # RGB at the model size, when prepared here
+    encoded: bytes | None = field(default=None, repr=False)  # the PNG, once there is one
+
+    def __init__(self, png: bytes | None = None, width: int = 0, height: int = 0, grid: tuple[int, int] = (0, 0),
+                 sha256: str = "", pixels: Image.Image | None = None, encoded: bytes | None = None) -> None:
+        encoded = png if png is not None else encoded
+        if encoded is None and pixels is None:
+            raise ValueError("a prepared image needs its PNG bytes or its pixels")
+        for name, value in (("width", int(width)), ("height", int(height)), ("grid", tuple(grid)),
+                            ("sha256", sha256), ("pixels", pixels), ("encoded", encoded)):
+            object.__setattr__(self, name, value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PreparedImage):
+            return NotImplemented
+        return (self.width, self.height, self.grid, self.sha256) == (other.width, other.height, other.grid, other.sha256)
+
+    def __hash__(self) -> int:
+        return hash((self.width, self.height, self.sha256))
+
+    @property
+    def png(self) -> bytes:
+        """The PNG; once encoded, the image keeps only it (a trace or a view that is kept stays as small as its PNG)."""
+        encoded = self.encoded
+        if encoded is None:
+            pixels = self.pixels
+            if pixels is None:  # another thread encoded it meanwhile (it sets the PNG before dropping the pixels)
+                return self.encoded
+            buf = io.BytesIO()
+            pixels.save(buf, format="PNG", compress_level=PNG_LEVEL)
+            encoded = buf.getvalue()
+            object.__setattr__(self, "encoded", encoded)
+            object.__setattr__(self, "pixels", None)
+        return encoded
+
+    def rgb_bytes(self) -> bytes:
+        """The RGB pixels, row by row (``width * height * 3`` bytes); decodes the PNG when there are no pixels.
+
+        Raises
+        ------
+        ValueError
+            When the PNG cannot be decoded or does not have the claimed size.
+        """
+        pixels = self.pixels
+        if pixels is not None:
+            return pixels.tobytes()
+        try:
+            with Image.open(io.BytesIO(self.encoded)) as img:
+                rgb = img.convert("RGB")
+        except Exception as exc:  # PIL raises many kinds on damaged bytes
+            raise ValueError(f"cannot be decoded: {exc}") from exc
+        if rgb.size != (self.width, self.height):
+            raise ValueError(f"is {rgb.width}x{rgb.height}, but claims {self.width}x{self.height}")
+        return rgb.tobytes()
 
     @property
     def n_tokens(self) -> int:
@@ -101,14 +161,29 @@ class PreparedImage:
         return max(self.grid)
 
 
-def prepare_image(png: bytes, max_tokens: int | None = None) -> PreparedImage:
-    """Resize PNG bytes with the ``smart_resize`` rule (bicubic) and return the model's image."""
-    with Image.open(io.BytesIO(png)) as img:
-        rgb = img.convert("RGB")
+class HasPixels(Protocol):
+    """A rendered image that holds its pixels (e.g. `speco3.render.RenderedImage`)."""
+
+    @property
+    def rgb(self) -> np.ndarray:
+        """``(height, width, 3)`` uint8 RGB pixels."""
+        ...
+
+
+def prepare_image(image: bytes | HasPixels, max_tokens: int | None = None) -> PreparedImage:
+    """Resize an image with the ``smart_resize`` rule (bicubic) and return the model's image.
+
+    ``image`` is PNG (or other image) bytes, or a rendered image with its pixels (``.rgb``), which spares the
+    decode of a PNG made only to be decoded again.
+    """
+    pixels = getattr(image, "rgb", None)
+    if pixels is not None:
+        rgb = Image.fromarray(np.ascontiguousarray(pixels, dtype=np.uint8), "RGB")
+    else:
+        with Image.open(io.BytesIO(image)) as img:
+            rgb = img.convert("RGB")
     h, w = smart_resize(rgb.height, rgb.width, max_pixels=max_pixels_for_tokens(max_tokens))
     if (w, h) != rgb.size:
         rgb = rgb.resize((w, h), Image.Resampling.BICUBIC)
-    buf = io.BytesIO()
-    rgb.save(buf, format="PNG", compress_level=1)  # lossless: same pixels, a third less encode time than level 6
     digest = hashlib.sha256(rgb.tobytes()).hexdigest()
-    return PreparedImage(png=buf.getvalue(), width=w, height=h, grid=(w // FACTOR, h // FACTOR), sha256=digest)
+    return PreparedImage(width=w, height=h, grid=(w // FACTOR, h // FACTOR), sha256=digest, pixels=rgb)

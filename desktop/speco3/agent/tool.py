@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from speco3.agent.protocol import TOOL_NAME, ParsedCall, format_range, truncate_tool_text
-from speco3.imaging import PreparedImage, prepare_image
+from speco3.imaging import HasPixels, PreparedImage, prepare_image
 from speco3.spectra.model import Spectrum
 from speco3.spectra.view import View
 
 logger = logging.getLogger(__name__)
 
-RenderFn = Callable[[View], bytes]
+#: View -> PNG bytes, or a rendered image with its pixels (`speco3.render.render_view`: no PNG round trip).
+RenderFn = Callable[[View], bytes | HasPixels]
 
 
 @dataclass

@@ -137,12 +137,12 @@ def fill_model_digests(info) -> None:
 
 
 def default_render():
-    """The training-faithful renderer (``speco3.render``) as a ``View -> PNG bytes`` function."""
+    """The training-faithful renderer (``speco3.render``) as a `speco3.agent.tool.RenderFn` (``View -> RenderedImage``)."""
     try:
         from speco3.render import render_view
     except ImportError as exc:
         raise Speco3Error(f"the spectrum renderer is not available ({exc})") from exc
-    return lambda view: render_view(view).png
+    return render_view  # the pixels go to the model's image directly; no PNG is encoded for it
 
 
 # Tests replace this to run without Qt.

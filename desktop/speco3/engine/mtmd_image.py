@@ -9,11 +9,8 @@ around the image chunk, and the engine keeps them as ordinary text tokens of the
 from __future__ import annotations
 
 import ctypes
-import io
 import logging
 from dataclasses import dataclass
-
-from PIL import Image
 
 from speco3.engine.native import recent_native_problems
 from speco3.errors import EngineError
@@ -72,13 +69,10 @@ def tokenize_image(mtmd, llama, mctx, image: PreparedImage) -> ImageChunks:
         count or grid differs from ``image.grid``: the image was not prepared for this projector's limits).
     """
     try:
-        with Image.open(io.BytesIO(image.png)) as img:
-            rgb = img.convert("RGB")
-            width, height, data = rgb.width, rgb.height, rgb.tobytes()
-    except Exception as exc:
-        raise EngineError(f"image {image.sha256[:12]} cannot be decoded: {exc}") from exc
-    if (width, height) != (image.width, image.height):
-        raise EngineError(f"image {image.sha256[:12]} is {width}x{height}, but claims {image.width}x{image.height}")
+        data = image.rgb_bytes()
+    except ValueError as exc:
+        raise EngineError(f"image {image.sha256[:12]} {exc}") from exc
+    width, height = image.width, image.height
     buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
     bitmap = mtmd.mtmd_bitmap_init(width, height, buf)
     if not bitmap:

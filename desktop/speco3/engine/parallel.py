@@ -296,7 +296,9 @@ def parallel_sequences(engine: Engine) -> int:
 def open_slots(engine: Engine, wanted: int):
     """Slots for up to ``wanted`` conversations at once: a `SequencePool` when the engine is a loaded llama.cpp
     engine with ``n_seq`` > 1 and ``wanted`` > 1, else `SerialSlots`. Close them after use."""
-    if wanted < 2 or parallel_sequences(engine) < 2:
+    if wanted < 2:  # before the import: loading llama.cpp's bindings costs a scripted run ~0.3 s
+        return SerialSlots(engine)
+    if parallel_sequences(engine) < 2:
         return SerialSlots(engine)
     inner = engine.engine if isinstance(engine, EngineWorker) else engine
     try:

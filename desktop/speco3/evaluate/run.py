@@ -30,6 +30,7 @@ from speco3.engine.base import Engine
 from speco3.errors import Speco3Error
 from speco3.evaluate.bench import BenchItem
 from speco3.evaluate.similarity import render_similarity
+from speco3.imaging import HasPixels
 from speco3.spectra.model import Spectrum
 from speco3.spectra.view import View
 from speco3.vetting.batch import VetItem, vet_one
@@ -76,17 +77,17 @@ class RunResult:
 
 
 class _FullViewTap:
-    """Wraps a renderer and keeps the PNG of the last full (not zoomed) view."""
+    """Wraps a renderer and keeps its last full (not zoomed) view: PNG bytes, or the rendered image with its pixels."""
 
     def __init__(self, render: RenderFn):
         self.render = render
-        self.full: bytes | None = None
+        self.full: bytes | HasPixels | None = None
 
-    def __call__(self, view: View) -> bytes:
-        png = self.render(view)
+    def __call__(self, view: View) -> bytes | HasPixels:
+        image = self.render(view)
         if not view.is_zoom:
-            self.full = png
-        return png
+            self.full = image
+        return image
 
 
 def evaluate_items(

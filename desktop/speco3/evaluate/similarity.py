@@ -13,6 +13,8 @@ import io
 import numpy as np
 from PIL import Image, ImageFilter
 
+from speco3.imaging import HasPixels
+
 SIZE_TOLERANCE = 0.10
 BLUR_PX = 1.5  # at half resolution: forgives offsets of about 3 pixels
 
@@ -27,13 +29,21 @@ def same_size_class(a: tuple[int, int], b: tuple[int, int], tolerance: float = S
     return all(abs(x - y) <= tolerance * max(y, 1) for x, y in zip(a, b, strict=True))
 
 
-def render_similarity(ours: bytes, shipped: bytes) -> dict:
+def _open(image: bytes | HasPixels) -> Image.Image:
+    pixels = getattr(image, "rgb", None)  # a rendered image's own pixels: no PNG to decode
+    if pixels is not None:
+        return Image.fromarray(np.ascontiguousarray(pixels, dtype=np.uint8), "RGB")
+    img = Image.open(io.BytesIO(image))
+    img.load()
+    return img
+
+
+def render_similarity(ours: bytes | HasPixels, shipped: bytes) -> dict:
     """``render_width/height``, ``shipped_width/height``, ``same_size_class``, ``render_similarity`` (or
-    ``render_error`` when one of the images cannot be decoded)."""
+    ``render_error`` when one of the images cannot be decoded). ``ours`` is PNG bytes or a rendered image with
+    its pixels (`speco3.render.RenderedImage`)."""
     try:
-        with Image.open(io.BytesIO(ours)) as a, Image.open(io.BytesIO(shipped)) as b:
-            a.load()
-            b.load()
+        with _open(ours) as a, _open(shipped) as b:
             size_a, size_b = a.size, b.size
             ink_b = _ink(b.convert("L"))
             ink_a = _ink(a.convert("L").resize(size_b, Image.Resampling.BILINEAR))

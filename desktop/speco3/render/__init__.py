@@ -1,4 +1,4 @@
-"""Training-faithful spectrum renderer: :class:`~speco3.spectra.view.View` → PNG bytes.
+"""Training-faithful spectrum renderer: :class:`~speco3.spectra.view.View` → pixels and PNG (`RenderedImage`).
 
 The Spec-o3 model was trained on matplotlib plots (docs/design.md §3). :func:`render_view` draws the same plot with
 pyqtgraph offscreen — same figure-size classes at 80 dpi, the same tight-layout placement and tight-bbox crop,
@@ -13,7 +13,9 @@ gives the same bytes.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -39,14 +41,19 @@ class RenderError(Speco3Error):
     """The renderer could not produce an image."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RenderedImage:
     """A rendered plot.
+
+    The pixels stay in memory; the PNG is encoded when first asked for, so a caller that only needs the pixels
+    (the model's image preparation, `speco3.imaging.prepare_image`) pays for no PNG round trip.
 
     Attributes
     ----------
     png : bytes
-        PNG image (RGB).
+        PNG image (RGB), encoded on first access.
+    rgb : ndarray
+        ``(height, width, 3)`` uint8 RGB pixels (read-only), the same pixels the PNG holds.
     width, height : int
         Pixel size.
     plot_rect : tuple of float
@@ -59,7 +66,6 @@ class RenderedImage:
         Corner holding the stats box.
     """
 
-    png: bytes
     width: int
     height: int
     plot_rect: tuple[float, float, float, float]
@@ -67,6 +73,22 @@ class RenderedImage:
     y_range: tuple[float, float]
     n_points: int
     corner: str
+    image: Any = field(repr=False)  # the QImage drawn (speco3.render.qtscene)
+
+    @cached_property
+    def png(self) -> bytes:
+        from speco3.render.qtscene import png_bytes
+
+        try:
+            return png_bytes(self.image)
+        except RuntimeError as exc:
+            raise RenderError(f"could not encode the rendered image: {exc}") from exc
+
+    @cached_property
+    def rgb(self) -> np.ndarray:
+        from speco3.render.qtscene import rgb_array
+
+        return rgb_array(self.image)
 
     @property
     def token_grid(self) -> tuple[int, int]:
@@ -134,11 +156,11 @@ def render_arrays(
         px = np.asarray(lay.x_to_px(x), dtype=np.float64)
         py = np.asarray(lay.y_to_px(y), dtype=np.float64)
         message = "No data in this range" if x.size == 0 else ""
-        png = scene.render(lay, px, py, message=message)
+        image = scene.render(lay, px, py, message=message)
     except (ValueError, RuntimeError, ZeroDivisionError, OverflowError) as exc:
         raise RenderError(f"could not render {title!r}: {exc}") from exc
     return RenderedImage(
-        png=png,
+        image=image,
         width=lay.width,
         height=lay.height,
         plot_rect=lay.axes,
@@ -150,7 +172,7 @@ def render_arrays(
 
 
 def render_view(view: View) -> RenderedImage:
-    """Render a view of a spectrum (full or zoomed) to PNG bytes, looking like the training renderer."""
+    """Render a view of a spectrum (full or zoomed) as the training renderer would (pixels and PNG)."""
     x, y = view.data()
     logger.debug("render %s range=%s frame=%s points=%d", view.display_title, view.wavelength_range, view.frame, x.size)
     return render_arrays(x, y, view.display_title, view.is_zoom, wavelength_range=view.wavelength_range)

@@ -304,14 +304,15 @@ class FigureScene:
         img.setDotsPerMeterY(DPM)
         return img
 
-    def render(self, lay: FigureLayout, px: np.ndarray, py: np.ndarray, message: str = "") -> bytes:
-        """Draw a layout with the curve through pixel coordinates ``(px, py)``; return PNG bytes."""
+    def render(self, lay: FigureLayout, px: np.ndarray, py: np.ndarray, message: str = "") -> QtGui.QImage:
+        """Draw a layout with the curve through pixel coordinates ``(px, py)`` into a new image (encode it with
+        :func:`png_bytes`, read its pixels with :func:`rgb_array`)."""
         with self._lock:
             if self.scene is None:
                 raise RuntimeError("the render scene has been closed (interpreter shutting down)")
             return self._render(lay, px, py, message)
 
-    def _render(self, lay: FigureLayout, px: np.ndarray, py: np.ndarray, message: str) -> bytes:
+    def _render(self, lay: FigureLayout, px: np.ndarray, py: np.ndarray, message: str) -> QtGui.QImage:
         self.grid.set_layout(lay)
         self.overlay.set_layout(lay)
         self.overlay.message = message
@@ -334,11 +335,26 @@ class FigureScene:
             self.scene.render(painter, rect, rect)
         finally:
             painter.end()
-        buf = QtCore.QBuffer()
-        buf.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
-        if not img.save(buf, "PNG", PNG_QUALITY):
-            raise RuntimeError("Qt could not encode the PNG")
-        return bytes(buf.data())
+        return img
+
+
+def png_bytes(img: QtGui.QImage) -> bytes:
+    """PNG encoding of a rendered image (RGB, lossless)."""
+    buf = QtCore.QBuffer()
+    buf.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
+    if not img.save(buf, "PNG", PNG_QUALITY):
+        raise RuntimeError("Qt could not encode the PNG")
+    return bytes(buf.data())
+
+
+def rgb_array(img: QtGui.QImage) -> np.ndarray:
+    """The pixels of a rendered image as a read-only ``(height, width, 3)`` uint8 RGB array (a copy)."""
+    rgb = img.convertToFormat(QtGui.QImage.Format.Format_RGB888)  # RGB32 is 0xffRRGGBB: exact
+    w, h, bpl = rgb.width(), rgb.height(), rgb.bytesPerLine()
+    rows = np.frombuffer(rgb.constBits(), dtype=np.uint8, count=h * bpl).reshape(h, bpl)
+    out = rows[:, : w * 3].reshape(h, w, 3).copy()
+    out.flags.writeable = False
+    return out
 
 
 def thread_scene() -> FigureScene:
