@@ -198,7 +198,7 @@ if store.decision(keys[i], "cv") is not None:
     i += 1
 while i < n:
     key = keys[i]
-    store.set_state("current_key", key)               # go_to(row)
+    store.set_state("current_key", key)               # go_to(row), 0.5 s later (save_position)
     flags, full = ["low_snr"] * (i % 2), f"seen {i} \u2713"
     for part in (full[:2], full[:5], full):           # notes saved the moment they change (typing a comment)
         store.save_annotation(key, "cv", flags, part, "tester")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QItemSelectionModel, QObject, Signal
+from PySide6.QtCore import QItemSelectionModel, QObject, QTimer, Signal
 
 from speco3.errors import Speco3Error, SpectrumReadError
 from speco3.gui.archive_model import ArchiveTableModel
@@ -70,6 +70,10 @@ class VettingController(QObject):
         self.entry: Any = None
         self.spectrum: Spectrum | None = None
         self.last_switch_ms = 0.0
+        # a durable SQLite write per switch cost 4-8 ms of each key press: the position (a convenience for resuming,
+        # never a decision) is saved 0.5 s after the last switch, and at once when the store closes
+        self._position_save = QTimer(self, singleShot=True, interval=500)
+        self._position_save.timeout.connect(self.save_position)
         model.state_fn = self.state_of
         model.confidence_fn = self.confidence_of
 
@@ -89,9 +93,17 @@ class VettingController(QObject):
         panel.notesEdited.connect(self.save_notes)
         self.leaving.connect(panel.flush_notes)
 
+    def save_position(self) -> None:
+        """Store the current spectrum as the queue position (`open_archive` resumes there)."""
+        self._position_save.stop()
+        if self.store is not None and self.entry is not None:
+            self.store.set_state("current_key", self.entry.key)
+
     def close_store(self) -> None:
         if self.store is not None:
             self.leaving.emit()
+            if self._position_save.isActive():
+                self.save_position()
             self.store.close()
         self.store = None
 
@@ -147,8 +159,7 @@ class VettingController(QObject):
         self.currentChanged.emit(row, entry, spectrum)
         self._show_record()
         self.last_switch_ms = (time.perf_counter() - t0) * 1000
-        if self.store is not None:
-            self.store.set_state("current_key", entry.key)
+        self._position_save.start()  # the queue position is written once the vetter pauses, not per key press
         self._prefetch_around(row)
         return True
 
@@ -266,7 +277,7 @@ class VettingController(QObject):
     def decided_count(self) -> int | None:
         if self.store is None:
             return None
-        return len(self.store.decisions(self.task_id))
+        return self.store.decision_count(self.task_id)
 
     def current_record(self) -> tuple[Any, Any]:
         """(stored `Decision` or None, latest `ModelVerdict` or None) of the current spectrum."""

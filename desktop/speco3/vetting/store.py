@@ -314,6 +314,10 @@ class VettingStore:
                "GROUP BY spectrum_key, task) ORDER BY id")
         return [self._decision(r) for r in self._query(sql, args)]
 
+    def decision_count(self, task: str) -> int:
+        """How many spectra have a decision for ``task`` (one SQL count, for the queue position shown per switch)."""
+        return int(self._query("SELECT COUNT(DISTINCT spectrum_key) FROM decisions WHERE task=?", (task,))[0][0])
+
     # -- notes (flags and comment) kept apart from decisions ------------------------------------------
     def save_annotation(self, key: str, task: str, flags: list[str], comment: str, vetter: str = "") -> None:
         """Store the vetter's current flags and comment on a spectrum at once, decided or not (one row, replaced).
