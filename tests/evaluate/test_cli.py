@@ -48,6 +48,7 @@ def test_json_summary_matches_sklearn_on_the_item_csv(bench_path, tmp_path, caps
     assert summary["n"] == len(LABELS) and summary["run"]["done"] == len(LABELS)
     items = _csv_rows(out / "items.csv")
     assert len(items) == len(LABELS) and (out / "report.html").stat().st_size > 1000
+    assert "published spec-o3-7b: 76.5" in (out / "report.html").read_text(encoding="utf-8")  # a benchmark run
     assert json.loads((out / "summary.json").read_text())["macro_f1"] == summary["macro_f1"]
     f1s = []
     for task, s in summary["tasks"].items():
@@ -118,6 +119,11 @@ def test_vetting_store_mode_scores_model_verdicts_against_decisions(tmp_path, ca
     assert cv["accuracy"] == pytest.approx(2 / 5)
     assert cv["f1"] == pytest.approx(f1_score(y, p, pos_label="YES"))
     assert cv["confusion"] == {"tp": 1, "fp": 1, "fn": 2, "tn": 1}
+    # your own labels are not SpecVI-Bench: the report sets no published figure beside them, and says how an item
+    # without a verdict counts
+    html = (tmp_path / "o" / "report.html").read_text(encoding="utf-8")
+    assert "your decisions" in html and "published" not in html
+    assert "counts as wrong in the accuracy" in html
 
 
 def test_compare_reports_agreement_against_the_first_build(bench_path, tmp_path, capsys):

@@ -248,6 +248,17 @@ def test_rows_of_a_multi_spectrum_file_stay_distinguishable(qtbot, make_window, 
         assert QFontMetrics(table.font()).horizontalAdvance(text) > width  # the name really is cut
         shown[text] = QFontMetrics(table.font()).elidedText(text, table.textElideMode(), width)
     assert len(shown) == 16 and len(set(shown.values())) == 16
+    # and as painted: the name cells of rows with the same background differ (the word-wrapped cells did not)
+    table.resize(900, 600)
+    table.setColumnWidth(COL["name"], 260)
+    qtbot.wait(50)
+    shot = table.viewport().grab().toImage()
+    cells = []
+    for row in range(2, 16, 2):  # even rows share a background; row 0 is current (selected)
+        rect = table.visualRect(model.index(row, COL["name"]))
+        cell = shot.copy(rect)
+        cells.append(bytes(cell.constBits())[: cell.sizeInBytes()])
+    assert len(set(cells)) == len(cells)
     tip = model.data(model.index(1, COL["name"]), Qt.ItemDataRole.ToolTipRole)
     name = model.data(model.index(1, COL["name"]))
     assert tip.endswith("med-58408-TD230151N343645T01_sp01-015.fits #" + name.split("#")[1])

@@ -80,11 +80,12 @@ def _tasks(args) -> list[str] | None:
     return [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
 
 
-def _emit(args, summary: dict, rows: list[dict], out: Path | None, title: str, extra: dict | None = None) -> None:
+def _emit(args, summary: dict, rows: list[dict], out: Path | None, title: str, extra: dict | None = None,
+          benchmark: bool = True) -> None:
     from speco3.evaluate.report import write_outputs
 
     if out is not None:
-        paths = write_outputs(out, summary, rows, title=title, extra=extra)
+        paths = write_outputs(out, summary, rows, title=title, extra=extra, benchmark=benchmark)
         print(f"report: {paths['html']}", file=sys.stderr)
     if args.json:
         print(json.dumps({**summary, **({"compare": extra} if extra else {})}, indent=1, sort_keys=True))
@@ -169,7 +170,7 @@ def _evaluate_store(args, path: Path) -> int:
     if args.limit:
         rows = [r for t in sorted({r["task"] for r in rows}) for r in [x for x in rows if x["task"] == t][:args.limit]]
     summary = {**summarize(rows), "source": "vetting store: model verdicts vs your decisions"}
-    _emit(args, summary, rows, Path(args.out) if args.out else None, f"{path.name} · your decisions")
+    _emit(args, summary, rows, Path(args.out) if args.out else None, f"{path.name} · your decisions", benchmark=False)
     return 0
 
 

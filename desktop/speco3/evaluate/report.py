@@ -43,8 +43,9 @@ def _figure_uri(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def figures(summary: dict, rows: list[dict]) -> dict[str, str]:
-    """The report's figures as data URIs (an empty dict when matplotlib is missing)."""
+def figures(summary: dict, rows: list[dict], published: dict | None = None) -> dict[str, str]:
+    """The report's figures as data URIs (an empty dict when matplotlib is missing); ``published``: the checkpoint's
+    benchmark figures to set beside the F1 bars (None on your own labels, where they compare with nothing)."""
     try:
         import matplotlib
 
@@ -59,7 +60,7 @@ def figures(summary: dict, rows: list[dict]) -> dict[str, str]:
         fig, ax = plt.subplots(figsize=(6, 3.2))
         ours = [100 * summary["tasks"][t]["f1"] for t in tasks]
         ax.bar([i - 0.2 for i in range(len(tasks))], ours, width=0.4, label="this run")
-        for name, fig_pub in published_figures().items():
+        for name, fig_pub in (published or {}).items():
             if fig_pub["tasks"]:
                 ax.bar([i + 0.2 for i in range(len(tasks))], [fig_pub["tasks"].get(t, 0) for t in tasks],
                        width=0.4, label=f"{name} (published)", alpha=0.6)
@@ -102,8 +103,9 @@ def figures(summary: dict, rows: list[dict]) -> dict[str, str]:
 
 
 def write_outputs(out_dir: str | Path, summary: dict, rows: list[dict], *, title: str = "",
-                  extra: dict | None = None) -> dict[str, Path]:
-    """Write ``summary.json``, ``items.csv`` and ``report.html`` into ``out_dir``; returns their paths."""
+                  extra: dict | None = None, benchmark: bool = True) -> dict[str, Path]:
+    """Write ``summary.json``, ``items.csv`` and ``report.html`` into ``out_dir``; returns their paths.
+    ``benchmark`` False (a vetting store scored against your own decisions): no published figures beside them."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "summary.json", "csv": out / "items.csv", "html": out / "report.html"}
@@ -116,8 +118,9 @@ def write_outputs(out_dir: str | Path, summary: dict, rows: list[dict], *, title
     writer.writerows(rows)
     write_atomic(paths["csv"], lambda tmp: tmp.write_text(buf.getvalue(), encoding="utf-8", newline=""))
     env = jinja2.Environment(loader=jinja2.PackageLoader("speco3.evaluate", "templates"), autoescape=True)
-    html = env.get_template("report.html.jinja").render(title=title, summary=summary, published=published_figures(),
-                                             figs=figures(summary, rows), version=__version__,
+    published = published_figures() if benchmark else {}
+    html = env.get_template("report.html.jinja").render(title=title, summary=summary, published=published,
+                                             figs=figures(summary, rows, published), version=__version__,
                                              extra=json.dumps(extra, indent=1) if extra else "")
     write_atomic(paths["html"], lambda tmp: tmp.write_text(html, encoding="utf-8"))
     return paths

@@ -150,6 +150,7 @@ class ArchivePanel(QWidget):
         self.table.setColumnWidth(0, 300)
         # long survey file names differ at their end (LAMOST MRS: …_sp01-015.fits#14): keep the end visible
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.table.setWordWrap(False)  # wrapped at its hyphens, a name showed only its first piece in a row's height
         for name, width in (("model", 60), ("confidence", 64), ("decision", 62), ("survey", 62), ("cls", 60),
                             ("subclass", 60), ("redshift", 70), ("snr", 50)):
             self.table.setColumnWidth(COL[name], width)
