@@ -140,6 +140,7 @@ class FitPlan:
     message: str = ""
     source: str = "estimate"  # or "llama-fit-params" when llama.cpp's figures were used
     use_mmap: bool = False  # map the text GGUF (llama.cpp's default) rather than read it into memory
+    mapped_bytes: int = 0  # the text GGUF's tensor bytes: what a mapped load's page cache adds to its peak RSS
 
     @property
     def context_reduced(self) -> bool:
@@ -172,7 +173,7 @@ class FitPlan:
             "host_needed_bytes": self.host_needed_bytes, "host_free_bytes": self.host_free_bytes,
             "gpu_needed_bytes": self.gpu_needed_bytes,
             "devices": [asdict(d) for d in self.devices], "notes": list(self.notes), "summary": self.summary(),
-            "source": self.source, "use_mmap": self.use_mmap,
+            "source": self.source, "use_mmap": self.use_mmap, "mapped_bytes": self.mapped_bytes,
         }
 
 
@@ -265,7 +266,7 @@ def plan_fit(shape: ModelShape, n_ctx: int, host_free: int | None, gpus: Sequenc
             if mmap is None and not use_mmap:
                 notes.append("model file read into memory instead of mapped (no room for the mapped file beside "
                              "the loaded weights): a slower load, a lower peak")
-            return replace(plan, notes=tuple(notes), use_mmap=use_mmap)
+            return replace(plan, notes=tuple(notes), use_mmap=use_mmap, mapped_bytes=shape.weights_bytes)
     smaller = next((c for c in ctxs[1:] if place(c).fits), None) if not lower_ctx else None
     return replace(first, message=refusal_message(shape, first, smaller))
 

@@ -207,8 +207,14 @@ def test_models_fit_command(tiny_gguf, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["fits"] and out["n_ctx"] == 8192 and out["n_gpu_layers"] == 0 and out["source"] == "estimate"
     assert out["total_bytes"] == sum(v for k, v in out.items() if k.endswith("_bytes") and k not in (
-        "total_bytes", "host_needed_bytes", "host_free_bytes", "gpu_needed_bytes"))
+        "total_bytes", "host_needed_bytes", "host_free_bytes", "gpu_needed_bytes", "mapped_bytes"))
+    assert out["mapped_bytes"] == ModelShape.from_gguf(text, mmproj).weights_bytes
     assert out["devices_seen"][0]["kind"] == "CPU" and out["devices_seen"][0]["total_bytes"] > 0
     assert main(["models", "fit", "spec-o3-7b", "--quant", "Q8_0"]) in (0, 1)
     human = capsys.readouterr().out
     assert "estimate at a 16384-token context, f16 KV cache (estimate):" in human and "free memory: RAM " in human
+    # how the file will be loaded, and why
+    assert main(["models", "fit", "--text", str(text), "--mmproj", str(mmproj), "--no-tool"]) == 0
+    assert "model file: mapped (the fastest load" in capsys.readouterr().out  # a tiny model fits beside its file
+    assert main(["models", "fit", "--text", str(text), "--mmproj", str(mmproj), "--no-tool", "--no-mmap"]) == 0
+    assert "model file: read into memory (a slower load, a lower peak): as asked (--no-mmap)" in capsys.readouterr().out

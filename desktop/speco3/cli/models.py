@@ -245,8 +245,17 @@ def cmd_fit(args) -> int:
                                            for d in plan.devices))
     print(plan.summary())
     if plan.fits:
-        print("model file: " + ("mapped (llama.cpp's default: the fastest load)" if plan.use_mmap
-                                else "read into memory (a slower load, a lower peak)"))
+        how = ("mapped (the fastest load; during it the file's pages, which the system can drop, add up to "
+               f"{format_gib(plan.mapped_bytes)} to the peak)" if plan.use_mmap
+               else "read into memory (a slower load, a lower peak)")
+        if args.use_mmap is not None:
+            why = "as asked (--mmap)" if args.use_mmap else "as asked (--no-mmap)"
+        elif plan.host_free_bytes is None:
+            why = "free memory unknown"
+        else:
+            why = (f"{format_gib(plan.host_needed_bytes + plan.mapped_bytes)} with the mapped file, "
+                   f"{format_gib(plan.host_free_bytes)} free")
+        print(f"model file: {how}: {why}")
     for note in plan.notes:
         print(f"  note: {note}")
     return 0 if plan.fits else 1
