@@ -262,3 +262,12 @@ def test_rows_of_a_multi_spectrum_file_stay_distinguishable(qtbot, make_window, 
     tip = model.data(model.index(1, COL["name"]), Qt.ItemDataRole.ToolTipRole)
     name = model.data(model.index(1, COL["name"]))
     assert tip.endswith("med-58408-TD230151N343645T01_sp01-015.fits #" + name.split("#")[1])
+
+
+def test_engine_status_names_the_model_not_its_settings():
+    from speco3.gui.workers import engine_label
+
+    es = sorted({"flash_attn": True, "use_mmap": None}.items())
+    assert engine_label(f"tiny-q8_0|{es}") == "tiny-q8_0"
+    assert engine_label(f"server|http://gpu:8080|spec-o3-7b|{es}") == "spec-o3-7b on http://gpu:8080"
+    assert engine_label(f"server|http://gpu:8080||{es}") == "the served model on http://gpu:8080"

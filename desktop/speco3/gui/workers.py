@@ -160,6 +160,15 @@ class AgentJob:
     plan: Any = None  # a `speco3.agent.rollouts.RolloutPlan` (K sampled rollouts); None: one run as the engine samples
 
 
+def engine_label(engine_key: str) -> str:
+    """The model an engine key names, for people: ``tiny-q8_0`` or ``MODEL on URL`` (the key also holds the
+    settings the engine was opened with, which are not shown)."""
+    parts = engine_key.split("|")
+    if parts[0] == "server" and len(parts) > 2:
+        return f"{parts[2] or 'the served model'} on {parts[1]}"
+    return parts[0]
+
+
 class InferenceThread(BackgroundTask):
     """The owner of the engine: a QObject on the GUI thread (signals, queues) driving one Python worker thread.
 
@@ -362,14 +371,15 @@ class InferenceThread(BackgroundTask):
             return job.engine_factory()
         if self._engine_key != job.engine_key:
             self._close_engine()
-            self.engine_status.emit(f"loading {job.engine_key} …")
+            name = engine_label(job.engine_key)
+            self.engine_status.emit(f"loading {name} …")
             t0 = time.perf_counter()
             self._engine = job.engine_factory()
             self._engine.load()
             self._engine_key = job.engine_key
             extra = getattr(self._engine.stats(), "extra", {}) if hasattr(self._engine, "stats") else {}
             fit = "; ".join([extra.get("fit", ""), *extra.get("fit_notes", ())]).strip("; ")
-            self.engine_status.emit(f"{job.engine_key} loaded in {time.perf_counter() - t0:.1f} s"
+            self.engine_status.emit(f"{name} loaded in {time.perf_counter() - t0:.1f} s"
                                     + (f": {fit}" if fit else ""))
         return self._engine
 
