@@ -399,10 +399,12 @@ def cmd_vet(args) -> int:
     summary = {"store": str(store_path), "traces": str(traces), "task": task.id, "prompt_version": task.prompt_version,
                "shard": args.shard, "rollouts": plan.k if plan else 1}
     if not items:  # the same summary as a run (a shard of a SLURM array may be empty): scripts parse every shard
+        from speco3.vetting import VettingStore
         from speco3.vetting.batch import BatchResult
 
-        print("nothing to screen: the archive has no spectra matching the filters"
-              + (f" in shard {args.shard}" if args.shard else ""), file=sys.stderr)
+        VettingStore(store_path).close()  # and the store it names exists, so `merge … part*.sqlite` takes them all
+        print(f"nothing to screen in shard {args.shard}: none of the matching spectra falls in it" if args.shard
+              else "nothing to screen: the archive has no spectra matching the filters", file=sys.stderr)
         print(json.dumps({**summary, **BatchResult().to_dict()}))
         return 0
     render = RENDER_FACTORY()
