@@ -163,6 +163,7 @@ def test_noise_level_is_drawn_and_an_unknown_redshift_is_said(viewer, qtbot):
     expected = 1 / np.sqrt(s.ivar[good])
     assert sx.size > 100 and np.nanmax(sy) == pytest.approx(expected.max(), rel=1e-6)
     assert "z = " in viewer.header.text() and "unknown" not in viewer.header.text()
+    assert "LAMOST LAMOST" not in viewer.header.text() and "LAMOST" in viewer.header.text()
     desi = read_spectrum(data / "desi" / "coadd-5-169-thru20210419.fits")
     assert desi.meta.redshift is None
     viewer.set_spectrum(desi)

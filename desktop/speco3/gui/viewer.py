@@ -372,8 +372,9 @@ class SpectrumViewer(QWidget):
             return
         m = s.meta
         parts = [f"<b>{s.name}</b>"]
-        if m.survey:
-            parts.append(m.survey + (f" {m.data_release}" if m.data_release else ""))
+        if m.survey:  # a release that already names the survey ("LAMOST DR7") is not prefixed with it again
+            release = m.data_release or ""
+            parts.append(release if release.upper().startswith(m.survey.upper()) else f"{m.survey} {release}".strip())
         if m.cls:
             parts.append(f"{m.cls} {m.subclass or ''}".strip())
         if m.redshift is None:  # e.g. a DESI coadd without its redrock file: say so rather than show z = 0
