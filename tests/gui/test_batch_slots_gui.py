@@ -134,6 +134,9 @@ def test_prescreen_cancel_records_none_in_flight_and_a_new_one_does_the_rest(qtb
     assert 1 <= len(first) < 6 and "cancelled" not in {r["outcome"] for r in first.values()}
     assert seen["outcomes"].count("cancelled") >= 1  # a spectrum in flight was cut short ...
     assert len(seen["outcomes"]) - seen["outcomes"].count("cancelled") == len(first)  # ... and not stored
+    # the status bar says it was cancelled (no estimate left running), then goes away
+    assert w.batch.bar.format().endswith("· cancelled") and "left" not in w.batch.bar.format()
+    qtbot.waitUntil(lambda: not w.batch.bar.isVisible(), timeout=6000)
 
     assert w.agent.start_batch(batch, "cv", MODEL) == 6 - len(first)  # `vet`'s done rule: the stored ones skip
     wait_idle(qtbot, w)

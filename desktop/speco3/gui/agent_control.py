@@ -269,12 +269,15 @@ class BatchControls(QObject):
         inference.eta.connect(self._on_eta)
         inference.batch_state.connect(self._on_state)
         self.paused = False
+        self.running = False  # between "running" and "finished"/"cancelled": late progress and estimates are ignored
 
     def toggle_pause(self) -> None:
         self.paused = not self.paused
         self.inference.pause_batch(self.paused)
 
     def _on_progress(self, done: int, total: int) -> None:
+        if not self.running:  # the spectra in flight at a cancel report back after it: keep the bar as it stopped
+            return
         for w in (self.bar, self.pause, self.cancel):
             w.setVisible(True)
         self.bar.setMaximum(max(total, 1))
@@ -282,18 +285,21 @@ class BatchControls(QObject):
 
     def _on_eta(self, _job_id: int, _left: float, queue_left: float) -> None:
         """Time left for the whole queue in the progress bar (only while a batch runs)."""
-        if self.bar.isVisible() and queue_left >= 0:
+        if self.running and self.bar.isVisible() and queue_left >= 0:
             self.bar.setFormat(f"pre-screen %v / %m · {format_eta(queue_left)}")
             self.bar.setToolTip("estimated from the measured speed of the loaded model and the spectra done so far")
 
     def _on_state(self, state: str) -> None:
         self.pause.setText("Resume" if state == "paused" else "Pause")
         self.paused = state == "paused"
+        self.running = state in ("running", "paused")
         if state in ("finished", "cancelled"):
-            self.bar.setFormat("pre-screen %v / %m")
+            self.bar.setFormat("pre-screen %v / %m" + (" · cancelled" if state == "cancelled" else " · done"))
             self.message(f"batch pre-screen {state}")
             QTimer.singleShot(3000, self, self._hide)  # this object as context: no call after the window closes
 
     def _hide(self) -> None:
-        for w in (self.pause, self.cancel):
+        if self.running:  # a new batch started within the 3 s
+            return
+        for w in (self.bar, self.pause, self.cancel):
             w.setVisible(False)
