@@ -271,3 +271,12 @@ def test_engine_status_names_the_model_not_its_settings():
     assert engine_label(f"tiny-q8_0|{es}") == "tiny-q8_0"
     assert engine_label(f"server|http://gpu:8080|spec-o3-7b|{es}") == "spec-o3-7b on http://gpu:8080"
     assert engine_label(f"server|http://gpu:8080||{es}") == "the served model on http://gpu:8080"
+
+
+def test_prescreen_status_names_which_spectrum_of_a_file_it_follows(qtbot, make_window):
+    w = make_window()
+    entry = SimpleNamespace(name="med-58408-TD230151N343645T01_sp01-015.fits#12",
+                            file_name="med-58408-TD230151N343645T01_sp01-015.fits")
+    w.agent._jobs[9999] = (entry, None)
+    w.agent._follow(9999, "/archive/med-58408-TD230151N343645T01_sp01-015.fits#12", 2)
+    assert w.agent.panel.status.text().endswith("the estimate follows med-58408-TD230151N343645T01_sp01-015.fits#12")

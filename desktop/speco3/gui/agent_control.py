@@ -176,7 +176,7 @@ class AgentController(QObject):
         """The batch item the time estimate follows, named in the agent panel while it shows no run of its own."""
         self.batch_in_flight = in_flight
         entry = self._jobs.get(job_id, (None, None))[0]
-        name = getattr(entry, "file_name", None) or key
+        name = getattr(entry, "name", None) or key  # with "#N": spectra of one file differ (not file_name)
         self.panel.show_batch(f"pre-screen: {in_flight} spectra in flight; the estimate follows {name}"
                               if in_flight > 1 else "")
 
