@@ -84,5 +84,5 @@ def test_cli_writes_the_command_and_the_error_with_traceback(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert err.strip() == "error: model 'no-such-model' is not installed (installed: none)"  # one line, no traceback
     text = (tmp_path / "spec-o3.log").read_text()
-    assert "command: models fit" in text and "command failed" in text and "Traceback" in text
+    assert "command: models fit no-such-model" in text and "command failed" in text and "Traceback" in text
     assert "ModelNotInstalledError: model 'no-such-model'" in text

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import logging
 import os
+import shlex
 import sys
 
 from speco3 import __version__
@@ -36,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging("spec-o3", verbose=args.verbose, console_level=logging.WARNING)
     log = logging.getLogger("speco3.cli")
-    log.info("command: %s %s", args.command, getattr(args, "models_command", "") or "")
+    # the whole command line (options included: --no-mmap, --shard…); keys come from the environment, never argv,
+    # and the file's filter blanks anything that looks like one
+    log.info("command: %s", shlex.join(sys.argv[1:] if argv is None else list(argv)))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
