@@ -175,6 +175,11 @@ def test_vet_cli_errors(tmp_path, capsys, monkeypatch):
     assert "unknown task 'nope'" in capsys.readouterr().err
     assert main(["vet", str(arch), "--task", "cv", "--out", str(tmp_path / "r.sqlite"), "--text", "a.gguf"]) == 1
     assert "--text and --mmproj go together" in capsys.readouterr().err
+    # a model that cannot be opened: an error, and no empty store left behind (an existing store stays)
+    assert main(["vet", str(arch), "--task", "cv", "--out", str(tmp_path / "m.sqlite"), "--text",
+                 str(tmp_path / "no.gguf"), "--mmproj", str(tmp_path / "no-mmproj.gguf")]) == 1
+    assert "no.gguf: file not found" in capsys.readouterr().err
+    assert not any(p.name.startswith("m.sqlite") for p in tmp_path.iterdir())
     assert main(["export", str(tmp_path / "r.sqlite")]) == 1
     assert "nothing to export" in capsys.readouterr().err
 

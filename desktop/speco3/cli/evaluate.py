@@ -22,12 +22,12 @@ from pathlib import Path
 from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED
 from speco3.cli.agent import (
     EXIT_INTERRUPTED,
-    ProgressBar,
     _model_options,
     fill_model_digests,
     open_cli_engine,
     sigint_cancels,
 )
+from speco3.cli.vet import ProgressBar
 from speco3.errors import Speco3Error
 
 
