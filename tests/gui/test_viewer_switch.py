@@ -168,3 +168,15 @@ def test_noise_level_is_drawn_and_an_unknown_redshift_is_said(viewer, qtbot):
     assert desi.meta.redshift is None
     viewer.set_spectrum(desi)
     assert "z unknown (lines at z = 0)" in viewer.header.text() and "z = 0.00000" not in viewer.header.text()
+
+
+def test_plot_menu_modes_do_not_break_on_the_shaded_bands(viewer, qtbot, demo_master):
+    """The plot's context menu applies downsampling, FFT mode and alpha to every item it lists, the mask and
+    telluric bars included (they raised AttributeError)."""
+    viewer.set_spectrum(read_spectrum(sorted(Path(demo_master).rglob("*.fits*"))[0]))
+    pi = viewer.plot.getPlotItem() if hasattr(viewer.plot, "getPlotItem") else viewer.plot
+    for update in (pi.updateDownsampling, pi.updateSpectrumMode, pi.updateAlpha, pi.updateLogMode):
+        update()
+    pi.ctrl.alphaSlider.setValue(500)
+    pi.updateAlpha()
+    assert 0.0 < viewer.mask_bars.opacity() < 1.0

@@ -53,6 +53,24 @@ TELLURIC_BOTTOM = 0.04
 LABEL_FILL = pg.mkBrush(255, 255, 255, 210)  # labels stay legible where another marker crosses them
 
 
+class PlotBars(pg.BarGraphItem):
+    """Shaded wavelength ranges (masks, telluric bands). The plot item lists them with its curves, and its context
+    menu applies downsampling, clipping, FFT mode and alpha to every one of those: bars (a rectangle per range) have
+    nothing to thin or transform, and take the alpha as their opacity."""
+
+    def setDownsampling(self, *args, **kwargs) -> None:  # noqa: N802 - pyqtgraph's curve API
+        pass
+
+    def setClipToView(self, *args, **kwargs) -> None:  # noqa: N802
+        pass
+
+    def setFftMode(self, *args, **kwargs) -> None:  # noqa: N802
+        pass
+
+    def setAlpha(self, alpha: float, auto: bool = False) -> None:  # noqa: N802
+        self.setOpacity(alpha)
+
+
 class SpectrumViewer(QWidget):
     """Plot of one spectrum with smoothing, error band, masks, telluric bands and line markers.
 
@@ -117,8 +135,8 @@ class SpectrumViewer(QWidget):
         pi.setDownsampling(auto=True, mode="peak")
         pi.setClipToView(True)
         self.curve.opts["autoDownsampleFactor"] = max(1.0, self.devicePixelRatioF())
-        self.mask_bars = pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[], pen=pg.mkPen(None), brush=MASK_BRUSH)
-        self.telluric_bars = pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[], pen=pg.mkPen(None), brush=TELLURIC_BRUSH)
+        self.mask_bars = PlotBars(x0=[], x1=[], y0=[], y1=[], pen=pg.mkPen(None), brush=MASK_BRUSH)
+        self.telluric_bars = PlotBars(x0=[], x1=[], y0=[], y1=[], pen=pg.mkPen(None), brush=TELLURIC_BRUSH)
         self._telluric_x = np.empty((0, 2))
         for bars in (self.mask_bars, self.telluric_bars):
             bars.setZValue(-10)
