@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             })
         worst = max(abs(r["error"]) for r in rows)
         print(json.dumps({
-            "model": f"{args.shape}: {text.name} + {mmproj.name}",
+            "model": f"{'given' if args.text else args.shape}: {text.name} + {mmproj.name}",
             "contexts": rows,
             "worst_error": worst,
             "goal_met": worst <= GOAL,
