@@ -31,7 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject
+import _kit  # noqa: F401 - puts the test kit on sys.path
+
+from speco3_testkit.qtprobe import PaintCounter
 
 REQUIRES = ("PySide6",)
 #: Headline keys of the printed JSON (the README's benchmark table lists them).
@@ -52,20 +54,6 @@ def _pump(app, seconds: float = 0.0) -> None:
         time.sleep(0.005)
 
 
-class _PaintCounter(QObject):
-    """Counts the paint events a widget receives (the plot's viewport: one per frame in which the plot is drawn)."""
-
-    def __init__(self, widget):
-        super().__init__(widget)
-        self.n = 0
-        widget.installEventFilter(self)
-
-    def eventFilter(self, obj, event) -> bool:
-        if event.type() == QEvent.Type.Paint:
-            self.n += 1
-        return False
-
-
 def _highres_archive() -> Path:
     """Copies of a real 21,059-pixel spectrum and its error spectrum (Keck ESI, PHL 957): the index lists both files
     of each pair, so the queue alternates flux and error spectra, and every switch changes the y-range as between
@@ -80,7 +68,7 @@ def _highres_archive() -> Path:
     return folder
 
 
-def _switch(app, w, delta: int, painted: _PaintCounter) -> tuple[float, float, int]:
+def _switch(app, w, delta: int, painted: PaintCounter) -> tuple[float, float, int]:
     """One switch: from ``step(delta)`` until the plot's new frame is painted.
 
     Returns wall-clock ms, the GUI thread's CPU ms (what the switch itself costs, less sensitive to other load on
@@ -110,7 +98,7 @@ def bench_switch(app, n: int = 18, folder: Path | None = None) -> dict:
     while w.vetting.spectrum is None and time.perf_counter() - t0 < 60:
         _pump(app, 0.02)
     _pump(app, 0.2)
-    painted = _PaintCounter(w.viewer.plot.viewport())
+    painted = PaintCounter(w.viewer.plot.viewport())
     pixels = w.vetting.spectrum.n_pixels
     warm, cpu, cold, paints = [], [], [], []
     for i in range(2 * n):  # forward, then back: every switch is to a spectrum not shown the moment before

@@ -9,26 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QEvent, QObject
 
 from speco3.gui.lines import TELLURIC_BANDS, air_to_vac, display_range, mask_runs
 from speco3.spectra import read_spectrum
+from speco3_testkit.qtprobe import PaintCounter
 
 pytestmark = pytest.mark.gui
 
 HIGHRES = Path(__file__).resolve().parents[1] / "data" / "spectra" / "generic" / "PH957_f.fits"
-
-
-class PaintCounter(QObject):
-    def __init__(self, widget):
-        super().__init__(widget)
-        self.n = 0
-        widget.installEventFilter(self)
-
-    def eventFilter(self, obj, event) -> bool:
-        if event.type() == QEvent.Type.Paint:
-            self.n += 1
-        return False
 
 
 @pytest.fixture
