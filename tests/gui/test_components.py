@@ -136,7 +136,7 @@ def test_running_median_equals_nanmedian_of_each_window():
 
 
 def test_running_median_of_finite_values_equals_median_of_each_window():
-    """All-finite input takes scipy's filter: the same medians, edges padded with the end values."""
+    """All-finite input takes the partial-sort path: the same medians, edges padded with the end values."""
     rng = np.random.default_rng(11)
     for n, width in ((8, 7), (501, 7), (2000, 15)):
         v = rng.normal(size=n)

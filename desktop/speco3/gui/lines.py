@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from scipy.ndimage import median_filter
 
 from speco3.agent.tasks import Line, Task
 
@@ -114,11 +113,11 @@ def running_median(values: np.ndarray, width: int = 7) -> np.ndarray:
     n = values.size
     if n < width:
         return values.copy()
-    if np.isfinite(values).all():  # the common case (display_range passes finite values): scipy's C filter, 3-5x
-        # faster; ``nearest`` repeats the end values as the padding below does, so the medians are the same
-        return median_filter(values.astype(float), size=width, mode="nearest")
     half = width // 2
     padded = np.pad(values.astype(float), half, mode="edge")
+    if np.isfinite(values).all():  # the common case (display_range passes finite values): the middle of each
+        # window by a partial sort, no NaN bookkeeping (numpy only: the bundle leaves scipy out)
+        return np.partition(np.lib.stride_tricks.sliding_window_view(padded, width), half, axis=1)[:, half]
     # np.nanmedian over the windows takes its slow masked-array path (20 ms for 20,000 pixels); sorting each window
     # (NaN sort last) and averaging its two middle non-NaN values is the same median, 5-7x faster
     windows = np.sort(np.lib.stride_tricks.sliding_window_view(padded, width), axis=1)
