@@ -113,7 +113,6 @@ def cmd_vet(args) -> int:
     summary = {"store": str(store_path), "traces": str(traces), "task": task.id, "prompt_version": task.prompt_version,
                "shard": args.shard, "rollouts": plan.k if plan else 1}
     if not items:  # the same summary as a run (a shard of a SLURM array may be empty): scripts parse every shard
-        from speco3.vetting import VettingStore
         from speco3.vetting.batch import BatchResult
 
         VettingStore(store_path).close()  # and the store it names exists, so `merge … part*.sqlite` takes them all
