@@ -56,10 +56,10 @@ def tool_turn(image, lo, hi):
             "<|im_end|>\n<|im_start|>assistant\n"]
 
 
-def make_images(sizes=SIZES):
-    """Four distinct plot-like images at the sizes the renderer produces."""
+def make_images(sizes=SIZES, seed0: int = 0):
+    """Distinct plot-like images at the sizes the renderer produces (by default a full view and three zooms)."""
     out = []
-    for seed, (w, h) in enumerate(sizes):
+    for seed, (w, h) in enumerate(sizes, start=seed0):
         rng = np.random.default_rng(seed)
         pixels = np.full((h, w, 3), 255, np.uint8)
         pixels[rng.integers(0, h, 4000), rng.integers(0, w, 4000)] = (40, 90, 200)

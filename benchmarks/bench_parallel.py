@@ -7,9 +7,13 @@ e.g. the 7B-shaped random checkpoint at Q4_K_M):
   of a 2-turn session (system + full image + task, ``--max-tokens`` sampled, a tool turn with its own zoom image,
   ``--max-tokens`` more) run ``parallel`` (`SequencePool`: the prefix evaluated once and copied with
   ``seq_cp``, one ``llama_decode`` per step for all rollouts) and ``sequential`` (one after the other, reusing the
-  cached prefix as `run_rollouts` did before). Wall time, text tokens evaluated (prompt + generated), images
-  encoded, how often the shared prefix was evaluated (``prefix_evaluations``: K minus the prefix copies), decode
-  rounds, and ``wall_over_k1``: the parallel wall time over the K=1 wall time (goal at 7B scale: ≤ 2 for K=4).
+  cached prefix as `run_rollouts` did before). Rollout i asks for window ``i mod 3`` (three windows between them,
+  so from K = 4 on some rollouts repeat a window: their images come from the engine's cache of vision-encoder
+  outputs); ``parallel_distinct`` runs K > 1 again with a window of its own for every rollout (``--windows``).
+  Wall time, CPU seconds, text tokens evaluated (prompt + generated), images evaluated and how many of them came
+  from the cache (``image_cache_hits``), how often the shared prefix was evaluated (``prefix_evaluations``: K minus
+  the prefix copies), decode rounds, and ``wall_over_k1``: wall time over the K=1 wall time (goal at 7B scale:
+  ≤ 2 for K=4).
 * ``decode``: aggregate decode tokens/s with 1, 2, 4, 8 sequences generating together from one prefix.
 * ``batch``: spectra per hour screening ``--spectra`` synthetic spectra with `vet_batch` (``slots`` 1 = one at a
   time, 2, 4), greedy, the real agent loop (tool calls render real zoom images).
@@ -50,15 +54,35 @@ def _progress(what: str, figures: dict) -> dict:
 def counters(engine) -> dict:
     s = engine.stats()
     return {"text": s.text_tokens_evaluated + s.tokens_generated, "prompt": s.text_tokens_evaluated,
-            "generated": s.tokens_generated, "images": s.images_encoded}
+            "generated": s.tokens_generated, "images": s.images_encoded, "hits": s.extra.get("image_cache_hits", 0)}
+
+
+def shared_windows(images):
+    """Rollout i's zoom image when the rollouts ask for three windows between them."""
+    return lambda i: images[1 + i % 3]
+
+
+def distinct_windows(images, quick: bool):
+    """Rollout i's zoom image when every rollout asks for a window of its own (zoom-sized, made on demand)."""
+    made: dict[int, object] = {}
+    size = (QUICK_SIZES if quick else SIZES)[1]
+
+    def window(i: int):
+        if i not in made:
+            made[i] = make_images([size], seed0=100 + i)[0]
+        return made[i]
+
+    return window
 
 
 def delta(a: dict, b: dict) -> dict:
     return {k: b[k] - a[k] for k in a}
 
 
-def rollouts_parallel(engine, images, k: int, max_tokens: int) -> dict:
+def rollouts_parallel(engine, images, k: int, max_tokens: int, window=None) -> dict:
+    window = window or shared_windows(images)
     engine.reset(keep_cache=False)
+    engine.image_cache.clear()  # every run starts with an empty cache of vision-encoder outputs
     c0, t0, cpu0 = counters(engine), time.perf_counter(), time.process_time()
     with SequencePool(engine) as pool:
         turns = {}
@@ -76,18 +100,20 @@ def rollouts_parallel(engine, images, k: int, max_tokens: int) -> dict:
                     del turns[slot]
                     pool.release(slot)
                     continue
-                pool.extend(slot, tool_turn(images[1 + slot % 3], 6500 + slot, 6600 + slot))
+                pool.extend(slot, tool_turn(window(slot), 6500 + slot, 6600 + slot))
                 pool.begin(slot, max_tokens=max_tokens)
         counts = dict(pool.counters)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     d = delta(c0, counters(engine))
     return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "text_tokens_evaluated": d["text"],
             "prompt_tokens_evaluated": d["prompt"], "tokens_generated": d["generated"], "images_encoded": d["images"],
-            "prefix_evaluations": k - counts["prefix_copies"], "decode_rounds": counts["rounds"]}
+            "image_cache_hits": d["hits"], "prefix_evaluations": k - counts["prefix_copies"],
+            "decode_rounds": counts["rounds"]}
 
 
 def rollouts_sequential(engine, images, k: int, max_tokens: int) -> dict:
     engine.reset(keep_cache=False)
+    engine.image_cache.clear()
     c0, t0, cpu0 = counters(engine), time.perf_counter(), time.process_time()
     for i in range(k):
         engine.reset(sampling=Sampling(1.0, 1.0, 0, i))  # keeps the cached prefix, as run_rollouts did
@@ -98,7 +124,8 @@ def rollouts_sequential(engine, images, k: int, max_tokens: int) -> dict:
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     d = delta(c0, counters(engine))
     return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "text_tokens_evaluated": d["text"],
-            "prompt_tokens_evaluated": d["prompt"], "tokens_generated": d["generated"], "images_encoded": d["images"]}
+            "prompt_tokens_evaluated": d["prompt"], "tokens_generated": d["generated"], "images_encoded": d["images"],
+            "image_cache_hits": d["hits"]}
 
 
 def decode_rate(engine, images, n: int, max_tokens: int) -> dict:
@@ -182,6 +209,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sections", default="rollouts,sequential,decode,logprobs",
                     help="which of rollouts (parallel K), sequential (K one after the other), decode, logprobs to "
                     "run (the batch section follows --spectra)")
+    ap.add_argument("--windows", default="shared,distinct",
+                    help="the shared pattern (three windows between the rollouts) always runs; 'distinct' adds a run "
+                    "of each K > 1 with a window of its own for every rollout")
     ap.add_argument("--n-ctx", type=int, default=16384)
     ap.add_argument("--n-gpu-layers", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="8 tokens per turn, K in 1,2,4, small images, 4 spectra")
@@ -191,6 +221,7 @@ def main(argv=None) -> int:
         args.max_tokens, args.spectra, ks = 8, min(args.spectra, 4), [k for k in ks if k <= 4] or [1]
     n_seq = max(ks + [4, 8])
     sections = set(args.sections.split(","))
+    windows = set(args.windows.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         if args.text and args.mmproj:
             text, mmproj, model = args.text, args.mmproj, "given"
@@ -210,14 +241,19 @@ def main(argv=None) -> int:
             for k in ks if "rollouts" in sections else ():
                 par = _progress(f"k={k} parallel", rollouts_parallel(engine, images, k, args.max_tokens))
                 rollouts[f"k_{k}"] = {"parallel": par}
+                if k > 1 and "distinct" in windows:
+                    rollouts[f"k_{k}"]["parallel_distinct"] = _progress(
+                        f"k={k} parallel, distinct windows",
+                        rollouts_parallel(engine, images, k, args.max_tokens, distinct_windows(images, args.quick)))
                 if "sequential" in sections:
                     seq = _progress(f"k={k} sequential", rollouts_sequential(engine, images, k, args.max_tokens))
                     rollouts[f"k_{k}"] |= {"sequential": seq,
                                            "sequential_over_parallel_wall": round(seq["wall_s"] / par["wall_s"], 3)}
             k1 = rollouts.get("k_1", {}).get("parallel")
             for row in rollouts.values():  # cpu: the process's CPU seconds, steadier than wall time on a busy machine
-                row["parallel"]["wall_over_k1"] = round(row["parallel"]["wall_s"] / k1["wall_s"], 3) if k1 else None
-                row["parallel"]["cpu_over_k1"] = round(row["parallel"]["cpu_s"] / k1["cpu_s"], 3) if k1 else None
+                for part in (row[key] for key in ("parallel", "parallel_distinct") if key in row):
+                    part["wall_over_k1"] = round(part["wall_s"] / k1["wall_s"], 3) if k1 else None
+                    part["cpu_over_k1"] = round(part["cpu_s"] / k1["cpu_s"], 3) if k1 else None
             decode = [_progress(f"decode n={n}", decode_rate(engine, images, n, max(args.max_tokens, 16)))
                       for n in (1, 2, 4, 8) if n <= n_seq and "decode" in sections]
             logprobs = (_progress("logprobs", logprob_cost(engine, images, max(args.max_tokens, 16)))

@@ -58,12 +58,13 @@ class MemoryEstimate:
     projector_bytes: int
     projector_compute_bytes: int
     overhead_bytes: int
+    image_cache_bytes: int = 0  # the engine's cache of vision-encoder outputs when full
     reserved_compute: int = 0  # the text compute buffer as allocated (a GPU holds all of it)
 
     @property
     def total_bytes(self) -> int:
         return (self.weights_bytes + self.kv_bytes + self.compute_bytes + self.output_buffer_bytes
-                + self.projector_bytes + self.projector_compute_bytes + self.overhead_bytes)
+                + self.projector_bytes + self.projector_compute_bytes + self.overhead_bytes + self.image_cache_bytes)
 
     def parts(self) -> dict[str, int]:
         d = asdict(self)
@@ -75,7 +76,7 @@ def _pad(n: int, to: int = 256) -> int:
 
 
 def estimate(shape: ModelShape, n_ctx: int, *, kv_type: str = "f16", flash_attn: bool = True, n_ubatch: int = 512,
-             image_max_tokens: int = 1280) -> MemoryEstimate:
+             image_max_tokens: int = 1280, image_cache_bytes: int = 0) -> MemoryEstimate:
     """Memory of ``shape`` loaded with an ``n_ctx`` context (one sequence): what the process's peak RSS grows by.
 
     The KV cache is exact (llama.cpp pads the context to 256 cells). The text compute buffer as llama.cpp reserves
@@ -87,6 +88,7 @@ def estimate(shape: ModelShape, n_ctx: int, *, kv_type: str = "f16", flash_attn:
     encoder's buffers are for one image at ``image_max_tokens`` tokens (4 patches per token): activations per
     patch plus attention masks over all patch pairs (and the scores of every head without flash attention);
     the per-pair coefficients were measured on the tiny model (``tests/engine/test_fit_rss.py``).
+    ``image_cache_bytes`` is the bound of the engine's cache of vision-encoder outputs (host memory).
     """
     if kv_type not in KV_BYTES:
         raise ValueError(f"unknown KV type {kv_type!r}; use one of {sorted(KV_BYTES)}")
@@ -106,7 +108,8 @@ def estimate(shape: ModelShape, n_ctx: int, *, kv_type: str = "f16", flash_attn:
         n_ctx=ctx, kv_type=kv_type, weights_bytes=shape.weights_bytes, kv_bytes=kv,
         compute_bytes=resident, output_buffer_bytes=shape.n_vocab * 4,
         projector_bytes=shape.projector_bytes, projector_compute_bytes=vis if shape.projector_bytes else 0,
-        overhead_bytes=RUNTIME_OVERHEAD, reserved_compute=reserved,
+        overhead_bytes=RUNTIME_OVERHEAD, image_cache_bytes=int(image_cache_bytes) if shape.projector_bytes else 0,
+        reserved_compute=reserved,
     )
 
 
@@ -214,7 +217,7 @@ def plan_fit(shape: ModelShape, n_ctx: int, host_free: int | None, gpus: Sequenc
              flash_attn: bool = True, want_gpu: bool = True, want_projector_gpu: bool = True,
              lower_ctx: bool = True, min_ctx: int = MIN_CTX, gpu_margin: int = GPU_MARGIN,
              host_margin: int = HOST_MARGIN, n_gpu_layers: int | None = None,
-             image_max_tokens: int = 1280, mmap: bool | None = None) -> FitPlan:
+             image_max_tokens: int = 1280, mmap: bool | None = None, image_cache_bytes: int = 0) -> FitPlan:
     """Choose ``n_gpu_layers``, where the projector goes and the context, for the free memory given.
 
     Contexts tried: ``n_ctx``, then (with ``lower_ctx``) halved down to ``min_ctx``; the first that fits wins and
@@ -223,7 +226,7 @@ def plan_fit(shape: ModelShape, n_ctx: int, host_free: int | None, gpus: Sequenc
     `choose_mmap` decide. Pure: no file, device or clock is read.
     """
     est_fn = estimator or (lambda c: estimate(shape, c, kv_type=kv_type, flash_attn=flash_attn,
-                                              image_max_tokens=image_max_tokens))
+                                              image_max_tokens=image_max_tokens, image_cache_bytes=image_cache_bytes))
     gpus = tuple(g for g in gpus if g.kind in ("GPU", "IGPU", "ACCEL")) if want_gpu else ()
     ctxs = [int(n_ctx)]
     while ctxs[-1] // 2 >= min_ctx:

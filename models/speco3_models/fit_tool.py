@@ -127,7 +127,7 @@ def fit_args(text_path, n_ctx: int, *, kv_type: str = "f16", flash_attn: bool = 
 
 
 def llama_estimator(shape: ModelShape, text_path, *, kv_type: str = "f16", flash_attn: bool = True,
-                    image_max_tokens: int = 1280, tool: Path | None = None):
+                    image_max_tokens: int = 1280, image_cache_bytes: int = 0, tool: Path | None = None):
     """An estimator for `plan_fit` whose text-model weights, KV cache and allocated compute buffer are llama.cpp's
     (``fit_print`` at each context) and whose projector, runtime and resident compute parts are ours; None when
     the tool is not available."""
@@ -136,7 +136,8 @@ def llama_estimator(shape: ModelShape, text_path, *, kv_type: str = "f16", flash
         return None
 
     def est(n_ctx: int) -> MemoryEstimate:
-        ours = estimate(shape, n_ctx, kv_type=kv_type, flash_attn=flash_attn, image_max_tokens=image_max_tokens)
+        ours = estimate(shape, n_ctx, kv_type=kv_type, flash_attn=flash_attn, image_max_tokens=image_max_tokens,
+                        image_cache_bytes=image_cache_bytes)
         fp = fit_print(text_path, n_ctx, kv_type=kv_type, flash_attn=flash_attn, tool=tool)
         if fp is None:
             return ours

@@ -99,7 +99,8 @@ def test_context_is_lowered_when_that_is_what_it_takes(tiny_pair, monkeypatch, c
 
     settings = EngineSettings(**{**TIGHT, "n_ctx": 16384})
     shape = ModelShape.from_gguf(*tiny_pair)
-    free = estimate(shape, 8192, kv_type="f32", flash_attn=False).total_bytes + HOST_MARGIN + 1
+    cache = fitting.cache_bound(settings, shape)  # the engine counts its cache of vision-encoder outputs
+    free = estimate(shape, 8192, kv_type="f32", flash_attn=False, image_cache_bytes=cache).total_bytes + HOST_MARGIN + 1
     monkeypatch.setattr(fitting, "host_available_bytes", lambda: free)
     engine = LlamaMtmdEngine(*tiny_pair, settings, warmup=False)
     with caplog.at_level(logging.WARNING, logger="speco3.engine"):

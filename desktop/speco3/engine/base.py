@@ -55,6 +55,7 @@ class EngineSettings:
     use_mmap: bool | None = None  # None: map the model file when it fits beside the weights (speco3_models.fit.choose_mmap)
     top_logprobs: int = 0  # > 0: record each generated token's log-probability and this many alternatives
     n_seq: int = 4  # sequences decoded together (rollouts of a spectrum, batch slots); 1: one at a time
+    image_cache_mib: int = 32  # vision-encoder outputs kept by image digest for repeated windows; 0: off
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -123,7 +124,7 @@ class EngineStats:
     n_ctx: int = 0
     kv_cells_used: int = 0
     text_tokens_evaluated: int = 0
-    images_encoded: int = 0
+    images_encoded: int = 0  # images evaluated into the KV cache; extra["image_cache_hits"] of them skipped the encoder
     image_tokens_encoded: int = 0
     tokens_generated: int = 0
     decode_tokens_per_s: float = 0.0

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from speco3.engine import native
 from speco3.engine.base import EngineSettings
+from speco3.engine.mtmd_image import EmbeddingCache
 from speco3.errors import EngineError, ModelFileError
 from speco3.imaging import effective_max_tokens
 from speco3_models.fit import (
@@ -66,15 +67,21 @@ def plan_load(text_path: str | Path, mmproj_path: str | Path, settings: EngineSe
         from speco3_models.fit_tool import llama_estimator
 
         estimator = llama_estimator(shape, text_path, kv_type=settings.kv_type, flash_attn=settings.flash_attn,
-                                    image_max_tokens=image_cap(settings))
+                                    image_max_tokens=image_cap(settings), image_cache_bytes=cache_bound(settings, shape))
     plan = plan_fit(shape, int(settings.n_ctx), host_free, gpus, estimator=estimator, kv_type=settings.kv_type,
                     flash_attn=settings.flash_attn, want_gpu=gpu_offload, want_projector_gpu=settings.mmproj_on_gpu,
-                    n_gpu_layers=settings.n_gpu_layers, image_max_tokens=image_cap(settings), mmap=settings.use_mmap)
+                    n_gpu_layers=settings.n_gpu_layers, image_max_tokens=image_cap(settings), mmap=settings.use_mmap,
+                    image_cache_bytes=cache_bound(settings, shape))
     if estimator is not None:
         from dataclasses import replace
 
         plan = replace(plan, source="llama-fit-params")
     return plan
+
+
+def cache_bound(settings: EngineSettings, shape: ModelShape, image_tokens: int | None = None) -> int:
+    """Bytes the engine's cache of vision-encoder outputs holds at most (`EmbeddingCache.bound`)."""
+    return EmbeddingCache.bound(settings.image_cache_mib * 2**20, image_tokens or image_cap(settings), shape.n_embd)
 
 
 def image_cap(settings: EngineSettings) -> int:
@@ -147,10 +154,12 @@ def plan_model(name: str | None = None, text: str | Path | None = None, mmproj: 
                 raise
         if installed is None and entry is not None:
             host_free, gpus = machine_memory(devices) if gpu_offload else (host_available_bytes(), [])
-            plan = plan_fit(shape_from_catalog(entry, quant), settings.n_ctx, host_free, gpus, kv_type=settings.kv_type,
+            shape = shape_from_catalog(entry, quant)
+            cap = settings.image_max_tokens or entry.image_max_tokens or image_cap(settings)
+            plan = plan_fit(shape, settings.n_ctx, host_free, gpus, kv_type=settings.kv_type,
                             flash_attn=settings.flash_attn, want_gpu=gpu_offload,
                             want_projector_gpu=settings.mmproj_on_gpu, n_gpu_layers=settings.n_gpu_layers,
-                            image_max_tokens=settings.image_max_tokens or entry.image_max_tokens or image_cap(settings))
+                            image_max_tokens=cap, image_cache_bytes=cache_bound(settings, shape, cap))
             return plan, devices
         if installed is None:
             raise ModelStoreError("no model installed and no catalog name given")

@@ -2,8 +2,9 @@
 
 llama-cpp-python's chat handlers clear the KV cache and re-encode every image on every call. This engine owns
 the llama model, the llama context and the mtmd context itself and keeps the conversation as committed segments
-(`speco3.engine.segments`): each `generate` evaluates only what is not in the KV cache yet, images with
-``mtmd_helper_eval_chunk_single``, text as token batches, then samples.
+(`speco3.engine.segments`): each `generate` evaluates only what is not in the KV cache yet, images through
+`speco3.engine.mtmd_image` (vision-encoder outputs cached by digest for repeated windows), text as token batches,
+then samples.
 
 Cache policy
     After `reset` the KV cache is kept. At the next evaluation the new conversation is compared item by item
@@ -19,9 +20,9 @@ Context policy
     raised with the numbers and nothing is evaluated. The caller decides (shorter answer budget, new session).
 
 Every sampled token, including the final ``<|im_end|>``, is decoded into the cache and kept verbatim in the
-conversation. The context holds ``settings.n_seq`` sequences in one unified KV cache; this engine's own conversation
-is sequence 0 (`speco3.engine.sequences`), the others serve `speco3.engine.parallel`. The engine is not thread-safe: the thread that loads it must make every later call
-(`speco3.engine.worker.EngineWorker` provides such a thread).
+conversation. The context holds ``settings.n_seq`` sequences in one unified KV cache; this engine's own
+conversation is sequence 0 (`speco3.engine.sequences`), the others serve `speco3.engine.parallel`. Not
+thread-safe: the thread that loads it makes every later call (`speco3.engine.worker.EngineWorker`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from speco3.engine.base import (
     Sampling,
     TokenCallback,
 )
-from speco3.engine.mtmd_image import eval_image, tokenize_image
+from speco3.engine.mtmd_image import EmbeddingCache, eval_image, tokenize_image
 from speco3.engine.sampling import build_sampler, token_logprob
 from speco3.engine.segments import EvalPlan, ImageItem, Segment, flatten, plan_evaluation, runs
 from speco3.engine.sequences import CellLedger, SeqState, Turn
@@ -95,6 +96,7 @@ class LlamaMtmdEngine(Engine):
         self._stats = EngineStats(n_ctx=self.settings.n_ctx)
         self._t_prefill = self._t_decode = 0.0
         self._n_gpu_layers, self._mmproj_gpu = 0, False
+        self.image_cache = EmbeddingCache(self.settings.image_cache_mib * 2**20)  # vision-encoder outputs by digest
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -186,6 +188,7 @@ class LlamaMtmdEngine(Engine):
         if self._model:
             llama.llama_model_free(self._model)
         self._batch = self._mctx = self._ctx = self._model = self._vocab = None
+        self.image_cache.clear()
         self._cells = CellLedger()
         self._seq = SeqState(0, self._cells)
 
@@ -373,8 +376,8 @@ class LlamaMtmdEngine(Engine):
             if (chunks.n_tokens, chunks.n_pos) != (item.n_tokens, item.n_pos):
                 raise EngineError(f"image {item.sha256[:12]} tokenizes differently now ({chunks.n_tokens} tokens)")
             try:
-                eval_image(self._mtmd, self._llama, self._mctx, self._ctx, chunks, seq.kv_pos, self.n_batch,
-                           seq.seq_id)
+                _, hit = eval_image(self._mtmd, self._llama, self._mctx, self._ctx, chunks, seq.kv_pos, self.n_batch,
+                                    seq.seq_id, key=item.sha256, cache=self.image_cache)
             except EngineError:
                 self._recover(seq)
                 raise
@@ -384,6 +387,8 @@ class LlamaMtmdEngine(Engine):
         seq.logits_valid = False
         self._stats.images_encoded += 1
         self._stats.image_tokens_encoded += item.n_tokens
+        if hit:
+            self._stats.extra["image_cache_hits"] = self._stats.extra.get("image_cache_hits", 0) + 1
         self._stats.extra["image_seconds"] = self._stats.extra.get("image_seconds", 0.0) + time.perf_counter() - t0
 
     def _recover(self, seq: SeqState) -> None:

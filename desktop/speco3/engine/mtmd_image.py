@@ -1,5 +1,11 @@
 """Images through llama.cpp's mtmd: bitmap from a `PreparedImage`, tokenization into chunks, evaluation.
 
+Evaluation is two steps, as in ``mtmd_helper_eval_chunk_single``: the vision encoder turns the image into
+embeddings (``mtmd_encode_chunk``), and the text model decodes them into the KV cache at the sequence's
+positions (``mtmd_helper_decode_image_chunk``). The embeddings depend on the image alone, so `EmbeddingCache`
+keeps the last few by the image's digest: a rollout that asks for a window another rollout of the same spectrum
+already asked for skips the encoder and only decodes (its KV cells cannot be shared: what precedes them differs).
+
 The image reaches mtmd at its final size (sides multiples of 28, see `speco3.imaging`), so mtmd's own
 preprocessor copies the pixels unchanged instead of padding them. mtmd wraps the image in the projector's
 begin/end tokens (``<|vision_start|>`` … ``<|vision_end|>`` for Qwen2.5-VL); those come back as text chunks
@@ -10,7 +16,10 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
+
+import numpy as np
 
 from speco3.engine.native import recent_native_problems
 from speco3.errors import EngineError
@@ -117,16 +126,80 @@ def tokenize_image(mtmd, llama, mctx, image: PreparedImage) -> ImageChunks:
         raise
 
 
-def eval_image(mtmd, llama, mctx, lctx, chunks: ImageChunks, n_past: int, n_batch: int, seq_id: int = 0) -> int:
-    """Encode the image chunk and decode its embeddings into sequence ``seq_id`` of the KV cache at ``n_past``.
+class EmbeddingCache:
+    """Vision-encoder outputs by image digest, least recently used dropped first: at most ``max_bytes`` and
+    `MAX_ENTRIES` images (the windows the rollouts of one spectrum ask for).
 
-    Returns the next position. ``new_n_past`` is initialised to ``n_past`` before the call: for text chunks
-    mtmd *adds* to it, and an unset value is the classic cause of M-RoPE position errors on the next image.
+    One engine owns one (its projector is fixed); 0 bytes turns it off. Counters: ``hits``, ``misses``.
     """
-    new_n_past = llama.llama_pos(n_past)
-    rc = mtmd.mtmd_helper_eval_chunk_single(mctx, lctx, chunks.chunk, n_past, seq_id, n_batch, False, ctypes.byref(new_n_past))
+
+    MAX_ENTRIES = 8
+
+    @classmethod
+    def bound(cls, max_bytes: int, image_tokens: int, n_embd: int) -> int:
+        """The most it can hold: ``max_bytes``, or fewer when `MAX_ENTRIES` images at the cap are smaller."""
+        return min(max(0, int(max_bytes)), cls.MAX_ENTRIES * int(image_tokens) * int(n_embd) * 4)
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max(0, int(max_bytes))
+        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.bytes = self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: str) -> np.ndarray | None:
+        arr = self._items.get(key)
+        if arr is None:
+            self.misses += 1
+            return None
+        self._items.move_to_end(key)
+        self.hits += 1
+        return arr
+
+    def put(self, key: str, arr: np.ndarray) -> None:
+        if arr.nbytes > self.max_bytes or key in self._items:
+            return
+        self._items[key] = arr
+        self.bytes += arr.nbytes
+        while self.bytes > self.max_bytes or len(self._items) > self.MAX_ENTRIES:
+            _, old = self._items.popitem(last=False)
+            self.bytes -= old.nbytes
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.bytes = 0
+
+
+def eval_image(mtmd, llama, mctx, lctx, chunks: ImageChunks, n_past: int, n_batch: int, seq_id: int = 0,
+               *, key: str = "", cache: EmbeddingCache | None = None) -> tuple[int, bool]:
+    """Encode the image chunk (or take its embeddings from ``cache`` by ``key``) and decode the embeddings into
+    sequence ``seq_id`` of the KV cache at ``n_past``.
+
+    Returns the next position and whether the encoder was skipped. ``new_n_past`` is initialised to ``n_past``
+    before the decode: an unset value is the classic cause of M-RoPE position errors on the next image.
+    """
+    cached = cache.get(key) if cache is not None and cache.max_bytes and key else None
+    if cached is None:
+        rc = mtmd.mtmd_encode_chunk(mctx, chunks.chunk)
+        if rc != 0:
+            raise EngineError(f"the vision encoder failed on the image (code {rc}): {recent_native_problems()}")
+        ptr = mtmd.mtmd_get_output_embd(mctx)
+        if not ptr:
+            raise EngineError(f"the vision encoder returned no embeddings: {recent_native_problems()}")
+        if cache is not None and cache.max_bytes and key:
+            n_embd = int(llama.llama_model_n_embd_inp(llama.llama_get_model(lctx)))
+            cached = np.ctypeslib.as_array(ptr, shape=(chunks.n_tokens * n_embd,)).copy()
+            cache.put(key, cached)
+            ptr = cached.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        hit = False
+    else:
+        ptr, hit = cached.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), True
+    new_n_past = llama.llama_pos(n_past)  # no post-decode callback: the prototype called bare is a NULL pointer
+    rc = mtmd.mtmd_helper_decode_image_chunk(mctx, lctx, chunks.chunk, ptr, n_past, seq_id, n_batch,
+                                             ctypes.byref(new_n_past), mtmd.mtmd_helper_post_decode_callback(), None)
     if rc != 0:
         raise EngineError(f"image evaluation failed (code {rc}): {recent_native_problems()}")
     if new_n_past.value != n_past + chunks.n_pos:
         raise EngineError(f"mtmd advanced the position to {new_n_past.value}, expected {n_past + chunks.n_pos}")
-    return new_n_past.value
+    return new_n_past.value, hit
