@@ -12,6 +12,11 @@ projector) in a child process and reports
   shards in the same run; both timings start and end with ``os.sync()`` so that the write-back of the
   output is counted alike.
 
+``--quantize Q4_K_M`` then quantizes the converted text GGUF with llama.cpp's ``llama_model_quantize`` in a child
+(``python -m speco3_converters.quantize``, as the model build does) once per slab size in ``--quant-buffers`` (MiB;
+0 = llama.cpp's default of 8 GiB, which takes a whole tensor at once), sampling that child's RSS and ``RssAnon``
+every 50 ms: ``quantize`` lists time, peak RSS and peak anonymous memory per slab size.
+
 Everything is written under a temporary folder (``--dir``) and removed at the end.
 
 Run: ``.venv/bin/python benchmarks/bench_convert.py [--layers 16] [--dir /tmp]``; prints JSON. ``--quick``: a
@@ -155,6 +160,35 @@ def convert_in_child(src: Path, out: Path) -> tuple[float, dict]:
     return seconds, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def quantize_in_child(src: Path, dst: Path, qtype: str, buf_mib: int) -> dict:
+    """Quantize ``src`` in a child as `speco3_converters.quantize` does; its wall time and sampled peak memory."""
+    from speco3_converters.quantize import FTYPES
+
+    cmd = [sys.executable, "-m", "speco3_converters.quantize", str(src), str(dst), str(FTYPES[qtype]), "0",
+           str(buf_mib << 20)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = {"VmRSS": 0, "RssAnon": 0}
+    while proc.poll() is None:
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                for line in f:
+                    key = line.split(":")[0]
+                    if key in peak:
+                        peak[key] = max(peak[key], int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"quantization failed (exit {proc.returncode})")
+    out = {"slab_MiB": buf_mib or "llama.cpp default (8 GiB)", "seconds": round(seconds, 1),
+           "peak_rss_MiB": round(peak["VmRSS"] / 1024, 1), "peak_anon_MiB": round(peak["RssAnon"] / 1024, 1),
+           "output_bytes": dst.stat().st_size}
+    print(f"quantize {qtype} slab {buf_mib} MiB: {json.dumps(out)}", file=sys.stderr, flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", type=int, default=16, help="text layers (16 → ~1.4 B parameters, 2.8 GB)")
@@ -164,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="toy-sized checkpoint in 4 MiB shards (seconds)")
     ap.add_argument("--src", help="convert this existing checkpoint folder instead of generating one (not removed; "
                     "e.g. a 7B-shaped checkpoint kept from an earlier run)")
+    ap.add_argument("--quantize", default=None, help="also quantize the converted text GGUF to this type (Q4_K_M ...)")
+    ap.add_argument("--quant-buffers", default="256,0",
+                    help="llama.cpp slab sizes in MiB for --quantize (0: its default); the first is what we ship")
     args = ap.parse_args(argv)
     if args.quick:
         args.shape, args.layers = "quick", 2
@@ -187,6 +224,17 @@ def main(argv: list[str] | None = None) -> int:
         child_s, conv = convert_in_child(src, work / "gguf")  # first child: RUSAGE_CHILDREN is its peak
         conv_s = conv["convert_s"]
         peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        quant = []
+        if args.quantize:
+            text_gguf = next(p for p in (work / "gguf").glob("*.gguf") if not p.name.startswith("mmproj"))
+            for i, mib in enumerate(int(b) for b in args.quant_buffers.split(",")):
+                dst = work / f"q{i}.gguf"
+                quant.append(quantize_in_child(text_gguf, dst, args.quantize, mib))
+                if i and dst.read_bytes() != (work / "q0.gguf").read_bytes():
+                    raise SystemExit("the slab size changed the quantized file")
+            quant = {"type": args.quantize, "runs": quant, "same_file_every_slab_size": True} if quant else None
+            for p in work.glob("q*.gguf"):
+                p.unlink()
         shutil.rmtree(work / "gguf")
         os.sync()
         t0 = time.perf_counter()
@@ -218,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             "peak_rss_ok": peak_kib / 1024 <= 1536,
             "output_bytes": conv["text_bytes"] + conv["mmproj_bytes"],
             "text_types": conv["text_types"],
+            "quantize": quant or None,
             "note": "convert_s and plain_copy_s both start and end with os.sync() (output on disk); convert_s is "
                     "planning + writing both GGUFs; verify_s (speco3_models.gguf_check on both outputs) and child_wall_s "
                     "(interpreter start + convert + verify) are reported apart",

@@ -4,6 +4,10 @@ The call blocks for minutes on a 7B model and aborts the process on a malformed 
 subprocess (``python -m speco3_converters.quantize``). llama.cpp logs one line per tensor
 (``[  12/ 339] blk.0.attn_q.weight ...``); the parent reads them to report progress. The input is checked
 (`speco3_models.gguf_check`) before llama.cpp sees it and the output is verified before it replaces ``dst``.
+
+Memory: llama.cpp converts each tensor to F32 before quantizing it, in slabs of rows of at most ``max_buf_size``
+bytes. Its default (8 GiB) takes a 7B model's 152,064 × 3,584 embedding in one slab: 2.2 GB of F32 plus the
+output. `MAX_BUF_BYTES` bounds the slabs instead; rows are quantized independently, so the file is the same.
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ logger = logging.getLogger(__name__)
 FTYPES: dict[str, int] = {"Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18, "Q8_0": 7, "F16": 1}
 _PROGRESS = re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 _FLOAT_SOURCES = {QT.F32.name, QT.F16.name, QT.BF16.name}
+#: Bytes of tensor rows (source, F32 copy, output) llama.cpp holds at once while quantizing.
+MAX_BUF_BYTES = 256 << 20
 
 
 def quantize(src: str | Path, dst: str | Path, qtype: str = "Q4_K_M", *,
              progress: Callable[[str, int, int], None] | None = None, n_threads: int | None = None,
-             timeout: float | None = None) -> Path:
+             timeout: float | None = None, max_buf_bytes: int = MAX_BUF_BYTES) -> Path:
     """Quantize a text model (or a projector to Q8_0/F16) with llama.cpp, in a subprocess.
 
     Parameters
@@ -52,6 +58,8 @@ def quantize(src: str | Path, dst: str | Path, qtype: str = "Q4_K_M", *,
         Threads for llama.cpp (default: all cores).
     timeout : float, optional
         Seconds before the child is killed.
+    max_buf_bytes : int
+        Slab size of llama.cpp's quantizer (0: llama.cpp's default of 8 GiB); the output does not depend on it.
 
     Returns
     -------
@@ -81,7 +89,7 @@ def quantize(src: str | Path, dst: str | Path, qtype: str = "Q4_K_M", *,
     dst.parent.mkdir(parents=True, exist_ok=True)
     part = dst.with_name(dst.name + ".part")
     cmd = [sys.executable, "-m", "speco3_converters.quantize", str(src), str(part), str(FTYPES[qtype]),
-           str(n_threads or 0)]
+           str(n_threads or 0), str(max(0, int(max_buf_bytes)))]
     logger.info("quantizing %s -> %s (%s)", src.name, dst.name, qtype)
     tail: collections.deque[str] = collections.deque(maxlen=12)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
@@ -118,12 +126,13 @@ def quantize(src: str | Path, dst: str | Path, qtype: str = "Q4_K_M", *,
 
 
 def _child(argv: list[str]) -> int:
-    """Child entry point: ``SRC DST FTYPE NTHREADS``; llama.cpp's log goes to stderr."""
+    """Child entry point: ``SRC DST FTYPE NTHREADS [MAX_BUF_BYTES]``; llama.cpp's log goes to stderr."""
     import ctypes
 
     import llama_cpp
 
     src, dst, ftype, nthread = argv[0], argv[1], int(argv[2]), int(argv[3])
+    max_buf = int(argv[4]) if len(argv) > 4 else 0
 
     @llama_cpp.llama_log_callback
     def _log(level, text, user_data):  # noqa: ARG001 - C callback signature
@@ -134,6 +143,7 @@ def _child(argv: list[str]) -> int:
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype
     params.nthread = nthread
+    params.max_buf_size = max_buf
     rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params))
     if rc != 0:
         sys.stderr.write(f"llama_model_quantize returned {rc}\n")

@@ -12,6 +12,7 @@ from speco3.errors import ConversionError, ModelFileError
 from speco3_converters import convert_checkpoint
 from speco3_converters.quantize import quantize
 from speco3_converters.verify import verify_gguf
+from speco3_models.gguf_check import read_gguf_summary
 from speco3_testkit.smoke import smoke_test
 
 pytestmark = [pytest.mark.llama, needs_llama]
@@ -61,6 +62,18 @@ def test_pairs_agree_across_quantizations(test_image, tiny_gguf):
     text, _ = tiny_gguf("Q8_0")
     mtime = os.stat(text).st_mtime_ns
     assert tiny_gguf("Q8_0")[0] == text and os.stat(text).st_mtime_ns == mtime
+
+
+def test_bounded_quantizer_buffer_writes_the_same_file(tiny_ckpts, tmp_path):
+    """Slabs of 64 KiB (every tensor of the tiny model above a few rows split into many) give the bytes of
+    llama.cpp's one-slab default, for K-quants and Q8_0; the slab bound is what keeps a 7B's quantization small."""
+    res = convert_checkpoint(tiny_ckpts(), tmp_path, name="tiny")
+    for qtype in ("Q4_K_M", "Q8_0"):
+        whole = quantize(res.text_path, tmp_path / f"whole-{qtype}.gguf", qtype, max_buf_bytes=0)
+        slabs = quantize(res.text_path, tmp_path / f"slabs-{qtype}.gguf", qtype, max_buf_bytes=64 << 10)
+        assert whole.read_bytes() == slabs.read_bytes()
+    biggest = max(t.nbytes for t in read_gguf_summary(res.text_path, use_reader=True).tensors.values())
+    assert biggest > 4 * (64 << 10), "the test must split tensors into several slabs"
 
 
 def test_projector_quantized_by_llama_cpp(tiny_ckpts, test_image, tmp_path):
