@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mmproj", help="its projector GGUF")
     ap.add_argument("--image-max-tokens", type=int, default=1280,
                     help="image-token cap of the load (mtmd sizes its warm-up and buffers for it; default 1280)")
+    ap.add_argument("--kv-type", choices=("f16", "q8_0"), default="f16", help="KV cache type of the loads")
     ap.add_argument("--contexts", default=None, help="comma-separated contexts (default 4096,16384; --quick 4096)")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="speco3-bench-fit-", dir=args.dir))
@@ -92,9 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         contexts = [int(c) for c in args.contexts.split(",")] if args.contexts else (
             [4096] if args.quick else [4096, 16384])
         for n_ctx in contexts:
-            m = measure_load(text, mmproj, n_ctx, threads=args.threads, image_max_tokens=args.image_max_tokens)
+            m = measure_load(text, mmproj, n_ctx, threads=args.threads, image_max_tokens=args.image_max_tokens,
+                             kv_type=args.kv_type)
             rows.append({
                 "n_ctx": n_ctx,
+                "kv_type": args.kv_type,
                 "image_max_tokens": args.image_max_tokens,
                 "measured_peak_rss_MiB": round((m["measured_peak_rss_increase_bytes"] + m["baseline_rss_bytes"]) / 2**20, 1),
                 "estimated_MiB": round(m["estimated_bytes"] / 2**20, 1),

@@ -13,6 +13,7 @@ another. The result is the same either way: one step list per rollout, rollout i
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from speco3.agent.tool import RenderFn
 from speco3.engine.base import Engine, Sampling
 from speco3.engine.parallel import open_slots
 from speco3.spectra.model import Spectrum
+
+logger = logging.getLogger(__name__)
 
 #: Sampling defaults of a rollout group (K > 1): the temperature the model was trained to sample at with GRPO.
 ROLLOUT_TEMPERATURE = 1.0
@@ -74,6 +77,7 @@ def run_rollouts(
     results: list[list[Step]] = [[] for _ in samplings]
     episodes = (episode_run(engine, spectrum, task, render, cancel=cancel, sampling=s, **episode_kwargs)
                 for s in samplings)
+    hits0 = _cache_hits(engine)
     slots = open_slots(engine, len(samplings))
     try:
         for i, step in drive(episodes, slots, width=len(samplings)):
@@ -83,7 +87,15 @@ def run_rollouts(
     finally:
         slots.close()
     assert all(steps and isinstance(steps[-1], VerdictStep) for steps in results)
+    if (hits := _cache_hits(engine) - hits0) > 0:
+        logger.info("%d rollouts of %s: %d zoom image(s) asked for again came from the vision-encoder cache",
+                    len(samplings), spectrum.name, hits)
     return results
+
+
+def _cache_hits(engine: Engine) -> int:
+    """Images the engine took from its cache of vision-encoder outputs so far (0 for engines without one)."""
+    return int(engine.stats().extra.get("image_cache_hits", 0))
 
 
 __all__ = ["ROLLOUT_TEMPERATURE", "RolloutPlan", "run_rollouts"]

@@ -31,7 +31,7 @@ def status():
     return out
 
 text, mmproj, ctx, cap, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-fa = sys.argv[6] == "1"
+fa, kv = sys.argv[6] == "1", sys.argv[7]
 native.ensure_backend()
 buf = io.BytesIO()
 # an image at the token cap: the estimate counts the encoder's buffers and a full prefill batch for one such image
@@ -41,7 +41,7 @@ with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # reset the peak (VmHWM) to the current RSS
 base = status()["VmRSS"]
 settings = EngineSettings(n_ctx=ctx, n_threads=threads, image_max_tokens=cap, n_gpu_layers=0, mmproj_on_gpu=False, use_mmap=False,
-                          flash_attn=fa, kv_type="f16")
+                          flash_attn=fa, kv_type=kv)
 t0 = time.perf_counter()
 engine = LlamaMtmdEngine(text, mmproj, settings, warmup=True)
 engine.load()
@@ -63,12 +63,12 @@ print(json.dumps({
 
 
 def measure_load(text: str | Path, mmproj: str | Path, n_ctx: int, *, image_max_tokens: int = 1280,
-                 threads: int = 2, flash_attn: bool = True, timeout: float = 1200.0) -> dict:
+                 threads: int = 2, flash_attn: bool = True, kv_type: str = "f16", timeout: float = 1200.0) -> dict:
     """Load ``text`` + ``mmproj`` at ``n_ctx`` in a fresh child process; its figures as a dict (see the module)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*sys.path[1:], env.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(text), str(mmproj), str(n_ctx), str(image_max_tokens),
-                           str(threads), "1" if flash_attn else "0"], capture_output=True, text=True, timeout=timeout, env=env)
+                           str(threads), "1" if flash_attn else "0", kv_type], capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"load measurement failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
