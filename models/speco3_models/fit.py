@@ -296,6 +296,11 @@ def refusal_message(shape: ModelShape, plan: FitPlan, smaller_ctx: int | None = 
     tries = []
     if QUANT_BITS.get(shape.quant.upper(), 0.0) > QUANT_BITS["Q4_K_M"] + 0.5:
         tries.append("Q4_K_M")
+    est = plan.estimate
+    if est.kv_type != "q8_0" and not plan.devices:  # a q8_0 KV cache: about half the f16 bytes, tiny quality cost
+        saved = est.kv_bytes - int(est.kv_bytes * KV_BYTES["q8_0"] / KV_BYTES[est.kv_type])
+        if plan.host_needed_bytes - saved <= free - HOST_MARGIN:
+            tries.append("a q8_0 KV cache (--kv-type q8_0)")
     if smaller_ctx:
         tries.append(f"a {smaller_ctx // 1024}k context")
     tail = f"; try {' or '.join(tries)}" if tries else "; this machine does not have the memory for this model"

@@ -63,7 +63,7 @@ def test_failures_leave_the_share_but_count():
 
 def test_no_answer_at_all():
     c = aggregate(finals("format_error", "format_error"))
-    assert c.p_yes is None and c.agreement is None and c.verdict is None and c.abstained and c.uncertainty == 1.0
+    assert c.p_yes is None and c.agreement is None and c.verdict is None and c.abstained and c.uncertainty is None
 
 
 def test_greedy_k1_is_the_single_verdict():
@@ -154,7 +154,9 @@ def test_abstain_reason_names_what_happened():
     assert abstain_reason(3, 0, 0) == "no rollout of 3 answered"
     assert abstain_reason(4, 2, 2) == "a tie, 2 YES / 2 NO"
     assert abstain_reason(3, 2, 1) == "split evidence, 2 YES / 1 NO"
-    assert abstain_reason(4, 1, 0) == "split evidence, 1 YES / 0 NO, 3 of 4 without an answer"
+    assert abstain_reason(4, 1, 0) == "too few answers: 1 of 4 rollouts answered (1 YES / 0 NO)"
+    assert abstain_reason(4, 0, 1) == "too few answers: 1 of 4 rollouts answered (0 YES / 1 NO)"
+    assert abstain_reason(5, 2, 1) == "split evidence, 2 YES / 1 NO, 2 of 5 without an answer"
     none = Confidence(3, ("format_error",) * 3, 0, 0, None, None, None, None, 3, True)
     assert none.abstain_reason == "no rollout of 3 answered"
     sure = Confidence(2, ("YES", "YES"), 2, 0, 1.0, None, 1.0, "YES", 0, False)

@@ -113,6 +113,17 @@ def test_refusal_suggests_the_context_that_would_fit_when_the_context_is_fixed(q
     assert "this machine does not have the memory for this model" in hopeless.message
 
 
+def test_refusal_suggests_a_q8_0_kv_cache_when_that_would_fit(q4):
+    need = estimate(q4, 16384)
+    q8_need = estimate(q4, 16384, kv_type="q8_0")
+    free = q8_need.total_bytes + HOST_MARGIN + 1  # the q8_0 cache fits, the f16 one does not
+    plan = plan_fit(q4, 16384, free, lower_ctx=False)
+    assert not plan.fits and "try a q8_0 KV cache (--kv-type q8_0)" in plan.message
+    assert need.total_bytes > free - HOST_MARGIN
+    assert "q8_0" not in plan_fit(q4, 16384, q8_need.total_bytes + HOST_MARGIN - 2**20, lower_ctx=False).message
+    assert "q8_0 KV" not in plan_fit(q4, 16384, 1 * GIB, kv_type="q8_0").message  # already q8_0
+
+
 def test_big_gpu_takes_every_layer_the_output_and_the_projector(q4):
     plan = plan_fit(q4, 16384, 16 * GIB, [gpu(24)])
     assert plan.fits and plan.n_gpu_layers == 29 and plan.mmproj_on_gpu

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -98,7 +99,8 @@ def test_inspect_rollout_option_errors(tmp_path, capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
-def test_vet_rollouts_then_queue(tmp_path, capsys):
+def test_vet_rollouts_then_queue(tmp_path, capsys, caplog):
+    caplog.set_level(logging.INFO, logger="speco3.vetting")
     arch = tmp_path / "arch"
     for i in range(3):
         _spectrum_file(arch, i)
@@ -107,8 +109,14 @@ def test_vet_rollouts_then_queue(tmp_path, capsys):
     script = _script(tmp_path, [[YES], [YES], [NO]])
     assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted", str(script),
                  "--rollouts", "3", "--limit", "2"]) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    out, err = capsys.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
     assert summary["rollouts"] == 3 and summary["done"] == 2
+    assert summary["abstained"] == 2  # 2 YES / 1 NO: agreement 0.67 < 0.75 for both spectra
+    assert err.count("YES (abstained: split evidence, 2 YES / 1 NO)") == 2, err
+    logged = [r.getMessage() for r in caplog.records if r.name == "speco3.vetting.rollout_runs"]
+    assert len(logged) == 2 and all("YES from 3 rollouts (outcomes YES, YES, NO): p_yes 0.67, agreement 0.67, "
+                                    "abstained (split evidence, 2 YES / 1 NO)" in m for m in logged), logged
     unanimous = _script(tmp_path, [[NO]])
     assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted", str(unanimous)]) == 0
     capsys.readouterr()

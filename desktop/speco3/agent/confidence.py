@@ -86,9 +86,10 @@ class Confidence:
         return abstain_reason(self.k, self.yes, self.no)
 
     @property
-    def uncertainty(self) -> float:
-        """Distance of ``p_yes`` from a sure answer: 1 at 0.5, 0 at 0 or 1 (1 without answers)."""
-        return 1.0 if self.p_yes is None else 1.0 - abs(2.0 * self.p_yes - 1.0)
+    def uncertainty(self) -> float | None:
+        """Closeness of ``p_yes`` to 0.5: 1 at 0.5, 0 at 0 or 1; None without answers (unknown: the triage order
+        `speco3.vetting.triage` lists such spectra last)."""
+        return None if self.p_yes is None else 1.0 - abs(2.0 * self.p_yes - 1.0)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -98,12 +99,15 @@ class Confidence:
 
 
 def abstain_reason(k: int, yes: int, no: int) -> str:
-    """The reason of an abstention from the vote: no answer, a tie, or split / sparse evidence."""
+    """The reason of an abstention from the vote: no answer, a tie, too few answers (the answered rollouts agree
+    but too many gave none), or split evidence."""
     if yes + no == 0:
         return f"no rollout of {k} answered"
     if yes == no:
         return f"a tie, {yes} YES / {no} NO"
     missing = k - yes - no
+    if missing and (yes == 0 or no == 0):
+        return f"too few answers: {yes + no} of {k} rollouts answered ({yes} YES / {no} NO)"
     return f"split evidence, {yes} YES / {no} NO" + (f", {missing} of {k} without an answer" if missing else "")
 
 

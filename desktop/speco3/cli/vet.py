@@ -33,6 +33,10 @@ class ProgressBar:
         if verdict is not None:
             self.ran += 1
             self.counts[verdict.outcome] = self.counts.get(verdict.outcome, 0) + 1
+            if verdict.abstained:
+                conf = verdict.confidence()
+                self.last += f" (abstained: {conf.abstain_reason})" if conf is not None else " (abstained)"
+                self.counts["abstained"] = self.counts.get("abstained", 0) + 1
 
     def __call__(self, key: str, i: int, total: int) -> None:
         """The batch's ``progress``: redraw the line (or print one line per item without a terminal)."""

@@ -58,9 +58,10 @@ class BatchResult:
     seconds: float = 0.0
     outcomes: dict[str, int] = field(default_factory=dict)
     changed: int = 0  # done before, screened again because the file's content changed
+    abstained: int = 0  # spectra whose rollouts left the model undecided (K > 1)
 
     def to_dict(self) -> dict:
-        keys = ("total", "done", "skipped", "changed", "failed", "cancelled", "seconds", "outcomes")
+        keys = ("total", "done", "skipped", "changed", "failed", "abstained", "cancelled", "seconds", "outcomes")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -321,6 +322,7 @@ def count_verdict(result: BatchResult, v: ModelVerdict, changed: bool) -> None:
     result.done += 1
     result.changed += changed
     result.outcomes[v.outcome] = result.outcomes.get(v.outcome, 0) + 1
+    result.abstained += bool(v.abstained)
     if v.outcome in ("engine_error", "input_error"):
         result.failed += 1
 

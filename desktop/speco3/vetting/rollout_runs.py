@@ -8,6 +8,7 @@ the model verdict row (`speco3.agent.confidence.aggregate`).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from speco3.agent.trace import Trace, spectrum_ref
 from speco3.engine.base import Engine, Sampling
 from speco3.spectra.model import Spectrum
 from speco3.vetting.records import ModelVerdict, RolloutRecord
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -136,5 +139,10 @@ def verdict_row(run: RolloutRun, records: list[RolloutRecord], conf: Confidence,
                      answer=final.answer, trace_dir=records[rep].trace_dir, **base)
     if run.plan.k > 1:
         v.engine_settings = {**v.engine_settings, "rollout_plan": asdict(run.plan)}
+        p = "none" if conf.p_yes is None else f"{conf.p_yes:.2f}"
+        logger.info("%s (%s): %s from %d rollouts (outcomes %s): p_yes %s, agreement %s%s", v.spectrum_key, v.task,
+                    conf.verdict or "no verdict", conf.k, ", ".join(conf.outcomes), p,
+                    "none" if conf.agreement is None else f"{conf.agreement:.2f}",
+                    f", abstained ({conf.abstain_reason})" if conf.abstained else "")
     v.set_confidence(conf)
     return v
