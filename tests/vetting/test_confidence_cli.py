@@ -52,6 +52,7 @@ def test_inspect_rollouts_json(tmp_path, capsys):
     assert report["p_yes"] == pytest.approx(2 / 3) and report["agreement"] == pytest.approx(2 / 3)
     assert report["p_yes_token"] == pytest.approx((0.9 + 0.9 + 0.4) / 3)  # alternatives recorded by default, K>1
     assert report["format_failures"] == 1 and report["abstained"] is True and report["verdict"] == "YES"
+    assert report["abstain_reason"] == "split evidence, 2 YES / 1 NO, 1 of 4 without an answer"
     details = report["rollout_details"]
     assert [d["seed"] for d in details] == [0, 1, 2, 3] and {d["temperature"] for d in details} == {0.8}
     assert details[2]["windows"] == [[4600, 4750, "He II"], [6500, 6600, "Hα <b>"]]
@@ -137,6 +138,7 @@ def test_vet_rollouts_then_queue(tmp_path, capsys, caplog):
     rows = json.loads(capsys.readouterr().out)
     assert [r["p_yes"] for r in rows] == [0.5, 0.5, 0.5]  # K=2 runs are the latest for all three
     assert all(r["abstained"] for r in rows)
+    assert all(r["uncertainty"] == 1.0 and r["abstain_reason"] == "a tie, 1 YES / 1 NO" for r in rows), rows
     assert main(["queue", str(db2), "--abstained", "--order", "uncertainty"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["p_yes", "K", "agree"] and len(lines) == 4 and "ABS" in lines[1]

@@ -87,15 +87,19 @@ class Confidence:
 
     @property
     def uncertainty(self) -> float | None:
-        """Closeness of ``p_yes`` to 0.5: 1 at 0.5, 0 at 0 or 1; None without answers (unknown: the triage order
-        `speco3.vetting.triage` lists such spectra last)."""
-        return None if self.p_yes is None else 1.0 - abs(2.0 * self.p_yes - 1.0)
+        return uncertainty(self.p_yes)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["outcomes"] = list(self.outcomes)
         d["answered"] = self.answered
         return d
+
+
+def uncertainty(p_yes: float | None) -> float | None:
+    """Closeness of ``p_yes`` to 0.5: 1 at 0.5, 0 at 0 or 1; None without answers (unknown: the triage order
+    `speco3.vetting.triage` lists such spectra last)."""
+    return None if p_yes is None else 1.0 - abs(2.0 * float(p_yes) - 1.0)
 
 
 def abstain_reason(k: int, yes: int, no: int) -> str:

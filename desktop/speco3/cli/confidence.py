@@ -79,7 +79,7 @@ def _window(w) -> str:
 
 def confidence_report(conf, records) -> dict:
     """The ``--json`` fields: the fold plus one entry per rollout."""
-    return {**conf.to_dict(), "uncertainty": conf.uncertainty,
+    return {**conf.to_dict(), "uncertainty": conf.uncertainty, "abstain_reason": conf.abstain_reason or None,
             "rollout_details": [{k: v for k, v in r.to_dict().items() if k != "verdict_id"} for r in records]}
 
 
@@ -88,7 +88,7 @@ def cmd_inspect_rollouts(args, task, spectrum, engine, render, out: Path) -> int
     from speco3.agent import MAX_TURNS, VerdictStep
     from speco3.cli.agent import EXIT_INTERRUPTED, EXIT_NO_VERDICT, sigint_cancels
     from speco3.fileio import write_text_atomic
-    from speco3.vetting.rollout_runs import engine_plan, run_traced, save_rollouts
+    from speco3.vetting.rollout_runs import engine_plan, log_fold, run_traced, save_rollouts
 
     plan, thresholds = plan_and_thresholds(args)
     plan = plan or engine_plan(engine)
@@ -117,6 +117,7 @@ def cmd_inspect_rollouts(args, task, spectrum, engine, render, out: Path) -> int
         engine.close()
     records = save_rollouts(run, out)
     conf = run.confidence(thresholds)
+    log_fold(spectrum.name, task.id, conf)
     report = {"spectrum": spectrum.name, "task": task.id, "model_id": engine.info.model_id, "trace": str(out),
               **confidence_report(conf, records)}
     write_text_atomic(out / "confidence.json", json.dumps(report, indent=1))
@@ -155,15 +156,28 @@ def register(sub) -> None:
     q.set_defaults(func=cmd_queue)
 
 
+def _queue_json(row: dict) -> dict:
+    """A queue row for ``--json``: the stored fields plus ``uncertainty`` and why the model abstained."""
+    from speco3.agent.confidence import abstain_reason, uncertainty
+    from speco3.vetting.triage import QUEUE_FIELDS
+
+    out = {k: row.get(k) for k in QUEUE_FIELDS}
+    outcomes = row.get("rollout_outcomes") or []
+    out["uncertainty"] = uncertainty(row.get("p_yes"))
+    out["abstain_reason"] = (abstain_reason(len(outcomes), outcomes.count("YES"), outcomes.count("NO"))
+                             if row.get("abstained") and outcomes else None)
+    return out
+
+
 def cmd_queue(args) -> int:
     from speco3.vetting import VettingStore
-    from speco3.vetting.triage import QUEUE_FIELDS, queue_rows
+    from speco3.vetting.triage import queue_rows
 
     with VettingStore(args.store, readonly=True) as store:
         rows = queue_rows(store, args.task, args.order, abstained_only=args.abstained,
                           undecided_only=args.undecided, limit=args.limit)
     if args.json:
-        print(json.dumps([{k: r.get(k) for k in QUEUE_FIELDS} for r in rows], indent=1))
+        print(json.dumps([_queue_json(r) for r in rows], indent=1))
         return 0
     model = [str(r.get("model_verdict") or r.get("model_outcome") or "-") for r in rows]
     human = [str(r.get("decision") or "-") for r in rows]

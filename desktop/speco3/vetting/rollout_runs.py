@@ -128,6 +128,15 @@ def save_rollouts(run: RolloutRun, folder: str | Path | None) -> list[RolloutRec
     return records
 
 
+def log_fold(spectrum: str, task: str, conf: Confidence) -> None:
+    """One log line per spectrum screened with K > 1 rollouts: the verdict, the vote and why it abstained."""
+    p = "none" if conf.p_yes is None else f"{conf.p_yes:.2f}"
+    logger.info("%s (%s): %s from %d rollouts (outcomes %s): p_yes %s, agreement %s%s", spectrum, task,
+                conf.verdict or "no verdict", conf.k, ", ".join(conf.outcomes), p,
+                "none" if conf.agreement is None else f"{conf.agreement:.2f}",
+                f", abstained ({conf.abstain_reason})" if conf.abstained else "")
+
+
 def verdict_row(run: RolloutRun, records: list[RolloutRecord], conf: Confidence, **base) -> ModelVerdict:
     """The model verdict row of a run: the majority verdict (None on a tie), the fold, and the turns, zooms,
     answer and trace of the first rollout that gave the majority verdict (rollout 0 without one); tokens summed."""
@@ -139,10 +148,6 @@ def verdict_row(run: RolloutRun, records: list[RolloutRecord], conf: Confidence,
                      answer=final.answer, trace_dir=records[rep].trace_dir, **base)
     if run.plan.k > 1:
         v.engine_settings = {**v.engine_settings, "rollout_plan": asdict(run.plan)}
-        p = "none" if conf.p_yes is None else f"{conf.p_yes:.2f}"
-        logger.info("%s (%s): %s from %d rollouts (outcomes %s): p_yes %s, agreement %s%s", v.spectrum_key, v.task,
-                    conf.verdict or "no verdict", conf.k, ", ".join(conf.outcomes), p,
-                    "none" if conf.agreement is None else f"{conf.agreement:.2f}",
-                    f", abstained ({conf.abstain_reason})" if conf.abstained else "")
+        log_fold(v.spectrum_key, v.task, conf)
     v.set_confidence(conf)
     return v
