@@ -7,7 +7,7 @@ One driver (`speco3.agent.driver`) serves K rollouts of one spectrum and N spect
 `SequencePool` (a loaded `LlamaMtmdEngine` with ``n_seq`` > 1) gives every slot its own llama.cpp sequence. Each
 `step` first *admits* the slots that began a turn: the longest prefix any other sequence holds is shared with
 ``llama_memory_seq_cp`` (the system prompt, task and first image of K rollouts are evaluated once), the rest is
-evaluated into the slot's own sequence (tool images with ``mtmd_helper_eval_chunk_single(..., seq_id, ...)``), and
+evaluated into the slot's own sequence (tool images with ``mtmd_helper_decode_image_chunk(..., seq_id, ...)``), and
 its first token is sampled. Then decode rounds follow, until some turn ends: one ``llama_decode`` carries the
 pending token of every generating slot, and each slot samples its next token from its own output row with its own
 sampler. The slots whose turn ended return; the others keep their state, so a rollout stopped on a tool call is
