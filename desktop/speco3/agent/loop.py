@@ -239,8 +239,9 @@ class Episode:
             log = logger.info if outcome in (Outcome.CANCELLED, Outcome.FORMAT_ERROR) else logger.warning
             log("episode on %s ended: %s (%s)", who, outcome.value, detail)
         logger.info("episode on %s: %s after %d turns, %d zooms, %d tokens generated, %d prompt and %d image tokens "
-                    "evaluated (not counting a prefix shared with another rollout), %.1f s", who, outcome.value, self.turns, self.zooms, self.tokens,
-                    self.prompt_tokens, self.image_tokens, time.perf_counter() - self.t_start)
+                    "evaluated (not counting a prefix shared with another rollout), %.1f s", who, outcome.value,
+                    self.turns, self.zooms, self.tokens, self.prompt_tokens, self.image_tokens,
+                    time.perf_counter() - self.t_start)
         return VerdictStep(
             turn=self.turns, seconds=time.perf_counter() - self.t_start, outcome=outcome, verdict=outcome.verdict,
             answer=content or (answer.answer if answer else ""), method=answer.method if answer else "none",

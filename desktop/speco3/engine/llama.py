@@ -376,8 +376,8 @@ class LlamaMtmdEngine(Engine):
             if (chunks.n_tokens, chunks.n_pos) != (item.n_tokens, item.n_pos):
                 raise EngineError(f"image {item.sha256[:12]} tokenizes differently now ({chunks.n_tokens} tokens)")
             try:
-                _, hit = eval_image(self._mtmd, self._llama, self._mctx, self._ctx, chunks, seq.kv_pos, self.n_batch,
-                                    seq.seq_id, key=item.sha256, cache=self.image_cache)
+                eval_image(self._mtmd, self._llama, self._mctx, self._ctx, chunks, seq.kv_pos, self.n_batch,
+                           seq.seq_id, key=item.sha256, cache=self.image_cache)
             except EngineError:
                 self._recover(seq)
                 raise
@@ -387,8 +387,6 @@ class LlamaMtmdEngine(Engine):
         seq.logits_valid = False
         self._stats.images_encoded += 1
         self._stats.image_tokens_encoded += item.n_tokens
-        if hit:
-            self._stats.extra["image_cache_hits"] = self._stats.extra.get("image_cache_hits", 0) + 1
         self._stats.extra["image_seconds"] = self._stats.extra.get("image_seconds", 0.0) + time.perf_counter() - t0
 
     def _recover(self, seq: SeqState) -> None:
@@ -443,6 +441,7 @@ class LlamaMtmdEngine(Engine):
         st = replace(self._stats, extra=dict(self._stats.extra))
         st.kv_cells_used = self.kv_cells
         st.extra["kv_positions"] = self._seq.kv_pos
+        st.extra["image_cache_hits"] = self.image_cache.hits
         return st
 
 

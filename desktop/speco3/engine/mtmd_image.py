@@ -172,12 +172,12 @@ class EmbeddingCache:
 
 
 def eval_image(mtmd, llama, mctx, lctx, chunks: ImageChunks, n_past: int, n_batch: int, seq_id: int = 0,
-               *, key: str = "", cache: EmbeddingCache | None = None) -> tuple[int, bool]:
-    """Encode the image chunk (or take its embeddings from ``cache`` by ``key``) and decode the embeddings into
-    sequence ``seq_id`` of the KV cache at ``n_past``.
+               *, key: str = "", cache: EmbeddingCache | None = None) -> int:
+    """Encode the image chunk (or take its embeddings from ``cache`` by ``key``: ``cache.hits`` counts those) and
+    decode the embeddings into sequence ``seq_id`` of the KV cache at ``n_past``.
 
-    Returns the next position and whether the encoder was skipped. ``new_n_past`` is initialised to ``n_past``
-    before the decode: an unset value is the classic cause of M-RoPE position errors on the next image.
+    Returns the next position. ``new_n_past`` is initialised to ``n_past`` before the decode: an unset value is the
+    classic cause of M-RoPE position errors on the next image.
     """
     cached = cache.get(key) if cache is not None and cache.max_bytes and key else None
     if cached is None:
@@ -192,9 +192,8 @@ def eval_image(mtmd, llama, mctx, lctx, chunks: ImageChunks, n_past: int, n_batc
             cached = np.ctypeslib.as_array(ptr, shape=(chunks.n_tokens * n_embd,)).copy()
             cache.put(key, cached)
             ptr = cached.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-        hit = False
     else:
-        ptr, hit = cached.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), True
+        ptr = cached.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
     new_n_past = llama.llama_pos(n_past)  # no post-decode callback: the prototype called bare is a NULL pointer
     rc = mtmd.mtmd_helper_decode_image_chunk(mctx, lctx, chunks.chunk, ptr, n_past, seq_id, n_batch,
                                              ctypes.byref(new_n_past), mtmd.mtmd_helper_post_decode_callback(), None)
@@ -202,4 +201,4 @@ def eval_image(mtmd, llama, mctx, lctx, chunks: ImageChunks, n_past: int, n_batc
         raise EngineError(f"image evaluation failed (code {rc}): {recent_native_problems()}")
     if new_n_past.value != n_past + chunks.n_pos:
         raise EngineError(f"mtmd advanced the position to {new_n_past.value}, expected {n_past + chunks.n_pos}")
-    return new_n_past.value, hit
+    return new_n_past.value
