@@ -180,3 +180,32 @@ def test_inspect_rollouts_on_the_tiny_model(tiny_gguf, tmp_path, capsys):
     for i, d in enumerate(report["rollout_details"]):
         t = Trace.load(out / f"r{i:02d}")
         assert t.outcome.value == d["outcome"] and t.settings["sampling"]["seed"] == d["seed"]
+
+
+@pytest.mark.llama
+def test_vet_rerun_with_everything_done_does_not_load_the_model(tiny_gguf, tmp_path, capsys, monkeypatch):
+    """A finished job submitted again (a SLURM array index, a second `vet`) skips every spectrum by the same rule as
+    the batch, without loading the model; a new spectrum in the archive needs the model again."""
+    from speco3.engine.llama import LlamaMtmdEngine
+
+    text, mmproj = tiny_gguf("Q8_0")
+    arch = tmp_path / "arch"
+    for i in range(2):
+        _spectrum_file(arch, i)
+    argv = ["vet", str(arch), "--task", "cv", "--out", str(tmp_path / "r.sqlite"), "--text", str(text), "--mmproj",
+            str(mmproj), "--n-ctx", "4096", "--threads", "2", "--n-gpu-layers", "0", "--image-max-tokens", "120",
+            "--max-turns", "1"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["done"] == 2
+    loads = []
+    real_load = LlamaMtmdEngine.load
+    monkeypatch.setattr(LlamaMtmdEngine, "load", lambda self: (loads.append(1), real_load(self))[1])
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert (summary["total"], summary["skipped"], summary["done"]) == (2, 2, 0) and loads == []
+    assert "all 2 spectra were screened before" in err and "the model was not loaded" in err
+    _spectrum_file(arch, 2)
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (summary["skipped"], summary["done"]) == (2, 1) and loads  # loaded (load() is idempotent: maybe called twice)

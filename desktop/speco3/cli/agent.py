@@ -79,8 +79,9 @@ def engine_settings(args):
     return settings
 
 
-def open_cli_engine(args):
-    """The engine the options ask for (scripted, explicit files, or an installed model)."""
+def open_cli_engine(args, *, load: bool = True):
+    """The engine the options ask for (scripted, explicit files, or an installed model); ``load=False`` opens it
+    without loading the model yet (its `ModelInfo` is known: `load_cli_engine` loads it later)."""
     settings = engine_settings(args)
     if getattr(args, "server", None):
         from speco3.cli.server import open_server_engines
@@ -90,16 +91,33 @@ def open_cli_engine(args):
         from speco3.engine.scripted import load_script
 
         engine = load_script(args.scripted, settings=settings)
-        engine.load()
+        if load:
+            engine.load()
         return engine
     if bool(args.text) != bool(args.mmproj):
         raise Speco3Error("--text and --mmproj go together (the text GGUF and its vision projector)")
     from speco3.engine import open_engine
 
-    model = (args.text, args.mmproj) if args.text else args.model
+    engine = open_engine((args.text, args.mmproj) if args.text else args.model, settings, load=False)
+    if load:
+        load_cli_engine(engine)
+    return engine
+
+
+def load_cli_engine(engine) -> None:
+    """Load an engine `open_cli_engine` opened with ``load=False``, saying so on stderr; closed if it fails."""
+    from speco3.engine.scripted import ScriptedEngine
+
+    if isinstance(engine, ScriptedEngine):
+        engine.load()
+        return
     print("loading the model …", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    engine = open_engine(model, settings)
+    try:
+        engine.load()
+    except BaseException:
+        engine.close()
+        raise
     stats = engine.stats()
     print(f"loaded {engine.info.model_id} ({stats.backend}) in {time.perf_counter() - t0:.1f} s: "
           f"{stats.extra.get('fit', '')}", file=sys.stderr)

@@ -101,11 +101,19 @@ def _archive_entries(args):
     return entries
 
 
+def _all_done(items, store, task, model_id: str, plan) -> bool:
+    """Whether `vet` would skip every item (the batch's own "already done" rule, `DoneCheck`)."""
+    from speco3.vetting.batch import DoneCheck
+
+    check = DoneCheck(store, task, model_id, rollouts=plan.k if plan is not None else 1)
+    return all(check.state(item.key, item.path) == "done" for item in items)
+
+
 def cmd_vet(args) -> int:
     from speco3.agent import get_task
     from speco3.cli.confidence import plan_and_thresholds
     from speco3.vetting import VettingStore
-    from speco3.vetting.batch import VetItem, vet_batch
+    from speco3.vetting.batch import BatchResult, VetItem, vet_batch
 
     task = get_task(args.task)
     plan, thresholds = plan_and_thresholds(args)
@@ -117,8 +125,6 @@ def cmd_vet(args) -> int:
     summary = {"store": str(store_path), "traces": str(traces), "task": task.id, "prompt_version": task.prompt_version,
                "shard": args.shard, "rollouts": plan.k if plan else 1}
     if not items:  # the same summary as a run (a shard of a SLURM array may be empty): scripts parse every shard
-        from speco3.vetting.batch import BatchResult
-
         VettingStore(store_path).close()  # and the store it names exists, so `merge … part*.sqlite` takes them all
         print(f"nothing to screen in shard {args.shard}: none of the matching spectra falls in it" if args.shard
               else "nothing to screen: the archive has no spectra matching the filters", file=sys.stderr)
@@ -135,7 +141,16 @@ def cmd_vet(args) -> int:
 
             engines = open_server_engines(args, _agent.engine_settings(args), max(1, args.concurrency), check=True)
         else:
-            engines = [_agent.open_cli_engine(args)]
+            engines = [_agent.open_cli_engine(args, load=False)]
+            if not args.no_resume and _all_done(items, store, task, engines[0].info.model_id, plan):
+                engines[0].close()
+                store.close()
+                print(f"all {len(items)} spectra were screened before with {engines[0].info.model_id}, this task and "
+                      "prompt version: nothing to do, the model was not loaded (--no-resume screens them again)",
+                      file=sys.stderr)
+                print(json.dumps({**summary, **BatchResult(total=len(items), skipped=len(items)).to_dict()}))
+                return 0
+            _agent.load_cli_engine(engines[0])
     except BaseException:  # no model, nothing screened: a store this run created is not left behind empty
         store.close()
         if new_store:
