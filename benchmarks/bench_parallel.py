@@ -9,7 +9,8 @@ e.g. the 7B-shaped random checkpoint at Q4_K_M):
   ``seq_cp``, one ``llama_decode`` per step for all rollouts) and ``sequential`` (one after the other, reusing the
   cached prefix as `run_rollouts` did before). Rollout i asks for window ``i mod 3`` (three windows between them,
   so from K = 4 on some rollouts repeat a window: their images come from the engine's cache of vision-encoder
-  outputs); ``parallel_distinct`` runs K > 1 again with a window of its own for every rollout (``--windows``).
+  outputs); ``parallel_distinct`` runs K > 1 again with a window of its own for every rollout (``--no-distinct``
+  skips it).
   Wall time, CPU seconds, text tokens evaluated (prompt + generated), images evaluated and how many of them came
   from the cache (``image_cache_hits``), how often the shared prefix was evaluated (``prefix_evaluations``: K minus
   the prefix copies), decode rounds, and ``wall_over_k1``: wall time over the K=1 wall time (goal at 7B scale:
@@ -209,9 +210,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sections", default="rollouts,sequential,decode,logprobs",
                     help="which of rollouts (parallel K), sequential (K one after the other), decode, logprobs to "
                     "run (the batch section follows --spectra)")
-    ap.add_argument("--windows", default="shared,distinct",
-                    help="the shared pattern (three windows between the rollouts) always runs; 'distinct' adds a run "
-                    "of each K > 1 with a window of its own for every rollout")
+    ap.add_argument("--no-distinct", action="store_true",
+                    help="skip the second run of each K > 1 with a window of its own for every rollout")
     ap.add_argument("--n-ctx", type=int, default=16384)
     ap.add_argument("--n-gpu-layers", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="8 tokens per turn, K in 1,2,4, small images, 4 spectra")
@@ -221,7 +221,6 @@ def main(argv=None) -> int:
         args.max_tokens, args.spectra, ks = 8, min(args.spectra, 4), [k for k in ks if k <= 4] or [1]
     n_seq = max(ks + [4, 8])
     sections = set(args.sections.split(","))
-    windows = set(args.windows.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         if args.text and args.mmproj:
             text, mmproj, model = args.text, args.mmproj, "given"
@@ -241,7 +240,7 @@ def main(argv=None) -> int:
             for k in ks if "rollouts" in sections else ():
                 par = _progress(f"k={k} parallel", rollouts_parallel(engine, images, k, args.max_tokens))
                 rollouts[f"k_{k}"] = {"parallel": par}
-                if k > 1 and "distinct" in windows:
+                if k > 1 and not args.no_distinct:
                     rollouts[f"k_{k}"]["parallel_distinct"] = _progress(
                         f"k={k} parallel, distinct windows",
                         rollouts_parallel(engine, images, k, args.max_tokens, distinct_windows(images, args.quick)))
