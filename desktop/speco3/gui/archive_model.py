@@ -59,10 +59,25 @@ class Filters:
     snr_min: float | None = None
     text: str | None = None
     state: str = "any"
+    #: sky fibres and spectra with every pixel masked (`IndexEntry.unusable`) are left out unless this is set
+    include_unusable: bool = False
 
     def index_kwargs(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in ("survey", "cls", "z_min", "z_max", "snr_min", "text")}
-        return {k: v for k, v in out.items() if v not in (None, "")}
+        kwargs = {k: v for k, v in out.items() if v not in (None, "")}
+        if not self.include_unusable:
+            kwargs["usable"] = True
+        return kwargs
+
+    def describe(self) -> str:
+        """The active filters in words ("" when none narrows the table beyond the default)."""
+        parts = [f"{name} {value}" for name, value in (("survey", self.survey), ("class", self.cls),
+                                                        ("z ≥", self.z_min), ("z ≤", self.z_max),
+                                                        ("S/N ≥", self.snr_min), ("text", self.text))
+                 if value not in (None, "")]
+        if self.state != "any":
+            parts.append(self.state)
+        return ", ".join(parts)
 
 
 def entry_value(entry: IndexEntry, name: str) -> Any:
@@ -100,9 +115,12 @@ class ArchiveTableModel(QAbstractTableModel):
         self._sort_desc = False
 
     # -- configuration ---------------------------------------------------------------------------------------
-    def set_index(self, index: Any) -> None:
+    def set_index(self, index: Any, filters: Filters | None = None) -> None:
+        """Show ``index`` (with ``filters``, else the current ones)."""
         self._src.index = index
         self._src.entries = None
+        if filters is not None:
+            self._src.filters = filters
         self.refresh()
 
     def set_filters(self, filters: Filters) -> None:
@@ -143,7 +161,8 @@ class ArchiveTableModel(QAbstractTableModel):
         src = self._src
         src.offset, src.total, src.exhausted = 0, 0, True
         if src.entries is not None:
-            rows = [e for e in src.entries if self._state_ok(e)]
+            keep_unusable = src.filters.include_unusable
+            rows = [e for e in src.entries if self._state_ok(e) and (keep_unusable or e.unusable is None)]
             self._rows = self._sorted_by_state(rows) if self._state_sort() else self._triaged(rows)
         elif src.index is not None:
             try:

@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QDoubleValidator, QPen
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QGridLayout,
     QHBoxLayout,
@@ -38,6 +39,9 @@ from speco3.gui.archive_model import (
     Filters,
 )
 from speco3.vetting.triage import ORDER_LABELS, ORDERS
+
+ANY_SURVEY = "any survey"
+DEFAULT_SURVEYS = ("LAMOST", "SDSS", "DESI", "APOGEE", "AAOmega/2dF", "generic")  # before an archive is open
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +116,7 @@ class ArchivePanel(QWidget):
         self.progress_label = QLabel("", objectName="indexLabel", visible=False)
 
         self.survey = QComboBox(objectName="surveyFilter", editable=False)
-        self.survey.addItems(["any survey", "LAMOST", "SDSS", "DESI", "generic"])
+        self.survey.addItems([ANY_SURVEY, *DEFAULT_SURVEYS])  # an opened archive lists its own (`reset_filters`)
         self.cls = QLineEdit(objectName="classFilter", placeholderText="class (STAR, GALAXY, QSO…)")
         self.z_min = QLineEdit(objectName="zMin", placeholderText="z ≥")
         self.z_max = QLineEdit(objectName="zMax", placeholderText="z ≤")
@@ -125,6 +129,9 @@ class ArchivePanel(QWidget):
         for order in ORDERS:
             self.triage.addItem(ORDER_LABELS[order], order)
         self.text = QLineEdit(objectName="textFilter", placeholderText="search name, object id…")
+        self.unusable = QCheckBox("sky fibres, fully masked", objectName="includeUnusable",
+                                  toolTip="also list sky fibres and spectra whose every pixel is masked "
+                                          "(nothing to vet: left out of the queue and the pre-screen by default)")
         self.count = QLabel("", objectName="rowCount")
 
         grid = QGridLayout()
@@ -136,6 +143,7 @@ class ArchivePanel(QWidget):
         grid.addWidget(self.snr_min, 1, 2)
         grid.addWidget(self.text, 2, 0, 1, 2)
         grid.addWidget(self.triage, 2, 2)
+        grid.addWidget(self.unusable, 3, 0, 1, 3)
 
         self.table = QTableView(objectName="archiveTable")
         self.table.setModel(model)
@@ -157,8 +165,9 @@ class ArchivePanel(QWidget):
         self.confidence_delegate = ConfidenceDelegate(self.table)
         self.table.setItemDelegateForColumn(COL["confidence"], self.confidence_delegate)
         self.table.setAlternatingRowColors(True)
-        self.table.clicked.connect(lambda idx: self.rowActivated.emit(idx.row()))
-        self.table.activated.connect(lambda idx: self.rowActivated.emit(idx.row()))
+        # The table's current row and the viewer are one state: whatever makes a row current (a click, the arrow
+        # keys, Page Down, typing a name's first letters) shows that spectrum, and the decision keys act on it.
+        self.table.selectionModel().currentRowChanged.connect(self._current_row_changed)
 
         top = QHBoxLayout()
         top.addWidget(self.folder, 1)
@@ -178,19 +187,47 @@ class ArchivePanel(QWidget):
             w.textChanged.connect(lambda _t: self._debounce.start())
         self.survey.currentIndexChanged.connect(lambda _i: self.apply_filters())
         self.state.currentIndexChanged.connect(lambda _i: self.apply_filters())
+        self.unusable.toggled.connect(lambda _c: self.apply_filters())
         self.triage.currentIndexChanged.connect(lambda _i: self.apply_triage())
         self.table.horizontalHeader().sortIndicatorChanged.connect(self._column_sorted)
         model.modelReset.connect(self.update_count)
         model.rowsInserted.connect(lambda *_: self.update_count())
 
+    def _current_row_changed(self, current, _previous) -> None:
+        if current.isValid():
+            self.rowActivated.emit(current.row())
+
     def filters(self) -> Filters:
         survey = self.survey.currentText()
         return Filters(
-            survey=None if survey.startswith("any") else survey,
+            survey=None if survey == ANY_SURVEY else survey,
             cls=self.cls.text().strip() or None,
             z_min=_float(self.z_min.text()), z_max=_float(self.z_max.text()), snr_min=_float(self.snr_min.text()),
             text=self.text.text().strip() or None, state=self.state.currentText(),
+            include_unusable=self.unusable.isChecked(),
         )
+
+    def reset_filters(self, surveys: list[str]) -> Filters:
+        """Clear every filter and the triage order for a newly opened archive, whose own surveys the survey box
+        then lists (a filter left from the last archive hid most of a new folder); returns the filters to use."""
+        widgets = (self.survey, self.cls, self.z_min, self.z_max, self.snr_min, self.text, self.state, self.triage,
+                   self.unusable)
+        for w in widgets:
+            w.blockSignals(True)
+        try:
+            self.survey.clear()
+            self.survey.addItems([ANY_SURVEY, *surveys])
+            for line in (self.cls, self.z_min, self.z_max, self.snr_min, self.text):
+                line.clear()
+            self.state.setCurrentIndex(0)
+            self.triage.setCurrentIndex(ORDERS.index("queue"))
+            self.unusable.setChecked(False)
+        finally:
+            for w in widgets:
+                w.blockSignals(False)
+        self._debounce.stop()
+        self.model.triage_order = "queue"
+        return self.filters()
 
     def apply_filters(self) -> None:
         self._debounce.stop()
@@ -217,7 +254,8 @@ class ArchivePanel(QWidget):
     def update_count(self) -> None:
         loaded, total = self.model.loaded_rows(), self.model.total_hint()
         source = "candidate list" if self.model.is_candidate_list else "index"
-        self.count.setText(f"{loaded:,} loaded of {total:,} ({source})")
+        active = self.model.filters.describe()
+        self.count.setText(f"{loaded:,} loaded of {total:,} ({source})" + (f" · filtered: {active}" if active else ""))
 
     def set_folder(self, text: str) -> None:
         self.folder.setText(text)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import QEvent, QKeyCombination, QObject, Qt, Signal
 from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import QAbstractSpinBox, QComboBox, QLineEdit, QPlainTextEdit, QTextEdit, QWidget
+from shiboken6 import getCppPointer
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,14 @@ _TEXT_WIDGETS = (QLineEdit, QTextEdit, QPlainTextEdit, QAbstractSpinBox, QComboB
 
 
 class KeyFilter(QObject):
-    """Application event filter: key presses in ``window`` → ``triggered(action)``, except while typing."""
+    """Application event filter: key presses in ``window`` → ``triggered(action)``, except while typing.
+
+    A key press that went first to a text field belongs to that field, also when the field leaves it unaccepted:
+    Qt then sends the same event on to the field's parents (QLineEdit ignores Enter after ``returnPressed``, for a
+    dialog's default button), and without this rule Enter in the comment box would reach the window as "accept the
+    model's suggestion" (it did: the comment and then YES saved, 17 ms apart). The event is recognised by its C++
+    address until the next key event starts.
+    """
 
     triggered = Signal(str)
 
@@ -157,18 +165,30 @@ class KeyFilter(QObject):
         self.window = window
         self.keymap = keymap
         self.enabled = True
+        self._typed_event = 0  # address of the key press a text field received first (0: none)
 
     def eventFilter(self, obj, event):  # noqa: N802 - Qt override
-        if not self.enabled or event.type() != QEvent.Type.KeyPress:
+        kind = event.type()
+        if kind == QEvent.Type.KeyRelease:
+            self._typed_event = 0  # the press it ends has finished its way up the parents
+            return False
+        if not self.enabled or kind != QEvent.Type.KeyPress:
             return False
         if not isinstance(obj, QWidget):  # the QWindow sees the event first; act on the widget it goes to
             return False
         widget = obj
         if widget.window() is not self.window:
             return False
+        address = getCppPointer(event)[0]
         typing = isinstance(widget, _TEXT_WIDGETS) and not (isinstance(widget, QComboBox) and not widget.isEditable())
-        if typing and event.key() != Qt.Key.Key_Escape:
+        if typing:
+            self._typed_event = address
+            if event.key() != Qt.Key.Key_Escape:
+                return False
+        elif address == self._typed_event:  # a text field's key press passed on to its parents: not ours
             return False
+        else:
+            self._typed_event = 0
         action = self.keymap.action_for(event)
         if action is None:
             return False

@@ -243,7 +243,8 @@ class MainWindow(QMainWindow):
             self.show_error(f"cannot open the vetting store: {exc}")
             return
         self.vetting.cache.clear()
-        self.table_model.set_index(self.index)
+        surveys = [name for name in self.index.summary()["by_survey"] if name != "?"]
+        self.table_model.set_index(self.index, self.archive.reset_filters(surveys))
         self.stack.setCurrentWidget(self.viewer)
         n = self.index.count()
         self.show_message(f"{n:,} spectra in {root}")
@@ -278,7 +279,8 @@ class MainWindow(QMainWindow):
 
     # -- current spectrum ----------------------------------------------------------------------------------------
     def _on_current(self, row: int, entry: Any, spectrum: Any) -> None:
-        self.viewer.set_spectrum(spectrum)
+        self.viewer.set_spectrum(spectrum, unavailable=None if spectrum is not None else
+                                 f"{entry.name}: {self.vetting.load_error or 'not readable'}")
         self.stack.setCurrentWidget(self.viewer)
         self.refresh_models()
         self.decision.show_position(row, self.table_model.total_hint(), self.vetting.decided_count(),

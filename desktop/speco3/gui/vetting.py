@@ -69,7 +69,9 @@ class VettingController(QObject):
         self.row = -1
         self.entry: Any = None
         self.spectrum: Spectrum | None = None
+        self.load_error: str | None = None  # why the current entry could not be read (None: it was)
         self.last_switch_ms = 0.0
+        self._moving_table = False  # go_to is setting the table's current row (which calls go_to back)
         # a durable SQLite write per switch cost 4-8 ms of each key press: the position (a convenience for resuming,
         # never a decision) is saved 0.5 s after the last switch, and at once when the store closes
         self._position_save = QTimer(self, singleShot=True, interval=500)
@@ -136,25 +138,36 @@ class VettingController(QObject):
 
     # -- navigation ----------------------------------------------------------------------------------------------
     def go_to(self, row: int) -> bool:
-        """Make ``row`` current (loads from the prefetch cache) and prefetch its neighbours."""
+        """Make ``row`` current (loads from the prefetch cache) and prefetch its neighbours.
+
+        The table's current row follows (and a row made current in the table comes here: `ArchivePanel`), so
+        the highlighted row, the viewer and the spectrum a decision is written for are always the same one.
+        """
+        if self._moving_table:
+            return True  # the table's current row is being set to this row by the call below
         entry = self.model.entry(row)
         if entry is None:
             return False
         t0 = time.perf_counter()
         self.leaving.emit()  # notes still being typed belong to the spectrum we leave
+        self.load_error = None
         try:
             spectrum = self.cache.get(entry)
         except (SpectrumReadError, Speco3Error, OSError) as exc:
             spectrum = None
+            self.load_error = str(exc)  # shown in place of the plot, not only in the status bar
             self.error.emit(f"{entry.key}: {exc}")
         self.row, self.entry, self.spectrum = row, entry, spectrum
         sel = self.table.selectionModel()
         if sel is not None:
             idx = self.model.index(row, 0)
-            sel.blockSignals(True)
-            sel.setCurrentIndex(idx, QItemSelectionModel.SelectionFlag.ClearAndSelect
-                                | QItemSelectionModel.SelectionFlag.Rows)
-            sel.blockSignals(False)
+            # not sel.blockSignals: the view repaints from those signals (blocked, rows stayed highlighted)
+            self._moving_table = True
+            try:
+                sel.setCurrentIndex(idx, QItemSelectionModel.SelectionFlag.ClearAndSelect
+                                    | QItemSelectionModel.SelectionFlag.Rows)
+            finally:
+                self._moving_table = False
             self.table.scrollTo(idx)
         self.currentChanged.emit(row, entry, spectrum)
         self._show_record()

@@ -15,12 +15,13 @@ What it draws, for the human (the model's images come from `speco3.render`, unch
 
 from __future__ import annotations
 
+import html
 import logging
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QLabel, QStackedWidget, QVBoxLayout, QWidget
 
 from speco3.agent.tasks import Line, Task
 from speco3.gui.labels import MarkerLabel, WrapLabel
@@ -34,7 +35,7 @@ from speco3.gui.lines import (
     mask_runs,
     vac_to_air,
 )
-from speco3.spectra.model import Spectrum
+from speco3.spectra.model import ERROR_SPECTRUM_NOTE, Spectrum
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,12 @@ LABEL_TOP = 0.97
 TELLURIC_ROWS = 2  # rows of telluric band labels, stacked up from the bottom (row 0 at TELLURIC_BOTTOM)
 TELLURIC_BOTTOM = 0.04
 LABEL_FILL = pg.mkBrush(255, 255, 255, 210)  # labels stay legible where another marker crosses them
+
+
+def flux_axis_label(spectrum: Spectrum) -> str:
+    """The y-axis label: what the values are (an error spectrum's are errors) and the file's flux unit."""
+    what = "Flux error (σ)" if (spectrum.meta.note or "").startswith(ERROR_SPECTRUM_NOTE) else "Flux"
+    return f"{what} ({spectrum.flux_unit})" if spectrum.flux_unit else what
 
 
 class PlotBars(pg.BarGraphItem):
@@ -96,6 +103,7 @@ class SpectrumViewer(QWidget):
         self._telluric_labels: list[MarkerLabel] = []
         self._telluric_key: tuple | None = None
         self._axis_frame = ""
+        self._axis_y = "Flux"
         self._quiet = False  # set while _redraw changes the x-range: it updates y-range and labels itself
         self.highlight: pg.LinearRegionItem | None = None
 
@@ -145,21 +153,38 @@ class SpectrumViewer(QWidget):
         self.sigma.setZValue(-5)
         pi.addItem(self.sigma)
         pi.addItem(self.curve)
+        # an entry that cannot be shown (unreadable file, no spectrum in it) says why in place of the plot, never
+        # over the previous spectrum's axes
+        self.notice = QLabel("", objectName="viewerNotice", wordWrap=True,
+                             alignment=Qt.AlignmentFlag.AlignCenter, textFormat=Qt.TextFormat.PlainText)
+        self.notice.setStyleSheet("background:white; color:#7a1f1f; font-size:13pt; padding:24px")
+        self.pages = QStackedWidget(objectName="viewerPages")
+        self.pages.addWidget(self.plot)
+        self.pages.addWidget(self.notice)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.header)
-        layout.addWidget(self.plot, 1)
+        layout.addWidget(self.pages, 1)
 
     # -- public API ----------------------------------------------------------------------------------------------
     @property
     def smoothing(self) -> int:
         return SMOOTH_WIDTHS[self.smooth_index]
 
-    def set_spectrum(self, spectrum: Spectrum | None, keep_range: bool = False) -> None:
-        """Show ``spectrum`` (None clears the plot)."""
+    def set_spectrum(self, spectrum: Spectrum | None, keep_range: bool = False, unavailable: str | None = None) -> None:
+        """Show ``spectrum``; None clears the plot, and ``unavailable`` then says why in its place."""
         self.spectrum = spectrum
         self._clear_highlight()
         self._redraw(reset_x=not keep_range)
+        if spectrum is None and unavailable:
+            self.notice.setText(f"This entry cannot be shown.\n\n{unavailable}")
+            self.header.setText(f"<b>{html.escape(unavailable.split(': ', 1)[0])}</b> · cannot be shown")
+            self.pages.setCurrentWidget(self.notice)
+        elif spectrum is not None and spectrum.n_pixels == 0:
+            self.notice.setText(f"{spectrum.name}: the file holds no pixels to draw.")
+            self.pages.setCurrentWidget(self.notice)
+        elif self.pages.currentWidget() is not self.plot:
+            self.pages.setCurrentWidget(self.plot)
 
     def set_task(self, task: Task | None) -> None:
         """Mark the lines of ``task`` (the generic list when None)."""
@@ -405,7 +430,15 @@ class SpectrumViewer(QWidget):
         parts.append(f"{self.frame} frame · wavelengths in {medium}")
         if s.masked_fraction > 0:
             parts.append(f"{100 * s.masked_fraction:.1f} % masked")
+        if self.smoothing > 1:
+            parts.append(f"smoothed over {self.smoothing} px")
+        if m.note:  # the reader's own word on it: "error spectrum (its flux spectrum is …)", "sky fibre"
+            parts.append(f"<i>{html.escape(m.note)}</i>")
         self.header.setText(" · ".join(parts))
+        y_label = flux_axis_label(s)
+        if self._axis_y != y_label:  # a new axis label re-lays out the whole plot: only when it changes
+            self._axis_y = y_label
+            self.plot.getPlotItem().setLabel("left", y_label)
         if self._axis_frame != self.frame:  # a new axis label re-lays out the whole plot: only when it changes
             self._axis_frame = self.frame
             self.plot.getPlotItem().setLabel("bottom", f"{'Rest' if self.frame == 'rest' else 'Observed'} wavelength (Å)")

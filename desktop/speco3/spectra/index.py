@@ -28,7 +28,7 @@ from speco3.config import cache_dir, ensure
 from speco3.errors import Speco3Error, SpectrumReadError
 from speco3.fileio import Progress
 from speco3.spectra._scan import scan_file, wanted
-from speco3.spectra.model import Spectrum
+from speco3.spectra.model import SKY_FIBRE_NOTE, Spectrum
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,15 @@ class IndexEntry:
         """Display name: file name, plus ``#N`` beyond the first spectrum of a file."""
         base = self.file_name or PurePosixPath(self.key.rsplit("#", 1)[0]).name
         return base if self.index == 0 else f"{base}#{self.index}"
+
+    @property
+    def unusable(self) -> str | None:
+        """Why this spectrum has nothing to vet (a sky fibre, every pixel masked), else None."""
+        if (self.note or "").startswith(SKY_FIBRE_NOTE):
+            return "a sky fibre"
+        if self.masked_fraction is not None and self.masked_fraction >= 1.0:
+            return "every pixel is masked"
+        return None
 
     def load(self) -> Spectrum:
         """Read this spectrum from disk (raises SpectrumReadError for error rows or changed files)."""
@@ -312,7 +321,7 @@ class ArchiveIndex:
     # -- queries ----------------------------------------------------------------------------------------
     @staticmethod
     def _where(survey=None, cls=None, z_min=None, z_max=None, snr_min=None, text=None, has_error=None,
-               format=None) -> tuple[str, list]:
+               format=None, usable=None) -> tuple[str, list]:
         clauses, params = [], []
         for column, value in (("survey", survey), ("cls", cls), ("format", format)):
             if value is None or value == "":
@@ -337,17 +346,26 @@ class ArchiveIndex:
         if has_error is not None:
             clauses.append("has_error = ?")
             params.append(1 if has_error else 0)
+        if usable is not None:  # a sky fibre or a spectrum whose every pixel is masked has nothing to vet
+            clause = "(COALESCE(note, '') NOT LIKE ? AND COALESCE(masked_fraction, 0) < 1.0)"
+            clauses.append(clause if usable else f"NOT {clause}")
+            params.append(SKY_FIBRE_NOTE + "%")
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
     def query(self, survey=None, cls=None, z_min=None, z_max=None, snr_min=None, text=None, has_error=None,
-              format=None, sort: str = "file_name", descending: bool = False, limit: int | None = None,
+              format=None, usable=None, sort: str = "file_name", descending: bool = False, limit: int | None = None,
               offset: int = 0) -> list[IndexEntry]:
-        """Entries matching the filters, sorted (ties broken by key), paged by ``limit``/``offset``."""
+        """Entries matching the filters, sorted (ties broken by key), paged by ``limit``/``offset``.
+
+        ``usable=True`` leaves out sky fibres and spectra with every pixel masked (`is_unusable`); False keeps only
+        those; None (the default) both."""
         if sort not in SORTABLE:
             raise ValueError(f"cannot sort by {sort!r}; choose one of {', '.join(SORTABLE)}")
-        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format)
+        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable)
         direction = "DESC" if descending else "ASC"
-        order = f"{sort} {direction}, key {direction}" if sort != "key" else f"key {direction}"
+        # ties (and "key") in file order, then by position in the file: #2 before #10
+        tie = f"rel {direction}, idx {direction}"
+        order = f"{sort} {direction}, {tie}" if sort != "key" else tie
         sql = f"SELECT {','.join(COLUMNS[:-1])} FROM spectra{where} ORDER BY {order}"
         if limit is not None or offset:
             sql += " LIMIT ? OFFSET ?"
@@ -358,8 +376,8 @@ class ArchiveIndex:
         return [self._entry(root, r) for r in rows]
 
     def count(self, survey=None, cls=None, z_min=None, z_max=None, snr_min=None, text=None, has_error=None,
-              format=None) -> int:
-        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format)
+              format=None, usable=None) -> int:
+        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable)
         with self._lock:
             return int(self._db.execute(f"SELECT COUNT(*) FROM spectra{where}", params).fetchone()[0])
 

@@ -13,6 +13,11 @@ import numpy as np
 
 Medium = Literal["air", "vacuum", "unknown"]
 
+#: `SpectrumMeta.note` of a DESI sky fibre (the index keeps such entries out of the vetting queue by default).
+SKY_FIBRE_NOTE = "sky fibre"
+#: Start of `SpectrumMeta.note` of a file that holds the errors of another spectrum (the viewer labels its axis so).
+ERROR_SPECTRUM_NOTE = "error spectrum"
+
 
 class Deferred:
     """A value computed on first access of a :class:`LazyField` (e.g. an S/N estimate nobody may ask for)."""

@@ -21,7 +21,7 @@ from astropy.io import fits
 
 from speco3.spectra._common import clean_str, fail, finite_or_none, hstr, make_spectrum
 from speco3.spectra._tables import column_names, read_columns
-from speco3.spectra.model import SpectrumMeta
+from speco3.spectra.model import SKY_FIBRE_NOTE, SpectrumMeta
 from speco3.spectra.registry import CompanionFileError, FileContents
 from speco3.spectra.source import Source
 
@@ -197,7 +197,7 @@ def read(src: Source) -> FileContents:
                     out.depends_on.append(str(p))
                 break
         if meta.extra.get("objtype") == "SKY":
-            meta.note = "sky fibre"
+            meta.note = SKY_FIBRE_NOTE
         out.spectra.append(make_spectrum(wave, flux[j], ivar[j], bad[j], flux_unit=unit, medium="vacuum",
                                          meta=meta, src=src))
     out.depends_on.extend(str(p) for p in deps if str(p) not in out.depends_on)

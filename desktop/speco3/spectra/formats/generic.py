@@ -31,7 +31,7 @@ from speco3.spectra._common import (
     wcs_axis,
 )
 from speco3.spectra._tables import column_names
-from speco3.spectra.model import SpectrumMeta
+from speco3.spectra.model import ERROR_SPECTRUM_NOTE, SpectrumMeta
 from speco3.spectra.registry import FileContents
 from speco3.spectra.source import FastHeader, Source, check_header_counts
 
@@ -130,7 +130,7 @@ def _read_image(src: Source) -> FileContents:
     if comp is not None:
         role, partner = comp
         if role == "error":
-            meta.note = f"error spectrum (its flux spectrum is {partner.name})"
+            meta.note = f"{ERROR_SPECTRUM_NOTE} (its flux spectrum is {partner.name})"
             meta.extra["role"] = "error"
         elif sigma is None:
             sigma = own_sigma = _partner_sigma(src, h, n, partner)

@@ -1,0 +1,114 @@
+"""A decision lands on the spectrum the vetter sees: Enter in a text field, the table's arrow keys, highlights.
+
+Driven with the keyboard exactly as the new-user trial found the faults (issue: Enter in the comment box also
+accepted the model's suggestion; Down in the table moved the highlight but not the spectrum; rows stayed
+highlighted after → / ←).
+"""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from speco3.vetting.records import ModelVerdict
+
+pytestmark = pytest.mark.gui
+
+
+def _suggest(w, verdict: str = "YES") -> None:
+    """Store a model verdict for the current spectrum (as a finished agent run would) and show it."""
+    key = w.vetting._current_key()
+    w.vetting.store.record_model_verdict(ModelVerdict(spectrum_key=key, task=w.vetting.task_id, verdict=verdict,
+                                                      outcome=verdict, model_id="test-model", quant="Q4_K_M"))
+    w.vetting.recordChanged.emit()
+    assert w.vetting.model_suggestion().verdict == verdict
+
+
+def test_enter_in_the_comment_box_saves_the_comment_and_nothing_else(qtbot, make_window, demo_archive,
+                                                                     open_and_wait, key):
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    store, task = w.vetting.store, w.vetting.task_id
+    for _ in range(2):  # the trial saw it twice in a row
+        first = w.vetting._current_key()
+        _suggest(w, "YES")
+        key(w, Qt.Key.Key_C)  # the comment key focuses the comment box
+        assert w.decision.comment.hasFocus()
+        qtbot.keyClicks(w.decision.comment, "Balmer emission, check He II")
+        qtbot.keyClick(w.decision.comment, Qt.Key.Key_Return)
+        assert w.vetting._current_key() == first  # still on the same spectrum
+        assert store.decision(first, task) is None  # the suggestion was NOT accepted
+        assert store.notes(first, task) == ([], "Balmer emission, check He II")
+        assert not w.decision.comment.hasFocus()  # back to the keys
+        key(w, Qt.Key.Key_Return)  # Enter outside the text field accepts, as the cheat sheet says
+        dec = store.decision(first, task)
+        assert dec.decision == "YES" and dec.comment == "Balmer emission, check He II"
+        assert w.vetting._current_key() != first  # and moves on (auto-advance)
+
+
+def test_enter_in_the_search_box_never_decides(qtbot, make_window, demo_archive, open_and_wait):
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    _suggest(w, "NO")
+    shown = w.vetting._current_key()
+    w.archive.text.setFocus()
+    qtbot.keyClicks(w.archive.text, "SPECO3DEMO")
+    qtbot.keyClick(w.archive.text, Qt.Key.Key_Return)
+    qtbot.keyClick(w.archive.text, Qt.Key.Key_Enter, Qt.KeyboardModifier.KeypadModifier)
+    assert w.vetting.store.decision(shown, w.vetting.task_id) is None
+
+
+def _highlighted_rows(w) -> list[int]:
+    return sorted({i.row() for i in w.archive.table.selectionModel().selectedIndexes()})
+
+
+def test_arrow_keys_in_the_table_load_the_row_and_decisions_go_to_it(qtbot, make_window, demo_archive,
+                                                                     open_and_wait, key):
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    table, model = w.archive.table, w.table_model
+    w.archive.text.setText("SPECO3DEMO")  # a search, as in the trial
+    w.archive.apply_filters()
+    qtbot.waitUntil(lambda: w.vetting.row == 0)
+    rect = table.visualRect(model.index(1, 0))
+    qtbot.mouseClick(table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())  # click row 2
+    assert w.vetting.row == 1
+    key(w, Qt.Key.Key_Down)
+    key(w, Qt.Key.Key_Down)
+    assert table.currentIndex().row() == 3
+    assert w.vetting.row == 3  # the viewer follows the highlight
+    shown = model.entry(3)
+    assert w.vetting.entry.key == shown.key
+    assert w.viewer.spectrum is w.vetting.spectrum
+    assert w.decision.position.text().startswith("Spectrum 4 of")
+    key(w, Qt.Key.Key_Y)
+    decisions = {d.spectrum_key: d.decision for d in w.vetting.store.decisions(w.vetting.task_id)}
+    assert decisions == {f"{shown.path}#{shown.index}": "YES"}  # on the row that was shown, nothing else
+    key(w, Qt.Key.Key_Up)
+    assert w.vetting.row == 3 and table.currentIndex().row() == 3  # Y advanced to row 4 (index 4); Up came back
+    key(w, Qt.Key.Key_End, Qt.KeyboardModifier.ControlModifier)
+    assert w.vetting.row == table.currentIndex().row() == model.loaded_rows() - 1
+
+
+def test_one_highlighted_row_after_next_and_previous(qtbot, make_window, demo_archive, open_and_wait, key):
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    told = []  # the view repaints rows from the selection model's signals (once blocked: stale highlights)
+    w.archive.table.selectionModel().selectionChanged.connect(lambda sel, desel: told.append(
+        ({i.row() for i in sel.indexes()}, {i.row() for i in desel.indexes()})))
+    for k, expect in ((Qt.Key.Key_Right, 1), (Qt.Key.Key_Right, 2), (Qt.Key.Key_Right, 3), (Qt.Key.Key_Left, 2)):
+        key(w, k)
+        assert w.vetting.row == expect
+        assert _highlighted_rows(w) == [expect]
+        assert w.archive.table.currentIndex().row() == expect
+        assert told.pop() == ({expect}, {expect - 1 if k == Qt.Key.Key_Right else expect + 1})
+
+
+def test_enter_without_a_model_verdict_decides_nothing(qtbot, make_window, demo_archive, open_and_wait, key):
+    """Enter with no model verdict says so and decides nothing."""
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    shown = w.vetting._current_key()
+    key(w, Qt.Key.Key_Return)
+    assert w.vetting.store.decision(shown, w.vetting.task_id) is None
+    assert "no model verdict" in w.statusBar().currentMessage()
