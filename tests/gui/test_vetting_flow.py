@@ -166,3 +166,27 @@ def test_prescreen_uses_the_vet_rule_prompt_version_and_changed_files(qtbot, mak
     assert w.agent.start_batch(entries, "cv", "test-model") == 20
     w.inference.cancel_batch()
     qtbot.waitUntil(lambda: not w.inference.batch_running(), timeout=60000)
+
+
+def test_a_state_filtered_table_follows_the_verdicts_of_a_running_batch(qtbot, make_window, demo_archive,
+                                                                        open_and_wait, key, engine_factory,
+                                                                        fake_models):
+    """The trial saw "model abstained" list 12 of 19 finished: the filter ran once, at the click."""
+    engine_factory.delay_s = 0.001
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    w.start_batch()
+    qtbot.waitUntil(lambda: w.batch_bar.value() >= 2, timeout=30000)
+    w.toggle_batch_pause()
+    w.archive.state.setCurrentText("model YES")
+    assert w.table_model.loaded_rows() < 20
+    key(w, Qt.Key.Key_Right)
+    shown = w.vetting.entry.key
+    w.toggle_batch_pause()
+    qtbot.waitUntil(lambda: w.batch_bar.value() == 20, timeout=60000)
+    qtbot.waitUntil(lambda: w.table_model.loaded_rows() == 20, timeout=5000)  # no click needed
+    assert w.vetting.entry.key == shown  # the vetter's spectrum stayed; its row is highlighted where it now is
+    assert w.table_model.entry(w.vetting.row).key == shown
+    assert w.archive.table.currentIndex().row() == w.vetting.row
+    key(w, Qt.Key.Key_Y)  # and the decision goes to it
+    assert w.vetting.store.decision(f"{w.table_model.entry(w.vetting.row - 1).path}#0", "cv") is not None

@@ -179,6 +179,11 @@ class ArchiveTableModel(QAbstractTableModel):
         if not self._rows and self.canFetchMore(QModelIndex()):
             self.fetchMore(QModelIndex())
 
+    def rows_follow_states(self) -> bool:
+        """True when which rows are shown, or their order, depends on verdicts and decisions (a state filter, a sort
+        by model or decision, a triage order): a new verdict then calls for `refresh`, not only a repaint."""
+        return self._src.filters.state != "any" or self._state_sort() or self.triage_order != "queue"
+
     def invalidate_states(self, keys: list[str] | None = None) -> None:
         """Forget cached verdict states (all, or of ``keys``) and repaint the state columns."""
         if keys is None:

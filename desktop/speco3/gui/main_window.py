@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
@@ -146,6 +146,10 @@ class MainWindow(QMainWindow):
         self.archive.rowActivated.connect(self.vetting.go_to)
         self.archive.filtersChanged.connect(lambda: self.vetting.go_to(0) if self.table_model.loaded_rows() else None)
         self.vetting.currentChanged.connect(self._on_current)
+        self.vetting.rowMoved.connect(self._show_position)
+        # verdicts arriving during a pre-screen re-query a state-filtered table at most every 0.4 s
+        self._requery = QTimer(self, singleShot=True, interval=400)
+        self._requery.timeout.connect(self.table_model.refresh)
         self.vetting.recordChanged.connect(self._on_record)
         self.vetting.message.connect(self.show_message)
         self.vetting.error.connect(self.show_message)
@@ -283,6 +287,9 @@ class MainWindow(QMainWindow):
                                  f"{entry.name}: {self.vetting.load_error or 'not readable'}")
         self.stack.setCurrentWidget(self.viewer)
         self.refresh_models()
+        self._show_position(row)
+
+    def _show_position(self, row: int) -> None:
         self.decision.show_position(row, self.table_model.total_hint(), self.vetting.decided_count(),
                                     "candidate list" if self.table_model.is_candidate_list else "table")
 
@@ -323,6 +330,8 @@ class MainWindow(QMainWindow):
 
     def _on_verdict(self, key: str) -> None:
         self.table_model.invalidate_states([key])
+        if self.table_model.rows_follow_states():  # e.g. "model abstained": the rows themselves change
+            self._requery.start()
         if self.vetting.entry is not None and self.vetting.entry.key == key:
             self._on_record()
 

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 PREFETCH_AHEAD = 3
 PREFETCH_BEHIND = 1
+FOLLOWERS = 256  # rows after the current one remembered across a re-query of the table
 
 
 def store_key(entry: IndexEntry) -> str:
@@ -54,6 +55,7 @@ class VettingController(QObject):
 
     leaving = Signal()
     currentChanged = Signal(int, object, object)
+    rowMoved = Signal(int)  # the current spectrum stayed, its row changed (the table was re-queried)
     recordChanged = Signal()
     message = Signal(str)
     error = Signal(str)
@@ -78,6 +80,9 @@ class VettingController(QObject):
         self._position_save.timeout.connect(self.save_position)
         model.state_fn = self.state_of
         model.confidence_fn = self.confidence_of
+        self._followers: list[str] = []  # keys after the current row before a re-query (`_follow_current`)
+        model.modelAboutToBeReset.connect(self._remember_followers)
+        model.modelReset.connect(self._follow_current)
 
     # -- store ---------------------------------------------------------------------------------------------------
     def open_store(self, path: Path) -> None:
@@ -175,6 +180,41 @@ class VettingController(QObject):
         self._position_save.start()  # the queue position is written once the vetter pauses, not per key press
         self._prefetch_around(row)
         return True
+
+    def _remember_followers(self) -> None:
+        first = self.row + 1
+        last = min(first + FOLLOWERS, self.model.loaded_rows())
+        self._followers = [e.key for e in (self.model.entry(r) for r in range(first, last)) if e is not None]
+
+    def _follow_current(self) -> None:
+        """After the table was re-queried (a verdict arrived under a state filter, a column sort): keep showing
+        the same spectrum, highlight its new row, and let → go on to what followed it. When the re-query dropped
+        it (e.g. "no model verdict" and the model just answered), nothing is highlighted and → goes to the first
+        of its old followers still listed."""
+        if self.entry is None:
+            return
+        limit = max(self.row + 1, 0) + FOLLOWERS
+        row = self.model.row_of(self.entry.key, fetch_limit=limit)
+        shown = row is not None
+        if row is None:
+            loaded = {self.model.entry(r).key: r for r in range(self.model.loaded_rows())}
+            after = next((loaded[k] for k in self._followers if k in loaded), None)
+            row = (after if after is not None else self.model.loaded_rows()) - 1
+        self.row = row
+        sel = self.table.selectionModel()
+        if sel is not None:
+            self._moving_table = True
+            try:
+                if shown:
+                    idx = self.model.index(row, 0)
+                    sel.setCurrentIndex(idx, QItemSelectionModel.SelectionFlag.ClearAndSelect
+                                        | QItemSelectionModel.SelectionFlag.Rows)
+                    self.table.scrollTo(idx)
+                else:
+                    sel.clear()
+            finally:
+                self._moving_table = False
+        self.rowMoved.emit(row)
 
     def _prefetch_around(self, row: int) -> None:
         if row + PREFETCH_AHEAD >= self.model.loaded_rows() and self.model.canFetchMore():
