@@ -105,7 +105,7 @@ def test_scripted_demo_session_is_labelled_everywhere(qtbot, make_window, demo_a
     mv = w.vetting.model_suggestion()
     assert mv.model_id == SCRIPTED_LABEL and mv.verdict == "YES"  # demo spectrum 1 is a CV
     assert "scripted demo — not a model" in w.decision.suggestion.text()
-    assert w.table_model.data(w.table_model.index(0, COL["model"])) == "YES (scripted demo)"
+    assert w.table_model.data(w.table_model.index(0, COL["model"])) == "YES (demo)"
 
 
 def test_scripted_demo_refuses_non_demo_spectra(qtbot, make_window, spectra_dir, open_and_wait):
@@ -122,7 +122,7 @@ def test_stored_trace_is_replayed_on_revisit(qtbot, make_window, demo_archive, o
     _run_and_wait(qtbot, w)
     key(w, Qt.Key.Key_Right)
     assert w.agent_panel.zooms.count() == 0
-    assert "No model run" in w.agent_panel.transcript.toPlainText()
+    assert "No model run" in w.agent_panel.hint.text() and w.agent_panel.compact  # folded: nothing to show
     key(w, Qt.Key.Key_Left)
-    assert w.agent_panel.zooms.count() == 1
+    assert not w.agent_panel.compact and w.agent_panel.zooms.count() == 1
     assert "stored run" in w.agent_panel.transcript.toPlainText()

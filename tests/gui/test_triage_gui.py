@@ -71,6 +71,7 @@ def test_rollouts_confidence_column_and_triage(qtbot, make_window, demo_archive,
 
     # the bar: green for p_yes 1, nothing drawn over the background for p_yes 0
     table = w.archive.table
+    table.scrollTo(m.index(0, COL["confidence"]))  # the column in view, whatever the window's width
     image = table.viewport().grab().toImage()
     ps = _column(w, P_YES_ROLE)
     for p_want, check in ((1.0, lambda c: c.green() > c.red() + 40), (0.0, lambda c: abs(c.green() - c.red()) < 40)):

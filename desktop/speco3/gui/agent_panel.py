@@ -17,11 +17,13 @@ from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QIcon, QImage, QPixmap, QTextCursor
 from PySide6.QtWidgets import (
     QComboBox,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QListWidget,
     QListWidgetItem,
     QPushButton,
+    QScrollArea,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
@@ -55,6 +57,7 @@ class AgentPanel(QWidget):
     cancelRequested = Signal()
     zoomRequested = Signal(float, float, str)
     taskChanged = Signal(str)
+    compactChanged = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -68,14 +71,15 @@ class AgentPanel(QWidget):
         self.transcript = QTextBrowser(objectName="transcript", openLinks=False)
         self.zooms = QListWidget(objectName="zoomStrip")
         self.zooms.setViewMode(QListWidget.ViewMode.IconMode)
+        # the zoom strip is a column beside the transcript: on a 768-pixel-high screen a row under it took the
+        # height the plot needs
         self.zooms.setIconSize(QSize(140, 78))
-        self.zooms.setFlow(QListWidget.Flow.LeftToRight)
+        self.zooms.setFlow(QListWidget.Flow.TopToBottom)
         self.zooms.setWrapping(False)
-        self.zooms.setFixedHeight(122)
+        self.zooms.setFixedWidth(172)
         self.transcript.setMinimumHeight(110)
         self.zooms.setMovement(QListWidget.Movement.Static)
         self.verdict = QLabel("", objectName="verdictLabel", wordWrap=True, textFormat=Qt.TextFormat.RichText)
-        self.verdict.setMinimumHeight(40)
 
         row = QHBoxLayout()
         row.addWidget(QLabel("Task"))
@@ -90,10 +94,28 @@ class AgentPanel(QWidget):
         layout.addLayout(row)
         layout.addLayout(buttons)
         layout.addWidget(self.notice)
-        layout.addWidget(self.transcript, 1)
-        layout.addWidget(QLabel("Zooms (click to show on the plot)"))
-        layout.addWidget(self.zooms)
-        layout.addWidget(self.verdict)
+        self.zooms_label = QLabel("Zooms (click: on the plot)")
+        zoom_column = QVBoxLayout()
+        zoom_column.addWidget(self.zooms_label)
+        zoom_column.addWidget(self.zooms, 1)
+        body = QHBoxLayout()
+        body.addWidget(self.transcript, 1)
+        body.addLayout(zoom_column)
+        layout.addLayout(body, 1)
+        # the verdict's evidence and answer can run to several lines: they scroll in a bounded box rather than
+        # pushing the panel past the room a laptop screen has (its text then ran over the transcript)
+        self.verdict_box = QScrollArea(objectName="verdictBox", widgetResizable=True)
+        self.verdict_box.setWidget(self.verdict)
+        self.verdict_box.setFrameShape(QFrame.Shape.NoFrame)
+        self.verdict_box.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.verdict_box.setMinimumHeight(48)
+        self.verdict_box.setMaximumHeight(104)
+        layout.addWidget(self.verdict_box)
+        self.hint = QLabel("", objectName="agentHint", wordWrap=True)
+        self.hint.setStyleSheet("color: #666")
+        layout.addWidget(self.hint)
+        self.hint.setVisible(False)
+        self.compact = False
 
         self.run_button.clicked.connect(self._request_run)
         self.cancel_button.clicked.connect(self.cancelRequested)
@@ -137,7 +159,8 @@ class AgentPanel(QWidget):
         self.notice.setText("" if models else NO_MODEL_HELP + (
             f" The demo archive offers a <b>{SCRIPTED_LABEL}</b> session to show the workflow."
             if scripted_available else ""))
-        self.notice.setVisible(not models)
+        self.notice.setVisible(not models and self.compact)
+        self._fit_height()
         self.run_button.setEnabled(has_any and self._job is None)
 
     def model_id(self) -> str:
@@ -152,6 +175,23 @@ class AgentPanel(QWidget):
         if self.model_id() and not self.running:
             self.runRequested.emit(self.task_id(), self.model_id())
 
+    def set_compact(self, compact: bool) -> None:
+        """Without a run to show, the transcript, zoom strip and verdict boxes fold away (the plot gets their
+        room on a laptop screen); a run or a stored trace unfolds them. Emits `compactChanged` on a change."""
+        if compact == self.compact:
+            return
+        self.compact = compact
+        for w in (self.transcript, self.zooms_label, self.zooms, self.verdict_box):
+            w.setVisible(not compact)
+        self.hint.setVisible(compact)
+        self.notice.setVisible(compact and bool(self.notice.text()))  # "no model installed": said while idle
+        self._fit_height()
+        self.compactChanged.emit(compact)
+
+    def _fit_height(self) -> None:
+        """Folded, the panel is no higher than its controls and notes need; unfolded, as high as it is given."""
+        self.setMaximumHeight(self.sizeHint().height() if self.compact else 16777215)
+
     def clear(self) -> None:
         self.transcript.clear()
         self.zooms.clear()
@@ -160,6 +200,7 @@ class AgentPanel(QWidget):
 
     def begin(self, job_id: int, title: str, scripted: bool) -> None:
         self.clear()
+        self.set_compact(False)
         self._job, self._t0, self._info, self._eta = job_id, time.perf_counter(), {}, None
         self._done_tokens, self._live_chars = 0, 0
         banner = (f"<p style='background:#fff3cd;color:#7a5200'><b>⚠ {SCRIPTED_LABEL}.</b> Canned text and the demo "
@@ -267,6 +308,7 @@ class AgentPanel(QWidget):
         if self.running:
             return
         self.clear()
+        self.set_compact(False)
         model = trace.model
         scripted = bool(model.get("scripted"))
         self._info = {"scripted": scripted, "model": model.get("model_id", "?")}
@@ -295,8 +337,8 @@ class AgentPanel(QWidget):
         if self.running:
             return
         self.clear()
-        if text:
-            self.transcript.setHtml(f"<p style='color:#666'>{html.escape(text)}</p>")
+        self.hint.setText(text)
+        self.set_compact(True)
 
     def finish(self, job_id: int, message: str = "") -> None:
         if job_id != self._job:

@@ -155,13 +155,16 @@ class ArchivePanel(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
-        self.table.setColumnWidth(0, 300)
+        self.table.setColumnWidth(0, 230)  # name, model and p(YES) visible in a laptop-sized panel (elided in the middle)
         # long survey file names differ at their end (LAMOST MRS: …_sp01-015.fits#14): keep the end visible
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.setWordWrap(False)  # wrapped at its hyphens, a name showed only its first piece in a row's height
+        fm = self.table.fontMetrics()
+        widest = {"model": "YES (demo)", "confidence": "abstained", "decision": "UNSURE"}  # never elided
         for name, width in (("model", 60), ("confidence", 64), ("decision", 62), ("survey", 62), ("cls", 60),
                             ("subclass", 60), ("redshift", 70), ("snr", 50)):
-            self.table.setColumnWidth(COL[name], width)
+            text = widest.get(name)
+            self.table.setColumnWidth(COL[name], max(width, fm.horizontalAdvance(text) + 14) if text else width)
         self.confidence_delegate = ConfidenceDelegate(self.table)
         self.table.setItemDelegateForColumn(COL["confidence"], self.confidence_delegate)
         self.table.setAlternatingRowColors(True)

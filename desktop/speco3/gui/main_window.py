@@ -10,10 +10,12 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
+    QFrame,
     QHBoxLayout,
     QMainWindow,
     QMessageBox,
     QPushButton,
+    QScrollArea,
     QSplitter,
     QStackedWidget,
     QVBoxLayout,
@@ -81,16 +83,28 @@ class MainWindow(QMainWindow):
         self.stack = QStackedWidget()
         self.stack.addWidget(self._start_page())
         self.stack.addWidget(self.viewer)
-        centre = QSplitter(Qt.Orientation.Vertical)
-        centre.addWidget(self.stack)
-        centre.addWidget(self.agent_panel)
-        centre.setSizes([440, 510])
-        main = QSplitter(Qt.Orientation.Horizontal)
-        main.addWidget(self.archive)
-        main.addWidget(centre)
-        main.addWidget(self.decision)
-        main.setSizes([560, 800, 300])
-        self.setCentralWidget(main)
+        # Laid out for a 1366×768 laptop first: the plot takes the room, the agent panel folds to its controls
+        # while it has no run to show, the decision panel scrolls rather than being cut off at the right edge.
+        self.centre = QSplitter(Qt.Orientation.Vertical, objectName="centreSplitter")
+        self.centre.addWidget(self.stack)
+        self.centre.addWidget(self.agent_panel)
+        self.centre.setStretchFactor(0, 1)
+        self.centre.setStretchFactor(1, 0)
+        self.centre.setCollapsible(0, False)
+        self.centre.setCollapsible(1, False)
+        decision_scroll = QScrollArea(objectName="decisionScroll", widgetResizable=True)
+        decision_scroll.setWidget(self.decision)
+        decision_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        decision_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        decision_scroll.setMinimumWidth(self.decision.minimumSizeHint().width() + 16)
+        self.main_splitter = QSplitter(Qt.Orientation.Horizontal, objectName="mainSplitter")
+        self.main_splitter.addWidget(self.archive)
+        self.main_splitter.addWidget(self.centre)
+        self.main_splitter.addWidget(decision_scroll)
+        for i, stretch in enumerate((0, 1, 0)):
+            self.main_splitter.setStretchFactor(i, stretch)
+            self.main_splitter.setCollapsible(i, False)
+        self.setCentralWidget(self.main_splitter)
         self._build_status_bar()
         build_menus(self)
         self._connect()
@@ -106,12 +120,33 @@ class MainWindow(QMainWindow):
             self.show_message(f"task file skipped: {err}")
         if self.keymap.problems:
             self.show_message(f"keymap in {AppSettings.path()}: " + "; ".join(self.keymap.problems))
-        self.resize(1600, 950)
+        self._fit_to_screen()
+        self.agent_panel.compactChanged.connect(self._agent_folded)
+        self.agent_panel.set_compact(True)
         # Deleted by Qt on the GUI thread once closed (after closeEvent joined the workers), never by Python's
         # cyclic garbage collector, which may run on any thread that allocates.
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
 
     # -- construction --------------------------------------------------------------------------------------------
+    def _fit_to_screen(self) -> None:
+        """1600×950 where the screen has room, else the screen's available area; the columns in proportion."""
+        screen = self.screen().availableGeometry() if self.screen() is not None else None
+        width = min(1600, screen.width()) if screen is not None else 1600
+        height = min(950, screen.height()) if screen is not None else 950
+        self.resize(width, height)
+        side = self.main_splitter.widget(2).minimumWidth()
+        archive = max(300, int(0.3 * width))
+        self.main_splitter.setSizes([archive, max(400, width - archive - side), side])
+
+    def _agent_folded(self, compact: bool) -> None:
+        """The agent panel folded (no run shown): the plot takes its room; unfolded: the run gets 45 %."""
+        total = sum(self.centre.sizes()) or self.height()
+        if compact:
+            self.centre.setSizes([total, 0])
+        else:
+            agent = min(max(self.agent_panel.minimumSizeHint().height(), int(0.45 * total)), int(0.7 * total))
+            self.centre.setSizes([total - agent, agent])
+
     def _start_page(self) -> QWidget:
         page = QWidget(objectName="startPage")
         layout = QVBoxLayout(page)

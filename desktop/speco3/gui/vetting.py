@@ -123,7 +123,7 @@ class VettingController(QObject):
         dec = self.store.decision(key, self.task_id)
         verdict = mv.verdict if mv else None
         if verdict and mv.model_id == SCRIPTED_LABEL:  # never shown (or filtered) as a model's verdict
-            verdict = f"{verdict} (scripted demo)"
+            verdict = f"{verdict} (demo)"  # the scripted demo: its answers are the catalogue's, not a model's
         return verdict, (dec.decision if dec else None)
 
     def confidence_of(self, entry: Any):
