@@ -102,6 +102,14 @@ def real_pair(tiny_gguf) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
+def exported(real_pair) -> dict:
+    """The tokenizer fields of the converted text GGUF (read once: gguf's reader takes seconds on 150k strings)."""
+    reader = gguf.GGUFReader(real_pair[0])
+    names = ("tokens", "token_type", "merges", "pre", "model", "eos_token_id", "padding_token_id", "add_bos_token")
+    return {name: reader.get_field(f"tokenizer.ggml.{name}").contents() for name in names}
+
+
+@pytest.fixture(scope="module")
 def engine(real_pair):
     eng = LlamaMtmdEngine(*real_pair, EngineSettings(n_ctx=4096, n_threads=2, n_gpu_layers=0, mmproj_on_gpu=False),
                           warmup=False)
@@ -129,20 +137,16 @@ def test_the_package_holds_qwen25vl_vocabulary_and_the_qwen3_tokens_are_dropped(
     assert hf_tokenizer.get_vocab_size(with_added_tokens=True) == qwenvocab.N_BPE + N_ADDED
 
 
-def test_the_pre_tokenizer_is_the_one_llama_cpp_calls_qwen2(hf_tokenizer, real_pair):
+def test_the_pre_tokenizer_is_the_one_llama_cpp_calls_qwen2(hf_tokenizer, exported):
     """llama.cpp's converter would detect ``qwen2`` from this vocabulary; ours declares it (docs/design.md §7)."""
     chkhsh = hashlib.sha256(str(hf_ids(hf_tokenizer, CHKTXT)).encode()).hexdigest()
     assert chkhsh == QWEN2_CHKHSH
-    reader = gguf.GGUFReader(real_pair[0])
-    assert reader.get_field("tokenizer.ggml.pre").contents() == "qwen2"
-    assert reader.get_field("tokenizer.ggml.model").contents() == "gpt2"
+    assert (exported["pre"], exported["model"]) == ("qwen2", "gpt2")
 
 
-def test_the_converter_exports_the_real_vocabulary(real_pair):
+def test_the_converter_exports_the_real_vocabulary(exported):
     doc, added = qwenvocab.build_qwen25_tokenizer_json()
-    reader = gguf.GGUFReader(real_pair[0])
-    tokens = reader.get_field("tokenizer.ggml.tokens").contents()
-    types = reader.get_field("tokenizer.ggml.token_type").contents()
+    tokens, types = exported["tokens"], exported["token_type"]
     assert len(tokens) == len(types) == qwenvocab.VOCAB_SIZE
     by_id = {i: t for t, i in doc["model"]["vocab"].items()}
     assert tokens[: qwenvocab.N_BPE] == [by_id[i] for i in range(qwenvocab.N_BPE)]
@@ -153,11 +157,10 @@ def test_the_converter_exports_the_real_vocabulary(real_pair):
         assert types[i] == want, text
     first_pad = qwenvocab.N_BPE + N_ADDED
     assert tokens[first_pad] == f"[PAD{first_pad}]" and set(types[first_pad:]) == {gguf.TokenType.UNUSED}
-    merges = reader.get_field("tokenizer.ggml.merges").contents()
-    assert merges == [" ".join(m) for m in doc["model"]["merges"]]
-    assert reader.get_field("tokenizer.ggml.eos_token_id").contents() == added["<|im_end|>"]
-    assert reader.get_field("tokenizer.ggml.padding_token_id").contents() == added["<|endoftext|>"]
-    assert reader.get_field("tokenizer.ggml.add_bos_token").contents() is False
+    assert exported["merges"] == [" ".join(m) for m in doc["model"]["merges"]]
+    assert exported["eos_token_id"] == added["<|im_end|>"]
+    assert exported["padding_token_id"] == added["<|endoftext|>"]
+    assert exported["add_bos_token"] is False
 
 
 def _task_strings(tmp_path: Path) -> dict[str, str]:
