@@ -2,8 +2,10 @@
 
 Generates a random bf16 Qwen2.5-VL checkpoint of about 1.4 B parameters (Qwen2-1.5B-shaped text model:
 hidden 1536, intermediate 8960, 16 layers, vocab 151936, untied; an 8-block vision tower of the real
-width 1280/3420) in 1 GiB shards, written fast from random bytes. It then converts it (BF16 text + F16
-projector) in a child process and reports
+width 1280/3420) in 1 GiB shards, written fast from random bytes. A shape with the real vocabulary size (1.5b,
+7b) carries Qwen2.5-VL's real tokenizer (`speco3_testkit.qwenvocab`, a test dependency), so the GGUFs made from
+it count prompt tokens as the real model does; ``--quick`` keeps the tiny trained one. It then converts it
+(BF16 text + F16 projector) in a child process and reports
 
 * the child's peak RSS (``getrusage(RUSAGE_CHILDREN).ru_maxrss``; goal ≤ 1.5 GiB, independent of model
   size — the same figure for the tiny test model is printed beside it) and its peak anonymous memory
@@ -47,8 +49,8 @@ import numpy as np
 
 from speco3_converters.hfconfig import load_config
 from speco3_converters.qwen25vl import expected_shapes
-from speco3_testkit.tinybpe import build_tokenizer_json
-from speco3_testkit.tinymodel import make_tiny_qwen25vl, model_config, write_side_files
+from speco3_testkit import qwenvocab
+from speco3_testkit.tinymodel import VOCABS, make_tiny_qwen25vl, model_config, write_side_files
 
 SHARD_BYTES = 1 << 30
 CHUNK = 1 << 24  # elements per random chunk
@@ -72,12 +74,22 @@ def _random_bf16(rng: np.random.Generator, n: int) -> np.ndarray:
     return (r & np.uint16(0x807F)) | np.uint16(0x3B80 + ((r[0] & 1) << 7))
 
 
+def checkpoint_vocab(n_rows: int) -> str:
+    """The tokenizer of a checkpoint with ``n_rows`` embedding rows: Qwen2.5-VL's real one when it fits."""
+    return "qwen25" if n_rows >= qwenvocab.N_TOKENS else "tiny"
+
+
 def write_checkpoint(folder: Path, layers: int, seed: int = 0, shape: str = "1.5b",
-                     shard_bytes: int = SHARD_BYTES) -> tuple[int, int]:
-    """Write the random checkpoint; returns (bytes of tensor data, parameter count)."""
-    tok, added = build_tokenizer_json()
+                     shard_bytes: int = SHARD_BYTES, text_overrides: dict | None = None) -> tuple[int, int]:
+    """Write the random checkpoint; returns (bytes of tensor data, parameter count).
+
+    ``text_overrides`` replaces text dimensions of ``shape`` (e.g. ``{"vocab": 152064}``: a reduced shape with
+    the real vocabulary). The tokenizer follows the vocabulary size (`checkpoint_vocab`).
+    """
     text_dims, vision_dims = SHAPES[shape]
-    cfg = model_config(added, text_dims={**text_dims, "layers": layers}, vision_dims=vision_dims)
+    text_dims = {**text_dims, **(text_overrides or {}), "layers": layers}
+    tok, added = VOCABS[checkpoint_vocab(text_dims["vocab"])][0]()
+    cfg = model_config(added, text_dims=text_dims, vision_dims=vision_dims)
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     write_side_files(folder, tok, added)

@@ -141,16 +141,17 @@ def tiny_cache_dir(request, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_gguf(tiny_cache_dir):
-    """``tiny_gguf(quant="Q8_0") -> (text_gguf, mmproj_gguf)``: the shared tiny pair at ``quant``.
+    """``tiny_gguf(quant="Q8_0", vocab="tiny") -> (text_gguf, mmproj_gguf)``: the shared tiny pair at ``quant``.
 
-    ``quant`` is one of ``F32``, ``F16``, ``Q8_0``, ``Q4_K_M`` (the quantized ones need llama-cpp-python).
+    ``quant`` is one of ``F32``, ``F16``, ``Q8_0``, ``Q4_K_M`` (the quantized ones need llama-cpp-python);
+    ``vocab="qwen25"``: the tiny model with Qwen2.5-VL's real vocabulary (`speco3_testkit.qwenvocab`).
     Every returned pair passed `speco3_models.gguf_check.check_pair`.
     """
     from speco3_testkit.tinymodel import tiny_gguf_pair
 
     cache = tiny_cache_dir
 
-    def get(quant: str = "Q8_0") -> tuple[Path, Path]:
-        return tiny_gguf_pair(cache, quant)
+    def get(quant: str = "Q8_0", vocab: str = "tiny") -> tuple[Path, Path]:
+        return tiny_gguf_pair(cache, quant, vocab)
 
     return get

@@ -61,3 +61,36 @@ def test_benchmark_runs_quick_and_prints_its_keys(script, tiny_cache_dir, tmp_pa
     report = json.loads(proc.stdout)
     missing = [k for k in declared(script, "JSON_KEYS") if k not in report]
     assert not missing, f"{script.name} --quick printed no {missing}"
+
+
+_REAL_VOCAB = """
+import json, sys
+from pathlib import Path
+from bench_convert import SHAPES, checkpoint_vocab, write_checkpoint
+from speco3_converters.hfconfig import load_config
+from speco3_converters.tokenizer import load_vocab
+folder = Path(sys.argv[1])
+rows = SHAPES["7b"][0]["vocab"]
+write_checkpoint(folder, 1, shape="quick", shard_bytes=64 << 20, text_overrides={"vocab": rows})
+cfg = load_config(folder)
+vocab = load_vocab(folder, cfg.text.vocab_size)
+print(json.dumps({"shapes": {s: checkpoint_vocab(SHAPES[s][0]["vocab"]) for s in SHAPES},
+                  "vocab_size": cfg.text.vocab_size, "n_tokens": len(vocab.tokens), "n_normal": vocab.n_normal,
+                  "added": vocab.added, "tokenizer": json.loads((folder / "tokenizer.json").read_text())}))
+"""
+
+
+def test_the_real_shaped_benchmark_checkpoints_carry_the_real_vocabulary(tmp_path):
+    """``bench_convert``'s 1.5b and 7b checkpoints (``bench_fit --shape`` converts them) have Qwen2.5-VL's tokenizer,
+    so their prompt token counts and prefill times are the real model's; checked on a reduced shape (the quick
+    dimensions with the 7B's 152,064 embedding rows), read back with the converter's vocabulary loader."""
+    from speco3_testkit import qwenvocab
+
+    proc = subprocess.run([sys.executable, "-c", _REAL_VOCAB, str(tmp_path / "hf")], capture_output=True, text=True,
+                          timeout=300, cwd=REPO / "benchmarks")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["shapes"] == {"1.5b": "qwen25", "7b": "qwen25", "quick": "tiny"}
+    assert got["vocab_size"] == got["n_tokens"] == 152064 and got["n_normal"] == qwenvocab.N_BPE
+    doc, added = qwenvocab.build_qwen25_tokenizer_json()
+    assert got["added"] == added and got["tokenizer"] == doc

