@@ -112,3 +112,29 @@ def test_enter_without_a_model_verdict_decides_nothing(qtbot, make_window, demo_
     key(w, Qt.Key.Key_Return)
     assert w.vetting.store.decision(shown, w.vetting.task_id) is None
     assert "no model verdict" in w.statusBar().currentMessage()
+
+
+def test_the_first_decision_asks_who_is_vetting(qtbot, make_window, demo_archive, open_and_wait, key, monkeypatch):
+    """No decision is stored as "unknown": without a name in the settings the app asks once (login name offered)."""
+    from PySide6.QtWidgets import QApplication, QInputDialog
+
+    asked = []
+
+    def answer(parent, title, label, text=""):
+        asked.append(text)
+        return "A. Observer", True
+
+    monkeypatch.setattr(QInputDialog, "getText", answer)
+    w = make_window()
+    w.settings.vetter = ""
+    open_and_wait(w, demo_archive)
+    QApplication.instance().setProperty("speco3_no_dialogs", False)
+    try:
+        first = w.vetting._current_key()
+        key(w, Qt.Key.Key_Y)
+        key(w, Qt.Key.Key_N)
+    finally:
+        QApplication.instance().setProperty("speco3_no_dialogs", True)
+    assert len(asked) == 1 and asked[0] and asked[0] != "unknown"  # asked once, the login name offered
+    assert w.vetting.store.decision(first, "cv").vetter == "A. Observer"
+    assert w.settings.vetter == "A. Observer"

@@ -45,6 +45,13 @@ NO_MODEL_HELP = (
 _VERDICT_STYLE = {"YES": "color:#1d7f36", "NO": "color:#b32d2d"}
 
 
+def _accept_hint(verdict: str | None) -> str:
+    """The line under a verdict: Enter accepts a suggestion; without one there is nothing to accept."""
+    if verdict:
+        return "<br><small>Suggestion only — press Enter to accept it, or decide yourself.</small>"
+    return "<br><small>No suggestion to accept: decide yourself (Y / N / U).</small>"
+
+
 class AgentPanel(QWidget):
     """See module doc.
 
@@ -281,8 +288,7 @@ class AgentPanel(QWidget):
         evidence = "; ".join(f"{lab} {lo:g}–{hi:g} Å" for lo, hi, lab in self._zoom_windows) or "no zooms"
         answer = html.escape(step.answer.strip())[:600] if step.answer else ""
         self.verdict.setText(f"{head} — {html.escape(who)}<br><small>Evidence: {html.escape(evidence)}</small>"
-                             + (f"<br><small>{answer}</small>" if answer else "")
-                             + "<br><small>Suggestion only — press Enter to accept it, or decide yourself.</small>")
+                             + (f"<br><small>{answer}</small>" if answer else "") + _accept_hint(step.verdict))
 
     def show_confidence(self, conf, who: str) -> None:
         """The fold of K rollouts (`speco3.agent.confidence.Confidence`) in place of a single verdict."""
@@ -301,7 +307,7 @@ class AgentPanel(QWidget):
                 if conf.abstained else "")
         self.verdict.setText(f"{head} — {html.escape(str(who))}<br><small>{html.escape(votes)}</small>{warn}"
                              "<br><small>The transcript shows one rollout; all are stored and side by side in the "
-                             "HTML report. Suggestion only — press Enter to accept it, or decide yourself.</small>")
+                             "HTML report.</small>" + _accept_hint(conf.verdict))
 
     def show_trace(self, trace: Trace, heading: str) -> None:
         """Replay a stored trace (after a batch run or on revisit): transcript, clickable zooms, verdict."""

@@ -27,12 +27,11 @@ from PySide6.QtWidgets import (
 )
 
 from speco3.gui.keymap import FLAG_ACTIONS, Keymap
+from speco3.vetting.records import FLAG_LABELS
 
 log = logging.getLogger(__name__)
 
 DECISIONS = ("YES", "NO", "UNSURE")
-FLAG_TEXT = {"bad_spectrum": "Bad spectrum", "bad_redshift": "Wrong redshift", "bad_class": "Wrong class",
-             "interesting": "Interesting"}
 NOTES_PAUSE_MS = 700  # a comment being typed is saved after this pause (and on leaving the spectrum)
 _STYLE = {"YES": "background:#d4edda", "NO": "background:#f8d7da", "UNSURE": "background:#fff3cd"}
 
@@ -72,7 +71,7 @@ class DecisionPanel(QWidget):
         grid = QGridLayout(flags_box)
         self.flag_boxes: dict[str, QCheckBox] = {}
         for i, (action, flag) in enumerate(FLAG_ACTIONS.items()):
-            cb = QCheckBox(f"{FLAG_TEXT[flag]} ({self._key(action)})", objectName=f"flag_{flag}")
+            cb = QCheckBox(f"{FLAG_LABELS[flag]} ({self._key(action)})", objectName=f"flag_{flag}")
             cb.toggled.connect(self._flags_toggled)
             self.flag_boxes[flag] = cb
             grid.addWidget(cb, i // 2, i % 2)

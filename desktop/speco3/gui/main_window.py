@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
     QHBoxLayout,
+    QInputDialog,
     QMainWindow,
     QMessageBox,
     QPushButton,
@@ -383,7 +384,22 @@ class MainWindow(QMainWindow):
 
     # -- decisions -----------------------------------------------------------------------------------------------
     def decide(self, decision: str) -> None:
-        self.vetting.decide(decision, self.decision.flags(), self.decision.comment.text())
+        if self._ensure_vetter():
+            self.vetting.decide(decision, self.decision.flags(), self.decision.comment.text())
+
+    def _ensure_vetter(self) -> bool:
+        """Before the first decision without a vetter name in the settings: ask for it (the login name offered),
+        so that no decision is stored as "unknown"; kept in the settings."""
+        if self.settings.vetter.strip() or QApplication.instance().property("speco3_no_dialogs"):
+            return True
+        name, ok = QInputDialog.getText(self, "Who is vetting?", "Your name, stored with every decision "
+                                        "(Settings → Settings… changes it):", text=self.settings.vetter_name())
+        if not ok or not name.strip():
+            self.show_message("decision not saved: a vetter name is needed (Settings → Settings…)")
+            return False
+        self.settings.vetter = name.strip()
+        self._save_settings()
+        return True
 
     def accept_model(self) -> None:
         mv = self.vetting.model_suggestion()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import getpass
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -188,7 +189,7 @@ class AppSettings:
         """The vetter's name, falling back to the login name."""
         if self.vetter.strip():
             return self.vetter.strip()
-        try:
-            return os.getlogin()
-        except OSError:
-            return os.environ.get("USER") or os.environ.get("USERNAME") or "unknown"
+        try:  # LOGNAME, USER, LNAME, USERNAME, then the password database (os.getlogin needs a terminal)
+            return getpass.getuser()
+        except (OSError, KeyError):
+            return "unknown"

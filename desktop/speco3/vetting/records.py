@@ -12,7 +12,17 @@ from speco3.agent.confidence import Confidence
 DECISIONS = ("YES", "NO", "UNSURE")
 VERDICTS = ("YES", "NO")
 #: Quality flags offered by the GUI (free-form flags are accepted too).
-STANDARD_FLAGS = ("low_snr", "bad_sky", "bad_calibration", "wrong_redshift", "artifact", "blend", "interesting")
+#: The issue flags a vetter ticks in the app (and ``spec-o3 decide --flag``), with the words reports show for them.
+#: A store may hold other flag codes (older versions, hand-made stores): reports show those as written.
+FLAG_LABELS: dict[str, str] = {"bad_spectrum": "Bad spectrum", "bad_redshift": "Wrong redshift",
+                               "bad_class": "Wrong class", "interesting": "Interesting"}
+STANDARD_FLAGS = tuple(FLAG_LABELS)
+
+
+def flag_words(flags: str | list[str] | None) -> str:
+    """Flags as a vetter reads them ("Wrong class, Interesting"), from a list or the exports' comma-joined codes."""
+    codes = [f.strip() for f in (flags.split(",") if isinstance(flags, str) else flags or []) if f.strip()]
+    return ", ".join(FLAG_LABELS.get(code, code) for code in codes)
 
 
 def now_iso() -> str:

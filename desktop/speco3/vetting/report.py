@@ -25,7 +25,7 @@ from speco3.agent.steps import AssistantStep, PromptStep, ToolStep
 from speco3.agent.trace import Trace, TraceError
 from speco3.errors import StoreError
 from speco3.vetting.export import export_rows, write_atomic
-from speco3.vetting.records import now_iso
+from speco3.vetting.records import flag_words, now_iso
 from speco3.vetting.store import VettingStore
 
 logger = logging.getLogger(__name__)
@@ -178,11 +178,24 @@ def _entry(row: dict[str, Any], images: _Images, store: VettingStore) -> ReportE
     return entry
 
 
+def default_title(store: VettingStore, rows: list[dict[str, Any]]) -> str:
+    """"Spec-o3 vetting report — <archive folder>" from the spectra's common folder (the app names its stores by
+    a hash of the archive path, which says nothing to a reader); the store's file name when the rows share none."""
+    folders = {os.path.dirname(str(r["spectrum_key"]).rsplit("#", 1)[0]) for r in rows if r.get("spectrum_key")}
+    try:
+        common = os.path.commonpath(sorted(folders)) if folders else ""
+    except ValueError:  # paths on different drives (Windows) or mixed absolute and relative
+        common = ""
+    name = Path(common).name if common and common != os.sep else store.path.name
+    return f"Spec-o3 vetting report — {name}"
+
+
 def _template() -> jinja2.Template:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("speco3.vetting", "templates"),
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
     )
+    env.filters["flag_words"] = flag_words
     return env.get_template("report.html.jinja")
 
 
@@ -213,7 +226,7 @@ def write_report(
     entries = [_entry(r, images, store) for r in rows]
     summary = store.summary()
     html = _template().render(
-        title=title or f"Spec-o3 vetting report — {store.path.name}",
+        title=title or default_title(store, rows),
         generated=now_iso()[:19].replace("T", " ") + " UTC", version=__version__, store=str(store.path),
         summary=summary["tasks"], entries=entries,
     )
