@@ -246,9 +246,18 @@ class SampLink:
         self.files.cleanup()
 
     # -- peers -------------------------------------------------------------------------------------------------
+    def _subscribers(self, client: Any, mtype: str) -> set[str]:
+        """Ids of the clients subscribed to ``mtype``, as the hub says (``getSubscribedClients``): the hub applies
+        the SAMP standard's wildcard rules (``*``, ``table.*``, ``table.load.*``), so no pattern is matched here."""
+        subs = client.get_subscribed_clients(mtype)
+        if not isinstance(subs, dict):
+            raise SampError(f"the SAMP hub answered getSubscribedClients({mtype}) with {str(subs)[:60]!r}")
+        return {str(cid) for cid in subs}
+
     def _refresh_peers(self) -> None:
         client = self._require()
         skip = {client.get_public_id(), getattr(client.client, "_hub_id", None) or "hub"}  # self and the hub
+        takes = {mtype: self._subscribers(client, mtype) for mtype in msg.SENT}
         peers = []
         for cid in client.get_registered_clients():
             if cid in skip:
@@ -257,7 +266,8 @@ class SampLink:
             subs = client.get_subscriptions(cid)
             name = meta.get("samp.name") if isinstance(meta, dict) else None
             mtypes = tuple(sorted(subs)) if isinstance(subs, dict) else ()
-            peers.append(Peer(str(cid), str(name or cid), mtypes))
+            accepts = tuple(m for m in msg.SENT if str(cid) in takes[m])
+            peers.append(Peer(str(cid), str(name or cid), mtypes, accepts))
         self.peers = tuple(peers)
         self._emit(Peers(self.peers))
 
@@ -265,7 +275,8 @@ class SampLink:
         return self._submit(self._refresh_peers, "list peers")
 
     def peers_for(self, mtype: str) -> tuple[Peer, ...]:
-        return tuple(p for p in self.peers if mtype in p.mtypes or "*" in p.mtypes)
+        """The peers that take ``mtype`` (one of `messages.SENT`), as of the last peer list (the hub's answer)."""
+        return tuple(p for p in self.peers if mtype in p.accepts)
 
     # -- sending -----------------------------------------------------------------------------------------------
     def send(self, mtype: str, params: dict[str, Any], recipient: str | None = None) -> cf.Future:
@@ -278,7 +289,11 @@ class SampLink:
     def _send(self, mtype: str, params: dict[str, Any], recipient: str | None) -> dict[str, str]:
         client = self._require()
         self._refresh_peers()
-        targets = [p for p in self.peers if p.id == recipient] if recipient else list(self.peers_for(mtype))
+        if recipient:
+            targets = [p for p in self.peers if p.id == recipient]
+        else:
+            ids = self._subscribers(client, mtype)
+            targets = [p for p in self.peers if p.id in ids]
         if not targets:
             raise SampError(f"no SAMP application accepts {mtype}" + (f" ({recipient})" if recipient else ""))
         results = {}
