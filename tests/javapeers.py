@@ -2,9 +2,9 @@
 
 JSAMP's hub (``jsamp hub``), its snooper (a client that logs what it receives and answers ``samp.warning``,
 "Message logged, not acted on") and its ``messagesender`` (a one-shot client that calls an mtype and prints the
-reply); TOPCAT and Aladin under Xvfb. Every JVM runs with HOME and ``-Duser.home`` in the test's tmp folder and
-with ``SAMP_HUB`` naming the test's own lockfile (``sampkit.samp_env``), so nothing touches the user's ``~/.samp``
-or preferences. Each is started in a process group of its own and that group is killed at teardown (SIGTERM, then
+reply); TOPCAT and Aladin under Xvfb. Every JVM runs with HOME and ``-Duser.home`` set to the test's own HOME
+(``sampkit.samp_env``'s, in its tmp folder), and the hub's lockfile is that HOME's ``.samp``, so nothing touches the
+user's ``~/.samp`` or preferences. Each is started in a process group of its own and that group is killed at teardown (SIGTERM, then
 SIGKILL after 10 s), so no JVM outlives its test; every wait is bounded.
 
 Start times (``JavaPeer.ready_s``: start to registered with the hub) are logged; the README's SAMP section gives
@@ -121,12 +121,14 @@ def _state(pid: int) -> str:
 
 
 class JavaPeers:
-    """Starts Java peers for one test and stops them all at teardown."""
+    """Starts Java peers for one test and stops them all at teardown. ``home`` is their HOME; the hub's lockfile
+    is ``home/.samp``, the standard place, since Aladin looks only there (it ignores ``SAMP_HUB``)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, home: Path):
         self.folder = folder
-        self.home = folder / "java-home"
-        self.home.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.home = home
+        self.lockfile = home / ".samp"
         self.peers: list[JavaPeer] = []
 
     def start(self, name: str, argv: list[str], display: str | None = None) -> JavaPeer:
@@ -146,8 +148,10 @@ class JavaPeers:
 
 
 @pytest.fixture
-def java(tmp_path) -> Iterator[JavaPeers]:
-    peers = JavaPeers(tmp_path / "java")
+def java(tmp_path, samp_env, monkeypatch) -> Iterator[JavaPeers]:
+    """Java peers sharing this test's HOME (``samp_env``'s); ``SAMP_HUB`` is moved to ``HOME/.samp``."""
+    peers = JavaPeers(tmp_path / "java", Path(os.environ["HOME"]))
+    monkeypatch.setenv("SAMP_HUB", f"std-lockurl:{peers.lockfile.as_uri()}")
     yield peers
     peers.stop_all()
 
@@ -163,8 +167,8 @@ def _wait(pred, timeout: float, what: str, peer: JavaPeer) -> None:
 
 
 @pytest.fixture
-def jsamp_hub(java, samp_env) -> JavaPeer:
-    """JSAMP's hub (standard profile, no GUI), its lockfile at ``samp_env``."""
+def jsamp_hub(java) -> JavaPeer:
+    """JSAMP's hub (standard profile, no GUI), its lockfile at ``java.lockfile``."""
     from speco3.interop.hubs import SampError, read_hub_params
 
     exe = require("jsamp")
@@ -172,7 +176,7 @@ def jsamp_hub(java, samp_env) -> JavaPeer:
 
     def up() -> bool:
         try:
-            read_hub_params(samp_env)
+            read_hub_params(java.lockfile)
         except SampError:
             return False
         return True
@@ -183,11 +187,11 @@ def jsamp_hub(java, samp_env) -> JavaPeer:
 
 
 @pytest.fixture
-def probe(jsamp_hub, samp_env) -> Iterator[Recorder]:
+def probe(java, jsamp_hub) -> Iterator[Recorder]:
     """A pyvo client on JSAMP's hub that waits for peers and calls them (subscribed to nothing it is sent)."""
     from speco3.interop.hubs import read_hub_params
 
-    peer = Recorder(name="Probe", mtypes=(), hub_params=read_hub_params(samp_env))
+    peer = Recorder(name="Probe", mtypes=(), hub_params=read_hub_params(java.lockfile))
     yield peer
     peer.close()
 
