@@ -4,8 +4,8 @@ JSAMP's hub (``jsamp hub``), its snooper (a client that logs what it receives an
 "Message logged, not acted on") and its ``messagesender`` (a one-shot client that calls an mtype and prints the
 reply); TOPCAT and Aladin under Xvfb. Every JVM runs with HOME and ``-Duser.home`` set to the test's own HOME
 (``sampkit.samp_env``'s, in its tmp folder), and the hub's lockfile is that HOME's ``.samp``, so nothing touches the
-user's ``~/.samp`` or preferences. Each is started in a process group of its own and that group is killed at teardown (SIGTERM, then
-SIGKILL after 10 s), so no JVM outlives its test; every wait is bounded.
+user's ``~/.samp`` or preferences. Each is started in a process group of its own and that group is killed at
+teardown (SIGTERM, then SIGKILL after 10 s), so no JVM outlives its test; every wait is bounded.
 
 Start times (``JavaPeer.ready_s``: start to registered with the hub) are logged; the README's SAMP section gives
 the figures measured on the project's 2-core machine.

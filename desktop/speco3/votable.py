@@ -3,8 +3,9 @@
 One conversion from an astropy `Table`, so that every VOTable written here passes ``stilts votlint`` without errors
 or warnings (tests/interop/test_votlint.py): string columns are variable-length (``arraysize="*"``), never the
 ``arraysize="1"`` that astropy derives from a column of empty or one-letter strings (deprecated since VOTable 1.3,
-Erratum 3), and a missing value is a masked cell, which astropy writes as an empty ``<TD/>`` — the VOTable 1.3 null
-of any datatype — rather than an empty string in a fixed one-character field.
+Erratum 3), and a missing value is a masked cell, which astropy writes as an empty ``<TD/>`` that STILTS (TOPCAT's
+table library) reads as null — not as an empty string in a fixed one-character field ("empty character value is
+questionable").
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ the spectrum viewers, ``--point`` also points sky viewers at its position; ``sam
 sends the vetting store's table (verdicts, p_yes where present, decisions) to table viewers. The receivers are
 the applications the hub names as subscribed (``getSubscribedClients``: the hub applies SAMP's wildcard rules, so
 a peer subscribed to ``table.*`` gets ``table.load.votable``). Every call waits at most ``--timeout`` seconds for
-the hub and for each peer's reply; the exit status is 1 when nothing accepted the message (``samp.ok``, or
-``samp.warning``: done with warnings). The copies are kept in ``<cache>/samp-outbox`` (mode 0700) for a day, not removed on exit: a peer may
-reply before it loads the file, and this process ends right after the reply; copies older than a day are removed
-on the next send. Only hubs on this machine are used.
+the hub and for each peer's reply; the exit status is 1 when no peer took the message (took: answered ``samp.ok``,
+or ``samp.warning``, done with warnings). The copies are kept in ``<cache>/samp-outbox`` (mode 0700) for a day,
+not removed on exit: a peer may reply before it loads the file, and this process ends right after the reply;
+copies older than a day are removed on the next send. Only hubs on this machine are used.
 """
 
 from __future__ import annotations

@@ -156,8 +156,8 @@ class SampPanel(QObject):
         if not peers:
             self.peers_menu.addAction(QAction("(no other application)", self.peers_menu, enabled=False))
         for p in peers:
-            self.peers_menu.addAction(QAction(f"{p.name} — {', '.join(p.capabilities) or 'no shared message types'}",
-                                              self.peers_menu, enabled=False))
+            takes = ", ".join(p.capabilities) or "no shared message types"  # as the hub matched them (Peer.accepts)
+            self.peers_menu.addAction(QAction(f"{p.name} — {takes}", self.peers_menu, enabled=False))
         if self.link is not None and self.link.connected:
             self.status.setText(f"{STATE_TEXT['connected']} ({len(peers)} peers)")
 
