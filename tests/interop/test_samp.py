@@ -75,6 +75,26 @@ def test_wildcard_subscriptions_are_matched_by_the_hub(link, hub, recorder, spec
             peer.close()
 
 
+def test_peer_that_leaves_while_the_list_is_read_is_skipped(link, hub, recorder, monkeypatch):
+    """A one-shot client (JSAMP's messagesender) may unregister between getRegisteredClients and getMetadata: the
+    hub's fault for it is no error of the link. The race is made certain by answering the first list from before."""
+    link.connect().result(10)
+    ghost = Recorder(hub, name="Ghost")
+    link.refresh_peers().result(10)
+    before = link._client.get_registered_clients()
+    ghost.close()
+    real, calls = link._client.get_registered_clients, []
+
+    def stale_once():
+        calls.append(1)
+        return before if len(calls) == 1 else real()
+
+    monkeypatch.setattr(link._client, "get_registered_clients", stale_once)
+    link.refresh_peers().result(10)
+    assert [p.name for p in link.peers] == ["Recorder"] and link.state == "connected"
+    assert not [e for e in link.events.items if isinstance(e, Status) and e.state == "error"]
+
+
 @pytest.mark.parametrize("fmt", ["votable", "fits"])
 def test_send_spectrum_file_opens_with_the_right_values(link, recorder, spectrum, fmt):
     from astropy.table import Table

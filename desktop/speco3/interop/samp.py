@@ -19,6 +19,7 @@ import logging
 import queue
 import threading
 import uuid
+import xmlrpc.client
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -262,8 +263,13 @@ class SampLink:
         for cid in client.get_registered_clients():
             if cid in skip:
                 continue
-            meta = client.get_metadata(cid)
-            subs = client.get_subscriptions(cid)
+            try:
+                meta = client.get_metadata(cid)
+                subs = client.get_subscriptions(cid)
+            except xmlrpc.client.Fault:
+                if cid not in client.get_registered_clients():  # it left meanwhile (a one-shot sender): skip it
+                    continue
+                raise
             name = meta.get("samp.name") if isinstance(meta, dict) else None
             mtypes = tuple(sorted(subs)) if isinstance(subs, dict) else ()
             accepts = tuple(m for m in msg.SENT if str(cid) in takes[m])
