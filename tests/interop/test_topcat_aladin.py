@@ -71,6 +71,7 @@ def test_topcat_loads_the_cli_table_and_the_app_spectrum_copy(topcat, probe, lin
     params = table_params(path, "speco3-spectrum", spectrum.name)
     assert link.send(TABLE_LOAD, params, peer.id).result(60) == {"topcat": "ok"}
     _holds_rows(probe, topcat.samp_id, "speco3-spectrum", params["url"], spectrum.n_pixels)
+    assert link.point_at(10.0, -5.0, peer.id).result(60) == {"topcat": "ok"}  # TOPCAT takes positions too
 
 
 def test_aladin_takes_the_position(aladin, probe, link):
