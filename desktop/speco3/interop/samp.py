@@ -19,7 +19,6 @@ import logging
 import queue
 import threading
 import uuid
-import xmlrpc.client
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -266,8 +265,10 @@ class SampLink:
             try:
                 meta = client.get_metadata(cid)
                 subs = client.get_subscriptions(cid)
-            except xmlrpc.client.Fault:
-                if cid not in client.get_registered_clients():  # it left meanwhile (a one-shot sender): skip it
+            except Exception:
+                # the hub refuses to describe a client that has just left (a one-shot sender such as JSAMP's
+                # messagesender): skip that one; any other failure is raised
+                if cid not in client.get_registered_clients():
                     continue
                 raise
             name = meta.get("samp.name") if isinstance(meta, dict) else None
