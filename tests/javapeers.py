@@ -38,9 +38,15 @@ def require(tool: str) -> str:
     return exe
 
 
+#: Java's proxies pointed at a closed loopback port: a Java peer reaches loopback (the hub, the app) and nothing
+#: else — Aladin, for one, tries the CDS servers on start. Java's default non-proxy hosts are the loopback ones.
+OFFLINE = ("-Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort=9 -Dhttps.proxyHost=127.0.0.1 -Dhttps.proxyPort=9 "
+           "-DsocksProxyHost=127.0.0.1 -DsocksProxyPort=9")
+
+
 def java_env(home: Path, display: str | None = None) -> dict[str, str]:
-    """The environment of a Java peer: private HOME (also as ``user.home``), this test's ``SAMP_HUB``."""
-    env = dict(os.environ, HOME=str(home), JAVA_TOOL_OPTIONS=f"-Duser.home={home}")
+    """The environment of a Java peer: private HOME (also as ``user.home``), this test's ``SAMP_HUB``, offline."""
+    env = dict(os.environ, HOME=str(home), JAVA_TOOL_OPTIONS=f"-Duser.home={home} {OFFLINE}")
     if display:
         env["DISPLAY"] = display
     else:

@@ -3,7 +3,7 @@
 TOPCAT: the table's reply is ``samp.ok`` and the table is really loaded — asked back over SAMP, TOPCAT highlights
 its last row (``samp.ok``) and refuses the row after it ("out of range"), so it holds exactly the rows sent.
 Aladin: ``coord.pointAt.sky`` is answered ``samp.ok`` and Aladin's ``coord.get.sky`` then gives that position.
-Start to registered with the hub, on the project's 2-core machine: TOPCAT 3–6 s, Aladin 6–9 s (a fresh HOME each).
+Start to registered with the hub, on the project's 2-core machine (noisy): TOPCAT 2–7 s, Aladin 2.5–8 s.
 """
 
 from __future__ import annotations
