@@ -70,6 +70,9 @@ def test_wildcard_subscriptions_are_matched_by_the_hub(link, hub, recorder, spec
         status = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[1:]}
         assert status["Wild"].endswith("message types; takes spectra, tables")
         assert status["Other"].endswith("takes nothing this app sends")
+        assert main(["samp", "send", str(spectra_dir / LAMOST), "--to", "Other", "--timeout", "5"]) == 1
+        assert "spectrum -> Other: not subscribed to spectrum.load.ssa-generic (it takes nothing this app sends)" \
+            in capsys.readouterr().out
     finally:
         for peer in (wild, anything, other):
             peer.close()

@@ -296,15 +296,19 @@ class SampLink:
     def _send(self, mtype: str, params: dict[str, Any], recipient: str | None) -> dict[str, str]:
         client = self._require()
         self._refresh_peers()
+        ids = self._subscribers(client, mtype)
         if recipient:
             targets = [p for p in self.peers if p.id == recipient]
         else:
-            ids = self._subscribers(client, mtype)
             targets = [p for p in self.peers if p.id in ids]
         if not targets:
             raise SampError(f"no SAMP application accepts {mtype}" + (f" ({recipient})" if recipient else ""))
         results = {}
         for peer in targets:
+            if peer.id not in ids:  # a named recipient that is not subscribed: the hub would refuse the call
+                takes = ", ".join(peer.capabilities) or "nothing this app sends"
+                results[peer.name] = f"not subscribed to {mtype} (it takes {takes})"
+                continue
             try:
                 reply = client.call_and_wait(peer.id, {"samp.mtype": mtype, "samp.params": params},
                                              str(max(1, round(self.timeout))))
