@@ -39,6 +39,11 @@ if [ "$want_tests" = 1 ]; then
   command -v Xvfb >/dev/null 2>&1 || need_pkgs="$need_pkgs xvfb xauth x11-utils"         # the real-window tests
   command -v strace >/dev/null 2>&1 || need_pkgs="$need_pkgs strace"                        # offline syscall watch
   command -v desktop-file-validate >/dev/null 2>&1 || need_pkgs="$need_pkgs desktop-file-utils"  # packaging test
+  # The real SAMP/VOTable peers (tests/javapeers.py): JSAMP's hub, snooper and messagesender, TOPCAT, Aladin, and
+  # STILTS' votlint; each Debian package brings its Java runtime. Only the missing ones are installed.
+  for tool in jsamp topcat aladin stilts; do
+    command -v "$tool" >/dev/null 2>&1 || need_pkgs="$need_pkgs $tool"
+  done
 fi
 if [ -n "$need_pkgs" ]; then
   if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null 2>&1; then

@@ -51,13 +51,16 @@ class Recorder:
     """A SAMP peer that records what it receives; ``mode[mtype]`` says how it answers calls:
     "ok" (default), "silent" (never replies), "garbage" (a reply that is not a SAMP response), or a callable."""
 
-    def __init__(self, hub, name: str = "Recorder", mtypes=(SPECTRUM_LOAD, TABLE_LOAD, POINT_AT)):
+    def __init__(self, hub=None, name: str = "Recorder", mtypes=(SPECTRUM_LOAD, TABLE_LOAD, POINT_AT),
+                 hub_params: dict[str, str] | None = None):
+        """``hub``: a pyvo hub of this process; or ``hub_params``: a lockfile's parameters (another process's hub,
+        e.g. JSAMP's). ``mtypes`` may hold SAMP wildcards (``table.*``)."""
         samp = pyvo_samp()
         self.received: list[tuple[str, dict, str]] = []
         self.mode: dict[str, Any] = {}
         self.event = threading.Event()
         self.client = samp.SAMPIntegratedClient(name=name, description="records messages", addr="127.0.0.1")
-        self.client.connect(hub=hub, pool_size=2)
+        self.client.connect(hub=hub, hub_params=hub_params, pool_size=2)
         for mtype in mtypes:
             self.client.bind_receive_message(mtype, self._on_message, declare=False)
         self.client.declare_subscriptions()
@@ -91,6 +94,16 @@ class Recorder:
             if self.client.get_metadata(cid).get("samp.name") == name:
                 return cid
         raise AssertionError(f"{name} is not registered")
+
+    def wait_registered(self, name: str, timeout: float = 30.0) -> str:
+        """The id of the client called ``name`` once it has registered and declared its subscriptions."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for cid in self.client.get_registered_clients():
+                if self.client.get_metadata(cid).get("samp.name") == name and self.client.get_subscriptions(cid):
+                    return cid
+            time.sleep(0.1)
+        raise AssertionError(f"{name} did not register with the hub within {timeout:g} s")
 
     def call(self, recipient: str, mtype: str, params: dict, timeout: int = 10) -> dict:
         return self.client.call_and_wait(recipient, {"samp.mtype": mtype, "samp.params": params}, str(timeout))

@@ -31,6 +31,7 @@ import numpy as np
 from astropy.io import fits
 
 from speco3.errors import Speco3Error
+from speco3.votable import write_votable
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +310,7 @@ def write_demo_archive(folder: str | Path, progress: Callable[[int, int], None] 
         chosen = [(i, obj, p) for i, (obj, p) in enumerate(zip(CATALOGUE, paths, strict=True)) if obj.truth]
         table = Table({"obsid": [900000001 + i for i, _, _ in chosen], "file_name": [p.name for _, _, p in chosen],
                        "task": [obj.truth for _, obj, _ in chosen]})
-        table.write(folder / "candidates.vot", format="votable", overwrite=True)
+        write_votable(table, folder / "candidates.vot", "demo candidates")
         marker.write_text(DEMO_VERSION + "\n")
     except OSError as exc:
         raise DemoError(f"cannot write the demo archive in {folder}: {exc}") from exc

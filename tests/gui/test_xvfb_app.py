@@ -12,30 +12,14 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+import xvfbkit
+
 pytestmark = [pytest.mark.xvfb, pytest.mark.gui, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = ("01-start-screen", "02-archive-and-viewer", "03-agent-streaming", "04-agent-verdict", "05-zoom-clicked",
          "06-decided-cheat-sheet")
-
-
-@pytest.fixture
-def xserver():
-    exe = shutil.which("Xvfb")
-    if exe is None:
-        pytest.skip("Xvfb not on PATH")
-    read, write = os.pipe()
-    proc = subprocess.Popen([exe, "-displayfd", str(write), "-screen", "0", "1680x1050x24", "-nolisten", "tcp"],
-                            pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(write)
-    with os.fdopen(read) as fh:
-        display = fh.readline().strip()  # Xvfb picks a free display and tells us which
-    if not display:
-        proc.kill()
-        pytest.skip("Xvfb did not start")
-    yield f":{display}"
-    proc.terminate()
-    proc.wait(10)
+xserver = xvfbkit.xserver  # fixture
 
 
 def test_demo_under_xvfb_with_screenshots(xserver, tmp_path):

@@ -46,6 +46,58 @@ def test_connect_registers_with_name_icon_and_sees_peers(link, recorder, hub):
         late.close()
 
 
+def test_wildcard_subscriptions_are_matched_by_the_hub(link, hub, recorder, spectra_dir, capsys):
+    """A peer subscribed to ``spectrum.*`` / ``table.load.*`` / ``*`` gets what the app sends; one subscribed to
+    ``table.highlight.*`` only is listed as taking nothing of ours (the hub's getSubscribedClients decides)."""
+    from speco3.cli import main
+
+    wild = Recorder(hub, name="Wild", mtypes=("spectrum.*", "table.load.*"))
+    anything = Recorder(hub, name="Anything", mtypes=("*",))
+    other = Recorder(hub, name="Other", mtypes=("table.highlight.*",))
+    try:
+        link.connect().result(10)
+        link.refresh_peers().result(10)
+        takes = {p.name: p.accepts for p in link.peers}
+        assert takes == {"Recorder": (SPECTRUM_LOAD, TABLE_LOAD, POINT_AT), "Wild": (SPECTRUM_LOAD, TABLE_LOAD),
+                         "Anything": (SPECTRUM_LOAD, TABLE_LOAD, POINT_AT), "Other": ()}
+        assert sorted(p.name for p in link.peers_for(TABLE_LOAD)) == ["Anything", "Recorder", "Wild"]
+        assert link.point_at(1.0, 2.0).result(15) == {"Recorder": "ok", "Anything": "ok"}
+        assert main(["samp", "send", str(spectra_dir / LAMOST), "--timeout", "5"]) == 0
+        out = capsys.readouterr().out
+        assert "spectrum -> Wild: ok" in out and "spectrum -> Anything: ok" in out and "Other" not in out
+        wild.wait_for(SPECTRUM_LOAD)
+        assert main(["samp", "status"]) == 0
+        status = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[1:]}
+        assert status["Wild"].endswith("message types; takes spectra, tables")
+        assert status["Other"].endswith("takes nothing this app sends")
+        assert main(["samp", "send", str(spectra_dir / LAMOST), "--to", "Other", "--timeout", "5"]) == 1
+        assert "spectrum -> Other: not subscribed to spectrum.load.ssa-generic (it takes nothing this app sends)" \
+            in capsys.readouterr().out
+    finally:
+        for peer in (wild, anything, other):
+            peer.close()
+
+
+def test_peer_that_leaves_while_the_list_is_read_is_skipped(link, hub, recorder, monkeypatch):
+    """A one-shot client (JSAMP's messagesender) may unregister between getRegisteredClients and getMetadata: the
+    hub's fault for it is no error of the link. The race is made certain by answering the first list from before."""
+    link.connect().result(10)
+    ghost = Recorder(hub, name="Ghost")
+    link.refresh_peers().result(10)
+    before = link._client.get_registered_clients()
+    ghost.close()
+    real, calls = link._client.get_registered_clients, []
+
+    def stale_once():
+        calls.append(1)
+        return before if len(calls) == 1 else real()
+
+    monkeypatch.setattr(link._client, "get_registered_clients", stale_once)
+    link.refresh_peers().result(10)
+    assert [p.name for p in link.peers] == ["Recorder"] and link.state == "connected"
+    assert not [e for e in link.events.items if isinstance(e, Status) and e.state == "error"]
+
+
 @pytest.mark.parametrize("fmt", ["votable", "fits"])
 def test_send_spectrum_file_opens_with_the_right_values(link, recorder, spectrum, fmt):
     from astropy.table import Table

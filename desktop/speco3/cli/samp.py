@@ -2,11 +2,13 @@
 
 ``samp status`` lists the hub's applications; ``samp send FILE[#N]`` sends a spectrum (VOTable or FITS copy) to
 the spectrum viewers, ``--point`` also points sky viewers at its position; ``samp send-table results.sqlite``
-sends the vetting store's table (verdicts, p_yes where present, decisions) to table viewers. Every call waits at
-most ``--timeout`` seconds for the hub and for each peer's reply; the exit status is 1 when nothing accepted
-the message. The copies are kept in ``<cache>/samp-outbox`` (mode 0700) for a day, not removed on exit: a peer may
-reply before it loads the file, and this process ends right after the reply; copies older than a day are removed
-on the next send. Only hubs on this machine are used.
+sends the vetting store's table (verdicts, p_yes where present, decisions) to table viewers. The receivers are
+the applications the hub names as subscribed (``getSubscribedClients``: the hub applies SAMP's wildcard rules, so
+a peer subscribed to ``table.*`` gets ``table.load.votable``). Every call waits at most ``--timeout`` seconds for
+the hub and for each peer's reply; the exit status is 1 when no peer took the message (took: answered ``samp.ok``,
+or ``samp.warning``, done with warnings). The copies are kept in ``<cache>/samp-outbox`` (mode 0700) for a day,
+not removed on exit: a peer may reply before it loads the file, and this process ends right after the reply;
+copies older than a day are removed on the next send. Only hubs on this machine are used.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def _recipient(link: Any, name: str | None) -> str | None:
 
 
 def _finish(link: Any, futures: list[tuple[str, Any]], timeout: float) -> int:
+    from speco3.interop.hubs import delivered
     from speco3.interop.samp import SampError
 
     status = 0
@@ -89,7 +92,7 @@ def _finish(link: Any, futures: list[tuple[str, Any]], timeout: float) -> int:
                 continue
             for peer, result in results.items():
                 print(f"{what} -> {peer}: {result}")
-            if not any(r == "ok" for r in results.values()):
+            if not any(delivered(r) for r in results.values()):
                 status = 1
     finally:
         link.stop(timeout=timeout)
@@ -101,7 +104,8 @@ def cmd_status(args) -> int:
     try:
         print(f"connected to the SAMP hub as {link.name}")
         for peer in link.peers:
-            print(f"  {peer.name:<24} {peer.id:<8} {len(peer.mtypes)} message types")
+            takes = ", ".join(peer.capabilities) or "nothing this app sends"
+            print(f"  {peer.name:<24} {peer.id:<8} {len(peer.mtypes):>3} message types; takes {takes}")
         if not link.peers:
             print("  no other application is registered")
     finally:

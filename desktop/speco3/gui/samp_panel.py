@@ -156,10 +156,8 @@ class SampPanel(QObject):
         if not peers:
             self.peers_menu.addAction(QAction("(no other application)", self.peers_menu, enabled=False))
         for p in peers:
-            caps = [w for w, t in (("spectra", "spectrum.load.ssa-generic"), ("tables", "table.load.votable"),
-                                   ("sky", "coord.pointAt.sky")) if t in p.mtypes]
-            self.peers_menu.addAction(QAction(f"{p.name} — {', '.join(caps) or 'no shared message types'}",
-                                              self.peers_menu, enabled=False))
+            takes = ", ".join(p.capabilities) or "no shared message types"  # as the hub matched them (Peer.accepts)
+            self.peers_menu.addAction(QAction(f"{p.name} — {takes}", self.peers_menu, enabled=False))
         if self.link is not None and self.link.connected:
             self.status.setText(f"{STATE_TEXT['connected']} ({len(peers)} peers)")
 

@@ -32,6 +32,7 @@ import numpy as np
 from astropy.units import UnitsWarning
 
 from speco3.spectra.model import Spectrum
+from speco3.votable import votable_of, write_votable
 
 log = logging.getLogger(__name__)
 
@@ -92,17 +93,15 @@ def _target(spec: Spectrum) -> dict[str, Any]:
 
 
 def write_spectrum_votable(spec: Spectrum, path: Path) -> Path:
-    from astropy.io.votable import from_table
     from astropy.io.votable.tree import Param
 
     table = spectrum_table(spec)
     with warnings.catch_warnings():  # "Angstrom" is deprecated in VOUnit, yet it is what SPLAT-VO and TOPCAT read
         warnings.simplefilter("ignore", UnitsWarning)
-        vot = from_table(table)
+        vot = votable_of(table, spec.name)
     resource = vot.resources[0]
     resource.utype = "spec:Spectrum"
     vt = resource.tables[0]
-    vt.name = spec.name
     vt.utype = "spec:Spectrum"
     # from_table has copied each column's meta ucd/utype onto its FIELD
     t = _target(spec)
@@ -154,16 +153,7 @@ def write_spectrum(spec: Spectrum, folder: Path, fmt: str = "votable") -> Path:
 
 def write_table_votable(table: Any, path: Path, name: str = "spec-o3 candidates") -> Path:
     """A candidate table as a VOTable, with position/identifier UCDs on the columns that have them."""
-    from astropy.io.votable import from_table
-
-    vot = from_table(table)
-    vt = vot.get_first_table()
-    vt.name = name
-    for f in vt.fields:
-        if f.name.lower() in TABLE_UCDS:
-            f.ucd = TABLE_UCDS[f.name.lower()]
-    vot.to_xml(str(path))
-    return path
+    return write_votable(table, path, name, TABLE_UCDS)
 
 
 class TempFolder:

@@ -28,9 +28,19 @@ class Status:
 
 @dataclass(frozen=True)
 class Peer:
+    """A registered application: ``mtypes`` are its subscriptions as declared (wildcards such as ``table.*``
+    included); ``accepts`` are those of the app's own messages (`messages.SENT`) the hub says it is subscribed to —
+    the hub applies the standard's wildcard rules (``getSubscribedClients``), nothing here matches patterns."""
+
     id: str
     name: str
     mtypes: tuple[str, ...] = ()
+    accepts: tuple[str, ...] = ()
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """What it takes from this app, in words ("spectra", "tables", "sky positions")."""
+        return tuple(msg.SENT[m] for m in self.accepts)
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,13 @@ def reply_text(reply: Any) -> str:
     if status in ("samp.warning", "samp.error"):
         return f"{status.split('.')[-1]}: {text or 'no reason given'}"
     return f"answered garbage (status {str(status)[:40]!r})"
+
+
+def delivered(result: str) -> bool:
+    """Whether a peer's answer (`reply_text`) means it took the message: ``samp.ok``, or ``samp.warning`` — the
+    standard's "action performed, with warnings or partial failure" (JSAMP's snooper: "Message logged, not acted
+    on")."""
+    return result == "ok" or result.startswith("warning:")
 
 
 def close_client(client: Any) -> None:

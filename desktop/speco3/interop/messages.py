@@ -20,6 +20,8 @@ POINT_AT = "coord.pointAt.sky"
 HIGHLIGHT = "table.highlight.row"
 SELECT_ROWS = "table.select.rowList"
 RECEIVED = (HIGHLIGHT, SELECT_ROWS, POINT_AT, TABLE_LOAD)
+#: The message types this app sends, with the word the Peers menu and ``samp status`` show for a peer that takes it.
+SENT = {SPECTRUM_LOAD: "spectra", TABLE_LOAD: "tables", POINT_AT: "sky positions"}
 MAX_ROWS = 100_000
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 

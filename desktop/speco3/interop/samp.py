@@ -246,18 +246,35 @@ class SampLink:
         self.files.cleanup()
 
     # -- peers -------------------------------------------------------------------------------------------------
+    def _subscribers(self, client: Any, mtype: str) -> set[str]:
+        """Ids of the clients subscribed to ``mtype``, as the hub says (``getSubscribedClients``): the hub applies
+        the SAMP standard's wildcard rules (``*``, ``table.*``, ``table.load.*``), so no pattern is matched here."""
+        subs = client.get_subscribed_clients(mtype)
+        if not isinstance(subs, dict):
+            raise SampError(f"the SAMP hub answered getSubscribedClients({mtype}) with {str(subs)[:60]!r}")
+        return {str(cid) for cid in subs}
+
     def _refresh_peers(self) -> None:
         client = self._require()
         skip = {client.get_public_id(), getattr(client.client, "_hub_id", None) or "hub"}  # self and the hub
+        takes = {mtype: self._subscribers(client, mtype) for mtype in msg.SENT}
         peers = []
         for cid in client.get_registered_clients():
             if cid in skip:
                 continue
-            meta = client.get_metadata(cid)
-            subs = client.get_subscriptions(cid)
+            try:
+                meta = client.get_metadata(cid)
+                subs = client.get_subscriptions(cid)
+            except Exception:
+                # the hub refuses to describe a client that has just left (a one-shot sender such as JSAMP's
+                # messagesender): skip that one; any other failure is raised
+                if cid not in client.get_registered_clients():
+                    continue
+                raise
             name = meta.get("samp.name") if isinstance(meta, dict) else None
             mtypes = tuple(sorted(subs)) if isinstance(subs, dict) else ()
-            peers.append(Peer(str(cid), str(name or cid), mtypes))
+            accepts = tuple(m for m in msg.SENT if str(cid) in takes[m])
+            peers.append(Peer(str(cid), str(name or cid), mtypes, accepts))
         self.peers = tuple(peers)
         self._emit(Peers(self.peers))
 
@@ -265,7 +282,8 @@ class SampLink:
         return self._submit(self._refresh_peers, "list peers")
 
     def peers_for(self, mtype: str) -> tuple[Peer, ...]:
-        return tuple(p for p in self.peers if mtype in p.mtypes or "*" in p.mtypes)
+        """The peers that take ``mtype`` (one of `messages.SENT`), as of the last peer list (the hub's answer)."""
+        return tuple(p for p in self.peers if mtype in p.accepts)
 
     # -- sending -----------------------------------------------------------------------------------------------
     def send(self, mtype: str, params: dict[str, Any], recipient: str | None = None) -> cf.Future:
@@ -278,11 +296,19 @@ class SampLink:
     def _send(self, mtype: str, params: dict[str, Any], recipient: str | None) -> dict[str, str]:
         client = self._require()
         self._refresh_peers()
-        targets = [p for p in self.peers if p.id == recipient] if recipient else list(self.peers_for(mtype))
+        ids = self._subscribers(client, mtype)
+        if recipient:
+            targets = [p for p in self.peers if p.id == recipient]
+        else:
+            targets = [p for p in self.peers if p.id in ids]
         if not targets:
             raise SampError(f"no SAMP application accepts {mtype}" + (f" ({recipient})" if recipient else ""))
         results = {}
         for peer in targets:
+            if peer.id not in ids:  # a named recipient that is not subscribed: the hub would refuse the call
+                takes = ", ".join(peer.capabilities) or "nothing this app sends"
+                results[peer.name] = f"not subscribed to {mtype} (it takes {takes})"
+                continue
             try:
                 reply = client.call_and_wait(peer.id, {"samp.mtype": mtype, "samp.params": params},
                                              str(max(1, round(self.timeout))))

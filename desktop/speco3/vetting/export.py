@@ -24,6 +24,7 @@ from speco3 import __version__
 from speco3.errors import StoreError
 from speco3.fileio import write_atomic
 from speco3.vetting.store import VettingStore
+from speco3.votable import write_votable
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +167,10 @@ def export(store: VettingStore, path: str | Path, fmt: str | None = None, task: 
                                            unit=col.unit, description=col.description)
 
     def writer(tmp: Path) -> None:
-        table.write(tmp, format=FORMATS[fmt], overwrite=True)
+        if fmt == "votable":  # string columns variable-length, nulls as empty cells: lints clean (speco3.votable)
+            write_votable(table, tmp)
+        else:
+            table.write(tmp, format=FORMATS[fmt], overwrite=True)
 
     try:
         write_atomic(path, writer)
