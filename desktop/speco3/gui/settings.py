@@ -8,10 +8,9 @@ A corrupt or hand-broken file never stops the app: it is moved aside and the def
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import logging
-import getpass
-import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
