@@ -98,6 +98,9 @@ def test_server_check_tells_a_template_that_fails_on_the_tool_turn_from_a_missin
         rc = main(["server", "check", url])
         out = capsys.readouterr().out
         report = check_server(ServerConfig(url, retries=1))
+        arch = _archive(tmp_path / "arch", 1)  # vet refuses to start: each zoom turn would fail
+        assert main(["vet", str(arch), "--task", "cv", "--out", str(tmp_path / "r.sqlite"), "--server", url]) == 1
+        assert "fails on a tool turn with an image" in capsys.readouterr().err
     assert rc == 4, out
     assert ("the server's template fails on a tool turn with an image: pass --chat-template "
             f"{template_file()}") in out, out

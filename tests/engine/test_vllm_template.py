@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import re
 
+import numpy as np
 import pytest
 
 from speco3.agent.fidelity import check_server, template_file
 from speco3.cli import main
 from speco3.engine.chatapi import ServerConfig
+from speco3.vetting import VettingStore
 from speco3_testkit.tinymodel import make_tiny_qwen25vl
 from speco3_testkit.vllmserver import (
     USER_TURN_IMAGES_TEMPLATE,
@@ -55,3 +57,15 @@ def test_a_forgotten_chat_template_is_reported_as_such(vllm_own_template, capsys
     assert local == server == 476
     report = check_server(ServerConfig(vllm_own_template, retries=1))
     assert report.template_failure and not report.error and not report.faithful
+
+
+def test_vet_refuses_a_server_whose_template_fails_on_the_tool_turn(vllm_own_template, tmp_path, capsys):
+    arch = tmp_path / "arch"
+    arch.mkdir()
+    np.savetxt(arch / "s.csv", np.c_[np.linspace(3700, 9100, 600), np.full(600, 10.0)], delimiter=",",
+               header="wavelength,flux", comments="")
+    db = tmp_path / "r.sqlite"
+    assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--server", vllm_own_template]) == 1
+    assert "the server's template fails on a tool turn with an image: pass --chat-template" in capsys.readouterr().err
+    with VettingStore(db, readonly=True) as s:
+        assert s.model_verdicts("cv", latest=False) == []

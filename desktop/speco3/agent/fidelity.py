@@ -56,8 +56,10 @@ TOOL_TEXT = "Generated spectral visualization focused on wavelength range (6500,
 #: The renderer's full view and 100 Å zoom of a LAMOST spectrum (docs/design.md §3): 784×476 and 588×364 at the
 #: model size, 476 and 273 image tokens.
 FULL_VIEW_PX, ZOOM_VIEW_PX = (792, 472), (596, 352)
-#: Statuses that say an endpoint does not exist (another one is tried); any other answer is the server's own.
+#: Statuses that say an endpoint does not exist (another one is tried), and those that say nothing of the template
+#: (the key, a timeout, a busy server); any other error answer is the template's.
 _NO_ENDPOINT = frozenset({404, 405})
+_NOT_THE_TEMPLATE = frozenset({401, 403, 408, 429}) | _NO_ENDPOINT
 _MEDIA = re.compile(r"<__media_?[A-Za-z0-9_]*__>|<\|vision_start\|>(?:<\|image_pad\|>)+<\|vision_end\|>")
 _PAD = "<|image_pad|>"
 _EXPANDED = re.compile(r"<\|vision_start\|>((?:<\|image_pad\|>)+)<\|vision_end\|>")
@@ -210,6 +212,8 @@ def server_prompt(engine: RemoteEngine, messages: list[dict], tools: list[dict])
             if exc.status in _NO_ENDPOINT:
                 last = exc
                 continue
+            if exc.status is None or exc.status in _NOT_THE_TEMPLATE:
+                raise
             _raise_template_failure(engine, path, messages, tools, exc)
             return ServedPrompt.from_raw(_rendered(engine, path, messages, tools), path)  # that was transient
     raise ServerError(f"the server offers no template endpoint this check knows ({', '.join(paths)}): {last}")
@@ -235,14 +239,14 @@ def _raise_template_failure(engine: RemoteEngine, path: str, messages: list[dict
     try:
         _rendered(engine, path, first, tools)
     except ServerError as exc:
-        if exc.status is None or exc.status in _NO_ENDPOINT:
+        if exc.status is None or exc.status in _NOT_THE_TEMPLATE:
             raise
         raise TemplateFailure(f"the server's template fails on the first turn (system, tools, image): {fix}; "
                               f"the server answered {path}: {exc}", exc.status) from exc
     try:
         _rendered(engine, path, messages, tools, retries=0)
     except ServerError as exc:
-        if exc.status is None or exc.status in _NO_ENDPOINT:
+        if exc.status is None or exc.status in _NOT_THE_TEMPLATE:
             raise
         raise TemplateFailure(f"the server's template fails on a tool turn with an image: {fix}; the server "
                               f"answered {path}: {exc}", exc.status) from exc

@@ -54,10 +54,13 @@ def open_server_engines(args, settings, n: int, check: bool = False) -> list:
 
 
 def warn_if_unfaithful(config) -> None:
-    """Run the fidelity check; print its report on stderr when the server's prompt or image size differs."""
+    """Run the fidelity check; print its report on stderr when the server's prompt or image size differs. A server
+    whose template fails on a tool turn is an error (`Speco3Error`): each zoom turn of the run would fail."""
     from speco3.agent.fidelity import check_server
 
     report = check_server(config)
+    if report.template_failure:  # every zoom turn would fail: nothing is run
+        raise Speco3Error(f"server check of {report.server}: {report.template_failure}")
     if report.error:
         print(f"warning: the server's prompt could not be checked ({report.error})", file=sys.stderr)
     elif not report.faithful:
