@@ -53,6 +53,7 @@ def test_server_prompt_is_the_training_template_byte_for_byte(server):
     assert report.same and report.faithful, report.summary()
     assert report.image_count_from == "usage.prompt_tokens with and without the image"
     assert report.local_image_tokens == 476  # the renderer's full view at the model size, 784×476 px
+    assert report.server_zoom_tokens == report.local_zoom_tokens == 273  # its 100 Å zoom, 588×364 px
     # the RL form's one difference is reported as known, and the server counts the image as we do
     assert len(report.known) == 1 and "'\\n'" in report.known[0]
     assert report.server_image_tokens == report.local_image_tokens, report.summary()
@@ -72,7 +73,7 @@ def test_server_check_reports_a_foreign_template_byte_by_byte(tiny_gguf, tmp_pat
         assert main(["server", "check", url]) == 4
     assert not report.error and not report.same
     assert any("# Tools" in d.reference for d in report.differences), report.summary()
-    assert report.server_image_tokens < report.local_image_tokens
+    assert report.server_image_tokens < report.local_image_tokens and report.server_zoom_tokens <= 64
     assert "WARNING: the server's prompt differs" in report.summary()
     assert "resizes images differently" in report.summary()
     assert f"→ {report.local_image_tokens} tokens locally, {report.server_image_tokens} on the server" in \

@@ -33,7 +33,8 @@ pytestmark = [
     pytest.mark.timeout(900),
 ]
 
-COUNTS = re.compile(r"→ (\d+) tokens locally, (\d+) on the server")
+COUNTS = re.compile(r"^(image|zoom): .* → (\d+) tokens locally, (\d+) on the server \(counted from /tokenize\): the same$",
+                    re.M)
 CLEAN_ENDS = {"yes", "no", "format_error", "budget_exhausted"}
 
 
@@ -64,8 +65,9 @@ def test_server_check_exits_0_with_both_image_counts_printed_and_equal(vllm, cap
     assert main(["server", "check", vllm]) == 0
     out = capsys.readouterr().out
     assert "vllm · prompt from /tokenize" in out and "identical to the Spec-o3 training template" in out, out
-    local, server = map(int, COUNTS.search(out).groups())
-    assert local == server == 476, out  # the full view at the model size: 784×476 px, 28×17 tokens
+    counts = {what: (int(local), int(server)) for what, local, server in COUNTS.findall(out)}
+    # the full view at the model size: 784×476 px, 28×17 tokens; the zoom 588×364 px, 21×13
+    assert counts == {"image": (476, 476), "zoom": (273, 273)}, out
     report = check_server(ServerConfig(vllm, retries=1))
     assert report.faithful and len(report.known) == 1, report.summary()
 

@@ -14,11 +14,12 @@ reported (offset and both texts) and a long run is warned about. ``training`` an
 in the RL rollouts a tool turn followed the sampled ``<|im_end|>`` directly, where a chat template writes
 ``<|im_end|>\\n``; that is listed as known, not as a fault.
 
-The image tokens the server makes of our image (its own resize rule and limits) are measured on every server the
-same way: the prompt size (``usage.prompt_tokens``) of a one-token completion of the first turn with the image, less
-that of the same turn without it, less the ``<|vision_start|>``/``<|vision_end|>`` pair around the image; they are
-compared with the local image's (`speco3.imaging.smart_resize` at the model size). The probe images have the sizes of
-the renderer's full view and 100 Å zoom (docs/design.md §3).
+The image tokens the server makes of our images, the full view and the zoom (its own resize rule and limits), are
+measured and compared with the local images' (`speco3.imaging.smart_resize` at the model size): where the template
+endpoint expands the images (vLLM's ``/tokenize``: ``<|image_pad|>`` once per image token) they are counted there;
+elsewhere (llama-server) each is the prompt size (``usage.prompt_tokens``) of a one-token completion of the first
+turn with that image, less that of the same turn without it, less the ``<|vision_start|>``/``<|vision_end|>`` pair
+around the image. The probe images have the sizes of the renderer's full view and 100 Å zoom (docs/design.md §3).
 
 A server whose template cannot render the conversation (vLLM answers HTTP 500 "Failed to apply prompt replacement
 for mm_items['image'][1]" when it runs a checkpoint's own template on a tool turn with an image) is reported as a
@@ -96,17 +97,22 @@ class FidelityReport:
     same: bool = False
     differences: list[Difference] = field(default_factory=list)
     known: list[str] = field(default_factory=list)
-    local_image_tokens: int = 0
+    local_image_tokens: int = 0  # the full view's
     server_image_tokens: int | None = None
     image_size: str = ""
+    local_zoom_tokens: int = 0  # the zoom's (the tool turn's image)
+    server_zoom_tokens: int | None = None
+    zoom_size: str = ""
     image_count_from: str = ""
     template_failure: str = ""
     error: str = ""
 
     @property
     def image_differs(self) -> bool:
-        """The server counts a different number of image tokens for our image (unknown counts do not differ)."""
-        return self.server_image_tokens not in (None, self.local_image_tokens)
+        """The server counts a different number of image tokens for one of our images (unknown counts do not
+        differ)."""
+        return (self.server_image_tokens not in (None, self.local_image_tokens)
+                or self.server_zoom_tokens not in (None, self.local_zoom_tokens))
 
     @property
     def faithful(self) -> bool:
@@ -134,14 +140,15 @@ class FidelityReport:
                          "llama-server --jinja with our GGUF or --chat-template-file FILE")
         for k in self.known:
             lines.append(f"known: {k}")
-        if self.server_image_tokens is None:
-            lines.append(f"image: {self.image_size}, {self.local_image_tokens} tokens locally; the server's count "
-                         "is unknown (it reports no prompt size)")
-        else:
-            lines.append(f"image: {self.image_size} → {self.local_image_tokens} tokens locally, "
-                         f"{self.server_image_tokens} on the server (counted from {self.image_count_from})" + (
-                             " — WARNING: the server resizes images differently (check its image token limits)"
-                             if self.image_differs else ": the same"))
+        for what, size, local, server in (("image", self.image_size, self.local_image_tokens, self.server_image_tokens),
+                                          ("zoom", self.zoom_size, self.local_zoom_tokens, self.server_zoom_tokens)):
+            if server is None:
+                lines.append(f"{what}: {size}, {local} tokens locally; the server's count is unknown (it reports no "
+                             "prompt size)")
+            else:
+                lines.append(f"{what}: {size} → {local} tokens locally, {server} on the server (counted from "
+                             f"{self.image_count_from})" + (": the same" if server == local else
+                             " — WARNING: the server resizes images differently (check its image token limits)"))
         return "\n".join(lines)
 
 
@@ -261,7 +268,9 @@ def check_server(config: ServerConfig) -> FidelityReport:
         engine.load()
         report.model, report.kind = engine.info.model_id, engine.server_kind
         _, messages, tools, local, image = conversation()
+        zoom = _probe_image(ZOOM_VIEW_PX)  # the tool turn's image
         report.local_image_tokens, report.image_size = image.n_tokens, f"{image.width}×{image.height} px"
+        report.local_zoom_tokens, report.zoom_size = zoom.n_tokens, f"{zoom.width}×{zoom.height} px"
         training = training_prompt(messages, tools)
         counted: list[int] = []
         try:
@@ -275,10 +284,11 @@ def check_server(config: ServerConfig) -> FidelityReport:
             if training != local:
                 report.known = [f"local engine (RL form) vs chat template at byte {d.offset}: local {d.server!r}, "
                                 f"template {d.reference!r}" for d in diff_text(training, local)]
-        if counted:  # the endpoint expanded the images: its count is exact
-            report.server_image_tokens, report.image_count_from = counted[0], report.method
+        if len(counted) == 2:  # the endpoint expanded both images: its count is exact
+            (report.server_image_tokens, report.server_zoom_tokens), report.image_count_from = counted, report.method
         else:
             report.server_image_tokens = server_image_tokens(engine, image)
+            report.server_zoom_tokens = server_image_tokens(engine, zoom)
             report.image_count_from = "usage.prompt_tokens with and without the image"
     except Exception as exc:  # report what is known so far; the CLI turns it into an error
         logger.info("server check failed", exc_info=True)

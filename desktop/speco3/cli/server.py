@@ -66,8 +66,9 @@ def warn_if_unfaithful(config) -> None:
     elif not report.faithful:
         print(report.summary(), file=sys.stderr)
     else:
-        print("server check: the prompt is the training template's, byte for byte; image tokens "
-              f"{report.local_image_tokens} here, {report.server_image_tokens} on the server", file=sys.stderr)
+        print("server check: the prompt is the training template's, byte for byte; image tokens (full view, zoom) "
+              f"{report.local_image_tokens}, {report.local_zoom_tokens} here and {report.server_image_tokens}, "
+              f"{report.server_zoom_tokens} on the server", file=sys.stderr)
 
 
 def register(sub) -> None:
