@@ -12,6 +12,10 @@ screened into fresh vetting stores:
   checkpoint (float32) with the README's flags, driven the same way; ``null`` (with ``vllm_note``) when its
   environment is not built, with ``--no-vllm``, and in ``--quick`` (its start alone takes about 2 minutes).
 
+Each level screens the same items, so both servers run with their prompt caches off (llama-server
+``--no-cache-prompt --cache-ram 0``, vLLM ``--no-enable-prefix-caching``): otherwise every level after the first
+finds the items' prompts, images included, already computed, and measures the cache instead of the batching.
+
 Prints JSON: spectra per minute for each, the speedup of each concurrency over concurrency 1 and over the
 in-process engine, and ``batching_pays_from`` (the smallest N whose rate beats N = 1 by 20 %). The tiny model's
 answers are noise, so turn counts differ between paths; ``mean_turns`` is printed to read the rates with.
@@ -46,6 +50,9 @@ REQUIRES = ("llama_cpp", "httpx")
 #: Headline keys of the printed JSON (the README's benchmark table lists them).
 JSON_KEYS = ("items", "in_process", "server", "speedup_over_n1", "speedup_over_in_process", "batching_pays_from",
              "vllm", "vllm_speedup_over_n1")
+#: The servers' prompt caches off: each level screens the same items (see the module doc).
+LLAMA_NO_CACHE = ("--no-cache-prompt", "--cache-ram", "0")
+VLLM_NO_CACHE = ("--no-enable-prefix-caching",)
 
 
 def items(n: int) -> list[VetItem]:
@@ -114,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         report["in_process"] = run(tmpd, "local", lambda st: vet_batch(items(n_items), st, local, task, pillow_render))
         local.close()
         with llama_server(exe, text, mmproj, slots=max(levels), n_ctx_per_slot=4096, threads=args.threads,
-                          log=tmpd / "server.log") as url:
+                          log=tmpd / "server.log", extra=LLAMA_NO_CACHE) as url:
             report["server"] = screen_server(url, "server", levels, n_items, settings, tmpd)
         report["vllm"] = report["vllm_speedup_over_n1"] = None
         python = find_vllm_python()
@@ -124,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             checkpoint = make_tiny_qwen25vl(tmpd / "tiny-hf", shards=1)  # the weights of the GGUF pair (seed 0)
             t0 = time.perf_counter()
-            with vllm_server(python, checkpoint, log=tmpd / "vllm.log") as url:
+            with vllm_server(python, checkpoint, log=tmpd / "vllm.log", extra=VLLM_NO_CACHE) as url:
                 report["vllm_start_s"] = round(time.perf_counter() - t0, 1)
                 report["vllm"] = screen_server(url, "vllm", levels, n_items, settings, tmpd)
             report["vllm_speedup_over_n1"] = speedups(report["vllm"])

@@ -79,9 +79,10 @@ def readme_command(model: str = "MODEL_DIR", port: int = 8000) -> str:
     return f"{env} python -m vllm.entrypoints.openai.api_server --model {model} {flags} --port {port}"
 
 
-def serve_command(python: Path, model: Path, port: int, *, chat_template: bool = True) -> list[str]:
+def serve_command(python: Path, model: Path, port: int, *, chat_template: bool = True,
+                  extra: tuple[str, ...] = ()) -> list[str]:
     """The command `vllm_server` runs: the README's, on 127.0.0.1 (without ``--chat-template`` when asked, which
-    leaves vLLM on the checkpoint's own template: the forgotten-flag case)."""
+    leaves vLLM on the checkpoint's own template: the forgotten-flag case), then ``extra``."""
     flags = list(SERVE_FLAGS)
     if not chat_template:
         i = flags.index("--chat-template")
@@ -89,11 +90,11 @@ def serve_command(python: Path, model: Path, port: int, *, chat_template: bool =
     else:
         flags[flags.index("--chat-template") + 1] = str(REPO / CHAT_TEMPLATE)
     return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), *flags,
-            "--host", "127.0.0.1", "--port", str(port)]
+            "--host", "127.0.0.1", "--port", str(port), *extra]
 
 
 @contextlib.contextmanager
-def vllm_server(python: Path, model: Path, *, log: Path, chat_template: bool = True,
+def vllm_server(python: Path, model: Path, *, log: Path, chat_template: bool = True, extra: tuple[str, ...] = (),
                 start_timeout: float = 480.0) -> Iterator[str]:
     """Run vLLM on 127.0.0.1 and a free port; yield its base URL once ``/health`` answers; stop it (and its engine
     processes: it runs in its own process group) after. A server that exits or is not up in ``start_timeout``
@@ -105,7 +106,7 @@ def vllm_server(python: Path, model: Path, *, log: Path, chat_template: bool = T
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     env.pop("PYTHONPATH", None)  # the server runs on its own environment's packages only
     out = open(log, "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(serve_command(python, model, port, chat_template=chat_template), stdout=out,
+    proc = subprocess.Popen(serve_command(python, model, port, chat_template=chat_template, extra=extra), stdout=out,
                             stderr=subprocess.STDOUT, env=env, cwd=str(model.parent), start_new_session=True)
     try:
         deadline = time.monotonic() + start_timeout
