@@ -18,7 +18,8 @@ finds the items' prompts, images included, already computed, and measures the ca
 
 Prints JSON: spectra per minute for each, the speedup of each concurrency over concurrency 1 and over the
 in-process engine, and ``batching_pays_from`` (the smallest N whose rate beats N = 1 by 20 %). The tiny model's
-answers are noise, so turn counts differ between paths; ``mean_turns`` is printed to read the rates with.
+answers are noise, so turn counts and answer lengths differ between paths (the GGUF is Q8_0, vLLM runs float32);
+``mean_turns`` and ``mean_tokens`` (generated per spectrum) are printed to read the rates with.
 ``--quick``: 4 spectra, N = 1 and 2, 8 tokens per turn. Measured figures depend on the machine's load.
 """
 
@@ -71,7 +72,8 @@ def run(store_dir: Path, tag: str, fn) -> dict:
     rows = store.model_verdicts("cv", latest=False)
     store.close()
     return {"spectra": res.done, "wall_s": round(wall, 2), "spectra_per_min": round(60 * res.done / wall, 2),
-            "mean_turns": round(sum(r.turns for r in rows) / max(1, len(rows)), 2), "outcomes": res.outcomes}
+            "mean_turns": round(sum(r.turns for r in rows) / max(1, len(rows)), 2),
+            "mean_tokens": round(sum(r.tokens for r in rows) / max(1, len(rows)), 1), "outcomes": res.outcomes}
 
 
 def screen_server(url: str, tag: str, levels: list[int], n_items: int, settings: EngineSettings, tmpd: Path) -> dict:
