@@ -84,3 +84,9 @@ else
     .venv/bin/python -m pip install -q -e .
   }
 fi
+
+# vLLM (opt-in, issue 28): with SPECO3_VLLM=1 also build .venv-vllm (vLLM's CPU build, its own torch and
+# transformers; several GB), which the opt-in vLLM tests and benchmarks/bench_server.py use.
+if [ "${SPECO3_VLLM:-}" = 1 ]; then
+  scripts/setup-vllm.sh
+fi

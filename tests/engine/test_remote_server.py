@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from speco3.agent import Trace, get_task, run_episode
-from speco3.agent.fidelity import check_server
+from speco3.agent.fidelity import check_server, template_file
 from speco3.agent.steps import AssistantStep, Outcome, VerdictStep
 from speco3.cli import agent as cli_agent
 from speco3.cli import main
@@ -50,7 +50,10 @@ def test_server_prompt_is_the_training_template_byte_for_byte(server):
     report = check_server(ServerConfig(server, retries=1))
     assert not report.error, report.error
     assert report.kind == "llama.cpp" and report.method == "/apply-template"
-    assert report.same, report.summary()
+    assert report.same and report.faithful, report.summary()
+    assert report.image_count_from == "usage.prompt_tokens with and without the image"
+    assert report.local_image_tokens == 476  # the renderer's full view at the model size, 784×476 px
+    assert report.server_zoom_tokens == report.local_zoom_tokens == 273  # its 100 Å zoom, 588×364 px
     # the RL form's one difference is reported as known, and the server counts the image as we do
     assert len(report.known) == 1 and "'\\n'" in report.known[0]
     assert report.server_image_tokens == report.local_image_tokens, report.summary()
@@ -70,9 +73,41 @@ def test_server_check_reports_a_foreign_template_byte_by_byte(tiny_gguf, tmp_pat
         assert main(["server", "check", url]) == 4
     assert not report.error and not report.same
     assert any("# Tools" in d.reference for d in report.differences), report.summary()
-    assert report.server_image_tokens < report.local_image_tokens
+    assert report.server_image_tokens < report.local_image_tokens and report.server_zoom_tokens <= 64
     assert "WARNING: the server's prompt differs" in report.summary()
     assert "resizes images differently" in report.summary()
+    assert f"→ {report.local_image_tokens} tokens locally, {report.server_image_tokens} on the server" in \
+        report.summary()
+
+
+def test_server_check_tells_a_template_that_fails_on_the_tool_turn_from_a_missing_endpoint(tiny_gguf, tmp_path,
+                                                                                           capsys):
+    """A server whose template renders the first turn but raises on a tool turn with an image (what vLLM does with
+    a checkpoint template that has no place for the zoom image: HTTP 500) is reported as such, with the fix, exit 4;
+    the image tokens are still measured on the first turn."""
+    exe = find_llama_server()
+    if exe is None:
+        pytest.skip("llama-server is not built")
+    from speco3_converters.chat_template import speco3_chat_template
+
+    breaks = tmp_path / "breaks-on-tool-images.jinja"
+    breaks.write_text("{%- for m in messages %}{%- if m.role == 'tool' and (m.content is not string or "
+                      "'__media__' in m.content) %}{{ raise_exception('no place for the image of a tool turn') }}"
+                      "{%- endif %}{%- endfor %}" + speco3_chat_template(), encoding="utf-8")
+    text, mmproj = tiny_gguf("Q8_0")
+    with llama_server(exe, text, mmproj, slots=1, extra=("--chat-template-file", str(breaks))) as url:
+        rc = main(["server", "check", url])
+        out = capsys.readouterr().out
+        report = check_server(ServerConfig(url, retries=1))
+        arch = _archive(tmp_path / "arch", 1)  # vet refuses to start: each zoom turn would fail
+        assert main(["vet", str(arch), "--task", "cv", "--out", str(tmp_path / "r.sqlite"), "--server", url]) == 1
+        assert "fails on a tool turn with an image" in capsys.readouterr().err
+    assert rc == 4, out
+    assert ("the server's template fails on a tool turn with an image: pass --chat-template "
+            f"{template_file()}") in out, out
+    assert "no place for the image of a tool turn" in out and "no template endpoint" not in out
+    assert report.template_failure and not report.error and not report.faithful
+    assert report.server_image_tokens == report.local_image_tokens, report.summary()
 
 
 def test_episode_against_the_server(server, caplog):
