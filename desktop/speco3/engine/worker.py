@@ -15,7 +15,17 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from speco3.engine.base import Engine, EngineStats, GenerationResult, Part, TokenCallback
+from speco3.engine.base import (
+    Engine,
+    EngineStats,
+    GenerationResult,
+    Message,
+    Part,
+    Sampling,
+    Slots,
+    StepResult,
+    TokenCallback,
+)
 from speco3.errors import EngineError
 
 logger = logging.getLogger(__name__)
@@ -135,6 +145,13 @@ class EngineWorker(Engine):
     def stats(self) -> EngineStats:
         return self.call(self.engine.stats)
 
+    def parallel_sequences(self) -> int:
+        return self.engine.parallel_sequences()
+
+    def open_pool(self) -> Slots:
+        """The wrapped engine's pool of sequences, each call made on the worker thread."""
+        return WorkerSlots(self.call(self.engine.open_pool), self)
+
     def close(self) -> None:
         """Close the engine on its thread, then stop the thread (idempotent)."""
         if self._closed:
@@ -146,3 +163,30 @@ class EngineWorker(Engine):
             self._jobs.put(_STOP)
             if threading.current_thread() is not self._thread:
                 self._thread.join(timeout=30)
+
+
+class WorkerSlots(Slots):
+    """Slots whose every call runs on the `EngineWorker` thread that owns their engine."""
+
+    def __init__(self, slots: Slots, worker: EngineWorker):
+        self._slots, self._worker = slots, worker
+        self.capacity = slots.capacity
+
+    def open(self, sampling: Sampling | None) -> int:
+        return self._worker.call(self._slots.open, sampling)
+
+    def extend(self, slot: int, parts: Sequence[Part], messages: Sequence[Message] | None = None) -> None:
+        self._worker.call(self._slots.extend, slot, list(parts), messages)
+
+    def begin(self, slot: int, *, max_tokens: int | None = None, on_token: TokenCallback | None = None,
+              cancel: threading.Event | None = None) -> None:
+        self._worker.call(self._slots.begin, slot, max_tokens=max_tokens, on_token=on_token, cancel=cancel)
+
+    def step(self, rounds: int | None = None) -> list[StepResult]:
+        return self._worker.call(self._slots.step, rounds)
+
+    def release(self, slot: int) -> None:
+        self._worker.call(self._slots.release, slot)
+
+    def close(self) -> None:
+        self._worker.call(self._slots.close)
