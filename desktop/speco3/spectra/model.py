@@ -159,19 +159,6 @@ class Spectrum:
         """Wavelength divided by (1 + z) with the catalogue redshift."""
         return self.wavelength / (1.0 + self.z)
 
-    def to_specutils(self) -> Any:
-        """This spectrum as a ``specutils.Spectrum`` (needs specutils; see `speco3.spectra.specutils_io`)."""
-        from speco3.spectra.specutils_io import to_specutils
-
-        return to_specutils(self)
-
-    @classmethod
-    def from_specutils(cls, sp: Any, **meta: Any) -> Spectrum:
-        """A `Spectrum` from a specutils 1D spectrum; ``meta`` sets `SpectrumMeta` fields."""
-        from speco3.spectra.specutils_io import from_specutils
-
-        return from_specutils(sp, **meta)
-
     @property
     def sigma(self) -> np.ndarray | None:
         """1σ error from ivar (inf where ivar ≤ 0), or None."""
