@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,7 +95,7 @@ def locked(lock_path: Path, timeout: float = 30.0) -> Iterator[None]:
         fh.close()
 
 
-if os.name == "nt":  # pragma: no cover - exercised on Windows CI only
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows CI only
     import msvcrt
 
     def _lock(fh) -> None:

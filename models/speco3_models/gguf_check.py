@@ -109,7 +109,7 @@ class GGUFSummary:
         if self.file_type:
             return self.file_type
         weights = {k: v for k, v in self.tensor_types.items() if k != "F32"} or self.tensor_types
-        return max(weights, key=weights.get) if weights else "unknown"
+        return max(weights, key=lambda k: weights[k]) if weights else "unknown"
 
     @property
     def tensor_bytes(self) -> int:

@@ -145,7 +145,7 @@ def test_worker_runs_everything_on_its_thread_and_streams(tiny_pair, images):
         t.start()
         t.join()
         assert results[0].n_tokens == 4 and results[0].images_encoded == 0
-        assert worker.stats().kv_cells_used == worker.kv_cells  # proxied attribute
+        assert worker.stats().kv_cells_used == worker.call(lambda: worker.engine.kv_cells)  # on its thread
     finally:
         worker.close()
     with pytest.raises(EngineError, match="closed"):

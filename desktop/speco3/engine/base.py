@@ -194,9 +194,8 @@ class Engine(ABC):
         self.load()
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        return False
 
 
 #: What `Slots.step` returns for each slot whose turn ended: the slot and its result, or the engine error (one of
@@ -247,6 +246,5 @@ class Slots(ABC):
     def __enter__(self) -> Slots:
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        return False

@@ -21,9 +21,10 @@ import ctypes
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Protocol
 
 import numpy as np
 
@@ -41,6 +42,17 @@ logger = logging.getLogger(__name__)
 KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8}  # ggml_type ids
 
 
+class TokenBatch(Protocol):
+    """The fields of llama.cpp's ``llama_batch`` that the context fills (one row per token)."""
+
+    token: MutableSequence[int]
+    pos: MutableSequence[int]
+    n_seq_id: MutableSequence[int]
+    seq_id: Sequence[MutableSequence[int]]
+    logits: MutableSequence[int]
+    n_tokens: int
+
+
 class LlamaContext:
     """The native objects of one loaded model and its sequences (see module doc).
 
@@ -53,7 +65,12 @@ class LlamaContext:
         self.settings = settings
         self.image_cache = image_cache
         self.n_batch = int(n_batch)
-        self._model = self._ctx = self._mctx = self._vocab = self._batch = None
+        # native handles (ctypes pointers of llama.cpp and mtmd; None until loaded, and again after close)
+        self._model: object | None = None
+        self._ctx: object | None = None
+        self._mctx: object | None = None
+        self._vocab: object | None = None
+        self._batch: TokenBatch | None = None
         self._n_ctx = 0
         self.cells = CellLedger()
         self.sequences: dict[int, SeqState] = {0: SeqState(0, self.cells)}
@@ -314,10 +331,15 @@ class LlamaContext:
         seq.logits_valid = True
         self._logits_of = [seq]
 
+    def _token_batch(self) -> TokenBatch:
+        if self._batch is None:
+            raise EngineError("the llama.cpp context is closed")
+        return self._batch
+
     def _decode_text(self, seq: SeqState, tokens: Sequence[int]) -> None:
         """Decode prompt tokens of one sequence at its next positions, in batches of ``n_batch``; the logits of the
         last one are kept."""
-        b = self._batch
+        b = self._token_batch()
         self._invalidate_logits()
         for start in range(0, len(tokens), self.n_batch):
             part = list(tokens[start:start + self.n_batch])
@@ -338,7 +360,7 @@ class LlamaContext:
         """One ``llama_decode`` with one sampled token for each of several sequences (at most one token per
         sequence), each with its output row: row ``i`` holds the next-token logits of ``tokens[i]``'s sequence.
         On failure every sequence of the round is rolled back and `EngineError` is raised."""
-        b = self._batch
+        b = self._token_batch()
         self._invalidate_logits()
         for i, (seq, tok) in enumerate(tokens):
             b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, seq.kv_pos, 1, 1

@@ -16,6 +16,7 @@ sequence ≤ ``n_ctx``) stays exact for any number of sequences.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from speco3.engine.base import Sampling
@@ -30,7 +31,7 @@ class CellLedger:
         self._ids = itertools.count()
         self.used = 0
 
-    def new(self, items: list[Item]) -> list[int]:
+    def new(self, items: Sequence[Item]) -> list[int]:
         """Ids for freshly evaluated items (one reference each)."""
         out = []
         for it in items:
@@ -76,7 +77,7 @@ class SeqState:
     sampler: object | None = None  # a llama.cpp sampler chain (``llama_sampler_p``), freed by the context
     sampling: Sampling | None = None
 
-    def push(self, items: list[Item], n_pos: int) -> None:
+    def push(self, items: Sequence[Item], n_pos: int) -> None:
         """Record evaluated items (advancing the position by ``n_pos``)."""
         self.kv.extend(items)
         self.ids.extend(self.ledger.new(items))

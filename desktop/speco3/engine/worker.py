@@ -13,7 +13,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 from speco3.engine.base import (
     Engine,
@@ -31,6 +31,8 @@ from speco3.errors import EngineError
 logger = logging.getLogger(__name__)
 
 _STOP = object()
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class TokenStream:
@@ -64,18 +66,11 @@ class EngineWorker(Engine):
 
     def __init__(self, engine: Engine, name: str = "speco3-engine"):
         self.engine = engine
+        self.settings, self.info = engine.settings, engine.info  # info again after load (a server names its model)
         self._jobs: queue.Queue = queue.Queue()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
-
-    @property
-    def settings(self):
-        return self.engine.settings
-
-    @property
-    def info(self):
-        return self.engine.info
 
     # ------------------------------------------------------------------ plumbing
     def _run(self) -> None:
@@ -91,32 +86,24 @@ class EngineWorker(Engine):
             except BaseException as exc:  # delivered to the caller
                 future.set_exception(exc)
 
-    def submit(self, fn: Callable[..., Any], *args, **kwargs) -> Future:
+    def submit(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Queue ``fn(*args, **kwargs)`` on the worker thread and return its future."""
         if self._closed:
             raise EngineError("the engine worker is closed")
-        future: Future = Future()
+        future: Future[R] = Future()
         self._jobs.put((future, fn, args, kwargs))
         return future
 
-    def call(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
+    def call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run ``fn`` on the worker thread and wait for it (directly when already on that thread)."""
         if threading.current_thread() is self._thread:
             return fn(*args, **kwargs)
         return self.submit(fn, *args, **kwargs).result()
 
-    def __getattr__(self, name: str):
-        """Proxy other engine methods (``tokenize``, ``evaluate``, ``last_logits``…) through the worker thread."""
-        if name.startswith("_") or name == "engine":
-            raise AttributeError(name)
-        if not callable(getattr(type(self.engine), name, None)):  # a property or plain attribute
-            return self.call(getattr, self.engine, name)
-        attr = getattr(self.engine, name)
-        return lambda *args, **kwargs: self.call(attr, *args, **kwargs)
-
     # ------------------------------------------------------------------ Engine interface
     def load(self) -> None:
         self.call(self.engine.load)
+        self.info = self.engine.info
 
     def reset(self, *args, **kwargs) -> None:
         self.call(self.engine.reset, *args, **kwargs)

@@ -102,7 +102,7 @@ def read_columns(src: Any, key: int | str, names: list[str] | tuple[str, ...], r
     fast = (lay is not None and lay.ok and not any(n.upper() in lay.scaled for n in wanted)
             and hasattr(hdu, "_data_offset") and getattr(hdu, "_file", None) is not None
             and not getattr(hdu, "_data_loaded", False) and not any(lay.columns[n.upper()][1] == "X" for n in wanted))
-    if fast:
+    if fast and lay is not None:
         try:
             return _raw_columns(hdu, lay, wanted)
         except (OSError, ValueError, AttributeError) as exc:
