@@ -98,7 +98,7 @@ class TensorRef:
         out = np.empty(count, dtype=DTYPES[self.dtype][1])
         with open(self.path, "rb") as fh:
             fh.seek(self.offset + start * self.row_len * self.itemsize)
-            got = fh.readinto(memoryview(out).cast("B"))
+            got = fh.readinto(out.data.cast("B"))
         if got != nbytes:
             raise ConversionError(
                 f"{self.path.name}: tensor {self.name!r} is truncated (read {got} of {nbytes} bytes)"

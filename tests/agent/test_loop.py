@@ -184,11 +184,18 @@ def test_callback_errors_do_not_stop_the_episode(spectrum, render):
     assert final.outcome is Outcome.YES
 
 
-@pytest.mark.parametrize("error", [EngineError("GPU lost"), RuntimeError("boom")])
+@pytest.mark.parametrize("error", [EngineError("GPU lost"), OSError("device gone")])
 def test_engine_exception_becomes_outcome(spectrum, render, error):
     engine = ScriptedEngine([call([6500, 6600]), error])
     steps, final = run_to_verdict(engine, spectrum, "t", render)
     assert final.outcome is Outcome.ENGINE_ERROR and str(error) in final.detail and final.turns == 1
+
+
+def test_a_bug_in_the_engine_propagates(spectrum, render):
+    """Not an engine error: a programming error fails the run instead of being recorded as a verdict."""
+    engine = ScriptedEngine([call([6500, 6600]), TypeError("a bug")])
+    with pytest.raises(TypeError, match="a bug"):
+        run_to_verdict(engine, spectrum, "t", render)
 
 
 def test_engine_load_failure(spectrum, render):
