@@ -113,6 +113,7 @@ class LlamaMtmdEngine(Engine):
         if s.kv_type == "q8_0" and not s.flash_attn:
             raise EngineError("a q8_0 KV cache needs flash attention (llama.cpp cannot quantize V without it)")
         native.check_model_files(self.text_path, self.mmproj_path)
+        native.check_adapters(s.lora, self.info.text_sha256, self.info.model_id)
         native.ensure_backend()
         self._llama, self._mtmd = llama, mtmd = native.import_llama()
         self._owner = threading.current_thread()
@@ -131,7 +132,8 @@ class LlamaMtmdEngine(Engine):
         self._stats.extra.update(n_gpu_layers=self._n_gpu_layers, flash_attn=s.flash_attn, kv_type=s.kv_type,
                                  use_mmap=plan.use_mmap,
                                  mmproj_backend=native.backend_label(1 if self._mmproj_gpu else 0), fit=chosen,
-                                 fit_notes=list(plan.notes), estimated_bytes=plan.estimate.total_bytes)
+                                 fit_notes=list(plan.notes), estimated_bytes=plan.estimate.total_bytes,
+                                 lora=[{"path": a.path, "scale": a.scale} for a in s.lora])
         logger.info("loaded %s + %s on %s in %.1f s (n_ctx %d): %s; settings %s", self.text_path, self.mmproj_path,
                     self._stats.backend, self._stats.load_seconds, self._n_ctx, chosen, s.to_dict())
 
@@ -158,6 +160,7 @@ class LlamaMtmdEngine(Engine):
         if not self._ctx:
             raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens: {native.recent_native_problems()}")
         self._vocab = llama.llama_model_get_vocab(self._model)
+        self._apply_lora(llama)
         mp2 = mtmd.mtmd_context_params_default()
         mp2.use_gpu = self._mmproj_gpu
         mp2.n_threads, mp2.print_timings, mp2.warmup, mp2.flash_attn_type = threads_batch, False, self.warmup, fa
@@ -172,6 +175,27 @@ class LlamaMtmdEngine(Engine):
         self._batch = llama.llama_batch_init(self.n_batch, 0, 1)
         self._im_end = self._single_token("<|im_end|>")
         self._new_sampler()
+
+    def _apply_lora(self, llama) -> None:
+        """Load the settings' LoRA adapters onto the model and set them, with their scales, on the context (they
+        are freed with the model)."""
+        adapters = self.settings.lora
+        if not adapters:
+            return
+        handles = []
+        for a in adapters:
+            handle = llama.llama_adapter_lora_init(self._model, str(a.path).encode())
+            if not handle:
+                raise ModelFileError(a.path, "llama.cpp could not load the LoRA adapter: "
+                                             f"{native.recent_native_problems()}")
+            handles.append(handle)
+        arr = (llama.llama_adapter_lora_p_ctypes * len(handles))(*handles)
+        scales = (ctypes.c_float * len(handles))(*(float(a.scale) for a in adapters))
+        rc = llama.llama_set_adapters_lora(self._ctx, arr, len(handles), scales)
+        if rc != 0:
+            raise EngineError(f"llama.cpp could not set the LoRA adapters (code {rc}): "
+                              f"{native.recent_native_problems()}")
+        logger.info("LoRA adapters: %s", ", ".join(f"{a.path} x {a.scale:g}" for a in adapters))
 
     def close(self) -> None:
         llama, mtmd = self._llama, self._mtmd
