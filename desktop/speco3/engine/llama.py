@@ -84,6 +84,9 @@ class LlamaMtmdEngine(Engine):
         self.info = info or ModelInfo()
         if self.info.text_path is None or self.info.mmproj_path is None:
             self.info = replace(self.info, text_path=str(self.text_path), mmproj_path=str(self.mmproj_path))
+        if self.settings.lora:  # verdicts, resumption and comparisons tell base+adapter from the base
+            self.info = replace(self.info, model_id=self.info.model_id + "".join(
+                f"+lora:{Path(a.path).stem}" + (f"x{a.scale:g}" if a.scale != 1 else "") for a in self.settings.lora))
         self.n_batch = int(n_batch)
         self.warmup = warmup
         self._llama = self._mtmd = None
