@@ -306,7 +306,8 @@ def _write(result: LoraResult, weights: Path, qtype: QT) -> None:
                 b = b * np.float32(p.fold)
             for suffix, arr in ((SUFFIX_A, a), (SUFFIX_B, b)):
                 data = _encode(arr, qtype)
-                writer.add_tensor(p.target + suffix, data, raw_shape=arr.shape, raw_dtype=qtype)
+                # BF16 comes back from gguf.quants as bytes: the writer derives the element shape from them
+                writer.add_tensor(p.target + suffix, data, raw_dtype=qtype if qtype == QT.BF16 else None)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()

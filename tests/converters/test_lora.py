@@ -224,3 +224,76 @@ def test_convert_lora_cli_installs_and_lists_the_adapter(base, tmp_path, capsys)
     assert data["adapters"][0]["base_text_sha256"] == sha and data["adapters"][0]["base_installed"]
     assert main(["convert-lora", str(tmp_path / "nowhere"), "--base", "tiny"]) == 1
     assert "not a folder" in capsys.readouterr().err
+
+
+@needs_llama
+def test_f16_and_bf16_adapters_load_and_stay_close_to_f32(base, tmp_path):
+    text, mmproj, sha = base
+    peft = make_random_lora(tmp_path / "peft")
+    logits = {}
+    for outtype in ("f32", "f16", "bf16"):
+        res = convert_lora(peft, text, tmp_path / f"{outtype}.gguf", base_sha256=sha, outtype=outtype)
+        meta, tensors = _fields(res.path)
+        assert {t.tensor_type.name for t in tensors.values()} == {outtype.upper()}
+        logits[outtype], _ = _logits(text, mmproj, [LoraAdapter(str(res.path))])
+    ref = logits["f32"].astype(np.float64)
+    for outtype in ("f16", "bf16"):
+        got = logits[outtype].astype(np.float64)
+        cosine = float(got @ ref / np.linalg.norm(got) / np.linalg.norm(ref))
+        assert cosine > 0.9999 if outtype == "f16" else cosine > 0.999, (outtype, cosine)
+
+
+@needs_llama
+def test_an_adapter_whose_shapes_do_not_fit_is_refused_by_llama_cpp_without_a_crash(base, tmp_path):
+    """An adapter with no recorded base (llama.cpp's own converter) on a model given by path: only llama.cpp's shape
+    check stands between it and the graph; it must fail cleanly."""
+    import gguf
+
+    text, mmproj, sha = base
+    path = tmp_path / "foreign.gguf"
+    w = gguf.GGUFWriter(path, "qwen2vl")
+    w.add_type("adapter")
+    w.add_string("adapter.type", "lora")
+    w.add_float32("adapter.lora.alpha", 16.0)
+    w.add_tensor("blk.0.attn_q.weight.lora_a", np.zeros((8, 512), np.float32))  # the base's input width is 256
+    w.add_tensor("blk.0.attn_q.weight.lora_b", np.zeros((256, 8), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert read_adapter(path).base_text_sha256 is None
+    with pytest.raises(ModelFileError, match="could not load the LoRA adapter"):
+        _logits(text, mmproj, [LoraAdapter(str(path))])
+    from speco3.engine.base import ModelInfo
+
+    with pytest.raises(ModelStoreError, match="does not record the base it was made for"):  # an installed model
+        _logits(text, mmproj, [LoraAdapter(str(path))], ModelInfo(model_id="tiny", text_sha256=sha))
+
+
+def test_lora_with_a_server_is_refused(tmp_path):
+    from speco3.cli import build_parser
+    from speco3.cli.agent import engine_settings
+    from speco3_base.errors import Speco3Error
+
+    args = build_parser().parse_args(["inspect", "x.fits", "--task", "cv", "--server", "http://127.0.0.1:1",
+                                      "--lora", "a.gguf"])
+    with pytest.raises(Speco3Error, match="a chat server .* loads its adapters itself"):
+        engine_settings(args)
+
+
+def test_convert_lora_cli_with_a_gguf_base_and_dry_run(base, tmp_path, capsys):
+    text, mmproj, sha = base
+    peft = make_random_lora(tmp_path / "p", rank_pattern={"q_proj": 4})
+    assert main(["convert-lora", str(peft), "--base", str(text), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "model.language_model.layers.0.self_attn.q_proj -> blk.0.attn_q.weight.lora_a/.lora_b  rank 4" in out
+    assert "would write" in out and not list(peft.glob("*.gguf"))
+    assert main(["convert-lora", str(peft), "--base", str(text), "--out", str(tmp_path / "x.gguf")]) == 0
+    out = capsys.readouterr().out
+    assert f"sha256 {sha[:12]}" in out and "not installed in the model store" in out
+    assert read_adapter(tmp_path / "x.gguf").base_text_sha256 == sha
+    assert main(["models", "import", str(text), str(mmproj), "--name", "tiny", "--link"]) == 0
+    assert main(["models", "add-adapter", str(tmp_path / "x.gguf"), "--name", "x"]) == 0
+    assert "installed LoRA adapter x for tiny" in capsys.readouterr().out
+    assert main(["models", "remove-adapter", "x"]) == 0 and main(["models", "remove-adapter", "x"]) == 1
+    assert "LoRA adapter 'x' is not installed" in capsys.readouterr().err
