@@ -118,3 +118,27 @@ def test_evaluate_rollouts_on_the_tiny_model(bench_path, tiny_builds, tmp_path, 
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "Confidence (K rollouts per item)" in html and "risk coverage" in html  # the curve, answers or not
     assert ("reliability" in html) == any(r["p_yes"] for r in rows)
+
+
+def test_compare_base_with_base_plus_lora(bench_path, tiny_builds, tmp_path, capsys):
+    """``--compare BASE BASE+ADAPTER.gguf``: the base is the reference, the adapted build is run and probed apart."""
+    from speco3_base.fileio import sha256_file
+    from speco3_converters.lora import convert_lora
+    from speco3_testkit.tinylora import make_random_lora
+
+    text, mmproj = tiny_builds["F16"]
+    adapter = convert_lora(make_random_lora(tmp_path / "peft"), text, tmp_path / "cv-lora.gguf",
+                           base_sha256=sha256_file(text)).path
+    base = f"{text},{mmproj}"
+    builds = [base, f"{base}+{adapter}", f"{base}+{adapter}:0"]
+    argv = ["evaluate", str(bench_path), "--compare", *builds, "--tasks", "cv", "--limit", "1", "--probe-items", "1",
+            "--probe-positions", "6", "--out", str(tmp_path / "cmp"), "--json", *SMALL]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)["compare"]
+    assert report["reference"] == base
+    adapted, off = report["builds"][builds[1]], report["builds"][builds[2]]
+    assert adapted["model_id"] == "tiny-F16+lora:cv-lora" and off["model_id"] == "tiny-F16+lora:cv-lorax0"
+    assert adapted["first_turn"]["mean_kl"] > 1e-3, "a random adapter changes the next-token distributions"
+    assert off["first_turn"]["mean_kl"] == pytest.approx(0, abs=1e-6) and off["first_turn"]["top1_agreement"] == 1.0
+    assert {p.name for p in (tmp_path / "cmp").iterdir() if p.is_dir()} == {"tiny-F16", "tiny-F16+lora-cv-lora",
+                                                                            "tiny-F16+lora-cv-lora_0"}

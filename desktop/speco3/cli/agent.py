@@ -53,6 +53,9 @@ def _model_options(p: argparse.ArgumentParser) -> None:
                    "peak); default: map when free memory holds the file beside the loaded weights")
     g.add_argument("--parallel", type=int, metavar="N", help="sequences decoded together (rollouts of a spectrum, "
                    "spectra of `vet --slots`) sharing the context's KV cells (default: 4; 1: one at a time)")
+    g.add_argument("--lora", action="append", metavar="FILE[:SCALE]", default=[],
+                   help="apply a LoRA adapter GGUF (spec-o3 convert-lora) at SCALE (default 1); repeatable; refused "
+                   "when it was made for another base model")
     g.add_argument("--max-turns", type=int, help="assistant-turn budget (default: the budget the model was trained with)")
     g.add_argument("--max-tokens-per-turn", type=int, help="generation cap per assistant turn (default: the engine's)")
     from speco3.cli.server import server_options
@@ -62,11 +65,15 @@ def _model_options(p: argparse.ArgumentParser) -> None:
 
 def engine_settings(args):
     from speco3.cli.confidence import top_logprobs
-    from speco3.engine.base import EngineSettings
+    from speco3.engine.base import EngineSettings, LoraAdapter
 
     settings = EngineSettings(n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
                               image_max_tokens=args.image_max_tokens, top_logprobs=top_logprobs(args),
                               kv_type=getattr(args, "kv_type", "f16"), use_mmap=getattr(args, "use_mmap", None))
+    settings.lora = tuple(LoraAdapter.parse(spec) for spec in getattr(args, "lora", ()))
+    if settings.lora and getattr(args, "server", None):
+        raise Speco3Error("--lora applies adapters in the local llama.cpp engine; a chat server (--server) loads "
+                          "its adapters itself (llama-server --lora, vLLM --lora-modules)")
     if args.n_ctx is not None:
         settings.n_ctx = args.n_ctx
     if args.parallel is not None:

@@ -46,7 +46,8 @@ def register(sub) -> None:
                    help="K > 1: abstain when fewer of all rollouts answered")
     p.add_argument("--out", metavar="DIR", help="run folder (default: ./spec-o3-eval-<bench>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    p.add_argument("--compare", nargs="+", metavar="BUILD", help="builds to compare (names or TEXT,MMPROJ pairs)")
+    p.add_argument("--compare", nargs="+", metavar="BUILD", help="builds to compare (names or TEXT,MMPROJ pairs; "
+                   "BUILD+ADAPTER.gguf[:SCALE]: that build with a LoRA adapter)")
     p.add_argument("--probe-items", type=int, default=4, help="--compare: items of the first-turn check")
     p.add_argument("--probe-positions", type=int, default=16, help="--compare: generated positions compared")
     _model_options(p)
@@ -174,11 +175,20 @@ def _evaluate_store(args, path: Path) -> int:
     return 0
 
 
+def _split_lora(build: str) -> tuple[str, str | None]:
+    """``BUILD+ADAPTER.gguf[:SCALE]`` -> (``BUILD``, ``ADAPTER.gguf[:SCALE]``); a build without one -> (build, None)."""
+    m = re.fullmatch(r"(.+?)\+(.+\.gguf(?::[0-9.eE+-]+)?)", build)
+    return (m.group(1), m.group(2)) if m else (build, None)
+
+
 def _build_args(args, build: str):
-    """A copy of ``args`` that opens ``build`` (a name, a TEXT,MMPROJ pair, or a scripted .json for tests)."""
+    """A copy of ``args`` that opens ``build`` (a name, a TEXT,MMPROJ pair, or a scripted .json for tests), with the
+    LoRA adapter of a ``BUILD+ADAPTER.gguf[:SCALE]`` added to ``--lora``'s."""
     import copy
 
     a = copy.copy(args)
+    build, lora = _split_lora(build)
+    a.lora = [*getattr(args, "lora", []), *([lora] if lora else [])]
     a.model = a.text = a.mmproj = a.scripted = None
     if build.endswith(".json"):
         a.scripted = build
@@ -202,13 +212,15 @@ def _compare(args, items, out: Path, source: Path) -> int:
     from speco3.evaluate.metrics import summarize
 
     # most precise first (ranked by the text file's or the name's quant); stable: the first given wins a tie
-    builds = sorted(args.compare, key=lambda b: precision_rank(Path(b.split(",")[0]).name))
+    builds = sorted(args.compare, key=lambda b: precision_rank(Path(_split_lora(b)[0].split(",")[0]).name))
     render = RENDER_FACTORY()
     probes_ref, report, summaries, rows_by = None, {"reference": builds[0], "builds": {}}, {}, {}
     probe_items = [i for i in items if i.error is None][:args.probe_items]
     cancelled = False
     for build in builds:
-        label = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(build.split(",")[0]).stem)[:60]
+        base, lora = _split_lora(build)
+        label = Path(base.split(",")[0]).stem + (f"+lora-{Path(lora).name.replace('.gguf', '')}" if lora else "")
+        label = re.sub(r"[^A-Za-z0-9._+-]+", "_", label)[:60]
         engine = _open_engine(_build_args(args, build))
         try:
             probes = None

@@ -43,6 +43,28 @@ class Message:
     content: tuple[Part, ...]
     tools: tuple[dict, ...] = ()
 
+@dataclass(frozen=True)
+class LoraAdapter:
+    """A LoRA adapter GGUF applied on top of the text model (`spec-o3 convert-lora`), with its scale (1: as trained).
+
+    The scale multiplies the adapter's own ``alpha / r`` (llama.cpp's ``llama_set_adapters_lora``)."""
+
+    path: str
+    scale: float = 1.0
+
+    @classmethod
+    def parse(cls, spec: str) -> LoraAdapter:
+        """``FILE`` or ``FILE:SCALE`` (the command line's ``--lora``); a ``:`` not followed by a number is part of
+        the path."""
+        head, sep, tail = spec.rpartition(":")
+        if sep and head:
+            try:
+                return cls(head, float(tail))
+            except ValueError:
+                pass
+        return cls(spec)
+
+
 @dataclass
 class EngineSettings:
     """User-facing engine settings (persisted by the GUI, recorded with every verdict)."""
@@ -63,6 +85,7 @@ class EngineSettings:
     top_logprobs: int = 0  # > 0: record each generated token's log-probability and this many alternatives
     n_seq: int = 4  # sequences decoded together (rollouts of a spectrum, batch slots); 1: one at a time
     image_cache_mib: int = 32  # vision-encoder outputs kept by image digest for repeated windows; 0: off
+    lora: tuple[LoraAdapter, ...] = ()  # adapters applied to the text model, each checked against its base
 
     def to_dict(self) -> dict:
         return asdict(self)

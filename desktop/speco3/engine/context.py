@@ -118,6 +118,7 @@ class LlamaContext:
         if not self._ctx:
             raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens: {native.recent_native_problems()}")
         self._vocab = llama.llama_model_get_vocab(self._model)
+        self._apply_lora()
         mp2 = mtmd.mtmd_context_params_default()
         mp2.use_gpu = bool(mmproj_gpu)
         mp2.n_threads, mp2.print_timings, mp2.warmup, mp2.flash_attn_type = threads_batch, False, warmup, fa
@@ -135,6 +136,27 @@ class LlamaContext:
         if len(ids) != 1:
             raise ModelFileError(text_path, f"vocabulary has no single token for '<|im_end|>' (got {ids})")
         self.set_sampling(self.sequences[0], None)
+
+    def _apply_lora(self) -> None:
+        """Load the settings' LoRA adapters onto the model and set them, with their scales, on the context (they
+        are freed with the model)."""
+        llama, adapters = self._llama, self.settings.lora
+        if not adapters:
+            return
+        handles = []
+        for a in adapters:
+            handle = llama.llama_adapter_lora_init(self._model, str(a.path).encode())
+            if not handle:
+                raise ModelFileError(a.path, "llama.cpp could not load the LoRA adapter: "
+                                             f"{native.recent_native_problems()}")
+            handles.append(handle)
+        arr = (llama.llama_adapter_lora_p_ctypes * len(handles))(*handles)
+        scales = (ctypes.c_float * len(handles))(*(float(a.scale) for a in adapters))
+        rc = llama.llama_set_adapters_lora(self._ctx, arr, len(handles), scales)
+        if rc != 0:
+            raise EngineError(f"llama.cpp could not set the LoRA adapters (code {rc}): "
+                              f"{native.recent_native_problems()}")
+        logger.info("LoRA adapters: %s", ", ".join(f"{a.path} x {a.scale:g}" for a in adapters))
 
     def close(self) -> None:
         """Free the samplers, the batch, the projector, the context and the model (idempotent)."""

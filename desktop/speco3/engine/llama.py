@@ -85,6 +85,9 @@ class LlamaMtmdEngine(Engine):
         self.info = info or ModelInfo()
         if self.info.text_path is None or self.info.mmproj_path is None:
             self.info = replace(self.info, text_path=str(self.text_path), mmproj_path=str(self.mmproj_path))
+        if self.settings.lora:  # verdicts, resumption and comparisons tell base+adapter from the base
+            self.info = replace(self.info, model_id=self.info.model_id + "".join(
+                f"+lora:{Path(a.path).stem}" + (f"x{a.scale:g}" if a.scale != 1 else "") for a in self.settings.lora))
         self.n_batch = int(n_batch)
         self.warmup = warmup
         self._context: LlamaContext | None = None
@@ -107,6 +110,7 @@ class LlamaMtmdEngine(Engine):
         if s.kv_type == "q8_0" and not s.flash_attn:
             raise EngineError("a q8_0 KV cache needs flash attention (llama.cpp cannot quantize V without it)")
         native.check_model_files(self.text_path, self.mmproj_path)
+        native.check_adapters(s.lora, self.info.text_sha256, self.info.model_id)
         native.ensure_backend()
         llama, mtmd = native.import_llama()
         gpu = bool(llama.llama_supports_gpu_offload())
@@ -123,7 +127,8 @@ class LlamaMtmdEngine(Engine):
         st.load_seconds = time.perf_counter() - t0
         st.extra.update(n_gpu_layers=self._n_gpu_layers, flash_attn=s.flash_attn, kv_type=s.kv_type,
                         use_mmap=plan.use_mmap, mmproj_backend=native.backend_label(1 if self._mmproj_gpu else 0),
-                        fit=chosen, fit_notes=list(plan.notes), estimated_bytes=plan.estimate.total_bytes)
+                        fit=chosen, fit_notes=list(plan.notes), estimated_bytes=plan.estimate.total_bytes,
+                        lora=[{"path": a.path, "scale": a.scale} for a in s.lora])
         logger.info("loaded %s + %s on %s in %.1f s (n_ctx %d): %s; settings %s", self.text_path, self.mmproj_path,
                     st.backend, st.load_seconds, ctx.n_ctx, chosen, s.to_dict())
 
@@ -134,6 +139,7 @@ class LlamaMtmdEngine(Engine):
             llama, mtmd, self.text_path, self.mmproj_path, self.settings, self.image_cache, n_batch=self.n_batch,
             n_gpu_layers=self._n_gpu_layers, n_ctx=n_ctx, mmproj_gpu=self._mmproj_gpu, use_mmap=use_mmap,
             warmup=self.warmup)
+
 
     def close(self) -> None:
         ctx, self._context = self._context, None
