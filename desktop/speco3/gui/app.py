@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from speco3 import __version__
+from speco3 import __version__, syslibs
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.folder and not Path(args.folder).is_dir():
         print(f"spec-o3-desktop: {args.folder}: not a folder", file=sys.stderr)
         return 2
+    problem = syslibs.window_problem()  # Linux: a platform plugin that cannot load would make Qt abort (SIGABRT)
+    if problem:
+        log.error("%s", problem)
+        return 1
     os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
     import pyqtgraph as pg
     from PySide6.QtWidgets import QApplication
