@@ -187,10 +187,10 @@ def qt_plugins_dir() -> Path | None:
 
 
 def plugin_search_dirs(env: Mapping[str, str]) -> list[Path]:
-    """Folders holding platform plugins, in the order Qt searches them: ``QT_QPA_PLATFORM_PLUGIN_PATH``, each
-    ``QT_PLUGIN_PATH`` entry's ``platforms``, then PySide6's own."""
-    dirs = [Path(env["QT_QPA_PLATFORM_PLUGIN_PATH"])] if env.get("QT_QPA_PLATFORM_PLUGIN_PATH") else []
-    dirs += [Path(p) / "platforms" for p in env.get("QT_PLUGIN_PATH", "").split(os.pathsep) if p]
+    """Folders holding platform plugins, in the order Qt's plugin loader searches them: each ``QT_PLUGIN_PATH``
+    entry's ``platforms``, then PySide6's own (``QT_QPA_PLATFORM_PLUGIN_PATH`` is tried before these, see
+    `plugin_files`)."""
+    dirs = [Path(p) / "platforms" for p in env.get("QT_PLUGIN_PATH", "").split(os.pathsep) if p]
     builtin = qt_plugins_dir()
     if builtin is not None:
         dirs.append(builtin / "platforms")
@@ -214,10 +214,15 @@ def platforms_to_try(env: Mapping[str, str], *, for_window: bool = False) -> lis
     return ["xcb"]
 
 
-def plugin_file(platform: str, env: Mapping[str, str]) -> Path | None:
-    """The plugin file Qt would load for ``platform`` (first match in `plugin_search_dirs`)."""
+def plugin_files(platform: str, env: Mapping[str, str]) -> list[Path]:
+    """The plugin files Qt would try for ``platform``, in order: the one in ``QT_QPA_PLATFORM_PLUGIN_PATH`` (loaded
+    directly; when it fails Qt goes on), then the first in `plugin_search_dirs` (the plugin loader keeps the first
+    file that offers the platform's key)."""
     name = f"libq{platform}.so"
-    return next((d / name for d in plugin_search_dirs(env) if (d / name).is_file()), None)
+    direct = env.get("QT_QPA_PLATFORM_PLUGIN_PATH")
+    files = [Path(direct) / name] if direct and (Path(direct) / name).is_file() else []
+    first = next((d / name for d in plugin_search_dirs(env) if (d / name).is_file()), None)
+    return files + ([first] if first is not None else [])
 
 
 @dataclass(frozen=True)
@@ -260,12 +265,21 @@ def missing_for(files: Iterable[Path], env: Mapping[str, str] | None = None) -> 
 
 
 def check_platform(platform: str, env: Mapping[str, str]) -> PlatformCheck:
-    """Can Qt load ``platform``'s plugin here? (plugin file + Qt modules, checked with ldd)."""
-    file = plugin_file(platform, env)
-    if file is None:
+    """Can Qt load ``platform``'s plugin here? (each candidate file with the Qt modules, checked with ldd).
+
+    The first candidate that loads is the one Qt ends up with; when none does, the result names the first file
+    and every library the candidates lack.
+    """
+    files = plugin_files(platform, env)
+    if not files:
         return PlatformCheck(platform, None)
-    missing, known = missing_for([file, *qt_module_files()], env)
-    return PlatformCheck(platform, file, missing, known)
+    missing: list[str] = []
+    for file in files:
+        lacks, known = missing_for([file, *qt_module_files()], env)
+        if not lacks:
+            return PlatformCheck(platform, file, (), known)
+        missing += [s for s in lacks if s not in missing]
+    return PlatformCheck(platform, files[0], tuple(missing))
 
 
 @dataclass(frozen=True)
@@ -302,13 +316,14 @@ class WindowCheck:
         missing = self.missing
         text = f"{program} cannot open its window. " + " ".join(lines)
         if missing:
-            text += "\n" + install_advice(missing)
+            text += "\n" + install_advice(missing, family())
         return text
 
 
 def available_platforms(env: Mapping[str, str]) -> list[str]:
     names: set[str] = set()
-    for d in plugin_search_dirs(env):
+    direct = [Path(env["QT_QPA_PLATFORM_PLUGIN_PATH"])] if env.get("QT_QPA_PLATFORM_PLUGIN_PATH") else []
+    for d in direct + plugin_search_dirs(env):
         if d.is_dir():
             names |= {p.name[4:-3] for p in d.glob("libq*.so")}
     return sorted(names)
@@ -372,10 +387,10 @@ def install_command(names: Iterable[str], fam: str, *, root: bool | None = None)
     return ("" if root else "sudo ") + MANAGERS[fam] + " " + " ".join(names)
 
 
-def install_advice(sonames: Iterable[str], fam: str | None = None) -> str:
-    """How to install the packages that provide ``sonames``: this system's command, or all three families'."""
+def install_advice(sonames: Iterable[str], fam: str | None) -> str:
+    """How to install the packages that provide ``sonames``: the command of the family ``fam`` (`family`), or all
+    three families' when it is None."""
     sonames = list(sonames)
-    fam = family() if fam is None else fam
     lines = []
     unknown: list[str] = []
     for f in ([fam] if fam else list(MANAGERS)):
