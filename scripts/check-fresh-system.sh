@@ -63,16 +63,24 @@ bind() {  # bind [ro] SRC DEST
 
 # Everything pip's configuration names on this machine (config files, local indexes, find-links, constraints).
 pip_paths() {
-  python3 -m pip config list 2>/dev/null | grep -oE "(file://)?/[^' ]+" | sed 's|^file://||' | sort -u
+  python3 -m pip config list 2>/dev/null | grep -oE "(file://)?/[^' ]+" | sed -e 's|^file://||' -e 's|/simple/*$||' |
+    sort -u   # an index folder .../simple: its parent, which holds the files the index links to
   python3 -m pip config debug 2>/dev/null | awk '/^  [^ ].*, exists: True/ {sub(",", "", $1); print $1}'
 }
 
-make_root() {  # make_root VARIANT ROOT
-  local v=$1 root=$2 p
+make_root() {  # make_root VARIANT ROOT: a minbase Debian 12 (kept between runs with --keep)
+  local v=$1 root=$2
   if [ ! -e "$root/.speco3-ready" ]; then
+    if grep -qF " $root/" /proc/mounts; then echo "check-fresh-system: $root has mounts; stop" >&2; exit 1; fi
     rm -rf "$root"
     echo "check-fresh-system: debootstrap bookworm from $mirror into $root" >&2
     debootstrap --variant=minbase bookworm "$root" "$mirror" >"$results/debootstrap-$v.log" 2>&1
+  fi
+}
+
+provision() {  # provision VARIANT ROOT: the README's prerequisites (once; the root is mounted)
+  local v=$1 root=$2 p
+  if [ ! -e "$root/.speco3-ready" ]; then
     # Only apt's network settings (Acquire::...), not the host's hooks.
     grep -l '^Acquire::' /etc/apt/apt.conf.d/* 2>/dev/null | while read -r f; do cp "$f" "$root/etc/apt/apt.conf.d/"; done
     cp /etc/resolv.conf "$root/etc/resolv.conf"
@@ -170,6 +178,7 @@ for v in $variants; do
   root=$work/root-$v
   make_root "$v" "$root"
   mount_root "$root"
+  provision "$v" "$root"
   rm -rf "$root/root/spec-o3"
   git clone -q "$repo" "$root/root/spec-o3"
   git -C "$root/root/spec-o3" checkout -q --detach "$commit"
