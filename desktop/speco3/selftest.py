@@ -1,7 +1,8 @@
 """Installation self-test: ``spec-o3-desktop --self-test`` and ``spec-o3 self-test``.
 
 Proves that an installation (a pip install or a PyInstaller bundle) has everything the app needs, offline and
-without a display: package data, the FITS readers on a demo spectrum, the training-faithful renderer on a zoom,
+without a display: package data, the FITS readers on a demo spectrum, whether the system has the libraries Qt's window
+plugin needs (`speco3.syslibs`), the training-faithful renderer on a zoom,
 the agent loop (driven by a *scripted* engine — a replay for this self-test, not a model), the local model store
 and the llama.cpp runtime (backend, GPU offload, devices). Each check prints one ``PASS``/``FAIL`` line; the exit
 status is non-zero when any check fails.
