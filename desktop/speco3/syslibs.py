@@ -26,8 +26,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Qt modules the app imports (PySide6 extension modules; their Qt libraries' needs count too).
-APP_QT_MODULES = ("QtCore", "QtGui", "QtWidgets")
+#: PySide6 extension modules whose libraries' needs count too: the app imports QtCore, QtGui and QtWidgets, and
+#: QtWidgets' dependency tree holds the other two (one ldd instead of three at each start).
+APP_QT_MODULES = ("QtWidgets",)
 #: Platforms that need no display server and nothing beyond what Qt's own libraries need.
 HEADLESS = frozenset({"offscreen", "minimal"})
 #: Plugin files (under ``plugins/``) each windowing platform loads besides Qt's libraries: the platform plugin
