@@ -237,6 +237,7 @@ class PlatformCheck:
     file: Path | None
     missing: tuple[str, ...] = ()
     known: bool = True
+    available: tuple[str, ...] = ()  # when there is no such plugin: the platforms there are
 
     @property
     def ok(self) -> bool:
@@ -273,7 +274,7 @@ def check_platform(platform: str, env: Mapping[str, str]) -> PlatformCheck:
     """
     files = plugin_files(platform, env)
     if not files:
-        return PlatformCheck(platform, None)
+        return PlatformCheck(platform, None, available=tuple(available_platforms(env)))
     missing: list[str] = []
     for file in files:
         lacks, known = missing_for([file, *qt_module_files()], env)
@@ -308,9 +309,8 @@ class WindowCheck:
         lines = []
         for c in self.tried:
             if c.file is None:
-                avail = available_platforms(os.environ)
-                lines.append(f"Qt has no \"{c.platform}\" platform plugin (available: {', '.join(avail) or 'none'};"
-                             " check QT_QPA_PLATFORM).")
+                lines.append(f"Qt has no \"{c.platform}\" platform plugin (available: "
+                             f"{', '.join(c.available) or 'none'}; check QT_QPA_PLATFORM).")
             else:
                 lines.append(f"Qt's \"{c.platform}\" platform plugin ({c.file}) cannot load: the system lacks "
                              f"{', '.join(c.missing)}.")
@@ -322,6 +322,7 @@ class WindowCheck:
 
 
 def available_platforms(env: Mapping[str, str]) -> list[str]:
+    """The platform names of every plugin file Qt could find."""
     names: set[str] = set()
     direct = [Path(env["QT_QPA_PLATFORM_PLUGIN_PATH"])] if env.get("QT_QPA_PLATFORM_PLUGIN_PATH") else []
     for d in direct + plugin_search_dirs(env):
