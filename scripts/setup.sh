@@ -75,9 +75,7 @@ if [ -n "$need_pkgs" ]; then
     echo "setup: no apt-get here; install the equivalents of: $need_pkgs" >&2
   fi
 fi
-if [ -n "$qt_hint" ] && [ "$qt_hint" != "syslibs: Qt finds every system library it needs" ]; then
-  echo "setup: $qt_hint" >&2
-fi
+[ -z "$qt_hint" ] || echo "setup: $qt_hint" >&2
 if [ "$(uname -s)" = Linux ]; then
   .venv/bin/python -m speco3.syslibs check >&2 || echo "setup: the app will say the same when it starts" >&2
 fi

@@ -444,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m speco3.syslibs packages|hint|check [--wayland]`` (used by scripts/setup.sh).
 
     ``packages``: the Debian/Ubuntu package names to install, on one line (empty when nothing is missing);
-    ``hint``: what is missing and this system's install command (all three families' when unknown);
+    ``hint``: what is missing and this system's install command (all three families' when unknown; nothing when
+    nothing is missing);
     ``check``: exit 1 with the app's message when the platform Qt would use for a window cannot load.
     """
     parser = argparse.ArgumentParser(prog="python -m speco3.syslibs", description=__doc__.splitlines()[0])
@@ -469,8 +470,7 @@ def main(argv: list[str] | None = None) -> int:
             print(install_advice(unknown, "debian"), file=sys.stderr)
         print(" ".join(names))
         return 0
-    if not missing and not no_fonts:
-        print("syslibs: Qt finds every system library it needs")
+    if not missing and not no_fonts:  # nothing to say
         return 0
     fam = family()
     what = ", ".join(missing + (["a font (none installed)"] if no_fonts else []))
