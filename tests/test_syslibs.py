@@ -212,3 +212,17 @@ def test_self_test_passes_with_the_real_plugin(monkeypatch):
     result = selftest._timed("display", selftest.check_display)  # setup.sh installed what Qt needs
     assert result.ok, result.detail
     assert "a window would use xcb (libqxcb.so): every system library found" in result.detail
+
+
+def test_setup_entry_points_after_setup(capsys, monkeypatch):
+    """What scripts/setup.sh reads, on a machine it has set up: ``packages`` names nothing more to install (it did),
+    ``hint`` says nothing, and ``check`` passes for an X11 window."""
+    monkeypatch.setenv("XDG_SESSION_TYPE", "x11")
+    monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
+    assert syslibs.setup_needs(wayland=False) == ([], False)
+    assert syslibs.main(["packages"]) == 0
+    assert capsys.readouterr().out.strip() == ""
+    assert syslibs.main(["hint"]) == 0
+    assert capsys.readouterr().out == ""
+    assert syslibs.main(["check"]) == 0
+    assert "can load" in capsys.readouterr().out
