@@ -9,6 +9,7 @@
 #
 # Usage (root, Debian/Ubuntu host with network to the Debian registry):
 #   scripts/check-fresh-system.sh [--variant bare|seven|both] [--tests] [--work DIR] [--repo PATH] [--keep]
+# (--keep: leave the roots in DIR for a look afterwards; each run makes new ones.)
 # Results in DIR/results (default DIR: /var/tmp/speco3-fresh): demo-VARIANT.png, demo-VARIANT.log,
 # test-VARIANT.log and summary.txt (one line per run with its wall time). Exit status 0 when every run passed.
 #
@@ -68,37 +69,33 @@ pip_paths() {
   python3 -m pip config debug 2>/dev/null | awk '/^  [^ ].*, exists: True/ {sub(",", "", $1); print $1}'
 }
 
-make_root() {  # make_root VARIANT ROOT: a minbase Debian 12 (kept between runs with --keep)
+make_root() {  # make_root VARIANT ROOT: a new minbase Debian 12 every run (a root that ran setup is not fresh)
   local v=$1 root=$2
-  if [ ! -e "$root/.speco3-ready" ]; then
-    if grep -qF " $root/" /proc/mounts; then echo "check-fresh-system: $root has mounts; stop" >&2; exit 1; fi
-    rm -rf "$root"
-    echo "check-fresh-system: debootstrap bookworm from $mirror into $root" >&2
-    debootstrap --variant=minbase bookworm "$root" "$mirror" >"$results/debootstrap-$v.log" 2>&1
-  fi
+  if grep -qF " $root/" /proc/mounts; then echo "check-fresh-system: $root has mounts; stop" >&2; exit 1; fi
+  rm -rf "$root"
+  echo "check-fresh-system: debootstrap bookworm from $mirror into $root" >&2
+  debootstrap --variant=minbase bookworm "$root" "$mirror" >"$results/debootstrap-$v.log" 2>&1
 }
 
-provision() {  # provision VARIANT ROOT: the README's prerequisites (once; the root is mounted)
+provision() {  # provision VARIANT ROOT: the README's prerequisites (the root is mounted)
   local v=$1 root=$2 p
-  if [ ! -e "$root/.speco3-ready" ]; then
-    # Only apt's network settings (Acquire::...), not the host's hooks.
-    grep -l '^Acquire::' /etc/apt/apt.conf.d/* 2>/dev/null | while read -r f; do cp "$f" "$root/etc/apt/apt.conf.d/"; done
-    cp /etc/resolv.conf "$root/etc/resolv.conf"
-    in_root "$root" apt-get update -qq
-    in_root "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ca-certificates >/dev/null
-    cp "$ca" "$root/usr/local/share/host-registry-ca.pem"   # after ca-certificates (it rewrites its own bundle)
-    # The README's prerequisites, and what this check needs to show and photograph the window.
+  # Only apt's network settings (Acquire::...), not the host's hooks.
+  grep -l '^Acquire::' /etc/apt/apt.conf.d/* 2>/dev/null | while read -r f; do cp "$f" "$root/etc/apt/apt.conf.d/"; done || true
+  cp /etc/resolv.conf "$root/etc/resolv.conf"
+  in_root "$root" apt-get update -qq
+  in_root "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ca-certificates >/dev/null
+  cp "$ca" "$root/usr/local/share/host-registry-ca.pem"   # after ca-certificates (it rewrites its own bundle)
+  # The README's prerequisites, and what this check needs to show and photograph the window.
+  in_root "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    python3 python3-venv python3-dev git build-essential cmake xvfb xauth x11-utils imagemagick >/dev/null
+  if [ "$v" = seven ]; then
     in_root "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      python3 python3-venv python3-dev git build-essential cmake xvfb xauth x11-utils imagemagick >/dev/null
-    if [ "$v" = seven ]; then
-      in_root "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libxcb-cursor0 libfontconfig1 libdbus-1-3 >/dev/null
-    fi
-    for p in /etc/pip.conf /etc/xdg/pip "$HOME/.config/pip" "$HOME/.pip"; do
-      [ -e "$p" ] && mkdir -p "$root$(dirname "$p")" && cp -a "$p" "$root$(dirname "$p")/"
-    done
-    touch "$root/.speco3-ready"
+      libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libxcb-cursor0 libfontconfig1 libdbus-1-3 >/dev/null
   fi
+  for p in /etc/pip.conf /etc/xdg/pip "$HOME/.config/pip" "$HOME/.pip"; do
+    [ -e "$p" ] && mkdir -p "$root$(dirname "$p")" && cp -a "$p" "$root$(dirname "$p")/"
+  done
+  return 0
 }
 
 in_root() {  # in_root ROOT CMD... (with the registry CA and pip's environment of the host)
