@@ -208,3 +208,47 @@ def test_screening_runs_on_threads_in_completion_order_and_counts_once(tmp_path)
         assert res.done == 6 and not res.cancelled and sum(res.outcomes.values()) == 6
         keys = [v.spectrum_key for v in store.model_verdicts("cv", latest=False)]
         assert len(keys) == len(set(keys)) == 6
+
+
+# -- the time left of a K = 4 batch (issue 26: "about 77 s left" for ~4 min) -------------------------------------
+def test_time_left_of_a_k4_batch_is_calibrated_on_the_measured_time_per_spectrum(tmp_path):
+    """The queue estimate the app shows, fed from the core's events as the app feeds it, against the real time the
+    rest of a K = 4 batch took: rollout 0 (the one the live estimate follows) answers at once while the three others
+    zoom twice, so the old estimate (rollout 0's own seconds per spectrum) was about a quarter of the truth."""
+    import time
+
+    from speco3.agent.eta import QueueEstimate, Rates
+
+    task = get_task("cv")
+    engine = ScriptedEngine(scripts=[[YES], [ZOOM, ZOOM, NO], [ZOOM, ZOOM, YES], [ZOOM, ZOOM, NO]], select="seed",
+                            delay_s=0.0015)
+    queue = QueueEstimate(rollouts=4)
+    old = QueueEstimate()  # what the app did: rollout 0's seconds
+    n = 6
+    checks = []
+    with VettingStore(tmp_path / "s.sqlite") as store:
+        scr = Screening(store, task, pillow_render, plan=RolloutPlan(4, 1.0))
+        t_done = []
+        eta = None
+        for event in screen(scr, items(n), one_at_a_time(engine), "scripted"):
+            if isinstance(event, Started):
+                eta = queue.new_episode(Rates())
+            elif isinstance(event, Stepped) and event.rollout == 0:
+                eta.observe(event.step)
+            elif isinstance(event, Recorded):
+                final = event.started.run.finals[0]
+                queue.finished(final, event.verdict.seconds)
+                old.finished(final)
+                t_done.append(time.perf_counter())
+                left = n - len(t_done)
+                if 2 <= len(t_done) < n:
+                    checks.append((len(t_done), queue.remaining(None, left), old.remaining(None, left)))
+    for done, estimate, before in checks:
+        actual = t_done[-1] - t_done[done - 1]
+        assert 0.6 * actual < estimate < 1.6 * actual, (done, estimate, actual)
+        assert before < 0.5 * actual  # the old estimate: far too low
+    # before any spectrum was measured the prior counts the K rollouts: K times the followed rollout's estimate
+    fresh = QueueEstimate(rollouts=4)
+    cur = fresh.new_episode(Rates(image_s=0.001, prefill_s=0.001, decode_s=0.01))
+    assert fresh.remaining(cur, 10) == pytest.approx(4 * cur.remaining() + 10 * 4 * cur.expected_turns
+                                                     * cur.next_turn_seconds())

@@ -427,7 +427,10 @@ class InferenceThread(BackgroundTask):
         return not job.scripted and job.k == 1
 
     def _job_started(self, job: AgentJob, engine: Engine) -> _Live:
-        """The run's description, emitted as ``started_job``, and its time estimate."""
+        """The run's description, emitted as ``started_job``, and its time estimate (the queue's is calibrated on
+        the K in use: measured with another K, it starts again)."""
+        if job.k != self._queue_eta.rollouts and not job.scripted:
+            self._queue_eta = QueueEstimate(rollouts=job.k)
         stats = engine.stats()
         info = {"backend": stats.backend, "model": engine.info.model_id, "quant": engine.info.quant,
                 "scripted": job.scripted, "settings": engine.settings.to_dict(),
@@ -447,8 +450,8 @@ class InferenceThread(BackgroundTask):
             info.update(run=run, steps=run.traces[0].steps, spectrum=event.started.spectrum)
         if isinstance(event, Recorded):
             info.update(verdict=event.verdict, confidence=event.confidence)
-            if final is not None and not job.scripted:
-                self._queue_eta.finished(final)
+            if final is not None and not job.scripted:  # the spectrum's wall time, all its rollouts
+                self._queue_eta.finished(final, event.verdict.seconds)
         info["elapsed"] = time.time() - info["t0"]
         self.finished_job.emit(job.job_id, job.key, final, info)
 
