@@ -48,16 +48,9 @@ class StoreError(Speco3Error):
     """The vetting store cannot be opened or written."""
 
 
-def _transport_errors() -> tuple[type[Exception], ...]:
-    """The HTTP client's errors (httpx is optional: the ``server`` extra)."""
-    try:
-        import httpx
-    except ImportError:
-        return ()
-    return (httpx.HTTPError, httpx.StreamError)
-
 
 #: What ends an episode as an outcome (``engine_error``) instead of propagating: our typed errors (the engine's,
-#: the input's), the operating system's (a file, a socket) and the HTTP client's. Anything else is a bug: it
-#: propagates and fails the run (and the test) that meets it, never landing in the store as a verdict.
-OUTCOME_ERRORS: tuple[type[Exception], ...] = (Speco3Error, OSError, *_transport_errors())
+#: the input's; the model-server client turns every error of its HTTP library into one, `ServerError`) and the
+#: operating system's (a file, a socket). Anything else is a bug: it propagates and fails the run (and the test)
+#: that meets it, never landing in the store as a verdict.
+OUTCOME_ERRORS: tuple[type[Exception], ...] = (Speco3Error, OSError)

@@ -27,12 +27,6 @@ def main(argv: list[str], render=_pillow_render) -> int:
 
 
 
-@pytest.fixture(autouse=True)
-def _pillow(monkeypatch):
-    pass
-
-
-
 def _script(tmp_path, scripts, name="script.json"):
     path = tmp_path / name
     path.write_text(json.dumps({"scripts": scripts, "select": "image"}), encoding="utf-8")

@@ -23,13 +23,6 @@ def main(argv: list[str], render=_pillow_render) -> int:
     return cli_main(argv, render=render)
 
 
-
-@pytest.fixture(autouse=True)
-def _pillow(monkeypatch):
-    pass
-
-
-
 def test_evaluate_runs_the_tiny_model_end_to_end(bench_path, tiny_builds, tmp_path, capsys):
     text, mmproj = tiny_builds["Q8_0"]
     out = tmp_path / "run"

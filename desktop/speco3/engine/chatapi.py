@@ -199,6 +199,8 @@ class ChatClient:
                 reason, retry_after = f"{type(exc).__name__}: {exc or 'connection problem'}", None
             except json.JSONDecodeError as exc:
                 reason, retry_after = f"garbled stream ({exc})", None
+            except httpx.HTTPError as exc:  # not transient (a bad URL, a protocol error): an engine error at once
+                raise ServerError(f"{what} to {cfg.url} failed: {type(exc).__name__}: {exc}") from exc
             if attempt == cfg.retries:
                 raise ServerError(f"{what} to {cfg.url} failed {cfg.retries + 1} times; last: {reason}")
             delay = min(cfg.max_backoff_s, cfg.backoff_s * 2 ** attempt)
