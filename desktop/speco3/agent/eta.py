@@ -12,11 +12,13 @@ How many turns are left is not known until the model answers: ``expected_turns``
 finished so far in this session, `QueueEstimate`; a prior of 3 before any) minus the turns done, at least one
 while no verdict has come and at most what the turn budget allows.
 
-A queue (`QueueEstimate`) is calibrated on what a spectrum really costs: the measured wall time of each spectrum
-screened (all its K rollouts, from its start to its verdict row), not the time of the one rollout the live estimate
-follows; before any spectrum is measured, the followed rollout's estimate counts K times (the K rollouts share the
-machine: on a compute-bound CPU each rollout's prompt and zoom images cost what a single run's do). The spectrum
-under way has at least the measured mean per spectrum left, less the time it has run.
+A queue (`QueueEstimate`) is calibrated on what a spectrum really costs with the K in use: the measured wall time of
+each spectrum screened (all its K rollouts, from its start to its verdict row), not the time of the one rollout
+the live estimate follows (with K > 1 that rollout may answer long before the others); measured with another K, it
+starts again. The spectrum under way has at least the measured mean per spectrum left, less the time it has run.
+Before any spectrum is measured the followed rollout's estimate stands alone (its turn times, measured while the K
+rollouts share the engine, already carry the others' work; counting it K times was 13 times too high on the tiny
+model at K = 4).
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ class TimeToVerdict:
 @dataclass
 class QueueEstimate:
     """Time left for a batch: the spectrum under way plus the spectra still queued, at the measured wall time per
-    spectrum (see module doc). ``rollouts``: the K in use (the prior before a spectrum is measured)."""
+    spectrum (see module doc). ``rollouts``: the K the measurements were made with."""
 
     episode_seconds: list[float] = field(default_factory=list)
     episode_turns: list[int] = field(default_factory=list)
@@ -176,11 +178,11 @@ class QueueEstimate:
 
     def per_spectrum(self, current: TimeToVerdict | None = None) -> float | None:
         """Seconds one spectrum takes: the measured mean, else the prior (the followed rollout's estimate of a
-        whole episode, K times); None while nothing is known."""
+        whole episode); None while nothing is known."""
         if self.episode_seconds:
             return sum(self.episode_seconds) / len(self.episode_seconds)
         if current is not None and current.next_turn_seconds() > 0:
-            return current.expected_turns * current.next_turn_seconds() * max(1, self.rollouts)
+            return current.expected_turns * current.next_turn_seconds()
         return None
 
     def remaining(self, current: TimeToVerdict | None, queued: int, parallel: int = 1) -> float | None:
@@ -192,9 +194,7 @@ class QueueEstimate:
         now = 0.0
         if current is not None:
             followed = current.remaining() or 0.0
-            if not self.episode_seconds:
-                followed *= max(1, self.rollouts)  # the other rollouts of this spectrum are as far from the end
-            now = followed if current.done else max(followed, per - current.elapsed())
+            now = followed if current.done or not self.episode_seconds else max(followed, per - current.elapsed())
         return now + queued * per / max(1, parallel)
 
 

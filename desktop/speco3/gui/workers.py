@@ -533,6 +533,7 @@ class InferenceThread(BackgroundTask):
                 job = self._take_next(first)
 
         scheduler: Scheduler = on_slots(engine, width)
+        failure = "stopped"
         try:
             for event in screen(first.screening, items(), scheduler, engine.info.model_id):
                 lv = live.get(event.item.key)
@@ -547,11 +548,14 @@ class InferenceThread(BackgroundTask):
                         self._flight.pop(lv.job.job_id, None)
                     self._item_done(lv.job)
                     follow()
+        except Exception as exc:  # the app's boundary: the items in flight fail (logged), the thread goes on
+            log.exception("the batch slots failed")
+            failure = f"{type(exc).__name__}: {exc}"
         finally:
             with self._lock:
                 left = list(self._flight.values())
                 self._flight.clear()
-            for job in left:  # only when the slots failed (the exception goes on to `_serve`)
-                self.failed_job.emit(job.job_id, job.key, "the batch slots stopped")
+            for job in left:  # the items the slots did not finish
+                self.failed_job.emit(job.job_id, job.key, failure)
                 self._item_done(job)
             self.batch_follow.emit(0, "", 0)
