@@ -112,10 +112,10 @@ def open_cli_engine(args: argparse.Namespace, settings: RunSettings, *, load: bo
     if args.scripted:
         from speco3.engine.scripted import load_script  # the test engine: not imported for real runs
 
-        engine = load_script(args.scripted, settings=settings.engine)
+        scripted = load_script(args.scripted, settings=settings.engine)
         if load:
-            engine.load()
-        return engine
+            scripted.load()
+        return scripted
     if bool(args.text) != bool(args.mmproj):
         raise Speco3Error("--text and --mmproj go together (the text GGUF and its vision projector)")
     from speco3.engine import open_engine  # llama.cpp's bindings: loaded only when a model is

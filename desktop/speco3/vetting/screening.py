@@ -192,13 +192,27 @@ def trace_folder(root: Path, task: str, key: str, name: str) -> Path:
 
 
 # -- events -----------------------------------------------------------------------------------------------------
+class RowBase(TypedDict):
+    """What every verdict row of a spectrum records before its run: where it ran and on what."""
+
+    spectrum_key: str
+    task: str
+    model_id: str
+    quant: str | None
+    text_sha256: str | None
+    mmproj_sha256: str | None
+    prompt_version: str
+    file_sha256: str | None
+    engine_settings: dict[str, object]
+
+
 @dataclass
 class ItemRun:
     """A spectrum being screened: what its verdict row records, its rollouts' traces, and when it started."""
 
     item: VetItem
     spectrum: Spectrum
-    base: dict
+    base: RowBase
     t0: float
     run: RolloutRun
     changed: bool = False
@@ -347,9 +361,10 @@ class Screening:
         files = self.done_check(info.model_id).files
         with self._lock:
             sha = files.digest(item.path) if item.path else None
-        base = dict(spectrum_key=item.key, task=self.task.id, model_id=info.model_id, quant=info.quant,
-                    text_sha256=info.text_sha256, mmproj_sha256=info.mmproj_sha256,
-                    prompt_version=self.task.prompt_version, file_sha256=sha, engine_settings=engine.settings.to_dict())
+        base = RowBase(spectrum_key=item.key, task=self.task.id, model_id=info.model_id, quant=info.quant,
+                       text_sha256=info.text_sha256, mmproj_sha256=info.mmproj_sha256,
+                       prompt_version=self.task.prompt_version, file_sha256=sha,
+                       engine_settings=engine.settings.to_dict())
         t0 = time.perf_counter()
         spectrum = item.spectrum
         error = item.error if spectrum is None else None
@@ -444,6 +459,6 @@ def vet(screening: Screening, items: Iterable[VetItem], scheduler: Scheduler, mo
 
 __all__ = [
     "FAILED_OUTCOMES", "RACY_NS", "BatchResult", "Cancelled", "DoneCheck", "Event", "FileCheck", "ItemRun",
-    "Pending", "Recorded", "Scheduler", "Screening", "ScreeningOptions", "Skipped", "Started", "Stepped", "VetItem", "file_sha256",
+    "Pending", "Recorded", "RowBase", "Scheduler", "Screening", "ScreeningOptions", "Skipped", "Started", "Stepped", "VetItem", "file_sha256",
     "in_shard", "parse_shard", "screen", "trace_folder", "vet",
 ]
