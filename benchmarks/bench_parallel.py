@@ -155,7 +155,8 @@ def batch_rate(text, mmproj, settings: EngineSettings, n_spectra: int, slots_lis
     from speco3.agent import get_task
     from speco3.engine import open_engine
     from speco3.vetting import VettingStore
-    from speco3.vetting.batch import VetItem, vet_batch
+    from speco3.vetting.schedulers import vet_batch
+    from speco3.vetting.screening import VetItem
     from speco3_testkit.spectra import make_spectrum, pillow_render
 
     items = [VetItem(key=f"/bench/s{i:03d}.fits#0", load=lambda i=i: make_spectrum(name=f"s{i:03d}.fits", seed=i),

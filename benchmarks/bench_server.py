@@ -6,7 +6,7 @@ screened into fresh vetting stores:
 
 * ``in_process``: `LlamaMtmdEngine` in this process through `vet_batch` (one conversation at a time);
 * ``server``: llama.cpp's ``llama-server`` (built by ``scripts/build-llama-tools.sh`` from the same vendored
-  sources) with 8 parallel slots on loopback, driven by `vet_concurrent` with N = 1, 2, 4, 8 conversations in
+  sources) with 8 parallel slots on loopback, driven by the screening core's `on_threads` scheduler with N = 1, 2, 4, 8 conversations in
   flight; the server batches their decode steps;
 * ``vllm``: vLLM's CPU build (``scripts/setup-vllm.sh``) serving the same tiny weights from the Hugging Face
   checkpoint (float32) with the README's flags, driven the same way; ``null`` (with ``vllm_note``) when its
@@ -40,8 +40,8 @@ from speco3.engine.base import EngineSettings
 from speco3.engine.chatapi import ServerConfig
 from speco3.engine.remote import RemoteEngine
 from speco3.vetting import VettingStore
-from speco3.vetting.batch import VetItem, vet_batch
-from speco3.vetting.concurrent import vet_concurrent
+from speco3.vetting.schedulers import on_threads, vet_batch
+from speco3.vetting.screening import Screening, VetItem, vet
 from speco3_testkit.llamaserver import find_llama_server, llama_server
 from speco3_testkit.spectra import make_spectrum, pillow_render
 from speco3_testkit.tinymodel import make_tiny_qwen25vl, tiny_gguf_pair
@@ -84,8 +84,8 @@ def screen_server(url: str, tag: str, levels: list[int], n_items: int, settings:
         first = RemoteEngine(ServerConfig(url), settings)
         first.load()
         engines = [first] + [RemoteEngine(first.config, settings, client=first.client) for _ in range(n - 1)]
-        out[str(n)] = run(tmpd, f"{tag}{n}", lambda st, e=engines: vet_concurrent(
-            items(n_items), st, e, task, pillow_render))
+        out[str(n)] = run(tmpd, f"{tag}{n}", lambda st, e=engines: vet(
+            Screening(st, task, pillow_render), items(n_items), on_threads(e), e[0].info.model_id))
         for e in reversed(engines):
             e.close()
     return out

@@ -199,7 +199,7 @@ def test_engine_applies_the_adapter_and_refuses_one_for_another_base(base, tmp_p
 
 def test_lora_option_parses_file_and_scale_into_the_engine_settings():
     from speco3.cli import build_parser
-    from speco3.cli.agent import engine_settings
+    from speco3.cli.options import engine_settings
 
     for command in (["inspect", "x.fits"], ["vet", "dir", "--out", "r.sqlite"], ["evaluate", "b.parquet"]):
         args = build_parser().parse_args([*command, "--task", "cv", "--lora", "a.gguf", "--lora", "b.gguf:0.5"])
@@ -272,7 +272,7 @@ def test_an_adapter_whose_shapes_do_not_fit_is_refused_by_llama_cpp_without_a_cr
 
 def test_lora_with_a_server_is_refused(tmp_path):
     from speco3.cli import build_parser
-    from speco3.cli.agent import engine_settings
+    from speco3.cli.options import engine_settings
     from speco3_base.errors import Speco3Error
 
     args = build_parser().parse_args(["inspect", "x.fits", "--task", "cv", "--server", "http://127.0.0.1:1",

@@ -17,19 +17,25 @@ import pytest
 from speco3.agent import Trace, get_task, run_episode
 from speco3.agent.fidelity import check_server, template_file
 from speco3.agent.steps import AssistantStep, Outcome, VerdictStep
-from speco3.cli import agent as cli_agent
-from speco3.cli import main
+from speco3.cli import main as cli_main
 from speco3.engine.base import EngineSettings
 from speco3.engine.chatapi import ServerConfig
 from speco3.engine.remote import RemoteEngine
 from speco3.vetting import VettingStore
 from speco3_testkit.llamaserver import FaultProxy, find_llama_server, llama_server
 from speco3_testkit.spectra import make_spectrum, pillow_render
+from speco3_testkit.spectra import pillow_render as _pillow_render
 
 pytestmark = pytest.mark.llama
 
 SETTINGS = dict(max_tokens_per_turn=24, image_max_tokens=120)
 CLEAN_ENDS = {Outcome.YES, Outcome.NO, Outcome.FORMAT_ERROR, Outcome.BUDGET_EXHAUSTED}
+
+
+def main(argv: list[str], render=_pillow_render) -> int:
+    """The CLI with the small Pillow renderer, passed in as `speco3.cli.main` takes it."""
+    return cli_main(argv, render=render)
+
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +135,6 @@ def test_episode_against_the_server(server, caplog):
 
 
 def test_inspect_cli_against_the_server(server, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     monkeypatch.setenv("SPECO3_TEST_KEY", "sk-secret-never-written")
     arch = _archive(tmp_path / "arch", 1)
     out = tmp_path / "trace"
@@ -146,7 +151,6 @@ def test_inspect_cli_against_the_server(server, tmp_path, monkeypatch, capsys):
 def test_vet_concurrency_4_with_faults_records_every_spectrum_once(server, tmp_path, monkeypatch, capsys, caplog):
     """20 spectra, 4 in flight through a proxy that drops connections, answers 500 and 429 (Retry-After), cuts
     streams and stalls past the request timeout: the run completes, each spectrum recorded exactly once."""
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     arch = _archive(tmp_path / "arch", 20)
     db = tmp_path / "r.sqlite"
     plan = ["pass", "drop", "500", "pass", "429", "truncate", "pass", "slow", "drop", "500", "truncate", "429"]
@@ -175,7 +179,6 @@ def test_vet_concurrency_4_with_faults_records_every_spectrum_once(server, tmp_p
 
 
 def test_a_dead_server_is_recorded_as_engine_error_and_retried_on_resume(server, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     arch = _archive(tmp_path / "arch", 3)
     db = tmp_path / "r.sqlite"
     argv = ["vet", str(arch), "--task", "cv", "--out", str(db), "--concurrency", "2", "--max-tokens-per-turn", "8",
@@ -241,8 +244,12 @@ def test_logprobs_are_requested_from_the_server_when_asked(server):
 def test_concurrent_vet_cancelled_then_resumed_records_each_spectrum_once(server, tmp_path):
     import threading
 
-    from speco3.vetting.batch import VetItem
-    from speco3.vetting.concurrent import vet_concurrent
+    from speco3.vetting.schedulers import on_threads
+    from speco3.vetting.screening import Recorded, Screening, Skipped, VetItem, vet
+
+    def vet_concurrent(items, store, engines, task, render, cancel=None, on_event=None):
+        return vet(Screening(store, task, render, cancel=cancel), items, on_threads(engines), engines[0].info.model_id,
+                   on_event=on_event)
 
     items = [VetItem(key=f"/d/s{i}.fits#0", load=lambda i=i: make_spectrum(name=f"s{i}", seed=i), name=f"s{i}")
              for i in range(8)]
@@ -256,15 +263,16 @@ def test_concurrent_vet_cancelled_then_resumed_records_each_spectrum_once(server
     cancel = threading.Event()
     seen: list[str] = []
 
-    def on_item(item, verdict):
-        seen.append(item.key)
-        if len(seen) == 2:
-            cancel.set()  # Ctrl-C: the episodes in flight stop between tokens and are not recorded
+    def on_event(event):
+        if isinstance(event, Recorded | Skipped):
+            seen.append(event.item.key)
+            if len(seen) == 2:
+                cancel.set()  # Ctrl-C: the episodes in flight stop between tokens and are not recorded
 
     store = VettingStore(tmp_path / "r.sqlite")
     task = get_task("cv")
     opened = [engines(3), engines(3)]
-    first = vet_concurrent(items, store, opened[0], task, pillow_render, cancel=cancel, on_item=on_item)
+    first = vet_concurrent(items, store, opened[0], task, pillow_render, cancel=cancel, on_event=on_event)
     assert first.cancelled and 2 <= first.done < 8
     second = vet_concurrent(items, store, opened[1], task, pillow_render)
     for e in [*opened[0][::-1], *opened[1][::-1]]:

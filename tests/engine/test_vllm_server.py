@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from speco3.agent.fidelity import ANSWER, check_server, conversation
-from speco3.cli import agent as cli_agent
 from speco3.cli import main
 from speco3.engine.chatapi import ChatClient, ServerConfig
 from speco3.engine.remote import RemoteEngine
@@ -95,7 +94,6 @@ def test_inspect_with_a_zoom_turn(vllm, tmp_path, monkeypatch, capsys):
     """``inspect --server``: the random model is made to call the tool on its first turn by vLLM's structured
     outputs (a regex of a valid tool call: the model itself writes it, under the constraint); the agent renders the
     zoom, sends the tool turn with its image, and the model answers it."""
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     plain = RemoteEngine.request_body
 
     def first_turn_calls_the_tool(self, max_tokens):
@@ -108,7 +106,7 @@ def test_inspect_with_a_zoom_turn(vllm, tmp_path, monkeypatch, capsys):
     arch = _archive(tmp_path / "arch", 1)
     out = tmp_path / "trace"
     rc = main(["inspect", str(arch / "s00.csv"), "--task", "cv", "--server", vllm, "--max-tokens-per-turn", "24",
-               "--max-turns", "3", "--out", str(out)])
+               "--max-turns", "3", "--out", str(out)], render=pillow_render)
     printed = capsys.readouterr()
     assert rc in (0, 3), printed.err
     saved = json.loads((out / "trace.json").read_text(encoding="utf-8"))
@@ -121,13 +119,13 @@ def test_inspect_with_a_zoom_turn(vllm, tmp_path, monkeypatch, capsys):
 
 
 def test_vet_concurrency_4_through_the_fault_proxy_records_each_spectrum_once(vllm, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     arch = _archive(tmp_path / "arch", 12)
     db = tmp_path / "r.sqlite"
     plan = ["pass", "drop", "500", "pass", "429", "truncate", "pass", "slow", "drop", "500"]
     with FaultProxy(vllm, plan, slow_s=12.0) as proxy:
         rc = main(["vet", str(arch), "--task", "cv", "--out", str(db), "--server", proxy.url, "--concurrency", "4",
-                   "--max-tokens-per-turn", "24", "--max-turns", "3", "--request-timeout", "6", "--retries", "6"])
+                   "--max-tokens-per-turn", "24", "--max-turns", "3", "--request-timeout", "6", "--retries", "6"],
+                  render=pillow_render)
         injected = list(proxy.faults)
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and summary["done"] == 12 and summary["failed"] == 0, summary

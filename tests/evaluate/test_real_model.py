@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from benchkit import LABELS
 
-import speco3.cli.agent as cli_agent
-from speco3.cli import main
+from speco3.cli import main as cli_main
+from speco3_testkit.spectra import pillow_render as _pillow_render
 
 pytestmark = pytest.mark.llama
 
@@ -18,11 +18,9 @@ SMALL = ["--n-ctx", "8192", "--threads", "2", "--n-gpu-layers", "0", "--image-ma
 CLEAN = {"YES", "NO", "format_error", "budget_exhausted"}
 
 
-@pytest.fixture(autouse=True)
-def _pillow(monkeypatch):
-    from benchkit import pillow_render
-
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
+def main(argv: list[str], render=_pillow_render) -> int:
+    """The CLI with the small Pillow renderer, passed in as `speco3.cli.main` takes it."""
+    return cli_main(argv, render=render)
 
 
 def test_evaluate_runs_the_tiny_model_end_to_end(bench_path, tiny_builds, tmp_path, capsys):

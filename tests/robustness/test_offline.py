@@ -268,8 +268,9 @@ def test_report_references_only_local_images(tmp_path, real_spectrum, pillow_ren
     from speco3.agent import get_task
     from speco3.engine.scripted import ScriptedEngine
     from speco3.vetting import VettingStore
-    from speco3.vetting.batch import VetItem, vet_batch
     from speco3.vetting.report import write_report
+    from speco3.vetting.schedulers import vet_batch
+    from speco3.vetting.screening import VetItem
 
     evil = '<img src="https://evil.example/p.png"><script src="http://evil.example/x.js"></script>'
     engine = ScriptedEngine([

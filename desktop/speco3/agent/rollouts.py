@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from speco3.agent.driver import drive
@@ -53,6 +53,32 @@ class RolloutPlan:
         return [Sampling(temp, self.top_p, self.top_k, self.seed + i) for i in range(self.k)]
 
 
+def iter_rollouts(
+    engine: Engine,
+    spectrum: Spectrum,
+    task: Task | str,
+    render: RenderFn,
+    plan: RolloutPlan,
+    *,
+    cancel: threading.Event | None = None,
+    **episode_kwargs,
+) -> Iterator[tuple[int, Step]]:
+    """The ``plan.k`` episodes of ``spectrum`` as they happen: ``(rollout i, step)``, each rollout ending with its
+    `VerdictStep` (``episode_kwargs`` as for `run_rollouts`). Closing the iterator ends the rollouts in flight."""
+    samplings = plan.samplings()
+    episodes = (episode_run(engine, spectrum, task, render, cancel=cancel, sampling=s, **episode_kwargs)
+                for s in samplings)
+    hits0 = _cache_hits(engine)
+    slots = open_slots(engine, len(samplings))
+    try:
+        yield from drive(episodes, slots, width=len(samplings))
+    finally:
+        slots.close()
+    if (hits := _cache_hits(engine) - hits0) > 0:
+        logger.info("%d rollouts of %s: %d zoom image(s) asked for again came from the vision-encoder cache",
+                    len(samplings), spectrum.name, hits)
+
+
 def run_rollouts(
     engine: Engine,
     spectrum: Spectrum,
@@ -73,23 +99,12 @@ def run_rollouts(
     episode_kwargs
         Passed to `run_episode` (``max_turns``, ``image_max_tokens``, ``max_tokens_per_turn``, ``on_token``).
     """
-    samplings = plan.samplings()
-    results: list[list[Step]] = [[] for _ in samplings]
-    episodes = (episode_run(engine, spectrum, task, render, cancel=cancel, sampling=s, **episode_kwargs)
-                for s in samplings)
-    hits0 = _cache_hits(engine)
-    slots = open_slots(engine, len(samplings))
-    try:
-        for i, step in drive(episodes, slots, width=len(samplings)):
-            results[i].append(step)
-            if on_step is not None:
-                on_step(i, step)
-    finally:
-        slots.close()
+    results: list[list[Step]] = [[] for _ in range(plan.k)]
+    for i, step in iter_rollouts(engine, spectrum, task, render, plan, cancel=cancel, **episode_kwargs):
+        results[i].append(step)
+        if on_step is not None:
+            on_step(i, step)
     assert all(steps and isinstance(steps[-1], VerdictStep) for steps in results)
-    if (hits := _cache_hits(engine) - hits0) > 0:
-        logger.info("%d rollouts of %s: %d zoom image(s) asked for again came from the vision-encoder cache",
-                    len(samplings), spectrum.name, hits)
     return results
 
 
@@ -98,4 +113,4 @@ def _cache_hits(engine: Engine) -> int:
     return int(engine.stats().extra.get("image_cache_hits", 0))
 
 
-__all__ = ["ROLLOUT_TEMPERATURE", "RolloutPlan", "run_rollouts"]
+__all__ = ["ROLLOUT_TEMPERATURE", "RolloutPlan", "iter_rollouts", "run_rollouts"]

@@ -28,6 +28,7 @@ from speco3.gui.agent_control import AgentController, BatchControls, installed_m
 from speco3.gui.agent_panel import AgentPanel
 from speco3.gui.archive_model import ArchiveTableModel
 from speco3.gui.archive_panel import ArchivePanel
+from speco3.gui.collector import collect_garbage_on_gui_thread
 from speco3.gui.decision_panel import DecisionPanel
 from speco3.gui.demo_session import SCRIPTED_LABEL, is_demo_spectrum
 from speco3.gui.keymap import FLAG_ACTIONS, KeyFilter, Keymap
@@ -37,7 +38,7 @@ from speco3.gui.samp_panel import SampPanel
 from speco3.gui.settings import AppSettings
 from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
-from speco3.gui.workers import IndexWorker, InferenceThread, collect_garbage_on_gui_thread, render_png
+from speco3.gui.workers import IndexWorker, InferenceThread, render_png
 
 log = logging.getLogger(__name__)
 
