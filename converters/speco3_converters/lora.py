@@ -284,6 +284,8 @@ def convert_lora(peft_dir: str | os.PathLike[str], base_text: str | os.PathLike[
 
 def _write(result: LoraResult, weights: Path, qtype: QT) -> None:
     out = result.path
+    if out is None:
+        raise ValueError("a LoRA result to write needs its output path")
     out.parent.mkdir(parents=True, exist_ok=True)
     refs = tensor_refs(weights)
     part = out.with_name(out.name + ".part")

@@ -89,6 +89,8 @@ def _pairs(s: GGUFSummary) -> tuple[list[str], list[int]]:
     ranks = []
     for base in targets:
         a, b = s.tensors.get(base + SUFFIX_A), s.tensors.get(base + SUFFIX_B)
+        if a is None:
+            raise ModelFileError(s.path, f"{base}: lora_b without lora_a")
         if b is None:
             raise ModelFileError(s.path, f"{base}: lora_a without lora_b")
         # GGUF order: a is [n_in, rank], b is [rank, n_out] (llama.cpp's llama_adapter_lora_init checks the same)
@@ -114,11 +116,11 @@ def check_base(info: AdapterInfo, text_sha256: str | None, model_name: str) -> N
     """
     if text_sha256 is None:
         return
-    require_base(info, model_name)
-    if info.base_text_sha256 != text_sha256:
+    digest = require_base(info, model_name)
+    if digest != text_sha256:
         made_for = f"{info.base_name!r} " if info.base_name else ""
         raise ModelStoreError(
-            f"{info.path.name} was made for the base model {made_for}(text GGUF sha256 {info.base_text_sha256[:12]}…), "
+            f"{info.path.name} was made for the base model {made_for}(text GGUF sha256 {digest[:12]}…), "
             f"not for {model_name!r} (sha256 {text_sha256[:12]}…); an adapter works only on the base it was trained "
             f"and converted for: convert it again with `spec-o3 convert-lora PEFT_DIR --base {model_name}` if it "
             "was trained on the same checkpoint")

@@ -14,6 +14,7 @@ huggingface-hub only when called.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -343,7 +344,7 @@ class ModelStore:
         return model
 
     # -- LoRA adapters ------------------------------------------------------------------------------------
-    def adapters(self, model: str | None = None) -> list[InstalledAdapter]:
+    def adapters(self, model: str | None = None) -> builtins.list[InstalledAdapter]:
         """Installed LoRA adapters by name; with ``model``, only those made for that installed model."""
         data = self._read()
         found = [InstalledAdapter.from_dict(a, self.root) for a in data.get("adapters", [])]
@@ -389,6 +390,7 @@ class ModelStore:
         """
         src = Path(path).expanduser().resolve()
         info = read_adapter(src)
+        model: InstalledModel | None
         if base is not None:
             model = self.get(base)
         else:
