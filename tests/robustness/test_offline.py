@@ -313,7 +313,7 @@ def test_gui_shows_model_text_as_plain_text(qtbot, real_spectrum, pillow_render)
     panel._job = 1
     for step in steps:
         if getattr(step, "kind", "") == "assistant":
-            panel.append_tokens(1, step.text)
+            panel.append_tokens(1, 0, step.text)
         panel.add_step(1, step)
     doc_html = panel.transcript.toHtml()
     assert "evil.example" in panel.transcript.toPlainText()

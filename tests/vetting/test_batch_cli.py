@@ -36,7 +36,7 @@ def test_batch_cancel_then_resume_without_duplicates(tmp_path, render):
     cancel = threading.Event()
     tokens = [0]
 
-    def on_token(_piece):
+    def on_token(_rollout, _piece):
         tokens[0] += 1
         if tokens[0] == 40:  # inside the 3rd spectrum's first turn (each run streams 16 pieces)
             cancel.set()

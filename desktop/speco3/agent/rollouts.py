@@ -61,13 +61,16 @@ def iter_rollouts(
     plan: RolloutPlan,
     *,
     cancel: threading.Event | None = None,
+    on_rollout_token: Callable[[int, str], None] | None = None,
     **episode_kwargs,
 ) -> Iterator[tuple[int, Step]]:
     """The ``plan.k`` episodes of ``spectrum`` as they happen: ``(rollout i, step)``, each rollout ending with its
-    `VerdictStep` (``episode_kwargs`` as for `run_rollouts`). Closing the iterator ends the rollouts in flight."""
+    `VerdictStep` (``episode_kwargs`` as for `run_rollouts`). Closing the iterator ends the rollouts in flight.
+    ``on_rollout_token(i, text)`` streams every rollout's generated text (the app shows each as it is written)."""
     samplings = plan.samplings()
-    episodes = (episode_run(engine, spectrum, task, render, cancel=cancel, sampling=s, **episode_kwargs)
-                for s in samplings)
+    episodes = (episode_run(engine, spectrum, task, render, cancel=cancel, sampling=s,
+                            **_token_sink(episode_kwargs, on_rollout_token, i))
+                for i, s in enumerate(samplings))
     hits0 = _cache_hits(engine)
     slots = open_slots(engine, len(samplings))
     try:
@@ -106,6 +109,13 @@ def run_rollouts(
             on_step(i, step)
     assert all(steps and isinstance(steps[-1], VerdictStep) for steps in results)
     return results
+
+
+def _token_sink(episode_kwargs: dict, on_rollout_token: Callable[[int, str], None] | None, i: int) -> dict:
+    """``episode_kwargs`` with rollout ``i``'s own ``on_token`` when every rollout's text is streamed."""
+    if on_rollout_token is None:
+        return episode_kwargs
+    return {**episode_kwargs, "on_token": lambda piece: on_rollout_token(i, piece)}
 
 
 def _cache_hits(engine: Engine) -> int:

@@ -147,7 +147,7 @@ class AgentController(QObject):
         self.interactive_job = job_id
         self._jobs[job_id] = (entry, task)
         title = f"{spectrum.name} · task {task.id} · {model_id}"
-        self.panel.begin(job_id, title, scripted=job.scripted)
+        self.panel.begin(job_id, title, scripted=job.scripted, rollouts=job.k)
         if self.batch_in_flight > 1:
             self.message.emit(f"batch pre-screen pauses for this run, which starts when the {self.batch_in_flight} "
                               "spectra in flight are done")

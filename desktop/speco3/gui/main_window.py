@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from speco3 import __version__
+from speco3.agent.trace import Trace, TraceError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
 from speco3.gui.agent_panel import AgentPanel
 from speco3.gui.archive_model import ArchiveTableModel
@@ -39,6 +40,7 @@ from speco3.gui.settings import AppSettings
 from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
 from speco3.gui.workers import IndexWorker, InferenceThread, render_png
+from speco3.vetting.records import ModelVerdict
 
 log = logging.getLogger(__name__)
 
@@ -347,18 +349,28 @@ class MainWindow(QMainWindow):
         if mv is None or not mv.trace_dir:
             self.agent_panel.show_idle("No model run for this spectrum and task yet — press A to run the agent.")
             return
-        from speco3.agent.trace import Trace
-
         try:
             trace = Trace.load(Path(mv.trace_dir).parent if mv.trace_dir.endswith(".json") else mv.trace_dir)
         except Exception as exc:
             self.agent_panel.show_idle(f"stored trace unreadable: {exc}")
             return
         name = self.vetting.spectrum.name if self.vetting.spectrum is not None else ""
-        self.agent_panel.show_trace(trace, f"{name} · task {mv.task} · {mv.model_id}")
+        self.agent_panel.show_trace(trace, f"{name} · task {mv.task} · {mv.model_id}", self._other_rollouts(mv))
         conf = mv.confidence()
         if conf is not None and conf.k > 1:  # K rollouts: their fold, not the one rollout the transcript replays
             self.agent_panel.show_confidence(conf, f"model {mv.model_id}")
+
+    def _other_rollouts(self, mv: ModelVerdict) -> list[Trace | str]:
+        """The stored traces of rollouts 2…K of a run (a sentence in place of one that cannot be read)."""
+        if self.vetting.store is None or mv.id is None or (mv.rollouts or 1) < 2:
+            return []
+        out: list[Trace | str] = []
+        for r in self.vetting.store.rollouts(mv.id)[1:]:
+            try:
+                out.append(Trace.load(r.trace_dir) if r.trace_dir else f"rollout {r.idx + 1}: no trace stored")
+            except TraceError as exc:
+                out.append(f"rollout {r.idx + 1}: stored trace unreadable: {exc}")
+        return out
 
     def _on_task(self, task_id: str) -> None:
         self.settings.task = task_id

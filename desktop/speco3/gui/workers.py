@@ -219,7 +219,7 @@ class InferenceThread(BackgroundTask):
     """
 
     started_job = Signal(int, str, object)
-    tokens = Signal(int, str)
+    tokens = Signal(int, int, str)  # (job id, rollout index, text): every rollout streams
     step = Signal(int, object)
     finished_job = Signal(int, str, object, object)
     failed_job = Signal(int, str, str)
@@ -470,17 +470,18 @@ class InferenceThread(BackgroundTask):
     def _run_job(self, job: AgentJob, engine: Engine) -> None:
         """One spectrum through the screening core, one at a time (its K rollouts on the parallel sequences)."""
         live = self._job_started(job, engine)
-        buf: list[str] = []
+        bufs: dict[int, list[str]] = {}  # rollout index -> text not sent yet
         last = [time.perf_counter()]
 
         def flush() -> None:
-            if buf:
-                self.tokens.emit(job.job_id, "".join(buf))
-                buf.clear()
+            for i, buf in bufs.items():
+                if buf:
+                    self.tokens.emit(job.job_id, i, "".join(buf))
+                    buf.clear()
             last[0] = time.perf_counter()
 
-        def on_token(piece: str) -> None:
-            buf.append(piece)
+        def on_token(i: int, piece: str) -> None:
+            bufs.setdefault(i, []).append(piece)
             if time.perf_counter() - last[0] > 0.04:
                 flush()
 

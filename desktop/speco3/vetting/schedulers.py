@@ -47,22 +47,23 @@ from speco3.vetting.screening import (
 )
 from speco3.vetting.store import VettingStore
 
-TokenSink = Callable[[str], None]
+TokenSink = Callable[[int, str], None]  # (rollout index, generated text)
 
 
 def run_item(screening: Screening, engine: Engine, started: ItemRun, *,
              on_token: TokenSink | None = None) -> Iterator[Event]:
-    """The steps of one started spectrum's rollouts (`Stepped`), then its end (`Screening.finish`)."""
+    """The steps of one started spectrum's rollouts (`Stepped`), then its end (`Screening.finish`); ``on_token``
+    streams the text of every rollout, with its index."""
     run = started.run
     for i, step in iter_rollouts(engine, started.spectrum, screening.task, screening.render, run.plan,
-                                 cancel=screening.cancel, on_token=on_token if run.plan.k == 1 else None):
+                                 cancel=screening.cancel, on_rollout_token=on_token):
         run.traces[i].add(step)
         yield Stepped(started.item, started, i, step)
     yield screening.finish(started)
 
 
 def one_at_a_time(engine: Engine, *, on_token: TokenSink | None = None) -> Scheduler:
-    """Spectra one after another (see module doc); ``on_token`` streams the text of single-rollout runs."""
+    """Spectra one after another (see module doc); ``on_token(i, text)`` streams the text of rollout ``i``."""
 
     def schedule(screening: Screening, pending: Iterator[Pending]) -> Iterator[Event]:
         for item, changed in pending:
