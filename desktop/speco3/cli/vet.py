@@ -32,7 +32,7 @@ from speco3.spectra import ArchiveIndex
 from speco3.spectra.index import IndexEntry
 from speco3.vetting.schedulers import choose, on_threads
 from speco3.vetting.screening import BatchResult, Scheduler, Screening, VetItem, in_shard, parse_shard, vet
-from speco3.vetting.store import VettingStore
+from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 
 
 def register(sub) -> None:
@@ -61,6 +61,9 @@ def register(sub) -> None:
     v.add_argument("--cls", help="catalogue class filter (STAR, GALAXY, QSO, ...)")
     v.add_argument("--snr-min", type=float)
     v.add_argument("--match", metavar="TEXT", help="only spectra whose key, object id, class or note contain TEXT")
+    v.add_argument("--include-unusable", action="store_true",
+                   help="also screen sky fibres and spectra whose every pixel is masked (left out by default, as in "
+                   "the app's queue)")
     v.add_argument("--concurrency", type=int, default=1, metavar="N",
                    help="with --server: keep N episodes in flight (the server batches them; default 1)")
     model_options(v)
@@ -68,8 +71,9 @@ def register(sub) -> None:
     v.set_defaults(func=cmd_vet)
 
 
-def _archive_entries(args: argparse.Namespace) -> list[IndexEntry]:
-    """Index entries to screen, from an archive folder (scanned incrementally) or an index database."""
+def _archive_entries(args: argparse.Namespace) -> tuple[list[IndexEntry], str | None]:
+    """Index entries to screen, from an archive folder (scanned incrementally) or an index database, and the
+    archive's root folder."""
     try:  # a bad --shard is refused before any indexing
         shard = parse_shard(args.shard) if args.shard else None
     except ValueError as exc:
@@ -94,14 +98,15 @@ def _archive_entries(args: argparse.Namespace) -> list[IndexEntry]:
             raise Speco3Error(f"{path}: not an archive index (no archive root recorded)")
     else:
         raise Speco3Error(f"{path}: no such archive folder or index")
+    index_root = index.root
     try:
         entries = index.query(survey=args.survey, cls=args.cls, snr_min=args.snr_min, text=args.match, sort="key",
-                              limit=None if shard else args.limit)
+                              usable=None if args.include_unusable else True, limit=None if shard else args.limit)
     finally:
         index.close()
     if shard:  # the share first, then the limit: --limit counts this shard's spectra
         entries = [e for e in entries if in_shard(e.key, shard)][:args.limit]
-    return entries
+    return entries, index_root
 
 
 def _all_done(screening: Screening, items: list[VetItem], model_id: str) -> bool:
@@ -119,7 +124,7 @@ def cmd_vet(args: argparse.Namespace) -> int:
     task = get_task(args.task)
     settings = run_settings(args)
     plan = settings.plan()
-    entries = _archive_entries(args)
+    entries, index_root = _archive_entries(args)
     items = [VetItem.of_entry(e) for e in entries]
     store_path = Path(args.out)
     traces = Path(args.traces) if args.traces else store_path.with_name(store_path.stem + "_traces")
@@ -134,6 +139,8 @@ def cmd_vet(args: argparse.Namespace) -> int:
     render = renderer(args)
     new_store = not store_path.exists()
     store = VettingStore(store_path)
+    if index_root:
+        store.set_state(ARCHIVE_ROOT_STATE, index_root)  # reports are titled by it
     cancel = threading.Event()
     screening = Screening(store, task, render, trace_root=traces, plan=plan, thresholds=settings.thresholds(),
                           resume=not args.no_resume, cancel=cancel)

@@ -182,6 +182,10 @@ class AgentController(QObject):
             if check.state(store_key(entry), entry.path) == "done":
                 continue
             jobs.append((self._job(entry, screening, model_id, batch=True), entry))
+        if not jobs:  # a batch of nothing never reported an end: its bar stayed at "0 / 1" with Pause and Cancel
+            self.message.emit(f"nothing to pre-screen: every spectrum in the table (task {task.id}) is done, "
+                              "unreadable or empty — change the filters or the task")
+            return 0
         self.inference.start_batch([job for job, _ in jobs])
         for job, entry in jobs:
             self._jobs[job.job_id] = (entry, task)

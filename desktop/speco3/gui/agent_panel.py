@@ -365,6 +365,7 @@ class AgentPanel(QWidget):
         if self.running:
             return
         self.clear()
+        self.status.setText("stored run")
         self._set_rollouts(1 + len(others))
         for view, other in zip(self._rollout_views, others, strict=True):
             view.setPlainText(other if isinstance(other, str) else rollout_text(other))
@@ -398,6 +399,7 @@ class AgentPanel(QWidget):
             return
         self.clear()
         self._set_rollouts(1)
+        self.status.setText("idle")  # the last run's figures belong to another spectrum
         self.hint.setText(text)
         self.set_compact(True)
 
