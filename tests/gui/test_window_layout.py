@@ -8,8 +8,10 @@ from PySide6.QtCore import QPoint
 pytestmark = pytest.mark.gui
 
 
-@pytest.mark.parametrize("size", [(1366, 768), (1024, 640), (1920, 1080)])
-def test_plot_gets_the_room_and_the_decision_panel_is_whole(qtbot, make_window, demo_archive, open_and_wait, size):
+# the plot's least share of the window's height (the trial measured 140 px at 1024×640 and 40 px at 800×500 before)
+@pytest.mark.parametrize(("size", "share"), [((1366, 768), 0.45), ((1024, 640), 0.35), ((1920, 1080), 0.5)])
+def test_plot_gets_the_room_and_the_decision_panel_is_whole(qtbot, make_window, demo_archive, open_and_wait, size,
+                                                            share):
     w = make_window()
     w.resize(*size)
     open_and_wait(w, demo_archive)
@@ -18,7 +20,7 @@ def test_plot_gets_the_room_and_the_decision_panel_is_whole(qtbot, make_window, 
     qtbot.wait(50)
     assert w.agent_panel.compact and not w.agent_panel.transcript.isVisible()  # no run: folded
     plot_h = w.viewer.plot.height()
-    assert plot_h >= 0.42 * size[1], f"plot only {plot_h} px high in a {size} window"
+    assert plot_h >= share * size[1], f"plot only {plot_h} px high in a {size} window"
     right = w.decision.parentWidget().mapTo(w, QPoint(w.decision.parentWidget().width(), 0)).x()
     assert right <= w.width()  # the decision panel ends inside the window
     for name in ("YES", "NO", "UNSURE"):  # every decision button is drawn whole

@@ -158,6 +158,7 @@ class AgentPanel(QWidget):
         self._done_tokens = 0
         self._live_chars = 0
         self._other_chars = 0  # text of rollouts 2…K (their steps are not shown one by one)
+        self._live_heading = ""  # heading of the run whose figures the status line shows
         self._info: dict = {}
         self._eta: tuple[float, float] | None = None  # (seconds left when estimated, perf_counter then)
         self._timer = QTimer(self, interval=250)
@@ -246,6 +247,7 @@ class AgentPanel(QWidget):
 
     def begin(self, job_id: int, title: str, scripted: bool, rollouts: int = 1) -> None:
         self.clear()
+        self._live_heading = title  # a stored replay under the same heading is this run's
         self._set_rollouts(rollouts)
         self.set_compact(False)
         self._job, self._t0, self._info, self._eta = job_id, time.perf_counter(), {}, None
@@ -365,7 +367,8 @@ class AgentPanel(QWidget):
         if self.running:
             return
         self.clear()
-        self.status.setText("stored run")
+        if heading != self._live_heading:  # the figures of the run just finished stay beside its own replay only
+            self.status.setText("stored run")
         self._set_rollouts(1 + len(others))
         for view, other in zip(self._rollout_views, others, strict=True):
             view.setPlainText(other if isinstance(other, str) else rollout_text(other))
@@ -400,6 +403,7 @@ class AgentPanel(QWidget):
         self.clear()
         self._set_rollouts(1)
         self.status.setText("idle")  # the last run's figures belong to another spectrum
+        self._live_heading = ""
         self.hint.setText(text)
         self.set_compact(True)
 
