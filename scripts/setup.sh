@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv and install Spec-o3 with what the app (and, with --tests, its test suite) needs. Idempotent.
-# Usage: scripts/setup.sh [--tests]
+# Usage: scripts/setup.sh [--tests] [--vulkan]
 #
 # System step, only on Linux with apt-get (Debian, Ubuntu): Qt's runtime libraries when they are really missing,
 # and for --tests the test tools Xvfb, strace and desktop-file-utils. Elsewhere (macOS, other distributions) it
@@ -84,3 +84,6 @@ else
     .venv/bin/python -m pip install -q -e .
   }
 fi
+# Opt-in, in any position: --vulkan also builds .venv-vulkan, llama-cpp-python with llama.cpp's Vulkan backend
+# (scripts/setup-vulkan.sh: Vulkan packages and newer headers; 15+ minutes on 2 cores; the wheel is cached).
+case " $* " in *" --vulkan "*) scripts/setup-vulkan.sh ;; esac
