@@ -42,8 +42,8 @@ pytestmark = [
 TIGHT = dict(n_ctx=2048, flash_attn=False, kv_type="f32", n_threads=2)
 PROMPT = "Is this a quasar?<|im_end|>\n<|im_start|>assistant\n"
 # Measured on lavapipe (LLVM 15, Mesa 22.3) against the CPU backend of the same build, tiny F32 pair, one image and
-# ~20 text tokens: cosine 0.99997 with all or 1 of 3 layers on the device (max abs. difference 0.06; lavapipe
-# computes in reduced precision), same top-5 tokens. The bound leaves a margin over what was measured.
+# ~20 text tokens: cosine 0.99997 with all or 1 of 3 layers on the device (max abs. difference 0.06),
+# same top-5 tokens. The bound leaves a margin over what was measured.
 MIN_COSINE = 0.9999
 NATIVE = "speco3.engine.llama_cpp_native"
 
@@ -203,3 +203,25 @@ def test_self_test_without_a_usable_device_says_so(tiny_pair):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     assert shutil.which("vulkaninfo")  # the device is there; only ggml skips it
+
+
+def test_status_bar_names_the_device(vulkan_device, tiny_pair, qtbot):
+    """What the app shows: the status-bar message after the load (`InferenceThread.engine_status`, shown by the
+    main window's status bar) and the backend the agent panel's status line names during a run."""
+    from speco3.gui.workers import AgentJob, InferenceThread
+
+    thread = InferenceThread()
+    shown: list[str] = []
+    thread.engine_status.connect(shown.append)
+    job = AgentJob(key="spectrum", task=None, engine_key="tiny-f32|vulkan",
+                   engine_factory=lambda: LlamaMtmdEngine(*tiny_pair, EngineSettings(**TIGHT, n_gpu_layers=-1),
+                                                          warmup=False))
+    try:
+        engine = thread._engine_for(job)  # on this thread, as the worker thread would
+        info = thread._job_started(job, engine)
+    finally:
+        thread._close_engine()
+    assert shown[0] == "loading tiny-f32 …"
+    assert shown[-1].startswith("tiny-f32 loaded in ")
+    assert f"2/2 layers on the GPU {vulkan_device.name} ({vulkan_device.description})" in shown[-1]
+    assert info["backend"] == f"Vulkan ({vulkan_device.description})"
