@@ -8,7 +8,8 @@ venv (``scripts/setup-vulkan.sh``); on lavapipe set ``GGML_VK_VISIBLE_DEVICES=0`
 devices otherwise). Without ``--text``/``--mmproj`` the tiny test pair (``--quant``, default F32) is built into
 ``SPECO3_TEST_CACHE`` when set, else a temporary folder. Prints JSON.
 
-Run: ``GGML_VK_VISIBLE_DEVICES=0 .venv-vulkan/bin/python benchmarks/bench_backends.py``.
+Run: ``GGML_VK_VISIBLE_DEVICES=0 .venv-vulkan/bin/python benchmarks/bench_backends.py``; ``--quick``: a short
+prompt, 8 tokens, a small image, one run. Without a GPU device ``gpu`` says so and only the CPU is measured.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from speco3.engine import native
 from speco3.engine.base import EngineSettings
 from speco3.engine.llama import LlamaMtmdEngine
 from speco3.imaging import prepare_image
+
+REQUIRES = ("llama_cpp",)
+#: Headline keys of the printed JSON (the README's benchmark table lists them).
+JSON_KEYS = ("model", "devices", "cpu", "gpu")
 
 
 def _image(width: int, height: int):
@@ -90,7 +95,10 @@ def main(argv=None) -> int:
     ap.add_argument("--image", type=int, nargs=2, default=(448, 336), metavar=("W", "H"))
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=3, help="runs per backend (the best decode rate is kept)")
+    ap.add_argument("--quick", action="store_true", help="32 prompt tokens, 8 sampled, a small image, one run")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.prompt_tokens, args.max_tokens, args.image, args.repeat = 32, 8, (112, 84), 1
     with tempfile.TemporaryDirectory() as tmp:
         if args.text and args.mmproj:
             text, mmproj, model = args.text, args.mmproj, "given"
