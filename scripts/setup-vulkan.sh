@@ -53,13 +53,13 @@ if [ -z "$include" ]; then
     mirror=${mirror:-http://deb.debian.org/debian}
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/speco3-vulkan.XXXXXX") && chmod 755 "$tmp"
     trap 'rm -rf "$tmp"' EXIT
-    mkdir -p "$tmp/lists/partial" "$tmp/archives/partial"
+    mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial"
     printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
       "$mirror" >"$tmp/trixie.sources"
     # deb822 needs the .sources suffix; apt only reads it from sourceparts, so the one-off file gets its own folder.
     mkdir -p "$tmp/parts" && mv "$tmp/trixie.sources" "$tmp/parts/"
     aptopts=(-o Dir::Etc::sourcelist=/dev/null -o Dir::Etc::sourceparts="$tmp/parts" -o Dir::State::Lists="$tmp/lists"
-             -o Dir::Cache::archives="$tmp/archives" -o APT::Get::List-Cleanup=0 -o APT::Sandbox::User=root)
+             -o Dir::Cache="$tmp/cache" -o APT::Get::List-Cleanup=0 -o APT::Sandbox::User=root)
     echo "setup-vulkan: fetching the Vulkan headers of trixie's libvulkan-dev from $mirror" >&2
     $SUDO apt-get "${aptopts[@]}" update -qq
     (cd "$tmp" && apt-get "${aptopts[@]}" download libvulkan-dev spirv-headers >/dev/null)
@@ -86,6 +86,9 @@ $venv/bin/python -m pip install -q "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*
 # The app and its test dependencies (not [llm]: that would ask pip for the CPU build again).
 $venv/bin/python -m pip install -q -e ".[hub,test]"
 $venv/bin/python - <<'EOF'
-import llama_cpp
-print("setup-vulkan: llama-cpp-python", llama_cpp.__version__, "with GPU offload:", llama_cpp.llama_supports_gpu_offload())
+import pathlib, llama_cpp
+built = any(pathlib.Path(llama_cpp.__file__).parent.joinpath("lib").glob("libggml-vulkan*"))
+print(f"setup-vulkan: llama-cpp-python {llama_cpp.__version__}, Vulkan backend built: {built}; GPU offload here: "
+      f"{llama_cpp.llama_supports_gpu_offload()} (ggml uses a CPU-type Vulkan device such as lavapipe only with "
+      "GGML_VK_VISIBLE_DEVICES=0)")
 EOF
