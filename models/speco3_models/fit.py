@@ -260,7 +260,7 @@ def plan_fit(shape: ModelShape, n_ctx: int, host_free: int | None, gpus: Sequenc
             notes = []
             if plan.context_reduced:
                 notes.append(f"context lowered from {n_ctx} to {plan.n_ctx} tokens to fit in memory")
-            if gpus and plan.n_gpu_layers < shape.n_layers + 1:
+            if gpus and n_gpu_layers is None and plan.n_gpu_layers < shape.n_layers + 1:  # not what the user chose
                 notes.append(f"{plan.gpu_layers_shown}/{shape.n_layers} layers on the GPU (free GPU memory: "
                              f"{format_gib(sum(g.free_bytes for g in gpus))})")
             if plan.n_gpu_layers and not plan.mmproj_on_gpu and want_projector_gpu:

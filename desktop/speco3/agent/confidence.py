@@ -193,7 +193,7 @@ def aggregate_outcomes(outcomes: Sequence[str], p_tokens: Sequence[float | None]
     agreement = max(yes, no) / answered if answered else None
     verdict = "YES" if yes > no else "NO" if no > yes else None
     abstained = (
-        not answered or verdict is None or agreement < th.min_agreement or answered / len(outs) < th.min_answered
+        agreement is None or verdict is None or agreement < th.min_agreement or answered / len(outs) < th.min_answered
     )
     return Confidence(
         k=len(outs), outcomes=outs, yes=yes, no=no, p_yes=yes / answered if answered else None,

@@ -15,12 +15,12 @@ message is complete go on at the next pass while the others hold their state. Wi
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from speco3.agent.steps import Step
-from speco3.engine.base import Message, Part, Sampling
+from speco3.engine.base import Message, Part, Sampling, Slots
 from speco3.errors import OUTCOME_ERRORS
 
 
@@ -56,7 +56,7 @@ Request = Open | Extend | Generate
 
 @dataclass
 class _Run:
-    gen: Iterator[Any]
+    gen: Generator[Any, Any, Any]
     slot: int | None = None
     reply: Any = None
     waiting: bool = False
@@ -64,7 +64,7 @@ class _Run:
     steps: list[Step] = field(default_factory=list)
 
 
-def drive(episodes: Iterable[Iterator[Any]], slots, width: int = 1) -> Iterator[tuple[int, Step]]:
+def drive(episodes: Iterable[Generator[Any, Any, Any]], slots: Slots, width: int = 1) -> Iterator[tuple[int, Step]]:
     """Run episode generators (taken lazily, in order) through ``slots``, up to ``width`` at once; yield
     ``(episode index, step)`` as steps happen. Slots are released when their episode ends (also on close)."""
     width = max(1, min(int(width), int(slots.capacity)))
@@ -99,7 +99,7 @@ def drive(episodes: Iterable[Iterator[Any]], slots, width: int = 1) -> Iterator[
                 slots.release(run.slot)
 
 
-def _advance(i: int, run: _Run, slots) -> Iterator[tuple[int, Step]]:
+def _advance(i: int, run: _Run, slots: Slots) -> Iterator[tuple[int, Step]]:
     """Run one episode until it waits for a generation or ends."""
     while True:
         reply, run.reply = run.reply, None
@@ -121,6 +121,8 @@ def _advance(i: int, run: _Run, slots) -> Iterator[tuple[int, Step]]:
                     run.slot = None
                 run.slot = slots.open(item.sampling)
                 slots.extend(run.slot, item.parts, item.messages)
+            elif run.slot is None:
+                raise TypeError(f"an episode yielded {type(item).__name__} before it opened a conversation")
             elif isinstance(item, Extend):
                 slots.extend(run.slot, item.parts, item.messages)
             elif isinstance(item, Generate):

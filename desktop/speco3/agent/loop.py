@@ -45,6 +45,8 @@ from speco3.spectra.model import Spectrum
 from speco3.spectra.view import View
 
 logger = logging.getLogger(__name__)
+#: What a full view the renderer cannot draw raises besides our own errors (NaN ranges, empty arrays): an input error.
+RENDER_ERRORS: tuple[type[BaseException], ...] = (*OUTCOME_ERRORS, ValueError, ArithmeticError)
 EpisodeGen = Generator["Step | Request", Any, Any]
 
 
@@ -97,6 +99,7 @@ class Episode:
         if self.cancelled():
             yield self.finish(Outcome.CANCELLED, "cancelled before the first turn")
             return
+        assert first.image is not None, "the first turn's prompt step carries the full view"  # _prompt makes it
         _, failed = yield from self.engine_call(self.start(first.image, task_text), "engine failed to start the episode")
         if failed is not None:
             yield failed
@@ -117,7 +120,7 @@ class Episode:
             return self.finish(Outcome.INPUT_ERROR, f"{self.spectrum.name}: no finite data points to show")
         try:
             image = prepare_image(self.render(full), max_tokens=self.image_max_tokens)
-        except (*OUTCOME_ERRORS, ValueError, ArithmeticError) as exc:  # data the renderer cannot draw
+        except RENDER_ERRORS as exc:  # data the renderer cannot draw
             logger.exception("full view of %s could not be rendered", self.spectrum.name)
             return self.finish(Outcome.INPUT_ERROR, f"full view could not be rendered: {exc}")
         return PromptStep(turn=0, seconds=time.perf_counter() - t0, task_id=task_id, task_text=task_text,
@@ -138,6 +141,7 @@ class Episode:
         t0 = time.perf_counter()
         res, failed = yield from self.engine_call(self.generate(), f"generation failed in turn {turn}")
         if res is None:
+            assert failed is not None  # engine_call returns (None, the failure's verdict)
             yield failed
             return True
         step, call = self.record(turn, res, t0)
@@ -205,7 +209,7 @@ class Episode:
 
         # a truncated message is closed before the tool turn (a chat server's template closes it itself)
         messages = tool_turn_messages(result.image, result.text)
-        close = [IM_END] if res.stop_reason == "length" else []
+        close: list[str | PreparedImage] = [IM_END] if res.stop_reason == "length" else []
         tool_turn = Extend(close + markup(messages), messages)
         _, failed = yield from self.engine_call(tool_turn, "engine failed to take the tool turn")
         if failed is not None:

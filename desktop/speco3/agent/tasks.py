@@ -98,7 +98,7 @@ def _req(d: dict, key: str, typ: type, where: str, optional: bool = False) -> An
             return None
         raise TaskError(f"{where}: missing field '{key}'")
     value = d[key]
-    if not isinstance(value, typ) or (typ is str and not value.strip()):
+    if not isinstance(value, typ) or (isinstance(value, str) and not value.strip()):
         kind = "a non-empty string" if typ is str else f"a {typ.__name__}"
         raise TaskError(f"{where}: field '{key}' must be {kind}, got {value!r:.80}")
     return value

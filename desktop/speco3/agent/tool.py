@@ -139,7 +139,7 @@ def run_tool(
     )
     if not well_formed:
         return done(ToolResult(False, invalid_range_text(received, data_range), label=label, error="invalid_range"))
-    rng = tuple(received)
+    rng = tuple(received or ())  # well formed: two numbers
     if data_range is not None and (rng[1] < data_range[0] or rng[0] > data_range[1]):
         return done(
             ToolResult(False, invalid_range_text(received, data_range), label=label, wavelength_range=rng,

@@ -140,7 +140,7 @@ class Trace:
 
     def images(self) -> list[tuple[Step, PreparedImage]]:
         """(step, image) for every image the model saw, in order."""
-        return [(s, s.image) for s in self.steps if getattr(s, "image", None) is not None]
+        return [(s, s.image) for s in self.steps if isinstance(s, PromptStep | ToolStep) and s.image is not None]
 
     # -- files -------------------------------------------------------------------------------------
     def to_dict(self, image_files: dict[int, str] | None = None) -> dict[str, Any]:
@@ -215,7 +215,7 @@ class Trace:
 
 
 def _step_from_dict(d: dict, folder: Path, path: Path) -> Step:
-    cls = STEP_TYPES.get(d.get("kind"))
+    cls = STEP_TYPES.get(str(d.get("kind")))
     if cls is None:
         raise TraceError(f"{path}: unknown step kind {d.get('kind')!r}")
     kwargs: dict[str, Any] = {}

@@ -100,6 +100,11 @@ class LlamaContext:
         llama, mtmd, s = self._llama, self._mtmd, self.settings
         mp = llama.llama_model_default_params()
         mp.n_gpu_layers = int(n_gpu_layers)
+        no_devices = (ctypes.c_void_p * 1)()  # a NULL-terminated empty device list; alive until the load returns
+        if mp.n_gpu_layers == 0:
+            # 0 layers means the CPU alone: with the default device list llama.cpp would still run large-batch
+            # matrix products (prefill) on a GPU it finds, the very device that may just have failed to load
+            mp.devices = ctypes.addressof(no_devices)
         mp.load_mode = llama.LLAMA_LOAD_MODE_MMAP if use_mmap and llama.llama_supports_mmap() else llama.LLAMA_LOAD_MODE_NONE
         self._model = llama.llama_model_load_from_file(str(text_path).encode(), mp)
         if not self._model:

@@ -117,7 +117,10 @@ def load_with_fallback(plan: FitPlan, load: Callable[[int], None], cleanup: Call
 
 def describe(plan: FitPlan, n_gpu_layers: int) -> str:
     """What was chosen, for the log and the user: layers, projector, context and the estimate."""
-    where = (f"{min(n_gpu_layers, plan.n_layers)}/{plan.n_layers} layers on the GPU" if n_gpu_layers else "CPU only")
+    gpu = plan.devices[0] if plan.devices else None  # the device llama.cpp offloads to first (ggml's order)
+    named = f" {gpu.name}" + (f" ({gpu.description})" if gpu.description else "") if gpu else ""
+    where = (f"{min(n_gpu_layers, plan.n_layers)}/{plan.n_layers} layers on the GPU{named}" if n_gpu_layers
+             else "CPU only")
     if n_gpu_layers and n_gpu_layers != plan.n_gpu_layers:
         where += f" (after a failed load with {plan.gpu_layers_shown})"
     proj = ", projector on the GPU" if plan.mmproj_on_gpu and n_gpu_layers else ""

@@ -151,11 +151,11 @@ def risk_coverage(y: Sequence[int], p: Sequence[float | None], correct: Sequence
     y_arr = np.asarray(y, int)
     p_arr = np.asarray([np.nan if v is None else v for v in p], float)
     conf = np.where(np.isnan(p_arr), -1.0, np.maximum(p_arr, 1 - p_arr))
-    correct = np.asarray(correct, bool) if correct is not None else ((p_arr >= 0.5).astype(int) == y_arr)
+    right = np.asarray(correct, bool) if correct is not None else ((p_arr >= 0.5).astype(int) == y_arr)
     order = np.argsort(-conf, kind="stable")
     n = len(order)
     points = []
     for k in range(n, 0, -1):
         kept = order[:k]
-        points.append({"coverage": k / n, "abstained": 1 - k / n, "accuracy": float(correct[kept].mean())})
+        points.append({"coverage": k / n, "abstained": 1 - k / n, "accuracy": float(right[kept].mean())})
     return points

@@ -30,9 +30,8 @@ def same_size_class(a: tuple[int, int], b: tuple[int, int], tolerance: float = S
 
 
 def _open(image: bytes | HasPixels) -> Image.Image:
-    pixels = getattr(image, "rgb", None)  # a rendered image's own pixels: no PNG to decode
-    if pixels is not None:
-        return Image.fromarray(np.ascontiguousarray(pixels, dtype=np.uint8), "RGB")
+    if not isinstance(image, bytes | bytearray):  # a rendered image's own pixels: no PNG to decode
+        return Image.fromarray(np.ascontiguousarray(image.rgb, dtype=np.uint8), "RGB")
     img = Image.open(io.BytesIO(image))
     img.load()
     return img

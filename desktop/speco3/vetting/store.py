@@ -424,6 +424,5 @@ class VettingStore:
     def __enter__(self) -> VettingStore:
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        return False
