@@ -9,6 +9,14 @@ greedy evaluation.
 (`speco3.engine.parallel`; up to ``n_seq`` at a time, the next started as one ends); on other engines one after
 another. The result is the same either way: one step list per rollout, rollout i sampled with
 ``plan.samplings()[i]``.
+
+``RolloutPlan.auto(rule)`` (``--rollouts auto``) runs the rollouts in rounds (`speco3.agent.adaptive`): ``k_min``
+first, then ``step`` more at a time while the rule says the decision is not settled, up to ``k_max``. Every round
+runs on the same slots (one `SequencePool` for the whole group), so the later rounds copy the prefix the first one
+evaluated (the system prompt, task and full view are evaluated once per spectrum); a stop closes the slots, which
+frees every sequence the group held. Rollout i of an adaptive group is rollout i of the fixed group of ``k_max``
+(same seed), so an adaptive run is a prefix of the fixed one. `run_group` returns the steps with ``k_max`` and the
+stop reason; `run_rollouts` the steps alone.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from speco3.agent.adaptive import STOP_CANCELLED, STOP_FIXED, AdaptiveRule, next_round
+from speco3.agent.confidence import Thresholds
 from speco3.agent.driver import drive
 from speco3.agent.loop import episode_run
 from speco3.agent.steps import Step, VerdictStep
@@ -36,21 +46,49 @@ ROLLOUT_TOP_P = 1.0
 
 @dataclass(frozen=True)
 class RolloutPlan:
-    """K rollouts: their count and the sampling shared by all but the seed (rollout i uses ``seed + i``)."""
+    """K rollouts: their count and the sampling shared by all but the seed (rollout i uses ``seed + i``).
+
+    With ``adaptive`` (`auto`), ``k`` is the budget ``adaptive.k_max`` and the rule decides how many of them run."""
 
     k: int = 1
     temperature: float | None = None  # None: 0 (greedy) for K=1, ROLLOUT_TEMPERATURE for K>1
     top_p: float = ROLLOUT_TOP_P
     top_k: int = 0
     seed: int = 0
+    adaptive: AdaptiveRule | None = None
+
+    def __post_init__(self):
+        if self.adaptive is not None and self.k != self.adaptive.k_max:
+            raise ValueError(f"an adaptive plan's k ({self.k}) is its budget k_max ({self.adaptive.k_max})")
+
+    @classmethod
+    def auto(cls, rule: AdaptiveRule | None = None, temperature: float | None = None, top_p: float = ROLLOUT_TOP_P,
+             top_k: int = 0, seed: int = 0) -> RolloutPlan:
+        """``--rollouts auto``: up to ``rule.k_max`` rollouts, as many as `speco3.agent.adaptive` asks for."""
+        rule = rule or AdaptiveRule()
+        return cls(rule.k_max, temperature, top_p, top_k, seed, rule)
 
     def samplings(self) -> list[Sampling]:
         if self.k < 1:
             raise ValueError(f"the number of rollouts must be at least 1, got {self.k}")
         temp = self.temperature if self.temperature is not None else (0.0 if self.k == 1 else ROLLOUT_TEMPERATURE)
-        if self.k > 1 and temp <= 0:
+        if (self.k > 1 or self.adaptive is not None) and temp <= 0:
             raise ValueError("K > 1 greedy rollouts would all be the same; give a temperature above 0")
         return [Sampling(temp, self.top_p, self.top_k, self.seed + i) for i in range(self.k)]
+
+
+@dataclass
+class RolloutGroup:
+    """The rollouts that ran (``steps[i]`` of rollout i) out of a budget of ``k_max``, and why no more ran: the
+    adaptive rule's stop (`speco3.agent.adaptive`), ``fixed`` for a fixed-K plan, ``cancelled``."""
+
+    steps: list[list[Step]]
+    k_max: int
+    stop_reason: str
+
+    @property
+    def k_used(self) -> int:
+        return len(self.steps)
 
 
 def run_rollouts(
@@ -64,7 +102,25 @@ def run_rollouts(
     on_step: Callable[[int, Step], None] | None = None,
     **episode_kwargs,
 ) -> list[list[Step]]:
-    """Run ``plan.k`` episodes of ``spectrum``; return each rollout's steps (each list ends with a `VerdictStep`).
+    """Run ``plan``'s episodes of ``spectrum``; return each rollout's steps (each list ends with a `VerdictStep`).
+    See `run_group` (this is its ``steps``)."""
+    return run_group(engine, spectrum, task, render, plan, cancel=cancel, on_step=on_step, **episode_kwargs).steps
+
+
+def run_group(
+    engine: Engine,
+    spectrum: Spectrum,
+    task: Task | str,
+    render: RenderFn,
+    plan: RolloutPlan,
+    *,
+    thresholds: Thresholds | None = None,
+    cancel: threading.Event | None = None,
+    on_step: Callable[[int, Step], None] | None = None,
+    **episode_kwargs,
+) -> RolloutGroup:
+    """Run ``plan.k`` episodes of ``spectrum`` (an adaptive plan: as many as its rule asks for, judged with
+    ``thresholds``); return the steps of each rollout that ran, the budget and the stop reason.
 
     Parameters
     ----------
@@ -74,23 +130,42 @@ def run_rollouts(
         Passed to `run_episode` (``max_turns``, ``image_max_tokens``, ``max_tokens_per_turn``, ``on_token``).
     """
     samplings = plan.samplings()
-    results: list[list[Step]] = [[] for _ in samplings]
-    episodes = (episode_run(engine, spectrum, task, render, cancel=cancel, sampling=s, **episode_kwargs)
-                for s in samplings)
+    rule = plan.adaptive
+    results: list[list[Step]] = []
     hits0 = _cache_hits(engine)
-    slots = open_slots(engine, len(samplings))
+    width = len(samplings) if rule is None else max(rule.k_min, rule.step)
+    slots = open_slots(engine, width)
+    stop = STOP_FIXED
     try:
-        for i, step in drive(episodes, slots, width=len(samplings)):
-            results[i].append(step)
-            if on_step is not None:
-                on_step(i, step)
+        want = len(samplings) if rule is None else rule.k_min
+        while want:
+            first = len(results)
+            batch = samplings[first:first + want]
+            results.extend([] for _ in batch)
+            episodes = (episode_run(engine, spectrum, task, render, cancel=cancel, sampling=s, **episode_kwargs)
+                        for s in batch)
+            for j, step in drive(episodes, slots, width=len(batch)):
+                results[first + j].append(step)
+                if on_step is not None:
+                    on_step(first + j, step)
+            assert all(steps and isinstance(steps[-1], VerdictStep) for steps in results)
+            if rule is None:
+                break
+            if cancel is not None and cancel.is_set():
+                stop = STOP_CANCELLED
+                break
+            verdicts = [steps[-1] for steps in results if isinstance(steps[-1], VerdictStep)]
+            decided = next_round([f.outcome.value for f in verdicts], [f.p_yes_token for f in verdicts], rule,
+                                 thresholds)
+            stop, want = decided.stop_reason, decided.add
+            logger.info("%s: %d of %d rollouts, %s (chance the rest changes the decision %.3f)", spectrum.name,
+                        decided.k, rule.k_max, stop or f"{want} more", decided.p_change)
     finally:
         slots.close()
-    assert all(steps and isinstance(steps[-1], VerdictStep) for steps in results)
     if (hits := _cache_hits(engine) - hits0) > 0:
         logger.info("%d rollouts of %s: %d zoom image(s) asked for again came from the vision-encoder cache",
-                    len(samplings), spectrum.name, hits)
-    return results
+                    len(results), spectrum.name, hits)
+    return RolloutGroup(results, len(samplings), stop)
 
 
 def _cache_hits(engine: Engine) -> int:
@@ -98,4 +173,4 @@ def _cache_hits(engine: Engine) -> int:
     return int(engine.stats().extra.get("image_cache_hits", 0))
 
 
-__all__ = ["ROLLOUT_TEMPERATURE", "RolloutPlan", "run_rollouts"]
+__all__ = ["ROLLOUT_TEMPERATURE", "RolloutGroup", "RolloutPlan", "run_group", "run_rollouts"]

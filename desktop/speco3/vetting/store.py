@@ -170,7 +170,7 @@ class VettingStore:
                v.prompt_version, v.file_sha256, json.dumps(v.engine_settings, sort_keys=True), v.turns, v.tokens,
                v.seconds, v.zooms, v.detail, v.answer, v.trace_dir, v.created_at, v.app_version, v.rollouts, v.p_yes,
                v.p_yes_token, v.agreement, None if v.abstained is None else int(v.abstained), v.format_failures,
-               None if v.outcomes is None else json.dumps(v.outcomes))
+               None if v.outcomes is None else json.dumps(v.outcomes), v.k_max, v.stop_reason)
         try:
             with self._tx() as cur:
                 cur.execute(
