@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 
-from speco3.agent.confidence import Confidence, Thresholds, aggregate
 from speco3.agent.adaptive import STOP_FIXED
+from speco3.agent.confidence import Confidence, Thresholds, aggregate
 from speco3.agent.rollouts import RolloutPlan, run_group
 from speco3.agent.steps import Outcome, VerdictStep
 from speco3.agent.tasks import Task
