@@ -6,6 +6,8 @@
   outcomes, the agreement, format failures and whether it abstains (``--min-agreement``, ``--min-answered``).
   Each rollout's trace goes to ``OUT/r00``, ``OUT/r01`` …, the fold to ``OUT/confidence.json``. K=1 without
   ``--temperature`` is the paper's greedy evaluation, unchanged.
+- ``--rollouts auto [--max-rollouts N]`` runs them in rounds (`speco3.agent.adaptive`): 2 first, more only while
+  the decision is not settled, up to N (default 8); ``k_used``, ``k_max`` and ``stop_reason`` say how it ended.
 - ``vet … --rollouts K`` does the same for every spectrum of an archive and stores every rollout.
 - ``queue STORE [--order p_yes|uncertainty|queue] [--abstained]`` lists the screened spectra for triage: likely
   positives first, or the most uncertain first, optionally only those where the model abstained.
@@ -13,6 +15,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import threading
@@ -26,11 +29,15 @@ DEFAULT_TOP_LOGPROBS = 5
 
 def rollout_options(p) -> None:
     """The ``--rollouts`` options shared by ``inspect`` and ``vet``."""
+    from speco3.agent.adaptive import DEFAULT_K_MAX
     from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED
 
     g = p.add_argument_group("confidence (K sampled rollouts per spectrum)")
-    g.add_argument("--rollouts", type=int, default=1, metavar="K",
-                   help="sampled episodes per spectrum (default 1: one greedy run, the paper's evaluation)")
+    g.add_argument("--rollouts", type=rollouts_arg, default=1, metavar="K|auto",
+                   help="sampled episodes per spectrum (default 1: one greedy run, the paper's evaluation); 'auto': "
+                   "2, then more only while the decision is not settled, up to --max-rollouts")
+    g.add_argument("--max-rollouts", type=int, default=DEFAULT_K_MAX, metavar="N",
+                   help=f"the budget of --rollouts auto (default {DEFAULT_K_MAX}, the training group size)")
     g.add_argument("--temperature", type=float,
                    help="sampling temperature (default: 0 for K=1, 1.0 — the training temperature — for K>1)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default 1: off)")
@@ -43,11 +50,25 @@ def rollout_options(p) -> None:
                    help=f"alternatives recorded per token (default {DEFAULT_TOP_LOGPROBS} for K>1, else 0)")
 
 
+AUTO = "auto"
+
+
+def rollouts_arg(text: str) -> int | str:
+    """``--rollouts``: a whole number K, or ``auto``."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of rollouts or 'auto', got {text!r}") from None
+
+
 def top_logprobs(args) -> int:
     """How many alternatives the engine should record per token for these options."""
     n = getattr(args, "top_logprobs", None)
     if n is None:
-        return DEFAULT_TOP_LOGPROBS if getattr(args, "rollouts", 1) > 1 else 0
+        k = getattr(args, "rollouts", 1)
+        return DEFAULT_TOP_LOGPROBS if k == AUTO or k > 1 else 0
     if n < 0:
         raise Speco3Error(f"--top-logprobs must be 0 or more, got {n}")
     return n
@@ -55,9 +76,20 @@ def top_logprobs(args) -> int:
 
 def plan_and_thresholds(args):
     """(`RolloutPlan` or None for the engine's own greedy run, `Thresholds`) of the options."""
+    from speco3.agent.adaptive import AdaptiveRule
     from speco3.agent.confidence import Thresholds
     from speco3.agent.rollouts import RolloutPlan
 
+    if args.rollouts == AUTO:
+        if args.max_rollouts < 1:
+            raise Speco3Error(f"--max-rollouts must be at least 1, got {args.max_rollouts}")
+        try:
+            plan = RolloutPlan.auto(AdaptiveRule(k_max=args.max_rollouts, k_min=min(2, args.max_rollouts)),
+                                    args.temperature, args.top_p, 0, args.seed)
+            plan.samplings()
+            return plan, Thresholds(args.min_agreement, args.min_answered)
+        except ValueError as exc:
+            raise Speco3Error(str(exc).replace("k_max", "--max-rollouts").replace("min_", "--min-")) from exc
     if args.rollouts < 1:
         raise Speco3Error(f"--rollouts must be at least 1, got {args.rollouts}")
     try:
@@ -77,9 +109,10 @@ def _window(w) -> str:
     return rng + (f" {label}" if label else "")
 
 
-def confidence_report(conf, records) -> dict:
+def confidence_report(conf, records, run) -> dict:
     """The ``--json`` fields: the fold plus one entry per rollout."""
-    return {**conf.to_dict(), "uncertainty": conf.uncertainty, "abstain_reason": conf.abstain_reason or None,
+    return {**conf.to_dict(), "k_used": conf.k, "k_max": run.k_max, "stop_reason": run.stop_reason,
+            "uncertainty": conf.uncertainty, "abstain_reason": conf.abstain_reason or None,
             "rollout_details": [{k: v for k, v in r.to_dict().items() if k != "verdict_id"} for r in records]}
 
 
@@ -108,10 +141,12 @@ def cmd_inspect_rollouts(args, task, spectrum, engine, render, out: Path) -> int
 
     cancel = threading.Event()
     print(f"{spectrum.name} · task {task.id} ({task.target_class}) · model {engine.info.model_id} · "
-          f"{plan.k} rollout{'s' if plan.k > 1 else ''}", file=say, flush=True)
+          + (f"up to {plan.k} rollouts (auto)" if plan.adaptive else f"{plan.k} rollout{'s' if plan.k > 1 else ''}"),
+          file=say, flush=True)
     try:
         with sigint_cancels(cancel):
             run = run_traced(engine, spectrum, task, render, plan, cancel=cancel, on_step=on_step, on_token=stream,
+                             thresholds=thresholds,
                              max_turns=MAX_TURNS if args.max_turns is None else args.max_turns)
     finally:
         engine.close()
@@ -119,7 +154,7 @@ def cmd_inspect_rollouts(args, task, spectrum, engine, render, out: Path) -> int
     conf = run.confidence(thresholds)
     log_fold(spectrum.name, task.id, conf)
     report = {"spectrum": spectrum.name, "task": task.id, "model_id": engine.info.model_id, "trace": str(out),
-              **confidence_report(conf, records)}
+              **confidence_report(conf, records, run)}
     write_text_atomic(out / "confidence.json", json.dumps(report, indent=1))
     if args.json:
         print(json.dumps(report, indent=1))
@@ -132,7 +167,9 @@ def cmd_inspect_rollouts(args, task, spectrum, engine, render, out: Path) -> int
         agree = "—" if conf.agreement is None else f"{conf.agreement:.2f}"
         print(f"\ntrace: {out}\nVerdict: {conf.verdict or 'none'} ({task.target_class}) — p_yes {p} "
               f"({conf.yes} YES / {conf.no} NO of {conf.k}{tok}), agreement {agree}, "
-              f"{conf.format_failures} format failures" + (f" — ABSTAINED ({conf.abstain_reason})" if conf.abstained else ""))
+              f"{conf.format_failures} format failures"
+              + (f"; {conf.k} of up to {run.k_max} rollouts ({run.stop_reason})" if plan.adaptive else "")
+              + (f" — ABSTAINED ({conf.abstain_reason})" if conf.abstained else ""))
     if run.cancelled:
         return EXIT_INTERRUPTED
     return 0 if conf.verdict else EXIT_NO_VERDICT

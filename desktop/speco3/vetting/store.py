@@ -241,10 +241,11 @@ class VettingStore:
                    ) -> dict[str, str | None]:
         """`done_keys` with the file sha256 recorded by each key's latest counted run (None when unknown).
 
-        ``rollouts``: only runs of that many rollouts count (rows written before rollouts were stored count as 1).
+        ``rollouts``: only runs of that many rollouts count (rows written before rollouts were stored count as 1); an
+        adaptive run (``--rollouts auto``) counts by its budget ``k_max``, whatever number of rollouts it used.
         """
         marks = ",".join("?" * len(RETRY_OUTCOMES))
-        k_filter = "" if rollouts is None else " AND COALESCE(rollouts, 1)=?"
+        k_filter = "" if rollouts is None else " AND COALESCE(k_max, rollouts, 1)=?"
         k_args = () if rollouts is None else (rollouts,)
         rows = self._query(
             f"SELECT spectrum_key, file_sha256 FROM model_verdicts WHERE id IN (SELECT MAX(id) FROM model_verdicts "
