@@ -191,3 +191,14 @@ def test_rule_is_checked():
         with pytest.raises(ValueError):
             AdaptiveRule(**bad)
     assert AdaptiveRule(k_min=1, k_max=1).k_max == 1
+
+
+def test_rule_and_round_are_values():
+    import dataclasses
+
+    rule = AdaptiveRule()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rule.k_max = 4  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        next_round([]).add = 0  # type: ignore[misc]
+    assert AdaptiveRule() == rule and hash(AdaptiveRule()) == hash(rule)

@@ -149,10 +149,10 @@ def run_group(
                 if on_step is not None:
                     on_step(first + j, step)
             assert all(steps and isinstance(steps[-1], VerdictStep) for steps in results)
-            if rule is None:
-                break
             if cancel is not None and cancel.is_set():
                 stop = STOP_CANCELLED
+                break
+            if rule is None:
                 break
             verdicts = [steps[-1] for steps in results if isinstance(steps[-1], VerdictStep)]
             decided = next_round([f.outcome.value for f in verdicts], [f.p_yes_token for f in verdicts], rule,
