@@ -202,3 +202,26 @@ def test_rule_and_round_are_values():
     with pytest.raises(dataclasses.FrozenInstanceError):
         next_round([]).add = 0  # type: ignore[misc]
     assert AdaptiveRule() == rule and hash(AdaptiveRule()) == hash(rule)
+
+
+def test_every_round_says_what_to_add():
+    r = next_round(["YES"])
+    assert (r.stop_reason, r.add, r.p_change) == ("", 1, 1.0)  # below k_min: not judged yet
+    assert (next_round(["YES", "NO"] * 4).add, next_round(["YES", "NO"] * 4).p_change) == (0, 0.0)  # budget
+    r = next_round(["YES"] * 6)
+    assert (r.stop_reason, r.add, r.p_change) == (STOP_CERTAIN, 0, 0.0)
+    r = next_round(["NO"] * 4)
+    assert (r.stop_reason, r.add) == (STOP_SETTLED, 0)
+    assert next_round(["YES"] * 2, [0.95, 0.97]).add == 0  # agreed
+
+
+def test_the_boundaries_of_the_thresholds_count_as_reached():
+    p = change_probability(4, 0, 0, 4)[0]
+    assert next_round(["YES"] * 4, None, AdaptiveRule(max_change=p)).stop_reason == STOP_SETTLED
+    assert next_round(["YES"] * 4, None, AdaptiveRule(max_change=p * 0.999)).add == 2
+    # 4 YES whose mean token probability is exactly min_token (one of them below it: not agreed) settle
+    assert next_round(["YES"] * 4, [0.8, 1.0, 0.9, 0.9]).stop_reason == STOP_SETTLED
+    assert next_round(["YES"] * 4, [0.8, 1.0, 0.9, 0.9], AdaptiveRule(min_token=0.91)).add == 2
+    assert agreed(["YES"], [0.9], 0.9) and agreed(["NO"], [0.1], 0.9)  # a single rollout
+    AdaptiveRule(max_change=0.0, min_token=1.0)
+    AdaptiveRule(max_change=1.0, min_token=0.0)
