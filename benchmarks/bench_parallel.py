@@ -39,7 +39,6 @@ from bench_engine import QUICK_SIZES, SIZES, SYSTEM, TASK, make_images, tool_tur
 
 from speco3.engine.base import EngineSettings, Sampling
 from speco3.engine.llama import LlamaMtmdEngine
-from speco3.engine.parallel import SequencePool
 
 REQUIRES = ("llama_cpp",)
 #: Headline keys of the printed JSON (the README's benchmark table lists them).
@@ -85,7 +84,7 @@ def rollouts_parallel(engine, images, k: int, max_tokens: int, window=None) -> d
     engine.reset(keep_cache=False)
     engine.image_cache.clear()  # every run starts with an empty cache of vision-encoder outputs
     c0, t0, cpu0 = counters(engine), time.perf_counter(), time.process_time()
-    with SequencePool(engine) as pool:
+    with engine.open_pool() as pool:
         turns = {}
         for i in range(k):
             slot = pool.open(Sampling(1.0, 1.0, 0, i))
@@ -133,7 +132,7 @@ def decode_rate(engine, images, n: int, max_tokens: int) -> dict:
     """Aggregate decode tokens/s of n sequences sampling together after one shared prefix (kept from the previous
     call: the timing starts after admission either way, and a 7B-scale prefix takes minutes to evaluate)."""
     engine.reset(keep_cache=True)
-    with SequencePool(engine) as pool:
+    with engine.open_pool() as pool:
         for i in range(n):
             slot = pool.open(Sampling(1.0, 1.0, 0, 100 + i))
             pool.extend(slot, [SYSTEM, images[0], TASK])
@@ -156,7 +155,8 @@ def batch_rate(text, mmproj, settings: EngineSettings, n_spectra: int, slots_lis
     from speco3.agent import get_task
     from speco3.engine import open_engine
     from speco3.vetting import VettingStore
-    from speco3.vetting.batch import VetItem, vet_batch
+    from speco3.vetting.schedulers import vet_batch
+    from speco3.vetting.screening import VetItem
     from speco3_testkit.spectra import make_spectrum, pillow_render
 
     items = [VetItem(key=f"/bench/s{i:03d}.fits#0", load=lambda i=i: make_spectrum(name=f"s{i:03d}.fits", seed=i),

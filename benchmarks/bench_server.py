@@ -1,16 +1,25 @@
-"""Benchmark: spectra per minute against a local llama-server at concurrency 1, 2, 4, 8, beside the in-process engine.
+"""Benchmark: spectra per minute against local llama-server and vLLM at concurrency 1, 2, 4, 8, beside the in-process
+engine.
 
 The same items (generated spectra, task ``cv``, greedy, the tiny Qwen2.5-VL, a fixed answer budget per turn) are
-screened four ways into fresh vetting stores:
+screened into fresh vetting stores:
 
 * ``in_process``: `LlamaMtmdEngine` in this process through `vet_batch` (one conversation at a time);
 * ``server``: llama.cpp's ``llama-server`` (built by ``scripts/build-llama-tools.sh`` from the same vendored
-  sources) with 8 parallel slots on loopback, driven by `vet_concurrent` with N = 1, 2, 4, 8 conversations in
-  flight; the server batches their decode steps.
+  sources) with 8 parallel slots on loopback, driven by the screening core's `on_threads` scheduler with N = 1, 2, 4, 8 conversations in
+  flight; the server batches their decode steps;
+* ``vllm``: vLLM's CPU build (``scripts/setup-vllm.sh``) serving the same tiny weights from the Hugging Face
+  checkpoint (float32) with the README's flags, driven the same way; ``null`` (with ``vllm_note``) when its
+  environment is not built, with ``--no-vllm``, and in ``--quick`` (its start alone takes about 2 minutes).
+
+Each level screens the same items, so both servers run with their prompt caches off (llama-server
+``--no-cache-prompt --cache-ram 0``, vLLM ``--no-enable-prefix-caching``): otherwise every level after the first
+finds the items' prompts, images included, already computed, and measures the cache instead of the batching.
 
 Prints JSON: spectra per minute for each, the speedup of each concurrency over concurrency 1 and over the
 in-process engine, and ``batching_pays_from`` (the smallest N whose rate beats N = 1 by 20 %). The tiny model's
-answers are noise, so turn counts differ between paths; ``mean_turns`` is printed to read the rates with.
+answers are noise, so turn counts and answer lengths differ between paths (the GGUF is Q8_0, vLLM runs float32);
+``mean_turns`` and ``mean_tokens`` (generated per spectrum) are printed to read the rates with.
 ``--quick``: 4 spectra, N = 1 and 2, 8 tokens per turn. Measured figures depend on the machine's load.
 """
 
@@ -31,15 +40,20 @@ from speco3.engine.base import EngineSettings
 from speco3.engine.chatapi import ServerConfig
 from speco3.engine.remote import RemoteEngine
 from speco3.vetting import VettingStore
-from speco3.vetting.batch import VetItem, vet_batch
-from speco3.vetting.concurrent import vet_concurrent
+from speco3.vetting.schedulers import on_threads, vet_batch
+from speco3.vetting.screening import Screening, VetItem, vet
 from speco3_testkit.llamaserver import find_llama_server, llama_server
 from speco3_testkit.spectra import make_spectrum, pillow_render
-from speco3_testkit.tinymodel import tiny_gguf_pair
+from speco3_testkit.tinymodel import make_tiny_qwen25vl, tiny_gguf_pair
+from speco3_testkit.vllmserver import find_vllm_python, vllm_server
 
 REQUIRES = ("llama_cpp", "httpx")
 #: Headline keys of the printed JSON (the README's benchmark table lists them).
-JSON_KEYS = ("items", "in_process", "server", "speedup_over_n1", "speedup_over_in_process", "batching_pays_from")
+JSON_KEYS = ("items", "in_process", "server", "speedup_over_n1", "speedup_over_in_process", "batching_pays_from",
+             "vllm", "vllm_speedup_over_n1")
+#: The servers' prompt caches off: each level screens the same items (see the module doc).
+LLAMA_NO_CACHE = ("--no-cache-prompt", "--cache-ram", "0")
+VLLM_NO_CACHE = ("--no-enable-prefix-caching",)
 
 
 def items(n: int) -> list[VetItem]:
@@ -58,7 +72,28 @@ def run(store_dir: Path, tag: str, fn) -> dict:
     rows = store.model_verdicts("cv", latest=False)
     store.close()
     return {"spectra": res.done, "wall_s": round(wall, 2), "spectra_per_min": round(60 * res.done / wall, 2),
-            "mean_turns": round(sum(r.turns for r in rows) / max(1, len(rows)), 2), "outcomes": res.outcomes}
+            "mean_turns": round(sum(r.turns for r in rows) / max(1, len(rows)), 2),
+            "mean_tokens": round(sum(r.tokens for r in rows) / max(1, len(rows)), 1), "outcomes": res.outcomes}
+
+
+def screen_server(url: str, tag: str, levels: list[int], n_items: int, settings: EngineSettings, tmpd: Path) -> dict:
+    """Screen the items with N conversations in flight on the server at ``url``, for each N of ``levels``."""
+    task = get_task("cv")
+    out = {}
+    for n in levels:
+        first = RemoteEngine(ServerConfig(url), settings)
+        first.load()
+        engines = [first] + [RemoteEngine(first.config, settings, client=first.client) for _ in range(n - 1)]
+        out[str(n)] = run(tmpd, f"{tag}{n}", lambda st, e=engines: vet(
+            Screening(st, task, pillow_render), items(n_items), on_threads(e), e[0].info.model_id))
+        for e in reversed(engines):
+            e.close()
+    return out
+
+
+def speedups(rates: dict[str, dict]) -> dict[str, float]:
+    base = next(iter(rates.values()))["spectra_per_min"] or 1e-9
+    return {n: round(v["spectra_per_min"] / base, 2) for n, v in rates.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="4 spectra, concurrency 1 and 2, 8 tokens per turn")
     ap.add_argument("--items", type=int, default=24)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-vllm", action="store_true", help="leave vLLM out (it is left out in --quick)")
     args = ap.parse_args(argv)
     n_items, levels, max_tokens = (4, [1, 2], 8) if args.quick else (args.items, [1, 2, 4, 8], 48)
     exe = find_llama_server()
@@ -86,22 +122,28 @@ def main(argv: list[str] | None = None) -> int:
         local.load()
         report["in_process"] = run(tmpd, "local", lambda st: vet_batch(items(n_items), st, local, task, pillow_render))
         local.close()
-        report["server"] = {}
         with llama_server(exe, text, mmproj, slots=max(levels), n_ctx_per_slot=4096, threads=args.threads,
-                          log=tmpd / "server.log") as url:
-            for n in levels:
-                first = RemoteEngine(ServerConfig(url), settings)
-                first.load()
-                engines = [first] + [RemoteEngine(first.config, settings, client=first.client) for _ in range(n - 1)]
-                report["server"][str(n)] = run(tmpd, f"server{n}", lambda st, e=engines: vet_concurrent(
-                    items(n_items), st, e, task, pillow_render))
-                for e in reversed(engines):
-                    e.close()
+                          log=tmpd / "server.log", extra=LLAMA_NO_CACHE) as url:
+            report["server"] = screen_server(url, "server", levels, n_items, settings, tmpd)
+        report["vllm"] = report["vllm_speedup_over_n1"] = None
+        python = find_vllm_python()
+        if args.quick or args.no_vllm or python is None:
+            report["vllm_note"] = ("left out (--quick)" if args.quick else "left out (--no-vllm)" if args.no_vllm
+                                   else "vLLM's environment is not built (scripts/setup-vllm.sh)")
+        else:
+            checkpoint = make_tiny_qwen25vl(tmpd / "tiny-hf", shards=1)  # the weights of the GGUF pair (seed 0)
+            t0 = time.perf_counter()
+            with vllm_server(python, checkpoint, log=tmpd / "vllm.log", extra=VLLM_NO_CACHE) as url:
+                report["vllm_start_s"] = round(time.perf_counter() - t0, 1)
+                report["vllm"] = screen_server(url, "vllm", levels, n_items, settings, tmpd)
+            report["vllm_speedup_over_n1"] = speedups(report["vllm"])
     rates = {n: v["spectra_per_min"] for n, v in report["server"].items()}
-    base = rates[str(levels[0])] or 1e-9
-    report["speedup_over_n1"] = {n: round(r / base, 2) for n, r in rates.items()}
+    report["speedup_over_n1"] = speedups(report["server"])
     local_rate = report["in_process"]["spectra_per_min"] or 1e-9
     report["speedup_over_in_process"] = {n: round(r / local_rate, 2) for n, r in rates.items()}
+    if report["vllm"]:
+        report["vllm_speedup_over_in_process"] = {n: round(v["spectra_per_min"] / local_rate, 2)
+                                                  for n, v in report["vllm"].items()}
     report["batching_pays_from"] = next((int(n) for n, s in report["speedup_over_n1"].items() if s >= 1.2), None)
     print(json.dumps(report, indent=1))
     return 0

@@ -2,60 +2,15 @@
 # Create .venv and install Spec-o3 with what the app (and, with --tests, its test suite) needs. Idempotent.
 # Usage: scripts/setup.sh [--tests]
 #
-# System step, only on Linux with apt-get (Debian, Ubuntu): Qt's runtime libraries when they are really missing,
-# and for --tests the test tools Xvfb, strace and desktop-file-utils. Elsewhere (macOS, other distributions) it
-# prints a one-line hint and goes on to the virtual environment. Written for bash 3.2 (macOS's /bin/bash).
+# First the virtual environment (pip), then the system step, only on Linux: the libraries that the installed Qt
+# really lacks, asked of the dynamic linker (`python -m speco3.syslibs`: ldd on Qt's X11 plugin, and on Wayland
+# sessions its Wayland plugin, mapped to package names), and for --tests the test tools Xvfb, strace and
+# desktop-file-utils. With apt-get (Debian, Ubuntu) they are installed (sudo when not root); elsewhere the exact
+# dnf/pacman/apt command is printed and the setup goes on. Written for bash 3.2 (macOS's /bin/bash).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_tests=0
 [ "${1:-}" = "--tests" ] && want_tests=1
-
-# True when the dynamic linker can find the shared library $1: ldconfig's cache where ldconfig exists (it lives in
-# /sbin, often not on a user's PATH), else the usual library folders.
-lib_present() {
-  local ldc d
-  ldc=$(command -v ldconfig 2>/dev/null || echo /sbin/ldconfig)
-  if [ -x "$ldc" ] && "$ldc" -p 2>/dev/null | grep -F "$1" >/dev/null; then return 0; fi  # no -q: no SIGPIPE
-  for d in /lib /lib64 /usr/lib /usr/lib64 /usr/local/lib /lib/*-linux-gnu /usr/lib/*-linux-gnu; do
-    [ -e "$d/$1" ] && return 0
-  done
-  return 1
-}
-
-need_pkgs=""
-if [ "$(uname -s)" = Linux ]; then
-  # PySide6's wheels bring Qt itself; these system libraries they load must come from the distribution.
-  for lib in libEGL.so.1 libGL.so.1 libxkbcommon.so.0 libxkbcommon-x11.so.0 libxcb-cursor.so.0 libfontconfig.so.1 \
-             libdbus-1.so.3; do
-    if ! lib_present "$lib"; then
-      need_pkgs="libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-image0"
-      need_pkgs="$need_pkgs libxcb-keysyms1 libxcb-randr0 libxcb-render-util0 libxcb-shape0 libxcb-xinerama0"
-      need_pkgs="$need_pkgs libxcb-xkb1 libfontconfig1 libdbus-1-3 fonts-dejavu-core"
-      break
-    fi
-  done
-fi
-if [ "$want_tests" = 1 ]; then
-  command -v Xvfb >/dev/null 2>&1 || need_pkgs="$need_pkgs xvfb xauth x11-utils"         # the real-window tests
-  command -v strace >/dev/null 2>&1 || need_pkgs="$need_pkgs strace"                        # offline syscall watch
-  command -v desktop-file-validate >/dev/null 2>&1 || need_pkgs="$need_pkgs desktop-file-utils"  # packaging test
-  # The real SAMP/VOTable peers (tests/javapeers.py): JSAMP's hub, snooper and messagesender, TOPCAT, Aladin, and
-  # STILTS' votlint; each Debian package brings its Java runtime. Only the missing ones are installed.
-  for tool in jsamp topcat aladin stilts; do
-    command -v "$tool" >/dev/null 2>&1 || need_pkgs="$need_pkgs $tool"
-  done
-fi
-if [ -n "$need_pkgs" ]; then
-  if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null 2>&1; then
-    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    echo "setup: installing system packages:$need_pkgs" >&2
-    $SUDO apt-get update -qq
-    # shellcheck disable=SC2086  # a word list on purpose
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need_pkgs >/dev/null
-  else
-    echo "setup: no apt-get here; skipping the system step (install the equivalents of:$need_pkgs)" >&2
-  fi
-fi
 
 # Python 3.10+: $PYTHON, else the first of python3, python3.13 ... python3.10 that is new enough.
 PY=""
@@ -83,4 +38,55 @@ else
     echo "setup: llama-cpp-python did not build; installing the app without the model engine" >&2
     .venv/bin/python -m pip install -q -e .
   }
+fi
+
+# -- System step (after pip: it asks the installed Qt what it needs) ----------------------------------------------
+need_pkgs=""
+qt_hint=""
+if [ "$(uname -s)" = Linux ]; then
+  # Qt's runtime libraries that the dynamic linker cannot find (none when all are there), plus a font when there is
+  # none at all; the soname -> package table lives in desktop/speco3/syslibs.py.
+  wayland_opt=""; [ "${XDG_SESSION_TYPE:-}" = wayland ] && wayland_opt="--wayland"
+  if command -v apt-get >/dev/null 2>&1; then
+    need_pkgs=$(.venv/bin/python -m speco3.syslibs packages $wayland_opt)
+  else
+    qt_hint=$(.venv/bin/python -m speco3.syslibs hint $wayland_opt)
+  fi
+fi
+if [ "$want_tests" = 1 ]; then
+  command -v Xvfb >/dev/null 2>&1 || need_pkgs="$need_pkgs xvfb xauth x11-utils"         # the real-window tests
+  command -v strace >/dev/null 2>&1 || need_pkgs="$need_pkgs strace"                        # offline syscall watch
+  command -v desktop-file-validate >/dev/null 2>&1 || need_pkgs="$need_pkgs desktop-file-utils"  # packaging test
+  # The real SAMP/VOTable peers (tests/javapeers.py): JSAMP's hub, snooper and messagesender, TOPCAT, Aladin, and
+  # STILTS' votlint; each Debian package brings its Java runtime. Only the missing ones are installed.
+  for tool in jsamp topcat aladin stilts; do
+    command -v "$tool" >/dev/null 2>&1 || need_pkgs="$need_pkgs $tool"
+  done
+fi
+need_pkgs=$(echo $need_pkgs)  # trim
+if [ -n "$need_pkgs" ]; then
+  if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    if [ -n "$SUDO" ] && ! command -v sudo >/dev/null 2>&1; then
+      echo "setup: not root and no sudo: install the system packages yourself:" >&2
+      echo "  apt-get install $need_pkgs" >&2
+    else
+      echo "setup: installing system packages: $need_pkgs" >&2
+      $SUDO apt-get update -qq
+      # shellcheck disable=SC2086  # a word list on purpose
+      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need_pkgs >/dev/null
+    fi
+  else
+    echo "setup: no apt-get here; install the equivalents of: $need_pkgs" >&2
+  fi
+fi
+[ -z "$qt_hint" ] || echo "setup: $qt_hint" >&2
+if [ "$(uname -s)" = Linux ]; then
+  .venv/bin/python -m speco3.syslibs check >&2 || echo "setup: the app will say the same when it starts" >&2
+fi
+
+# vLLM (opt-in, issue 28): with SPECO3_VLLM=1 also build .venv-vllm (vLLM's CPU build, its own torch and
+# transformers; several GB), which the opt-in vLLM tests and benchmarks/bench_server.py use.
+if [ "${SPECO3_VLLM:-}" = 1 ]; then
+  scripts/setup-vllm.sh
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh --tests) and run lint, the import contract and the whole test suite.
+# Set up (scripts/setup.sh --tests) and run lint, the import contract, the type check and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
@@ -7,6 +7,8 @@ export QT_QPA_PLATFORM=offscreen
 export SPECO3_STRICT_SKIPS=1   # a skip fails the run unless the test is opt-in (tests/strict_skips.py)
 .venv/bin/ruff check desktop converters models tests
 .venv/bin/lint-imports
+# type check (config: [tool.mypy] in pyproject.toml)
+.venv/bin/mypy -p speco3_base -p speco3.spectra -p speco3.engine -p speco3_models -p speco3_converters
 # Outer bound on the whole run: SIGABRT makes Python's faulthandler print every thread's stack, then the run ends.
 # (macOS has no `timeout` unless coreutils is installed; the per-test watchdogs still apply there.)
 bound=(); command -v timeout >/dev/null 2>&1 && bound=(timeout --signal=ABRT --kill-after=30 "${SPECO3_SUITE_TIMEOUT:-60m}")

@@ -25,7 +25,8 @@ class _Progress:
     def __init__(self, stream=None):
         self.stream, self.last, self.stage = stream, 0.0, None
 
-    def __call__(self, stage: str, done: int, total: int) -> None:
+    def __call__(self, label: str, done: int, total: int) -> None:
+        stage = label
         now = time.monotonic()
         if stage == self.stage and done < total and now - self.last < 0.5:
             return
@@ -67,18 +68,17 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from .verify import verify_pair
 
-        text = res.text_path
+        text, mmproj = res.files()
         if args.quant:
             from .quantize import quantize
 
-            text = quantize(res.text_path, res.text_path.with_name(f"{res.text_path.stem.rsplit('-', 1)[0]}"
-                                                                   f"-{args.quant}.gguf"),
-                            args.quant, progress=progress)
-        t, m = verify_pair(text, res.mmproj_path)
+            text = quantize(text, text.with_name(f"{text.stem.rsplit('-', 1)[0]}-{args.quant}.gguf"), args.quant,
+                            progress=progress)
+        t, m = verify_pair(text, mmproj)
         for note in res.plan.notes:
             print(f"note: {note}")
         print(f"text model: {text} ({t['size'] / 2**20:.1f} MiB, {t['n_tensors']} tensors, types {t['types']})")
-        print(f"projector:  {res.mmproj_path} ({m['size'] / 2**20:.1f} MiB, {m['n_tensors']} tensors)")
+        print(f"projector:  {mmproj} ({m['size'] / 2**20:.1f} MiB, {m['n_tensors']} tensors)")
     except Speco3Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from speco3_base.errors import ConversionError
 from speco3_base.fileio import Progress, no_progress
@@ -23,6 +23,7 @@ from speco3_models.installed import InstalledModel, Provenance, check_name
 
 from . import __version__
 from .convert import convert_checkpoint
+from .plan import ConversionPlan
 from .quantize import quantize
 from .verify import verify_pair
 
@@ -41,7 +42,7 @@ class BuildResult:
     text_path: Path | None
     mmproj_path: Path | None
     model: InstalledModel | None
-    plan: Any
+    plan: ConversionPlan
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -108,7 +109,7 @@ def build_model(store: ModelStore | None, hf_dir: str | Path, *, quant: str = "Q
         return BuildResult(None, None, None, res.plan)
     if register and store is None:
         raise ValueError("register=True needs a store")
-    if register and any(m.name == name for m in store.list()):
+    if register and store is not None and any(m.name == name for m in store.list()):
         raise ConversionError(f"a model named {name!r} is already installed; remove it or choose another --name")
     if out_dir:
         work = Path(out_dir).expanduser()
@@ -123,7 +124,7 @@ def build_model(store: ModelStore | None, hf_dir: str | Path, *, quant: str = "Q
             shutil.rmtree(work, ignore_errors=True)
         raise
     model = None
-    if register:
+    if register and store is not None:
         details = {"quant": quant, "outtype": outtype, "seconds": {k: round(v, 2) for k, v in seconds.items()}}
         prov = provenance or Provenance("converted", str(hf_dir.resolve()), converter_version(), details)
         if provenance is not None:
@@ -147,7 +148,7 @@ def _convert_quantize_verify(hf_dir: Path, work: Path, base: str, quant: str, ou
     res = convert_checkpoint(hf_dir, work, outtype=outtype, mmproj_type=mmproj_type, name=base, progress=progress,
                              dry_run=False)
     seconds["convert"] = time.monotonic() - t0
-    text, mmproj = Path(res.text_path), Path(res.mmproj_path)
+    text, mmproj = res.files()
     intermediate = None
     if quant != outtype.upper():
         dst = work / f"{base}-{quant}.gguf"

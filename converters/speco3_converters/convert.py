@@ -35,6 +35,12 @@ class ConvertResult:
     mmproj_path: Path | None
     plan: ConversionPlan
 
+    def files(self) -> tuple[Path, Path]:
+        """The text GGUF and the projector GGUF that were written (`ConversionError` after a dry run)."""
+        if self.text_path is None or self.mmproj_path is None:
+            raise ConversionError("a dry run writes no files")
+        return self.text_path, self.mmproj_path
+
 
 def convert_checkpoint(
     hf_dir: str | Path,

@@ -111,7 +111,7 @@ class _LazyTensor:
         written = 0
         for raw in _blocks(self.t, self.ref, self.block_bytes):
             out = encode(raw, self.ref.dtype, self.t.qtype, self.t.name)
-            fh.write(memoryview(out).cast("B"))
+            fh.write(out.data.cast("B"))
             written += out.nbytes
             self.on_bytes(out.nbytes)
         if written != self.nbytes:
@@ -211,7 +211,8 @@ def write_file(plan: FilePlan, ckpt: SafetensorsCheckpoint, path: Path, *, progr
         if progress is not None:
             progress(plan.kind, 0, total)
         for t in plan.tensors:
-            writer.write_tensor_data(_LazyTensor(t, ckpt.tensors[t.source], block_bytes, on_bytes))
+            # gguf only calls tofile() on what it is given: _LazyTensor streams the tensor instead of an array
+            writer.write_tensor_data(_LazyTensor(t, ckpt.tensors[t.source], block_bytes, on_bytes))  # type: ignore[arg-type]
         writer.close()
         os.replace(part, path)
     except BaseException:

@@ -167,7 +167,7 @@ def _vision_config(top: dict[str, Any], out_hidden_default: int) -> VisionConfig
         patch_size=int(v.get("patch_size", 14)),
         temporal_patch_size=int(v.get("temporal_patch_size", 2)),
         spatial_merge_size=int(v.get("spatial_merge_size", 2)),
-        in_chans=int(v.get("in_chans", v.get("in_channels", 3))),
+        in_chans=int(v["in_chans"] if "in_chans" in v else v.get("in_channels", 3)),
         window_size=int(v.get("window_size", 112)),
         fullatt_block_indexes=full,
         image_size=int(v.get("image_size", 560)),
@@ -224,7 +224,8 @@ def load_config(folder: Path) -> Qwen25VLConfig:
         raise ConversionError(
             f"config.json: vision out_hidden_size {vision.out_hidden} differs from text hidden_size {text.hidden}"
         )
-    mean, std = CLIP_MEAN, CLIP_STD
+    mean: tuple[float, ...] = CLIP_MEAN
+    std: tuple[float, ...] = CLIP_STD
     pre = folder / "preprocessor_config.json"
     if pre.is_file():
         pcfg = _read_json(pre)

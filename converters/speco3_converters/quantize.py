@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def quantize(src: str | Path, dst: str | Path, qtype: str = "Q4_K_M", *,
     n_threads : int, optional
         Threads for llama.cpp (default: all cores).
     timeout : float, optional
-        Seconds before the child is killed.
+        Seconds before the child is killed (also while it writes no log line).
     max_buf_bytes : int
         Slab size of llama.cpp's quantizer (0: llama.cpp's default of 8 GiB); the output does not depend on it.
 
@@ -94,17 +95,23 @@ def quantize(src: str | Path, dst: str | Path, qtype: str = "Q4_K_M", *,
     tail: collections.deque[str] = collections.deque(maxlen=12)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
+
+    def read_log() -> None:  # on its own thread, so that the wait below runs (and times out) meanwhile
         assert proc.stderr is not None
         for line in proc.stderr:
             tail.append(line.rstrip())
             m = _PROGRESS.search(line)
             if m and progress is not None:
                 progress("quantize", int(m.group(1)), int(m.group(2)))
+
+    reader = threading.Thread(target=read_log, name="quantize-log", daemon=True)
+    reader.start()
+    try:
         rc = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         proc.kill()
         proc.wait()
+        reader.join()
         part.unlink(missing_ok=True)
         raise ConversionError(f"{src.name}: quantization to {qtype} did not finish within {timeout} s") from exc
     except BaseException:
@@ -112,6 +119,7 @@ def quantize(src: str | Path, dst: str | Path, qtype: str = "Q4_K_M", *,
         proc.wait()
         part.unlink(missing_ok=True)
         raise
+    reader.join()  # the child has exited: its log ends
     if rc != 0 or not part.is_file():
         part.unlink(missing_ok=True)
         how = f"signal {-rc}" if rc < 0 else f"exit code {rc}"

@@ -98,7 +98,7 @@ class TensorRef:
         out = np.empty(count, dtype=DTYPES[self.dtype][1])
         with open(self.path, "rb") as fh:
             fh.seek(self.offset + start * self.row_len * self.itemsize)
-            got = fh.readinto(memoryview(out).cast("B"))
+            got = fh.readinto(out.data.cast("B"))
         if got != nbytes:
             raise ConversionError(
                 f"{self.path.name}: tensor {self.name!r} is truncated (read {got} of {nbytes} bytes)"
@@ -145,7 +145,7 @@ def read_header(path: Path) -> tuple[dict, int]:
     return header, 8 + n
 
 
-def _tensor_refs(path: Path) -> dict[str, TensorRef]:
+def tensor_refs(path: Path) -> dict[str, TensorRef]:
     header, data_start = read_header(path)
     size = path.stat().st_size
     refs: dict[str, TensorRef] = {}
@@ -206,7 +206,7 @@ class SafetensorsCheckpoint:
                     f"{self.folder}: the index names {len(shards)} shard(s); missing: {', '.join(missing)}"
                 )
             for shard in shards:
-                self.tensors.update(_tensor_refs(self.folder / shard))
+                self.tensors.update(tensor_refs(self.folder / shard))
             absent = sorted(n for n in weight_map if n not in self.tensors)
             if absent:
                 raise ConversionError(
@@ -222,7 +222,7 @@ class SafetensorsCheckpoint:
                     f"found: {', '.join(found[:12]) or 'nothing'}"
                 )
             for shard in shards:
-                for name, ref in _tensor_refs(self.folder / shard).items():
+                for name, ref in tensor_refs(self.folder / shard).items():
                     if name in self.tensors:
                         raise ConversionError(f"{self.folder}: tensor {name!r} appears in two shards")
                     self.tensors[name] = ref

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from speco3_base.errors import ConversionError, ModelFileError, Speco3Error
 
-__all__ = ["ContextFullError", "ConversionError", "EngineError", "ModelFileError", "Speco3Error", "SpectrumReadError",
-           "StoreError", "TaskError"]
+__all__ = ["OUTCOME_ERRORS", "ContextFullError", "ConversionError", "EngineError", "ModelFileError", "Speco3Error",
+           "SpectrumReadError", "StoreError", "TaskError"]
 
 
 class SpectrumReadError(Speco3Error):
@@ -46,3 +46,11 @@ class TaskError(Speco3Error):
 
 class StoreError(Speco3Error):
     """The vetting store cannot be opened or written."""
+
+
+
+#: What ends an episode as an outcome (``engine_error``) instead of propagating: our typed errors (the engine's,
+#: the input's; the model-server client turns every error of its HTTP library into one, `ServerError`) and the
+#: operating system's (a file, a socket). Anything else is a bug: it propagates and fails the run (and the test)
+#: that meets it, never landing in the store as a verdict.
+OUTCOME_ERRORS: tuple[type[Exception], ...] = (Speco3Error, OSError)

@@ -1,7 +1,8 @@
 """Installation self-test: ``spec-o3-desktop --self-test`` and ``spec-o3 self-test``.
 
 Proves that an installation (a pip install or a PyInstaller bundle) has everything the app needs, offline and
-without a display: package data, the FITS readers on a demo spectrum, the training-faithful renderer on a zoom,
+without a display: package data, the FITS readers on a demo spectrum, whether the system has the libraries Qt's window
+plugin needs (`speco3.syslibs`), the training-faithful renderer on a zoom,
 the agent loop (driven by a *scripted* engine — a replay for this self-test, not a model), the local model store
 and the llama.cpp runtime (backend, GPU offload, devices). Each check prints one ``PASS``/``FAIL`` line; the exit
 status is non-zero when any check fails.
@@ -27,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from speco3 import __version__
+from speco3 import __version__, syslibs
 from speco3.errors import Speco3Error
 
 logger = logging.getLogger(__name__)
@@ -133,22 +134,33 @@ def check_package_data() -> str:
 
 def check_qt_plugins() -> str:
     """Qt platform plugins present as files (checked without importing Qt)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("PySide6")
-    if spec is None or not spec.submodule_search_locations:
-        raise SelfTestError("PySide6 is not installed")
-    root = Path(next(iter(spec.submodule_search_locations)))
-    candidates = [root / "Qt" / "plugins" / "platforms", root / "plugins" / "platforms"]
-    folder = next((c for c in candidates if c.is_dir()), None)
-    if folder is None:
-        raise SelfTestError(f"no Qt platform plugin folder under {root}")
-    stems = {p.name.split(".")[0].removeprefix("lib") for p in folder.iterdir()}
+    plugins = syslibs.qt_plugins_dir()
+    if plugins is None:
+        root = syslibs.pyside_dir()
+        raise SelfTestError("PySide6 is not installed" if root is None else f"no Qt plugin folder under {root}")
+    folder = plugins / "platforms"
+    stems = {p.name.split(".")[0].removeprefix("lib") for p in folder.iterdir()} if folder.is_dir() else set()
     wanted = QT_PLATFORMS.get(sys.platform, ("qoffscreen",))
     missing = [w for w in wanted if w not in stems]
     if missing:
         raise SelfTestError(f"Qt platform plugins missing in {folder}: {', '.join(missing)}")
     return f"{', '.join(sorted(stems))} in {folder}"
+
+
+def check_display() -> str:
+    """The platform plugin a window would use (the session's, not the self-test's offscreen) can load: the
+    system has every library it needs (`speco3.syslibs`, the check the app makes before its window)."""
+    check = syslibs.window_check(for_window=True)
+    if check is None:
+        return f"nothing to check on {sys.platform}" if not sys.platform.startswith("linux") else "headless"
+    usable = check.usable
+    if usable is None:
+        raise SelfTestError(check.message().replace("\n", " "))
+    if not usable.known:
+        return f"a window would use {usable.platform} ({usable.file}); no ldd here to check its libraries"
+    skipped = [c for c in check.tried if c is not usable]
+    note = "".join(f"; {c.platform} cannot load (lacks {', '.join(c.missing)})" for c in skipped if c.file)
+    return f"a window would use {usable.platform} ({usable.file.name}): every system library found{note}"
 
 
 def check_demo_spectrum(workdir: Path, state: dict[str, Any]) -> str:
@@ -301,6 +313,7 @@ def run_self_test(render: RenderFn, *, hashes: bool = False, require_gpu: bool =
         record("environment", check_environment)
         record("package data", check_package_data)
         record("qt plugins", check_qt_plugins)
+        record("display", check_display)
         record("demo spectrum", lambda: check_demo_spectrum(Path(tmp), state))
         record("render", needs_spectrum(check_render))
         record("agent", needs_spectrum(check_agent))

@@ -33,7 +33,7 @@ def no_progress(label: str, done: int, total: int) -> None:
     """A progress callback that does nothing."""
 
 
-def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
+def write_atomic(path: str | Path, writer: Callable[[Path], object]) -> Path:
     """Call ``writer(tmp_path)`` with a temporary file beside ``path``, then move it into place.
 
     The file keeps the mode of the file it replaces (``FILE_MODE`` for a new file). On any error the temporary

@@ -10,10 +10,10 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from speco3_base.fileio import CHUNK, Progress, no_progress, write_text_atomic
 from speco3_models.errors import ModelStoreError
@@ -67,7 +67,7 @@ def place_file(src: Path, dst: Path, mode: str, progress: Progress | None = None
     raise ValueError(f"unknown placement mode {mode!r}")
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
+def atomic_write_json(path: Path, data: object) -> None:
     """Write JSON to ``path`` so that a reader sees either the old or the new file, never a partial one."""
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
@@ -94,7 +94,7 @@ def locked(lock_path: Path, timeout: float = 30.0) -> Iterator[None]:
         fh.close()
 
 
-if os.name == "nt":  # pragma: no cover - exercised on Windows CI only
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows CI only
     import msvcrt
 
     def _lock(fh) -> None:

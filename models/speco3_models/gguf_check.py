@@ -109,7 +109,7 @@ class GGUFSummary:
         if self.file_type:
             return self.file_type
         weights = {k: v for k, v in self.tensor_types.items() if k != "F32"} or self.tensor_types
-        return max(weights, key=weights.get) if weights else "unknown"
+        return max(weights, key=lambda k: weights[k]) if weights else "unknown"
 
     @property
     def tensor_bytes(self) -> int:
@@ -129,7 +129,7 @@ def _decode_field(f) -> Any:
     return f.contents()
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     if isinstance(a, list) and isinstance(b, list):

@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from speco3_models import catalog
 from speco3_models.errors import ModelStoreError
@@ -17,6 +17,17 @@ logger = logging.getLogger(__name__)
 MANIFEST_SCHEMA = 1
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
+
+
+class ModelInfoFields(TypedDict):
+    """The fields of the engine's ``speco3.engine.base.ModelInfo`` that an installed model fills."""
+
+    model_id: str
+    quant: str | None
+    text_sha256: str | None
+    mmproj_sha256: str | None
+    text_path: str
+    mmproj_path: str
 
 @dataclass
 class FileRecord:
@@ -86,7 +97,7 @@ class InstalledModel:
     def catalog_entry(self) -> catalog.CatalogModel | None:
         return catalog.find(self.catalog_id) if self.catalog_id else None
 
-    def model_info(self) -> dict[str, str | None]:
+    def model_info(self) -> ModelInfoFields:
         """The fields of the engine's ``ModelInfo`` for this model (recorded with every verdict)."""
         return {"model_id": self.catalog_id or self.name, "quant": self.quant, "text_sha256": self.text.sha256,
                 "mmproj_sha256": self.mmproj.sha256, "text_path": str(self.text_path),

@@ -185,7 +185,7 @@ def pull(store: ModelStore, name: str, quant: str | None = None, *, convert: Cal
             local.unlink(missing_ok=True)
             raise DownloadError(f"{f} from {repo_id} does not match the repository's checksum ({actual} ≠ "
                                 f"{expected}); the damaged file was deleted, run the command again")
-        if lfs is not None and expected:
+        if lfs is not None and expected and actual is not None:
             arrived[str(local.resolve())] = actual
     source = f"{repo_id}@{sha}"
     prov = Provenance("pulled", source, details={"files": wanted, "quant": quant})
@@ -196,6 +196,7 @@ def pull(store: ModelStore, name: str, quant: str | None = None, *, convert: Cal
                                   known_sha256=arrived)
         shutil.rmtree(dest, ignore_errors=True)  # only the hub's download bookkeeping is left there
     else:
+        assert convert is not None  # checked before the download (a checkpoint needs the converter)
         model = convert(store, dest, quant=quant, name=target, progress=progress, provenance=prov,
                         catalog_id=entry.name if entry else None, make_default=make_default).model
         if not keep_checkpoint:

@@ -63,7 +63,7 @@ class ModelShape:
             else:
                 output += t.nbytes
         n_embd = int(md[f"{arch}.embedding_length"])
-        proj = hidden, heads, ff = 0, 16, 3420
+        proj, hidden, heads, ff = 0, 0, 16, 3420
         if mmproj_path is not None:
             ps = scan_gguf(mmproj_path)
             proj = sum(t.nbytes for t in ps.tensors)

@@ -5,6 +5,7 @@ Layout under the store root (default ``data_dir()/models``)::
     manifest.json          installed models, default choice (written atomically, under a lock)
     manifest.lock          inter-process lock (GUI and command line may run at once)
     <name>/                files of one installed model (copied, moved or hard-linked here)
+    adapters/              LoRA adapter GGUFs (`add_adapter`; each recorded with the digest of its base)
     downloads/             partial and finished hub downloads (``pull``)
 
 Nothing here touches the network; downloads are `speco3_models.pull.pull(store, ...)`, which imports
@@ -13,9 +14,11 @@ huggingface-hub only when called.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +29,7 @@ from speco3_base.dirs import data_dir
 from speco3_base.errors import ModelFileError
 from speco3_base.fileio import Progress, sha256_file
 from speco3_models import catalog
+from speco3_models.adapters import InstalledAdapter, check_base, read_adapter, require_base
 from speco3_models.errors import HOW_TO_GET_A_MODEL, ModelNotInstalledError, ModelStoreError
 from speco3_models.files import atomic_write_json, locked, place_file
 from speco3_models.gguf_check import (
@@ -338,6 +342,104 @@ class ModelStore:
             logger.info("left %s in place: it holds files the store did not install", folder)
         logger.info("removed %s", model.name)
         return model
+
+    # -- LoRA adapters ------------------------------------------------------------------------------------
+    def adapters(self, model: str | None = None) -> builtins.list[InstalledAdapter]:
+        """Installed LoRA adapters by name; with ``model``, only those made for that installed model."""
+        data = self._read()
+        found = [InstalledAdapter.from_dict(a, self.root) for a in data.get("adapters", [])]
+        if model is not None:
+            sha = self.get(model).text.sha256
+            found = [a for a in found if a.base_text_sha256 == sha]
+        return sorted(found, key=lambda a: a.name)
+
+    def get_adapter(self, name: str) -> InstalledAdapter:
+        """An installed adapter by name (`ModelStoreError` naming the installed ones when there is none)."""
+        for a in self.adapters():
+            if a.name == name:
+                return a
+        names = ", ".join(a.name for a in self.adapters()) or "none"
+        raise ModelStoreError(f"LoRA adapter {name!r} is not installed (installed: {names})")
+
+    def base_of(self, adapter: InstalledAdapter) -> InstalledModel | None:
+        """The installed model an adapter was made for (``None`` when it is no longer installed)."""
+        return next((m for m in self.list() if m.text.sha256 == adapter.base_text_sha256), None)
+
+    def add_adapter(self, path: str | os.PathLike[str], name: str | None = None, *, base: str | None = None,
+                    copy: bool = True, progress: Progress | None = None) -> InstalledAdapter:
+        """Check a LoRA adapter GGUF against the installed base it was made for and install it.
+
+        Parameters
+        ----------
+        path : path-like
+            Adapter GGUF written by ``spec-o3 convert-lora`` (it records its base's text GGUF digest).
+        name : str, optional
+            Store name (default: from the file name).
+        base : str, optional
+            The installed model it is for; refused when the adapter was made for another one. Default: the
+            installed model whose text GGUF has the recorded digest.
+        copy : bool
+            Copy into the store (default), else hard-link (or reference in place).
+
+        Raises
+        ------
+        ModelFileError
+            Not a LoRA adapter GGUF for Qwen2.5-VL.
+        ModelStoreError
+            Made for another base, its base not installed, no base recorded, or the name taken.
+        """
+        src = Path(path).expanduser().resolve()
+        info = read_adapter(src)
+        model: InstalledModel | None
+        if base is not None:
+            model = self.get(base)
+        else:
+            digest = require_base(info)
+            model = next((m for m in self.list() if m.text.sha256 == digest), None)
+            if model is None:
+                raise ModelStoreError(
+                    f"{src.name} was made for the base model {info.base_name or '?'!r} (text GGUF sha256 "
+                    f"{digest[:12]}…), which is not installed; install that model first, or convert "
+                    "the PEFT adapter again with --base naming an installed build of the same checkpoint")
+        check_base(info, model.text.sha256, model.name)
+        stem = src.name.removesuffix(".gguf")
+        name = check_name(name or re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._")[:80] or "adapter")
+        if any(a.name == name for a in self.adapters()):
+            raise ModelStoreError(f"a LoRA adapter named {name!r} is already installed; remove it first or choose "
+                                  "another name (--name)")
+        dst = self.root / "adapters" / f"{name}.gguf"
+        if dst.exists() and dst.resolve() != src:
+            dst.unlink()  # left by an interrupted install: no manifest entry owns it (checked above)
+        where = src if dst.resolve() == src else place_file(src, dst, "copy" if copy else "link", progress)
+        try:
+            rec = FileRecord(str(where), where.stat().st_size, sha256_file(where, progress), where.parent == dst.parent)
+            adapter = InstalledAdapter(name, rec, model.text.sha256, model.name, info.alpha, list(info.ranks),
+                                       len(info.targets), now_iso())
+
+            def change(data):
+                if any(a.get("name") == name for a in data.get("adapters", [])):
+                    raise ModelStoreError(f"a LoRA adapter named {name!r} was installed meanwhile")
+                data.setdefault("adapters", []).append(adapter.to_dict(self.root))
+
+            self._mutate(change)
+        except BaseException:
+            if where != src:
+                where.unlink(missing_ok=True)
+            raise
+        logger.info("installed LoRA adapter %s for %s", name, model.name)
+        return adapter
+
+    def remove_adapter(self, name: str) -> InstalledAdapter:
+        """Delete an installed adapter's manifest entry and its managed file."""
+        adapter = self.get_adapter(name)
+
+        def change(data):
+            data["adapters"] = [a for a in data.get("adapters", []) if a.get("name") != name]
+
+        self._mutate(change)
+        if adapter.file.managed:
+            adapter.path.unlink(missing_ok=True)
+        return adapter
 
     def folder_for(self, name: str) -> Path:
         """Folder where the files of model ``name`` go (used by converters writing into the store)."""

@@ -129,11 +129,12 @@ def test_an_early_stop_frees_its_sequences_on_the_real_engine(tiny_gguf, spectru
     engine = _tiny(tiny_gguf, 4)
     try:
         group = run_group(engine, spectrum, get_task("cv"), render, plan, max_turns=3)
-        inner = engine.engine
-        assert engine.call(lambda: inner.pool) is None  # the group's pool is closed
-        # no cell is held but the engine's own sequence 0 (its cache, as after a single run)
-        assert engine.call(lambda: inner._cells.used) == engine.call(
-            lambda: sum(1 if isinstance(it, int) else it.n_tokens for it in inner._seq.kv))
+        ctx = engine.engine._context
+        # the group's pool is closed: the sequences are back, only the engine's own sequence 0 is left
+        assert engine.call(lambda: (ctx.sequences_claimed, list(ctx.sequences))) == (False, [0])
+        # no cell is held but sequence 0's (its cache, as after a single run)
+        assert engine.call(lambda: ctx.cells.used) == engine.call(
+            lambda: sum(1 if isinstance(it, int) else it.n_tokens for it in ctx.sequences[0].kv))
         assert engine.stats().extra["parallel"]["prefix_copies"] >= 1
     finally:
         engine.close()

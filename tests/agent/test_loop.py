@@ -184,11 +184,19 @@ def test_callback_errors_do_not_stop_the_episode(spectrum, render):
     assert final.outcome is Outcome.YES
 
 
-@pytest.mark.parametrize("error", [EngineError("GPU lost"), RuntimeError("boom")])
+@pytest.mark.parametrize("error", [EngineError("GPU lost"), OSError("device gone"), ConnectionResetError("reset")])
 def test_engine_exception_becomes_outcome(spectrum, render, error):
     engine = ScriptedEngine([call([6500, 6600]), error])
     steps, final = run_to_verdict(engine, spectrum, "t", render)
     assert final.outcome is Outcome.ENGINE_ERROR and str(error) in final.detail and final.turns == 1
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), TypeError("a bug"), KeyError("missing")])
+def test_a_bug_in_the_engine_propagates_instead_of_becoming_an_outcome(spectrum, render, error):
+    """Only engine, transport and input errors (`speco3.errors.OUTCOME_ERRORS`) are outcomes: a bug fails the run."""
+    engine = ScriptedEngine([call([6500, 6600]), error])
+    with pytest.raises(type(error)):
+        run_to_verdict(engine, spectrum, "t", render)
 
 
 def test_engine_load_failure(spectrum, render):

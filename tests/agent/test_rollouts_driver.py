@@ -188,7 +188,7 @@ def test_cancel_stops_every_parallel_rollout(tiny_gguf, spectrum, render):
         # the rollout whose turn ended first may have ended the episode with it; the others stop cancelled
         assert outcomes.count(Outcome.CANCELLED) >= 2, outcomes
         assert not {Outcome.ENGINE_ERROR, Outcome.CONTEXT_FULL} & set(outcomes)
-        assert engine.call(lambda: engine.engine._cells.used) == engine.call(
-            lambda: sum(1 if isinstance(it, int) else it.n_tokens for it in engine.engine._seq.kv))
+        assert engine.call(lambda: engine.engine.kv_cells) == engine.call(
+            lambda: sum(1 if isinstance(it, int) else it.n_tokens for it in engine.engine.cached()))
     finally:
         engine.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -116,3 +117,17 @@ def test_llama_failure_is_reported_not_a_crash(tiny_ckpts, test_image, tmp_path)
     res = convert_checkpoint(tiny_ckpts(), tmp_path, outtype="f16", name="tiny")
     with pytest.raises(EngineError, match="llama.cpp failed"):
         smoke_test(res.text_path, res.text_path, test_image)  # a text model given as projector
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
+def test_a_hung_quantizer_is_killed_at_the_timeout(tiny_gguf, tmp_path):
+    """The output is a named pipe nobody reads: llama.cpp's child blocks opening it, silent and alive (a real hang,
+    its stderr open); the timeout kills it and cleans up."""
+    text, _ = tiny_gguf("F32")
+    part = tmp_path / "out.gguf.part"
+    os.mkfifo(part)
+    t0 = time.monotonic()
+    with pytest.raises(ConversionError, match="did not finish within 3 s"):
+        quantize(text, tmp_path / "out.gguf", "Q8_0", timeout=3)
+    assert time.monotonic() - t0 < 60
+    assert not part.exists() and not (tmp_path / "out.gguf").exists()

@@ -71,14 +71,17 @@ def test_cancel_stops_within_a_token(make_engine):
     assert eng.generate(max_tokens=3).n_tokens == 3
 
 
-def test_cancel_before_start_evaluates_but_samples_nothing(make_engine):
+def test_cancel_before_start_evaluates_and_samples_nothing(make_engine):
+    """As a pool's slot: a turn cancelled before it started ends at once (the token loop admits no work for it)."""
     eng = make_engine()
     eng.extend([PROMPT])
     cancel = threading.Event()
     cancel.set()
     r = eng.generate(max_tokens=10, cancel=cancel)
-    assert (r.stop_reason, r.n_tokens, r.text) == ("cancelled", 0, "")
-    assert r.prompt_tokens == len(eng.tokenize(PROMPT))
+    assert (r.stop_reason, r.n_tokens, r.text, r.prompt_tokens) == ("cancelled", 0, "", 0)
+    assert eng.kv_cells == 0
+    r = eng.generate(max_tokens=3)  # the conversation is intact
+    assert r.n_tokens == 3 and r.prompt_tokens == len(eng.tokenize(PROMPT))
 
 
 def test_context_full_is_counted_in_kv_cells(make_engine, images):
@@ -142,7 +145,7 @@ def test_worker_runs_everything_on_its_thread_and_streams(tiny_pair, images):
         t.start()
         t.join()
         assert results[0].n_tokens == 4 and results[0].images_encoded == 0
-        assert worker.stats().kv_cells_used == worker.kv_cells  # proxied attribute
+        assert worker.stats().kv_cells_used == worker.call(lambda: worker.engine.kv_cells)  # on its thread
     finally:
         worker.close()
     with pytest.raises(EngineError, match="closed"):

@@ -42,10 +42,9 @@ def test_a_cache_hit_in_another_sequence_matches_that_sequence_encoding_it(make_
     """Rollouts of one spectrum asking the same window: the second rollout's image comes from the cache and its
     continuation equals an engine without a cache (greedy, log-probabilities within the KV-reuse tolerance)."""
     from speco3.engine.base import Sampling
-    from speco3.engine.parallel import SequencePool
 
     def run(engine):
-        with SequencePool(engine) as pool:
+        with engine.open_pool() as pool:
             slots = [pool.open(Sampling()) for _ in range(2)]
             for slot, text in zip(slots, ("Let me zoom.<|im_end|>", "I zoom in.<|im_end|>"), strict=True):
                 pool.extend(slot, [SYSTEM, images[0], TASK, text, TOOL_OPEN, images[3], TOOL_CLOSE])

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from speco3.engine.base import Sampling
-from speco3.engine.parallel import SequencePool
 from speco3.engine.segments import cells_of, flatten
 from speco3.errors import ContextFullError, EngineError
 
@@ -49,7 +48,7 @@ def run_pool(pool, images, seeds, budgets, tool_images, cancel=None, tool_text=N
     out: dict[int, list] = {i: [] for i in range(len(seeds))}
     while any(len(v) < 2 and not isinstance(v[-1] if v else None, Exception) for v in out.values()):
         finished = pool.step()
-        assert finished or pool._pending, "the pool made no progress"
+        assert finished or pool.generating, "the pool made no progress"
         for slot, res in finished:
             i = slots[slot]
             out[i].append(res)
@@ -99,7 +98,7 @@ def pool_engine(make_engine):
 def test_k_rollouts_match_single_runs_with_their_seeds(pool_engine, make_engine, images):
     budgets = [(6, 9), (14, 5), (10, 12), (3, 8)]  # different lengths: tool turns land while others decode
     tools = [images[1], images[2], images[3], images[1]]
-    with SequencePool(pool_engine) as pool:
+    with pool_engine.open_pool() as pool:
         out = run_pool(pool, images, range(4), budgets, tools)
         counters = dict(pool.counters)
     ref_engine = make_engine(n_seq=1, top_logprobs=5)
@@ -119,7 +118,7 @@ def test_tool_image_stays_in_its_own_sequence(pool_engine, make_engine, images):
     """Two greedy rollouts with different tool images: each continues exactly like a single run that saw only its
     own image, and differently from a run that saw the other's."""
     greedy = Sampling()
-    with SequencePool(pool_engine) as pool:
+    with pool_engine.open_pool() as pool:
         a, b = pool.open(greedy), pool.open(greedy)
         for slot, image in ((a, images[1]), (b, images[2])):
             pool.extend(slot, [SYSTEM, images[0], TASK, "Let me zoom.<|im_end|>", TOOL_OPEN, image, TOOL_CLOSE])
@@ -127,7 +126,7 @@ def test_tool_image_stays_in_its_own_sequence(pool_engine, make_engine, images):
         res = {}
         while len(res) < 2:
             res.update(pool.step())
-        assert [it.sha256 for it in pool._seqs[b].kv if not isinstance(it, int)] == [images[0].sha256,
+        assert [it.sha256 for it in pool.sequence(b).kv if not isinstance(it, int)] == [images[0].sha256,
                                                                                        images[2].sha256]
     ref = make_engine(n_seq=1, top_logprobs=5)
     lp = {}
@@ -143,7 +142,7 @@ def test_tool_image_stays_in_its_own_sequence(pool_engine, make_engine, images):
 
 def test_cancel_in_the_middle_of_k_rollouts(pool_engine, images):
     cancel = threading.Event()
-    with SequencePool(pool_engine) as pool:
+    with pool_engine.open_pool() as pool:
         slots = [pool.open(sampling(s)) for s in range(3)]
         for slot in slots:
             pool.extend(slot, [SYSTEM, images[0], TASK])
@@ -158,51 +157,60 @@ def test_cancel_in_the_middle_of_k_rollouts(pool_engine, images):
             res.update(pool.step())
         assert res[slots[1]].stop_reason == "cancelled" and 0 < res[slots[1]].n_tokens < 12
         assert res[slots[0]].n_tokens == res[slots[2]].n_tokens == 12
-        ledger = pool_engine._cells
-        held = {sid: cells_of(seq.kv) for sid, seq in pool._seqs.items()}
-        prefix = cells_of(pool._seqs[slots[0]].kv) - 12  # the shared prefix is counted once
+        ledger = pool.context.cells
+        held = {sid: cells_of(seq.kv) for sid, seq in pool.context.sequences.items()}
+        prefix = cells_of(pool.sequence(slots[0]).kv) - 12  # the shared prefix is counted once
         assert ledger.used == prefix + 12 + res[slots[1]].n_tokens + 12
         assert held[slots[1]] == prefix + res[slots[1]].n_tokens
         _assert_native_matches(pool)
-    assert ledger.used == cells_of(pool_engine._seq.kv)  # released rollouts freed their cells
+    assert ledger.used == cells_of(pool.context.sequences[0].kv)  # released rollouts freed their cells
     _assert_cache_consistent(pool_engine, images)
 
 
 def test_context_full_in_the_middle_of_k_rollouts(make_engine, images):
     engine = make_engine(n_seq=4, n_ctx=512)
     long_text = " word" * 600  # a tool turn that cannot fit in 512 cells
-    with SequencePool(engine) as pool:
+    with engine.open_pool() as pool:
         out = run_pool(pool, images, range(3), [(5, 6), (5, 6), (5, 6)], [images[1], images[2], images[3]],
                        tool_text={1: long_text + TOOL_CLOSE})
         assert isinstance(out[1][1], ContextFullError) and "n_ctx 512" in str(out[1][1])
         for i in (0, 2):
             assert out[i][1].n_tokens == 6 and out[i][1].images_encoded == 1
-        assert engine._cells.used == _distinct_cells(pool)
+        assert engine.kv_cells == _distinct_cells(pool)
         _assert_native_matches(pool)
-    assert engine._cells.used == cells_of(engine._seq.kv)
+    assert engine.kv_cells == cells_of(pool.context.sequences[0].kv)
     _assert_cache_consistent(engine, images)
 
 
 def test_slots_wait_for_cells_instead_of_failing(make_engine, images):
     """Four rollouts whose answer budgets do not all fit at once: the pool admits what fits and the rest start
-    as cells come back; every rollout completes."""
-    engine = make_engine(n_seq=4, n_ctx=512)
-    with SequencePool(engine) as pool:
+    as cells come back (a slot is released as its turn ends, as the driver does); every rollout completes and
+    samples exactly what a single run with its seed samples: a slot that waited gets its first token from its own
+    logits, not from the output row another sequence left behind meanwhile."""
+    engine = make_engine(n_seq=4, n_ctx=512, top_logprobs=5)
+    with engine.open_pool() as pool:
         slots = [pool.open(sampling(s)) for s in range(4)]
         for slot in slots:
             pool.extend(slot, [SYSTEM, images[0], TASK])
             pool.begin(slot, max_tokens=150)
         res = {}
         while len(res) < 4:
-            res.update(pool.step())
+            for slot, outcome in pool.step():
+                res[slot] = outcome
+                pool.release(slot)
         assert pool.counters["deferred"] > 0
-    assert all(not isinstance(r, Exception) and r.n_tokens > 0 for r in res.values())
+    assert all(not isinstance(r, Exception) and r.n_tokens > 0 for r in res.values()), res
+    ref = make_engine(n_seq=1, n_ctx=512, top_logprobs=5)
+    for i, slot in enumerate(slots):
+        ref.reset(keep_cache=False, sampling=sampling(i))
+        ref.extend([SYSTEM, images[0], TASK])
+        assert_same_turn(res[slot], ref.generate(max_tokens=150))
 
 
 def _distinct_cells(pool) -> int:
     """Cells held by all sequences, a shared prefix counted once."""
     cells = {}
-    for seq in pool._seqs.values():
+    for seq in pool.context.sequences.values():
         for cid, it in zip(seq.ids, seq.kv, strict=True):
             cells[cid] = 1 if isinstance(it, int) else it.n_tokens
     return sum(cells.values())
@@ -210,10 +218,8 @@ def _distinct_cells(pool) -> int:
 
 def _assert_native_matches(pool) -> None:
     """llama.cpp's own view of every sequence ends where our bookkeeping says."""
-    llama = pool.engine._llama
-    mem = llama.llama_get_memory(pool.engine._ctx)
-    for sid, seq in pool._seqs.items():
-        assert llama.llama_memory_seq_pos_max(mem, sid) == seq.kv_pos - 1, sid
+    for sid, seq in pool.context.sequences.items():
+        assert pool.context.seq_pos_max(sid) == seq.kv_pos - 1, sid
 
 
 def _assert_cache_consistent(engine, images) -> None:
@@ -234,26 +240,28 @@ def test_budget_check_is_exact_for_two_sequences(make_engine, images, extra):
     """Two slots on one prefix of P cells with answer budgets a and b: admitted together when P + a + b == n_ctx
     (the shared prefix counted once), and the second waits when it is one cell more."""
     engine = make_engine(n_seq=2, n_ctx=512)
-    with SequencePool(engine) as pool:
+    with engine.open_pool() as pool:
         a, b = pool.open(sampling(1)), pool.open(sampling(2))
         for slot in (a, b):
             pool.extend(slot, [SYSTEM, images[0], TASK])
-        prefix = cells_of(flatten(pool._seqs[a].conv))
+        prefix = cells_of(flatten(pool.sequence(a).conv))
         budget_a = 100
         pool.begin(a, max_tokens=budget_a)
         pool.begin(b, max_tokens=512 - prefix - budget_a + extra)
         pool.step(rounds=1)
         assert pool.counters["deferred"] == extra
-        assert (b in pool._pending) == (extra == 0) and a in pool._pending
-        assert engine._cells.used == prefix + 1 + (extra == 0)  # one decoded token per admitted slot
-        assert engine._llama.llama_n_ctx(engine._ctx) == 512
+        assert (b in pool.generating) == (extra == 0) and a in pool.generating
+        assert engine.kv_cells == prefix + 1 + (extra == 0)  # one decoded token per admitted slot
+        assert pool.context.n_ctx == 512
 
 
 def test_single_conversation_is_refused_while_a_pool_runs(make_engine, images):
     engine = make_engine(n_seq=2)
-    with SequencePool(engine):
+    with engine.open_pool():
         with pytest.raises(EngineError, match="parallel sequences"):
             engine.reset()
+        with pytest.raises(EngineError, match="parallel sequences"):
+            engine.generate(max_tokens=1)
         with pytest.raises(EngineError, match="already runs"):
-            SequencePool(engine)
+            engine.open_pool()
     engine.reset()  # closed: the engine's own conversation is back

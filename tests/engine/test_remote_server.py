@@ -15,21 +15,27 @@ import numpy as np
 import pytest
 
 from speco3.agent import Trace, get_task, run_episode
-from speco3.agent.fidelity import check_server
+from speco3.agent.fidelity import check_server, template_file
 from speco3.agent.steps import AssistantStep, Outcome, VerdictStep
-from speco3.cli import agent as cli_agent
-from speco3.cli import main
+from speco3.cli import main as cli_main
 from speco3.engine.base import EngineSettings
 from speco3.engine.chatapi import ServerConfig
 from speco3.engine.remote import RemoteEngine
 from speco3.vetting import VettingStore
 from speco3_testkit.llamaserver import FaultProxy, find_llama_server, llama_server
 from speco3_testkit.spectra import make_spectrum, pillow_render
+from speco3_testkit.spectra import pillow_render as _pillow_render
 
 pytestmark = pytest.mark.llama
 
 SETTINGS = dict(max_tokens_per_turn=24, image_max_tokens=120)
 CLEAN_ENDS = {Outcome.YES, Outcome.NO, Outcome.FORMAT_ERROR, Outcome.BUDGET_EXHAUSTED}
+
+
+def main(argv: list[str], render=_pillow_render) -> int:
+    """The CLI with the small Pillow renderer, passed in as `speco3.cli.main` takes it."""
+    return cli_main(argv, render=render)
+
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +56,10 @@ def test_server_prompt_is_the_training_template_byte_for_byte(server):
     report = check_server(ServerConfig(server, retries=1))
     assert not report.error, report.error
     assert report.kind == "llama.cpp" and report.method == "/apply-template"
-    assert report.same, report.summary()
+    assert report.same and report.faithful, report.summary()
+    assert report.image_count_from == "usage.prompt_tokens with and without the image"
+    assert report.local_image_tokens == 476  # the renderer's full view at the model size, 784×476 px
+    assert report.server_zoom_tokens == report.local_zoom_tokens == 273  # its 100 Å zoom, 588×364 px
     # the RL form's one difference is reported as known, and the server counts the image as we do
     assert len(report.known) == 1 and "'\\n'" in report.known[0]
     assert report.server_image_tokens == report.local_image_tokens, report.summary()
@@ -70,9 +79,41 @@ def test_server_check_reports_a_foreign_template_byte_by_byte(tiny_gguf, tmp_pat
         assert main(["server", "check", url]) == 4
     assert not report.error and not report.same
     assert any("# Tools" in d.reference for d in report.differences), report.summary()
-    assert report.server_image_tokens < report.local_image_tokens
+    assert report.server_image_tokens < report.local_image_tokens and report.server_zoom_tokens <= 64
     assert "WARNING: the server's prompt differs" in report.summary()
     assert "resizes images differently" in report.summary()
+    assert f"→ {report.local_image_tokens} tokens locally, {report.server_image_tokens} on the server" in \
+        report.summary()
+
+
+def test_server_check_tells_a_template_that_fails_on_the_tool_turn_from_a_missing_endpoint(tiny_gguf, tmp_path,
+                                                                                           capsys):
+    """A server whose template renders the first turn but raises on a tool turn with an image (what vLLM does with
+    a checkpoint template that has no place for the zoom image: HTTP 500) is reported as such, with the fix, exit 4;
+    the image tokens are still measured on the first turn."""
+    exe = find_llama_server()
+    if exe is None:
+        pytest.skip("llama-server is not built")
+    from speco3_converters.chat_template import speco3_chat_template
+
+    breaks = tmp_path / "breaks-on-tool-images.jinja"
+    breaks.write_text("{%- for m in messages %}{%- if m.role == 'tool' and (m.content is not string or "
+                      "'__media__' in m.content) %}{{ raise_exception('no place for the image of a tool turn') }}"
+                      "{%- endif %}{%- endfor %}" + speco3_chat_template(), encoding="utf-8")
+    text, mmproj = tiny_gguf("Q8_0")
+    with llama_server(exe, text, mmproj, slots=1, extra=("--chat-template-file", str(breaks))) as url:
+        rc = main(["server", "check", url])
+        out = capsys.readouterr().out
+        report = check_server(ServerConfig(url, retries=1))
+        arch = _archive(tmp_path / "arch", 1)  # vet refuses to start: each zoom turn would fail
+        assert main(["vet", str(arch), "--task", "cv", "--out", str(tmp_path / "r.sqlite"), "--server", url]) == 1
+        assert "fails on a tool turn with an image" in capsys.readouterr().err
+    assert rc == 4, out
+    assert ("the server's template fails on a tool turn with an image: pass --chat-template "
+            f"{template_file()}") in out, out
+    assert "no place for the image of a tool turn" in out and "no template endpoint" not in out
+    assert report.template_failure and not report.error and not report.faithful
+    assert report.server_image_tokens == report.local_image_tokens, report.summary()
 
 
 def test_episode_against_the_server(server, caplog):
@@ -94,7 +135,6 @@ def test_episode_against_the_server(server, caplog):
 
 
 def test_inspect_cli_against_the_server(server, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     monkeypatch.setenv("SPECO3_TEST_KEY", "sk-secret-never-written")
     arch = _archive(tmp_path / "arch", 1)
     out = tmp_path / "trace"
@@ -111,7 +151,6 @@ def test_inspect_cli_against_the_server(server, tmp_path, monkeypatch, capsys):
 def test_vet_concurrency_4_with_faults_records_every_spectrum_once(server, tmp_path, monkeypatch, capsys, caplog):
     """20 spectra, 4 in flight through a proxy that drops connections, answers 500 and 429 (Retry-After), cuts
     streams and stalls past the request timeout: the run completes, each spectrum recorded exactly once."""
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     arch = _archive(tmp_path / "arch", 20)
     db = tmp_path / "r.sqlite"
     plan = ["pass", "drop", "500", "pass", "429", "truncate", "pass", "slow", "drop", "500", "truncate", "429"]
@@ -140,7 +179,6 @@ def test_vet_concurrency_4_with_faults_records_every_spectrum_once(server, tmp_p
 
 
 def test_a_dead_server_is_recorded_as_engine_error_and_retried_on_resume(server, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     arch = _archive(tmp_path / "arch", 3)
     db = tmp_path / "r.sqlite"
     argv = ["vet", str(arch), "--task", "cv", "--out", str(db), "--concurrency", "2", "--max-tokens-per-turn", "8",
@@ -206,8 +244,12 @@ def test_logprobs_are_requested_from_the_server_when_asked(server):
 def test_concurrent_vet_cancelled_then_resumed_records_each_spectrum_once(server, tmp_path):
     import threading
 
-    from speco3.vetting.batch import VetItem
-    from speco3.vetting.concurrent import vet_concurrent
+    from speco3.vetting.schedulers import on_threads
+    from speco3.vetting.screening import Recorded, Screening, Skipped, VetItem, vet
+
+    def vet_concurrent(items, store, engines, task, render, cancel=None, on_event=None):
+        return vet(Screening(store, task, render, cancel=cancel), items, on_threads(engines), engines[0].info.model_id,
+                   on_event=on_event)
 
     items = [VetItem(key=f"/d/s{i}.fits#0", load=lambda i=i: make_spectrum(name=f"s{i}", seed=i), name=f"s{i}")
              for i in range(8)]
@@ -221,15 +263,16 @@ def test_concurrent_vet_cancelled_then_resumed_records_each_spectrum_once(server
     cancel = threading.Event()
     seen: list[str] = []
 
-    def on_item(item, verdict):
-        seen.append(item.key)
-        if len(seen) == 2:
-            cancel.set()  # Ctrl-C: the episodes in flight stop between tokens and are not recorded
+    def on_event(event):
+        if isinstance(event, Recorded | Skipped):
+            seen.append(event.item.key)
+            if len(seen) == 2:
+                cancel.set()  # Ctrl-C: the episodes in flight stop between tokens and are not recorded
 
     store = VettingStore(tmp_path / "r.sqlite")
     task = get_task("cv")
     opened = [engines(3), engines(3)]
-    first = vet_concurrent(items, store, opened[0], task, pillow_render, cancel=cancel, on_item=on_item)
+    first = vet_concurrent(items, store, opened[0], task, pillow_render, cancel=cancel, on_event=on_event)
     assert first.cancelled and 2 <= first.done < 8
     second = vet_concurrent(items, store, opened[1], task, pillow_render)
     for e in [*opened[0][::-1], *opened[1][::-1]]:

@@ -11,9 +11,9 @@ import pytest
 from benchkit import LABELS, SCHEMA, row, write_bench
 from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
-import speco3.cli.agent as cli_agent
-from speco3.cli import main
+from speco3.cli import main as cli_main
 from speco3.vetting import Decision, ModelVerdict, VettingStore
+from speco3_testkit.spectra import pillow_render as _pillow_render
 
 YES = "<think>a</think><answer>\\boxed{YES}</answer>"
 NO = "<think>b</think><answer>\\boxed{NO}</answer>"
@@ -21,11 +21,10 @@ ZOOM = ('<think>z</think>\n<tool_call>\n{"name": "spectral_visualization_tool", 
         '{"label": "Hα", "wavelength_range": [6500, 6600]}}\n</tool_call>')
 
 
-@pytest.fixture(autouse=True)
-def _pillow(monkeypatch):
-    from benchkit import pillow_render
+def main(argv: list[str], render=_pillow_render) -> int:
+    """The CLI with the small Pillow renderer, passed in as `speco3.cli.main` takes it."""
+    return cli_main(argv, render=render)
 
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
 
 
 def _script(tmp_path, scripts, name="script.json"):
@@ -83,11 +82,9 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_continues(bench_path, tmp_path, c
 
     out = tmp_path / "run"
     argv = ["evaluate", str(bench_path), "--scripted", _script(tmp_path, [[YES], [NO]]), "--out", str(out), "--json"]
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", interrupting)
-    assert main(argv) == 130
+    assert main(argv, render=interrupting()) == 130
     first = json.loads(capsys.readouterr().out)["run"]
     assert first["cancelled"] and 1 <= first["done"] < len(LABELS)
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     assert main(argv) == 0
     second = json.loads(capsys.readouterr().out)["run"]
     assert second["skipped"] == first["done"] and second["done"] == len(LABELS) - first["done"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from benchkit import LABELS
 
-import speco3.cli.agent as cli_agent
-from speco3.cli import main
+from speco3.cli import main as cli_main
+from speco3_testkit.spectra import pillow_render as _pillow_render
 
 pytestmark = pytest.mark.llama
 
@@ -18,11 +18,9 @@ SMALL = ["--n-ctx", "8192", "--threads", "2", "--n-gpu-layers", "0", "--image-ma
 CLEAN = {"YES", "NO", "format_error", "budget_exhausted"}
 
 
-@pytest.fixture(autouse=True)
-def _pillow(monkeypatch):
-    from benchkit import pillow_render
-
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
+def main(argv: list[str], render=_pillow_render) -> int:
+    """The CLI with the small Pillow renderer, passed in as `speco3.cli.main` takes it."""
+    return cli_main(argv, render=render)
 
 
 def test_evaluate_runs_the_tiny_model_end_to_end(bench_path, tiny_builds, tmp_path, capsys):
@@ -118,3 +116,27 @@ def test_evaluate_rollouts_on_the_tiny_model(bench_path, tiny_builds, tmp_path, 
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "Confidence (K rollouts per item)" in html and "risk coverage" in html  # the curve, answers or not
     assert ("reliability" in html) == any(r["p_yes"] for r in rows)
+
+
+def test_compare_base_with_base_plus_lora(bench_path, tiny_builds, tmp_path, capsys):
+    """``--compare BASE BASE+ADAPTER.gguf``: the base is the reference, the adapted build is run and probed apart."""
+    from speco3_base.fileio import sha256_file
+    from speco3_converters.lora import convert_lora
+    from speco3_testkit.tinylora import make_random_lora
+
+    text, mmproj = tiny_builds["F16"]
+    adapter = convert_lora(make_random_lora(tmp_path / "peft"), text, tmp_path / "cv-lora.gguf",
+                           base_sha256=sha256_file(text)).path
+    base = f"{text},{mmproj}"
+    builds = [base, f"{base}+{adapter}", f"{base}+{adapter}:0"]
+    argv = ["evaluate", str(bench_path), "--compare", *builds, "--tasks", "cv", "--limit", "1", "--probe-items", "1",
+            "--probe-positions", "6", "--out", str(tmp_path / "cmp"), "--json", *SMALL]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)["compare"]
+    assert report["reference"] == base
+    adapted, off = report["builds"][builds[1]], report["builds"][builds[2]]
+    assert adapted["model_id"] == "tiny-F16+lora:cv-lora" and off["model_id"] == "tiny-F16+lora:cv-lorax0"
+    assert adapted["first_turn"]["mean_kl"] > 1e-3, "a random adapter changes the next-token distributions"
+    assert off["first_turn"]["mean_kl"] == pytest.approx(0, abs=1e-6) and off["first_turn"]["top1_agreement"] == 1.0
+    assert {p.name for p in (tmp_path / "cmp").iterdir() if p.is_dir()} == {"tiny-F16", "tiny-F16+lora-cv-lora",
+                                                                            "tiny-F16+lora-cv-lora_0"}

@@ -11,6 +11,7 @@ from benchkit import LABELS
 from sklearn.metrics import brier_score_loss
 
 from speco3.agent.confidence import Thresholds
+from speco3.agent.settings import RolloutSettings
 from speco3.engine.scripted import ScriptedEngine
 from speco3.evaluate.bench import BenchFile
 from speco3.evaluate.metrics import selective, summarize
@@ -29,7 +30,7 @@ def test_rollouts_fold_into_p_yes_and_calibration(bench_path, tmp_path, render):
     items = bench_items(BenchFile(bench_path).items())
     engine = _engine()
     with VettingStore(tmp_path / "r.sqlite") as store:
-        res = evaluate_items(items, store, engine, render, rollouts=K, temperature=0.8, trace_root=tmp_path / "tr")
+        res = evaluate_items(items, store, engine, render, plan=RolloutSettings(K, 0.8).plan(), trace_root=tmp_path / "tr")
         rows = results(store)
         runs = store.model_verdicts()
         rollouts = {v.spectrum_key: store.rollouts(v.id) for v in runs}
@@ -81,17 +82,17 @@ def test_rollouts_resume_by_item(bench_path, tmp_path, render):
         return f"<answer>\\boxed{{{next(answers)}}}</answer>"
 
     with VettingStore(tmp_path / "r.sqlite") as store:
-        first = evaluate_items(items, store, ScriptedEngine(outputs=output), render, rollouts=K, cancel=cancel)
+        first = evaluate_items(items, store, ScriptedEngine(outputs=output), render, plan=RolloutSettings(K).plan(), cancel=cancel)
         assert first.cancelled and first.done == 1
         assert len(store.model_verdicts()) == 1  # the interrupted item left nothing half-done
-        second = evaluate_items(items, store, _engine(), render, rollouts=K)
+        second = evaluate_items(items, store, _engine(), render, plan=RolloutSettings(K).plan())
         assert second.skipped == 1 and second.done == len(LABELS) - 1
         runs = store.model_verdicts(latest=False)
         keys = [v.spectrum_key for v in runs]
         assert len(keys) == len(set(keys)) == len(LABELS)  # no item ran twice
         assert all(len(store.rollouts(v.id)) == K for v in runs)
         # another K is another run: everything again
-        third = evaluate_items(items[:2], store, _engine(), render, rollouts=2)
+        third = evaluate_items(items[:2], store, _engine(), render, plan=RolloutSettings(2).plan())
         assert third.done == 2 and third.skipped == 0
 
 

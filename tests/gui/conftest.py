@@ -109,7 +109,7 @@ def qt_objects_die_on_gui_thread(request):
     assert not running, f"worker threads still running after the windows closed: {running}"
     leaked = [name for name in qt_garbage() if name.startswith("speco3.")]
     assert not leaked, f"Qt objects of ours left to the cyclic garbage collector: {leaked}"
-    from speco3.gui.workers import restore_automatic_garbage_collection
+    from speco3.gui.collector import restore_automatic_garbage_collection
 
     restore_automatic_garbage_collection()  # the next non-GUI test runs with Python's default collector
 

@@ -44,6 +44,37 @@ def test_scripted_run_streams_into_the_panel(qtbot, make_window, demo_archive, o
     assert engine_factory.opened == ["test-model"]
 
 
+def test_every_rollout_streams_while_k_rollouts_run(qtbot, make_window, demo_archive, open_and_wait, engine_factory,
+                                                  fake_models):
+    """K = 4: each rollout's text appears in its own tab as it is written (the trial saw nothing for 12 s, then the
+    whole transcript), and the status line counts the tokens of all four."""
+    engine_factory.delay_s = 0.01
+    w = make_window()
+    w.settings.rollouts, w.settings.rollout_temperature = 4, 0.9
+    open_and_wait(w, demo_archive)
+    panel = w.agent_panel
+    w.run_agent()
+    tabs = panel.rollout_tabs
+    assert tabs.count() == 4 and tabs.tabBar().isVisible()
+    views = [tabs.widget(i) for i in range(1, 4)]
+    qtbot.waitUntil(lambda: all("continuum is blue" in v.toPlainText() for v in views), timeout=20000)
+    assert w.agent.interactive_job is not None  # still running: streamed, not shown at the end
+    assert "continuum is blue" in panel.transcript.toPlainText()
+    status = panel.status.text()
+    assert " 0 tokens" not in status and "tok/s" in status
+    qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=60000)
+    assert "of 4 rollouts" in panel.verdict.text()
+    # the stored run is shown now: each of the four rollouts still in its tab, from its stored trace
+    assert tabs.count() == 4
+    stored = [tabs.widget(i).toPlainText() for i in range(1, 4)]
+    assert all("Hβ is a strong emission line" in text and "▶ zoom Zoom on Hβ region" in text for text in stored)
+    w.archive.table.setFocus()
+    w.vetting.step(1)  # another spectrum, not run yet: no rollout tabs
+    assert panel.rollout_tabs.count() == 1 and not panel.rollout_tabs.tabBar().isVisible()
+    w.vetting.step(-1)  # back: the stored K = 4 run with its four tabs
+    assert panel.rollout_tabs.count() == 4
+
+
 def test_enter_accepts_the_model_suggestion(qtbot, make_window, demo_archive, open_and_wait, key, fake_models):
     w = make_window()
     open_and_wait(w, demo_archive)

@@ -91,7 +91,8 @@ def test_prescreen_runs_two_at_once_and_records_what_vet_slots_records(qtbot, wi
     from speco3.gui.vetting import store_key
     from speco3.gui.workers import render_png
     from speco3.vetting import VettingStore
-    from speco3.vetting.batch import VetItem, vet_batch
+    from speco3.vetting.schedulers import vet_batch
+    from speco3.vetting.screening import VetItem
 
     w, batch = window, entries(window, 4)
     seen = watch(w)
@@ -122,17 +123,114 @@ def test_prescreen_runs_two_at_once_and_records_what_vet_slots_records(qtbot, wi
         store.close()
 
 
+#: The columns of a verdict row that differ between two runs of the same spectrum by construction, and why:
+#: ``id`` is the row's number in its own store; ``created_at`` is when the row was written; ``seconds`` is the
+#: measured wall time of the run; ``trace_dir`` is an absolute path under each run's own trace root (the app's data
+#: folder, vet's ``--traces``): it is compared relative to that root instead. Every other column must be equal.
+NOT_COMPARED = {"id", "created_at", "seconds", "trace_dir"}
+#: The same for each rollout row (``verdict_id`` is the id of its verdict row).
+ROLLOUT_NOT_COMPARED = {"verdict_id", "seconds", "trace_dir"}
+
+
+def every_column(store, trace_root) -> dict:
+    """Every column of every verdict row, its rollouts and its spectrum row, by spectrum key (see `NOT_COMPARED`)."""
+    import dataclasses
+    from pathlib import Path
+
+    out = {}
+    for v in store.model_verdicts("cv", latest=False):
+        assert v.spectrum_key not in out, f"{v.spectrum_key} recorded twice"
+        row = {k: x for k, x in dataclasses.asdict(v).items() if k not in NOT_COMPARED}
+        assert v.trace_dir and Path(v.trace_dir).is_relative_to(trace_root), (v.trace_dir, trace_root)
+        row["trace_dir (under the root)"] = Path(v.trace_dir).relative_to(trace_root).as_posix()
+        row["rollout rows"] = [
+            {**{k: x for k, x in r.to_dict().items() if k not in ROLLOUT_NOT_COMPARED},
+             "trace_dir (under the root)": Path(r.trace_dir).relative_to(trace_root).as_posix()}
+            for r in store.rollouts(v.id)]
+        row["spectrum row"] = dataclasses.asdict(store.spectrum_info(v.spectrum_key))
+        out[v.spectrum_key] = row
+    return out
+
+
+@pytest.fixture
+def window_like_vet(make_window, demo_archive, open_and_wait, tiny_installed):
+    """The app with the settings a `spec-o3 vet` command line can also give (its options have no f32 KV cache and no
+    flash-attention switch, so the engine runs with what both can set)."""
+
+    def opener(model_id, engine_settings):
+        from speco3.engine import open_engine
+
+        return open_engine(model_id, dataclasses.replace(engine_settings, max_tokens_per_turn=32), threaded=False,
+                           load=False)
+
+    settings = AppSettings(vetter="t", n_ctx=8192, image_max_tokens=120, n_threads=2, n_gpu_layers=0, kv_type="f16",
+                           parallel=2)
+    w = make_window(settings=settings, opener=opener)
+    open_and_wait(w, demo_archive)
+    w.table_model.fetch_all()
+    return w
+
+
+def test_the_app_and_spec_o3_vet_write_the_same_rows_column_by_column(qtbot, window_like_vet, demo_archive, tmp_path,
+                                                                      capsys):
+    """The pre-screen (2 spectra at once) and the single-spectrum agent record what ``spec-o3 vet`` records for the
+    same spectra: every column of the verdict rows, of their rollout rows and of the spectrum rows, the model file
+    digests and the trace folder's name included (`NOT_COMPARED` says which columns are left out and why)."""
+    import json
+
+    from speco3.cli import main
+    from speco3.vetting import VettingStore
+
+    w = window_like_vet
+    every = sorted((w.table_model.entry(r) for r in range(w.table_model.rowCount())), key=lambda e: e.key)
+    batch, single = every[:4], every[4]
+    assert w.agent.start_batch(batch, "cv", MODEL) == 4
+    wait_idle(qtbot, w)
+    assert w.vetting.go_to(w.table_model.row_of(single.key))
+    w.run_agent()  # the single-spectrum agent on a fifth spectrum
+    assert w.agent.interactive_job is not None
+    qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=240000)
+    qtbot.wait(100)
+    app_root = w.settings.resolved_data_folder() / "traces"
+    app = every_column(w.vetting.store, app_root)
+    assert len(app) == 5 and all(r["text_sha256"] and r["mmproj_sha256"] for r in app.values())
+
+    common = ["--model", MODEL, "--task", "cv", "--n-ctx", "8192", "--image-max-tokens", "120", "--threads", "2",
+              "--n-gpu-layers", "0", "--kv-type", "f16", "--max-tokens-per-turn", "32", "--parallel", "2"]
+    vet_root = tmp_path / "vet_traces"
+    capsys.readouterr()
+    assert main(["vet", str(demo_archive), "--out", str(tmp_path / "vet.sqlite"), "--traces", str(vet_root),
+                 "--limit", "4", "--slots", "2", *common]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["done"] == 4
+    # the fifth one by itself, one at a time, as the single-spectrum agent ran it
+    assert main(["vet", str(demo_archive), "--out", str(tmp_path / "vet.sqlite"), "--traces", str(vet_root),
+                 "--match", single.file_name, "--slots", "1", *common]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["done"] == 1
+    with VettingStore(tmp_path / "vet.sqlite", readonly=True) as store:
+        vet = every_column(store, vet_root)
+    assert sorted(vet) == sorted(app)
+    for key in app:
+        assert vet[key] == app[key], key
+
+
 def test_prescreen_cancel_records_none_in_flight_and_a_new_one_does_the_rest(qtbot, window):
     w, batch = window, entries(window, 6)
     seen = watch(w)
     store = w.vetting.store
-    w.agent.verdictRecorded.connect(lambda _key: w.inference.cancel_batch())  # at the first verdict stored
+    started: list[str] = []
+
+    def on_start(_job, key, _info):  # the third spectrum starts when the first is stored: two are in flight
+        started.append(key)
+        if len(started) == 3:
+            w.inference.cancel_batch()
+
+    w.inference.started_job.connect(on_start)
     assert w.agent.start_batch(batch, "cv", MODEL) == 6
     wait_idle(qtbot, w)
-    w.agent.verdictRecorded.disconnect()
+    w.inference.started_job.disconnect(on_start)
     first = rows(store)
     assert 1 <= len(first) < 6 and "cancelled" not in {r["outcome"] for r in first.values()}
-    assert seen["outcomes"].count("cancelled") >= 1  # a spectrum in flight was cut short ...
+    assert seen["outcomes"].count("cancelled") >= 1, seen  # a spectrum in flight was cut short ...
     assert len(seen["outcomes"]) - seen["outcomes"].count("cancelled") == len(first)  # ... and not stored
     # the status bar says it was cancelled (no estimate left running), then goes away
     assert w.batch.bar.format().endswith("· cancelled") and "left" not in w.batch.bar.format()

@@ -70,7 +70,7 @@ def test_filters_reset_when_another_archive_opens(qtbot, make_window, special_ar
     surveys = [w.archive.survey.itemText(i) for i in range(w.archive.survey.count())]
     assert surveys[0] == "any survey" and set(surveys[1:]) == {"generic", "DESI"}  # this archive's own
     w.archive.survey.setCurrentText("DESI")
-    assert set(_names(w)) == {"coadd-sv3-dark-26065.fits", "coadd-sv3-dark-26065.fits#2"}
+    assert set(_names(w)) == {"coadd-sv3-dark-26065.fits#0", "coadd-sv3-dark-26065.fits#2"}
     assert "filtered: survey DESI" in w.archive.count.text()
     other = tmp_path / "other"
     other.mkdir()
@@ -84,3 +84,19 @@ def test_filters_reset_when_another_archive_opens(qtbot, make_window, special_ar
     assert len(files) == 3  # nothing hidden by the last archive's filter (apStar holds several spectra)
     assert "filtered" not in w.archive.count.text()
     assert "APOGEE" in [w.archive.survey.itemText(i) for i in range(w.archive.survey.count())]
+
+
+def test_spectra_of_one_file_are_named_and_ordered_by_their_number(spectra_dir, tmp_path):
+    """AAO.fits holds 51 spectra: listed #0, #1, #2 … #10 (not #1, #10, #11 … #2), the first as #0."""
+    folder = tmp_path / "aao"
+    folder.mkdir()
+    shutil.copy(spectra_dir / "other/AAO.fits", folder)
+    shutil.copy(spectra_dir / "sdss/spec-0266-51602-0638.fits", folder)
+    ix = ArchiveIndex(tmp_path / "ix.sqlite")
+    ix.scan(folder)
+    names = [e.name for e in ix.query(sort="key")]
+    n = sum(1 for name in names if name.startswith("AAO.fits"))
+    assert n > 10
+    assert names[:n] == [f"AAO.fits#{i}" for i in range(n)]
+    assert names[n:] == ["spec-0266-51602-0638.fits"]  # a file with one spectrum keeps its plain name
+    assert ix.get(ix.query(sort="key")[3].key).name == "AAO.fits#3"

@@ -135,7 +135,7 @@ def test_prescreen_uses_the_vet_rule_prompt_version_and_changed_files(qtbot, mak
 
     from astropy.io import fits
 
-    from speco3.vetting.batch import DoneCheck
+    from speco3.vetting.screening import DoneCheck
 
     engine_factory.delay_s = 0.001
     w = make_window()

@@ -38,7 +38,7 @@ def test_build_report_and_self_test(built, repo):
     bundle, info, stdout = built
     assert info["self_test"] == "pass"
     report = json.loads((repo / "dist" / "self-test.json").read_text())
-    assert report["ok"] and report["frozen"] and len(report["checks"]) == 8
+    assert report["ok"] and report["frozen"] and len(report["checks"]) == 9
     llama = next(c for c in report["checks"] if c["name"] == "llama.cpp")
     assert llama["extra"]["lib_dir"].startswith(str(bundle))  # the bundled libraries, not the venv's
     assert 50 * 2**20 < info["bundle_bytes"] < 1024 * 2**20

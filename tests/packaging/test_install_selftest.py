@@ -43,7 +43,7 @@ def test_all_checks_pass_on_this_installation():
     pytest.importorskip("llama_cpp")
     results = selftest.run_self_test(pillow_render)
     names = [r.name for r in results]
-    assert names == ["environment", "package data", "qt plugins", "demo spectrum", "render", "agent",
+    assert names == ["environment", "package data", "qt plugins", "display", "demo spectrum", "render", "agent",
                      "model store", "llama.cpp"]
     failed = {r.name: r.detail for r in results if not r.ok}
     assert not failed
@@ -135,7 +135,7 @@ def test_report_lines_exit_status_and_json(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert status == 1
     assert out[0].startswith("Spec-o3 Desktop") and out[-1].startswith("RESULT: FAIL (render)")
-    assert sum(line.startswith(("PASS  ", "FAIL  ")) for line in out) == 8
+    assert sum(line.startswith(("PASS  ", "FAIL  ")) for line in out) == 9
     data = json.loads(report.read_text())
     assert data["ok"] is False and [c["name"] for c in data["checks"] if not c["ok"]] == ["render"]
 
@@ -150,7 +150,7 @@ def test_command_line_self_test_with_the_real_renderer(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
-    assert sum(line.startswith("PASS  ") for line in lines) == 8 and lines[-1].startswith("RESULT: PASS")
+    assert sum(line.startswith("PASS  ") for line in lines) == 9 and lines[-1].startswith("RESULT: PASS")
     render = next(c for c in json.loads(report.read_text())["checks"] if c["name"] == "render")
     assert "image tokens" in render["detail"]
 

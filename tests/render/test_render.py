@@ -208,7 +208,26 @@ def _synthetic_views() -> dict[str, View]:
         "negative-flux-zoom": View(_spectrum(w, -50 + 30 * np.sin(w / 300), "neg.fits"), wavelength_range=(5000, 5300)),
         "large-flux-2-points": View(_spectrum(w, 1e7 * (2 + np.sin(w / 100)), "big.fits"), wavelength_range=(6000, 6003)),
         "many-points-wide": View(_spectrum(np.linspace(3000, 10000, 12000), np.cos(np.arange(12000) / 50.0), "wide.fits")),
+        # a rest-frame QSO-like range just under 5000 Å: 200 Å major ticks, whose labels run together
+        # ("240026002800…") in the training routine too
+        "crowded-x-labels": View(_spectrum(np.linspace(2400, 7300, 4000), 1 + 0.3 * np.sin(np.linspace(8, 24, 4000)),
+                                           "qso.fits")),
     }
+
+
+def test_crowded_x_tick_labels_are_drawn_as_the_training_routine_drew_them(mpl_reference):
+    """The new-user trial saw x labels running together on wide ranges: so does matplotlib with the training
+    routine's tick steps (every 200 Å between 1000 and 5000 Å of span, none thinned). The model was trained on that;
+    the band of tick labels must match it, not be tidied up."""
+    view = _synthetic_views()["crowded-x-labels"]
+    mine, theirs = _rgb(render_view(view).png), _rgb(mpl_reference.render_view_mpl(view))
+    h, w = min(mine.shape[0], theirs.shape[0]), min(mine.shape[1], theirs.shape[1])
+    band = slice(h - 42, h - 22)  # the x tick labels, above the axis title
+    ink_mine, ink_theirs = mine[band, :w].min(axis=2) < 128, theirs[band, :w].min(axis=2) < 128
+    columns_mine, columns_theirs = ink_mine.any(axis=0), ink_theirs.any(axis=0)
+    assert columns_theirs.mean() > 0.6  # matplotlib's labels fill most of the width: they touch
+    assert abs(columns_mine.mean() - columns_theirs.mean()) < 0.05
+    assert (columns_mine == columns_theirs).mean() > 0.9
 
 
 @pytest.mark.parametrize("case", list(_synthetic_views()))

@@ -222,7 +222,8 @@ def test_trace_with_lone_surrogate_and_deep_arguments_saves(tmp_path, real_spect
 def test_vetting_store_keeps_lone_surrogates(tmp_path, real_spectrum, pillow_render):
     """A model answer (or a non-UTF-8 file name) with lone surrogates is stored, and found again by key."""
     from speco3.vetting import VettingStore
-    from speco3.vetting.batch import VetItem, vet_batch
+    from speco3.vetting.schedulers import vet_batch
+    from speco3.vetting.screening import VetItem
 
     engine = ScriptedEngine(["<think>x</think>\ud800<answer>\\boxed{YES}</answer> \udce9t\u00e9"])
     key = "/archive/caf\udce9.fits#0"  # os.fsdecode(b"/archive/caf\xe9.fits") + "#0"

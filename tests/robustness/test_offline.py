@@ -268,8 +268,9 @@ def test_report_references_only_local_images(tmp_path, real_spectrum, pillow_ren
     from speco3.agent import get_task
     from speco3.engine.scripted import ScriptedEngine
     from speco3.vetting import VettingStore
-    from speco3.vetting.batch import VetItem, vet_batch
     from speco3.vetting.report import write_report
+    from speco3.vetting.schedulers import vet_batch
+    from speco3.vetting.screening import VetItem
 
     evil = '<img src="https://evil.example/p.png"><script src="http://evil.example/x.js"></script>'
     engine = ScriptedEngine([
@@ -312,7 +313,7 @@ def test_gui_shows_model_text_as_plain_text(qtbot, real_spectrum, pillow_render)
     panel._job = 1
     for step in steps:
         if getattr(step, "kind", "") == "assistant":
-            panel.append_tokens(1, step.text)
+            panel.append_tokens(1, 0, step.text)
         panel.add_step(1, step)
     doc_html = panel.transcript.toHtml()
     assert "evil.example" in panel.transcript.toPlainText()

@@ -8,7 +8,7 @@ from vetting_helpers import NO, YES, ZOOM, items, pillow_render
 from speco3.agent import get_task
 from speco3.engine.scripted import ScriptedEngine
 from speco3.vetting import Decision, VettingStore
-from speco3.vetting.batch import vet_batch
+from speco3.vetting.schedulers import vet_batch
 
 
 @pytest.fixture

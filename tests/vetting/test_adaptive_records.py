@@ -10,19 +10,25 @@ from contextlib import nullcontext
 
 import numpy as np
 import pytest
-from vetting_helpers import NO, YES, pillow_render
+from vetting_helpers import NO, YES, items, pillow_render
 
-from speco3.cli import agent as cli_agent
-from speco3.cli import main
+from speco3.agent import get_task
+from speco3.agent.adaptive import AdaptiveRule
+from speco3.agent.confidence import Thresholds
+from speco3.agent.rollouts import RolloutPlan
+from speco3.agent.settings import RolloutSettings
+from speco3.cli import main as cli_main
+from speco3.engine.base import EngineSettings
+from speco3.engine.scripted import ScriptedEngine
 from speco3.vetting import SCHEMA_VERSION, ModelVerdict, VettingStore
+from speco3.vetting.schedulers import vet_batch
 from speco3.vetting.schema import MIGRATIONS
 
 SURE = {"YES": [["YES", 0.97], ["NO", 0.03]], "NO": [["NO", 0.97], ["YES", 0.03]]}
 
 
-@pytest.fixture(autouse=True)
-def _pillow(monkeypatch):
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
+def main(argv: list[str]) -> int:
+    return cli_main(argv, render=pillow_render)
 
 
 def _spectrum_file(folder, i=0):
@@ -138,3 +144,33 @@ def test_schema2_store_migrates_to_3_keeping_every_row(tmp_path):
     with VettingStore(path) as s:
         assert [(v.k_used, v.k_max, v.stop_reason) for v in s.model_verdicts()] == [(4, None, None), (2, 8, "agreed")]
         assert s.done_files("cv", "m", "p", rollouts=8) == {"b#0": None}
+
+
+@pytest.mark.parametrize("thresholds, k_used", [(None, 6), (Thresholds(0.9, 0.9), 2)])
+def test_the_screening_core_runs_the_rounds_with_its_thresholds(tmp_path, thresholds, k_used):
+    # seeds alternate YES / NO: by default 3:3 of 6 is the first certain abstention; at min_agreement 0.9 a 1:1
+    # split can no longer reach it, so the first round is certain already
+    engine = ScriptedEngine(scripts=[[YES], [NO]], select="seed", alternatives=SURE,
+                            settings=EngineSettings(top_logprobs=4))
+    streamed: set[int] = set()
+    with VettingStore(tmp_path / "r.sqlite") as store:
+        res = vet_batch(items(1), store, engine, get_task("cv"), pillow_render, plan=RolloutPlan.auto(),
+                        thresholds=thresholds, trace_root=tmp_path / "tr",
+                        on_token=lambda i, text: streamed.add(i))
+        assert res.done == 1 and res.abstained == 1
+        (v,) = store.model_verdicts("cv")
+        assert (v.rollouts, v.k_max, v.stop_reason) == (k_used, 8, "certain")
+        assert [r.idx for r in store.rollouts(v.id)] == list(range(k_used))  # only the rollouts that ran
+        assert streamed == set(range(k_used))  # every round's rollouts streamed under their own index
+    folders = sorted(p.name for p in (tmp_path / "tr" / "cv").iterdir() for p in p.glob("r*"))
+    assert folders == [f"r{i:02d}" for i in range(k_used)]
+
+
+def test_auto_settings_make_the_adaptive_plan():
+    plan = RolloutSettings(5, seed=3, auto=True).plan()
+    assert plan is not None and plan.adaptive == AdaptiveRule(k_min=2, k_max=5) and plan.k == 5
+    assert plan.temperature == 1.0 and plan.seed == 3  # the training temperature, as for K > 1
+    assert RolloutSettings(1, auto=True).plan().adaptive.k_min == 1  # a budget of one runs one
+    assert RolloutSettings(4, auto=True).top_logprobs() > 0 and RolloutSettings(1).top_logprobs() == 0
+    with pytest.raises(ValueError, match="temperature"):
+        RolloutSettings(4, temperature=0.0, auto=True).plan()

@@ -13,13 +13,21 @@ from astropy.table import Table
 from vetting_helpers import NO, YES, ZOOM, items, pillow_render
 
 from speco3.agent import Trace, get_task
-from speco3.cli import agent as cli_agent
-from speco3.cli import main
+from speco3.cli import main as cli_main
+from speco3.cli import options as cli_options
 from speco3.engine.base import ModelInfo
 from speco3.engine.scripted import ScriptedEngine
 from speco3.errors import EngineError
 from speco3.vetting import VettingStore
-from speco3.vetting.batch import VetItem, vet_batch
+from speco3.vetting.schedulers import vet_batch
+from speco3.vetting.screening import VetItem
+from speco3_testkit.spectra import pillow_render as _pillow_render
+
+
+def main(argv: list[str], render=_pillow_render) -> int:
+    """The CLI with the small Pillow renderer, passed in as `speco3.cli.main` takes it."""
+    return cli_main(argv, render=render)
+
 
 
 def test_batch_cancel_then_resume_without_duplicates(tmp_path, render):
@@ -28,7 +36,7 @@ def test_batch_cancel_then_resume_without_duplicates(tmp_path, render):
     cancel = threading.Event()
     tokens = [0]
 
-    def on_token(_piece):
+    def on_token(_rollout, _piece):
         tokens[0] += 1
         if tokens[0] == 40:  # inside the 3rd spectrum's first turn (each run streams 16 pieces)
             cancel.set()
@@ -112,14 +120,12 @@ def test_vet_cli_interrupted_then_resumed(tmp_path, monkeypatch, capsys):
             return pillow_render(view)
         return render
 
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", interrupting_render)
     argv = ["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted", str(_script(tmp_path))]
-    assert main(argv) == 130
+    assert main(argv, render=interrupting_render()) == 130
     with VettingStore(db, readonly=True) as s:
         n_first = len(s.model_verdicts("cv", latest=False))
     assert 1 <= n_first < 6
     capsys.readouterr()
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["skipped"] == n_first and summary["done"] == 6 - n_first
@@ -149,7 +155,6 @@ def test_vet_cli_on_a_desi_folder_reads_the_redrock_file_with_its_coadd(spectra_
     for name in ("coadd-4-80613-thru20210324.fits", "redrock-4-80613-thru20210324.fits"):
         shutil.copy(spectra_dir / "desi" / name, arch / name)
     monkeypatch.setenv("SPECO3_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     db = tmp_path / "r.sqlite"
     assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted", str(_script(tmp_path))]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -166,7 +171,6 @@ def test_vet_cli_on_a_desi_folder_reads_the_redrock_file_with_its_coadd(spectra_
 
 
 def test_vet_cli_errors(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     assert main(["vet", str(tmp_path / "nope"), "--task", "cv", "--out", str(tmp_path / "r.sqlite"),
                  "--scripted", str(_script(tmp_path))]) == 1
     assert "no such archive" in capsys.readouterr().err
@@ -185,7 +189,6 @@ def test_vet_cli_errors(tmp_path, capsys, monkeypatch):
 
 
 def test_inspect_cli_on_a_real_lamost_file(spectra_dir, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     script = tmp_path / "s.json"
     script.write_text(json.dumps([ZOOM, YES]), encoding="utf-8")
     out = tmp_path / "trace"
@@ -200,7 +203,6 @@ def test_inspect_cli_on_a_real_lamost_file(spectra_dir, tmp_path, monkeypatch, c
 
 
 def test_inspect_cli_without_verdict(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     arch = _archive(tmp_path / "arch", 1)
     script = tmp_path / "s.json"
     script.write_text(json.dumps(["<think>hmm</think> I am not sure."]), encoding="utf-8")
@@ -211,7 +213,6 @@ def test_inspect_cli_without_verdict(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize("bad", ["[", "[]", '{"outputs": "x"}'])
 def test_scripted_file_errors(tmp_path, monkeypatch, capsys, bad):
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     arch = _archive(tmp_path / "arch", 1)
     script = tmp_path / "s.json"
     script.write_text(bad, encoding="utf-8")
@@ -226,12 +227,12 @@ def test_model_digests_for_explicit_files(tmp_path):
     text.write_bytes(b"text model")
     mmproj.write_bytes(b"projector")
     info = ModelInfo(model_id="x", text_path=str(text), mmproj_path=str(mmproj))
-    cli_agent.fill_model_digests(info)
+    cli_options.fill_model_digests(info)
     assert info.text_sha256 == hashlib.sha256(b"text model").hexdigest()
     assert info.mmproj_sha256 == hashlib.sha256(b"projector").hexdigest()
     from speco3.config import cache_dir
 
     assert len(json.loads((cache_dir() / "model-sha256.json").read_text())) == 2
     kept = ModelInfo(model_id="y", text_sha256="given", text_path=str(text))
-    cli_agent.fill_model_digests(kept)
+    cli_options.fill_model_digests(kept)
     assert kept.text_sha256 == "given"

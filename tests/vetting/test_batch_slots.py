@@ -12,7 +12,8 @@ from speco3.agent import get_task
 from speco3.engine.base import EngineSettings
 from speco3.engine.scripted import ScriptedEngine
 from speco3.vetting import VettingStore
-from speco3.vetting.batch import VetItem, vet_batch
+from speco3.vetting.schedulers import vet_batch
+from speco3.vetting.screening import Recorded, Skipped, VetItem
 
 try:
     import llama_cpp.mtmd_cpp  # noqa: F401
@@ -34,12 +35,13 @@ def test_slots_on_the_scripted_engine_cancel_then_resume(tmp_path):
     cancel = threading.Event()
     seen: list = []
 
-    def on_item(item, verdict):
-        seen.append(item.key)
-        if len(seen) == 2:
-            cancel.set()
+    def on_event(event):
+        if isinstance(event, Recorded | Skipped):
+            seen.append(event.item.key)
+            if len(seen) == 2:
+                cancel.set()
 
-    first = vet_batch(batch, store, engine, get_task("cv"), pillow_render, cancel=cancel, on_item=on_item, slots=3)
+    first = vet_batch(batch, store, engine, get_task("cv"), pillow_render, cancel=cancel, on_event=on_event, slots=3)
     assert first.cancelled and first.done == 2
     second = vet_batch(batch, store, engine, get_task("cv"), pillow_render, slots=3)
     assert not second.cancelled and second.skipped == 2 and second.done == 4 and second.failed == 1

@@ -7,20 +7,20 @@ import logging
 
 import numpy as np
 import pytest
-from vetting_helpers import NO, YES, ZOOM, pillow_render
+from vetting_helpers import NO, YES, ZOOM
 
 from speco3.agent import Trace
-from speco3.cli import agent as cli_agent
-from speco3.cli import main
+from speco3.cli import main as cli_main
 from speco3.vetting import VettingStore
+from speco3_testkit.spectra import pillow_render as _pillow_render
 
 ZOOM2 = ZOOM.replace("[6500, 6600]", "[4600, 4750]").replace("Hα <b>", "He II")
 ALTS = {"YES": [["YES", 0.9], ["NO", 0.1]], "NO": [["NO", 0.6], ["YES", 0.4]]}
 
 
-@pytest.fixture(autouse=True)
-def _pillow(monkeypatch):
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
+def main(argv: list[str], render=_pillow_render) -> int:
+    """The CLI with the small Pillow renderer, passed in as `speco3.cli.main` takes it."""
+    return cli_main(argv, render=render)
 
 
 def _spectrum_file(folder, i=0):

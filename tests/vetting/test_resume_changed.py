@@ -10,15 +10,22 @@ import numpy as np
 from vetting_helpers import make_spectrum, pillow_render
 
 from speco3.agent import get_task
-from speco3.cli import agent as cli_agent
-from speco3.cli import main
+from speco3.cli import main as cli_main
 from speco3.engine.scripted import ScriptedEngine
 from speco3.vetting import VettingStore
-from speco3.vetting.batch import FileCheck, VetItem, vet_batch
+from speco3.vetting.schedulers import vet_batch
+from speco3.vetting.screening import FileCheck, VetItem
+from speco3_testkit.spectra import pillow_render as _pillow_render
 
 NO = "<think>Flat.</think><answer>\\boxed{NO}</answer> No emission."
 YES = "<think>Emission at Hα.</think>\n<answer>\\boxed{YES}</answer> Balmer emission."
 OLD = time.time() - 3600  # mtimes well before any stamp: stamps are trusted
+
+
+def main(argv: list[str], render=_pillow_render) -> int:
+    """The CLI with the small Pillow renderer, passed in as `speco3.cli.main` takes it."""
+    return cli_main(argv, render=render)
+
 
 
 def _files(folder, n=4):
@@ -84,7 +91,6 @@ def test_vet_cli_rescreens_an_edited_spectrum(tmp_path, monkeypatch, capsys):
         os.utime(arch / f"s{i}.csv", (OLD, OLD))
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"scripts": [[NO]]}), encoding="utf-8")
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     argv = ["vet", str(arch), "--task", "cv", "--out", str(tmp_path / "r.sqlite"), "--scripted", str(script)]
     assert main(argv) == 0
     capsys.readouterr()

@@ -14,7 +14,7 @@ from speco3.agent.rollouts import RolloutPlan
 from speco3.engine.base import EngineSettings
 from speco3.engine.scripted import ScriptedEngine
 from speco3.vetting import SCHEMA_VERSION, Decision, ModelVerdict, VettingStore
-from speco3.vetting.batch import vet_batch, vet_one
+from speco3.vetting.schedulers import vet_batch
 from speco3.vetting.schema import MIGRATIONS
 
 ZOOM2 = ZOOM.replace("[6500, 6600]", "[4600, 4750]").replace("Hα <b>", "He II")
@@ -23,6 +23,13 @@ ALTS = {"YES": [["YES", 0.9], ["NO", 0.1]], "NO": [["NO", 0.7], ["YES", 0.3]]}
 
 def engine(scripts):
     return ScriptedEngine(scripts=scripts, select="seed", alternatives=ALTS, settings=EngineSettings(top_logprobs=4))
+
+
+def vet_one(item, store, engine, task, render, **kw):
+    """One spectrum through the screening core; its verdict row."""
+    res = vet_batch([item], store, engine, task, render, resume=False, **kw)
+    assert res.done == 1
+    return store.model_verdicts(task.id, latest=True)[-1]
 
 
 def test_every_rollout_stored_with_its_trace_and_windows(tmp_path):

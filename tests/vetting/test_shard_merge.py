@@ -13,13 +13,20 @@ import pytest
 from vetting_helpers import NO, YES, items, pillow_render
 
 from speco3.agent import get_task
-from speco3.cli import agent as cli_agent
-from speco3.cli import main
+from speco3.cli import main as cli_main
 from speco3.engine.scripted import ScriptedEngine
 from speco3.errors import StoreError
 from speco3.vetting import Decision, VettingStore
-from speco3.vetting.batch import in_shard, parse_shard, vet_batch
 from speco3.vetting.merge import merge_stores
+from speco3.vetting.schedulers import vet_batch
+from speco3.vetting.screening import in_shard, parse_shard
+from speco3_testkit.spectra import pillow_render as _pillow_render
+
+
+def main(argv: list[str], render=_pillow_render) -> int:
+    """The CLI with the small Pillow renderer, passed in as `speco3.cli.main` takes it."""
+    return cli_main(argv, render=render)
+
 
 
 def test_shards_partition_any_key_set_the_same_way_everywhere():
@@ -56,7 +63,6 @@ def _rel_keys(store_path, root):
 
 
 def test_vet_shards_split_an_archive_and_merge_joins_them(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"scripts": [[NO]]}), encoding="utf-8")
     arch = _archive(tmp_path / "arch")
@@ -167,7 +173,6 @@ def test_a_failed_merge_leaves_out_unchanged(tmp_path):
 
 def test_an_empty_shard_prints_the_same_summary_as_a_run(tmp_path, monkeypatch, capsys):
     """A SLURM array whose shard gets no spectrum still prints one JSON summary (zero counts) and exits 0."""
-    monkeypatch.setattr(cli_agent, "RENDER_FACTORY", lambda: pillow_render)
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"scripts": [[NO]]}), encoding="utf-8")
     arch = _archive(tmp_path / "arch", n=1)

@@ -12,9 +12,9 @@ from speco3.agent import get_task
 from speco3.agent.rollouts import RolloutPlan
 from speco3.engine.scripted import ScriptedEngine
 from speco3.vetting import ModelVerdict, VettingStore
-from speco3.vetting.batch import vet_batch
 from speco3.vetting.export import export, export_rows
 from speco3.vetting.report import write_report
+from speco3.vetting.schedulers import vet_batch
 from speco3.vetting.triage import triage
 
 ZOOM2 = ZOOM.replace("[6500, 6600]", "[4600, 4750]").replace("Hα <b>", "He II 4686")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from speco3.vetting.batch import VetItem
+from speco3.vetting.screening import VetItem
 from speco3_testkit.spectra import make_spectrum, pillow_render  # noqa: F401 - re-exported for the vetting tests
 
 # Scripted assistant outputs and screening items shared by the vetting tests.

@@ -29,7 +29,7 @@ round, asks how likely the rollouts still to come could change the decision the 
 - **budget**: ``k_max`` rollouts ran.
 
 Otherwise ``step`` more rollouts are added (never beyond ``k_max``). `next_round` returns that decision; the runner
-(`speco3.agent.rollouts.run_rollouts`) extends the group on the same engine sequences and shared prefix.
+(`speco3.agent.rollouts.iter_rollouts`) extends the group on the same engine sequences and shared prefix.
 """
 
 from __future__ import annotations

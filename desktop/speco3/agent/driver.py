@@ -21,6 +21,7 @@ from typing import Any
 
 from speco3.agent.steps import Step
 from speco3.engine.base import Message, Part, Sampling
+from speco3.errors import OUTCOME_ERRORS
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def _advance(i: int, run: _Run, slots) -> Iterator[tuple[int, Step]]:
                 return
             else:
                 raise TypeError(f"an episode yielded {type(item).__name__}, neither a step nor a request")
-        except Exception as exc:  # delivered into the episode, which ends with its verdict
+        except OUTCOME_ERRORS as exc:  # delivered into the episode, which ends with its verdict; a bug propagates
             run.reply = exc
 
 

@@ -11,10 +11,19 @@ average, its tool turn prompt is as long as the last one).
 How many turns are left is not known until the model answers: ``expected_turns`` (the mean over the episodes
 finished so far in this session, `QueueEstimate`; a prior of 3 before any) minus the turns done, at least one
 while no verdict has come and at most what the turn budget allows.
+
+A queue (`QueueEstimate`) is calibrated on what a spectrum really costs with the K in use: the measured wall time of
+each spectrum screened (all its K rollouts, from its start to its verdict row), not the time of the one rollout
+the live estimate follows (with K > 1 that rollout may answer long before the others); measured with another K, it
+starts again. The spectrum under way has at least the measured mean per spectrum left, less the time it has run.
+Before any spectrum is measured the followed rollout's estimate stands alone (its turn times, measured while the K
+rollouts share the engine, already carry the others' work; counting it K times was 13 times too high on the tiny
+model at K = 4).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from speco3.agent.steps import AssistantStep, PromptStep, Step, ToolStep, VerdictStep
@@ -68,6 +77,10 @@ class TimeToVerdict:
     last_tool_prompt: int = 0
     pending_zoom: bool = False  # the last turn called the tool and its zoom has not run yet
     elapsed_in_turn: float = 0.0
+    t_start: float = field(default_factory=time.perf_counter)  # when the inspection (the spectrum) started
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t_start
 
     def observe(self, step: Step, stats: EngineStats | None = None) -> None:
         """Take one step of the episode into account; ``stats``: the engine's figures after it (refines the rates)."""
@@ -143,13 +156,16 @@ class TimeToVerdict:
 
 @dataclass
 class QueueEstimate:
-    """Time left for a batch: the episode under way plus the spectra still queued at the mean episode time."""
+    """Time left for a batch: the spectrum under way plus the spectra still queued, at the measured wall time per
+    spectrum (see module doc). ``rollouts``: the K the measurements were made with."""
 
     episode_seconds: list[float] = field(default_factory=list)
     episode_turns: list[int] = field(default_factory=list)
+    rollouts: int = 1
 
-    def finished(self, verdict: VerdictStep) -> None:
-        self.episode_seconds.append(verdict.seconds)
+    def finished(self, verdict: VerdictStep, seconds: float | None = None) -> None:
+        """A spectrum is done: ``seconds`` its measured wall time, all rollouts (default: ``verdict``'s own)."""
+        self.episode_seconds.append(verdict.seconds if seconds is None else seconds)
         self.episode_turns.append(max(1, verdict.turns))
 
     @property
@@ -160,17 +176,26 @@ class QueueEstimate:
     def new_episode(self, rates: Rates, max_turns: int = 8) -> TimeToVerdict:
         return TimeToVerdict(rates=rates, expected_turns=self.expected_turns, max_turns=max_turns)
 
-    def remaining(self, current: TimeToVerdict | None, queued: int, parallel: int = 1) -> float | None:
-        """Seconds left for the current episode and ``queued`` more, run ``parallel`` at a time (the mean episode
-        time was then measured with as many in flight); None while nothing was measured."""
-        now = current.remaining() if current is not None else 0.0
+    def per_spectrum(self, current: TimeToVerdict | None = None) -> float | None:
+        """Seconds one spectrum takes: the measured mean, else the prior (the followed rollout's estimate of a
+        whole episode); None while nothing is known."""
         if self.episode_seconds:
-            per = sum(self.episode_seconds) / len(self.episode_seconds)
-        elif current is not None and current.next_turn_seconds() > 0:
-            per = current.expected_turns * current.next_turn_seconds()
-        else:
+            return sum(self.episode_seconds) / len(self.episode_seconds)
+        if current is not None and current.next_turn_seconds() > 0:
+            return current.expected_turns * current.next_turn_seconds()
+        return None
+
+    def remaining(self, current: TimeToVerdict | None, queued: int, parallel: int = 1) -> float | None:
+        """Seconds left for the current spectrum and ``queued`` more, run ``parallel`` at a time (the mean time per
+        spectrum was then measured with as many in flight); None while nothing was measured."""
+        per = self.per_spectrum(current)
+        if per is None:
             return None
-        return (now or 0.0) + queued * per / max(1, parallel)
+        now = 0.0
+        if current is not None:
+            followed = current.remaining() or 0.0
+            now = followed if current.done or not self.episode_seconds else max(followed, per - current.elapsed())
+        return now + queued * per / max(1, parallel)
 
 
 def format_eta(seconds: float | None) -> str:

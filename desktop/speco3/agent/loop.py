@@ -3,8 +3,9 @@
 `run_episode` drives an `Engine` through the exact protocol of `speco3.agent.protocol`: one system + user turn with
 the full-spectrum image, then up to ``max_turns`` assistant turns. A turn with a parsable ``<tool_call>`` runs the
 first call (only the first) and appends the tool turn directly after the sampled ``<|im_end|>``; a turn without
-one ends the episode and its answer is parsed. Nothing escapes: engine failures, a full context, cancellation and
-unusable spectra become outcomes of the final `VerdictStep`.
+one ends the episode and its answer is parsed. Engine, transport and input failures (`speco3.errors.OUTCOME_ERRORS`),
+a full context, cancellation and unusable spectra become outcomes of the final `VerdictStep`; any other exception is
+a bug and propagates.
 
 The episode never calls the engine itself: it yields requests (`speco3.agent.driver`) that a driver serves, so
 the same episode code runs alone (`run_episode`) or beside others on parallel sequences (`run_rollouts`, batches).
@@ -38,7 +39,7 @@ from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn, run_tool
 from speco3.engine.base import Engine, GenerationResult, Part, Sampling
 from speco3.engine.parallel import SerialSlots
-from speco3.errors import ContextFullError
+from speco3.errors import OUTCOME_ERRORS, ContextFullError
 from speco3.imaging import PreparedImage, effective_max_tokens, prepare_image
 from speco3.spectra.model import Spectrum
 from speco3.spectra.view import View
@@ -116,7 +117,7 @@ class Episode:
             return self.finish(Outcome.INPUT_ERROR, f"{self.spectrum.name}: no finite data points to show")
         try:
             image = prepare_image(self.render(full), max_tokens=self.image_max_tokens)
-        except Exception as exc:
+        except (*OUTCOME_ERRORS, ValueError, ArithmeticError) as exc:  # data the renderer cannot draw
             logger.exception("full view of %s could not be rendered", self.spectrum.name)
             return self.finish(Outcome.INPUT_ERROR, f"full view could not be rendered: {exc}")
         return PromptStep(turn=0, seconds=time.perf_counter() - t0, task_id=task_id, task_text=task_text,
@@ -217,12 +218,13 @@ class Episode:
 
     def engine_call(self, request: Request, failure: str) -> Generator[Request, Any, tuple[Any, VerdictStep | None]]:
         """Ask the driver for engine work (``yield from``): ``(its result, None)``, or ``(None, the final verdict)``
-        when the context is full or the engine fails (``failure`` is logged with the traceback)."""
+        when the context is full or the engine fails with one of `OUTCOME_ERRORS` (``failure`` is logged with the
+        traceback); any other exception propagates."""
         try:
             result = yield request
         except ContextFullError as exc:
             return None, self.finish(Outcome.CONTEXT_FULL, str(exc))
-        except Exception as exc:
+        except OUTCOME_ERRORS as exc:  # engine, transport, input: an outcome; anything else is a bug and propagates
             logger.error("%s: %s: %s", failure, type(exc).__name__, exc, exc_info=exc)
             return None, self.finish(Outcome.ENGINE_ERROR, f"{type(exc).__name__}: {exc}")
         if isinstance(request, (Open, Extend)):

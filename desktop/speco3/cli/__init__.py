@@ -10,13 +10,14 @@ import shlex
 import sys
 
 from speco3 import __version__
+from speco3.agent.tool import RenderFn
 from speco3.applog import file_handler, log_path, setup_logging
 from speco3.errors import Speco3Error
 
 # Modules with a ``register(subparsers)`` function, in help order.
-COMMAND_MODULES: list[str] = ["speco3.cli.spectra", "speco3.cli.models", "speco3.cli.agent", "speco3.cli.confidence",
-                                 "speco3.cli.evaluate", "speco3.cli.render", "speco3.cli.selftest", "speco3.cli.samp",
-                                 "speco3.cli.merge", "speco3.cli.server"]
+COMMAND_MODULES: list[str] = ["speco3.cli.spectra", "speco3.cli.models", "speco3.cli.inspect", "speco3.cli.vet",
+                              "speco3.cli.export", "speco3.cli.queue", "speco3.cli.evaluate", "speco3.cli.render",
+                              "speco3.cli.selftest", "speco3.cli.samp", "speco3.cli.merge", "speco3.cli.server"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,9 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, render: RenderFn | None = None) -> int:
+    """Run one command; ``render``: the renderer the model commands use (default: the training-faithful one,
+    `speco3.cli.options.default_render`; tests pass a small Pillow one)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.render = render
     setup_logging("spec-o3", verbose=args.verbose, console_level=logging.WARNING)
     log = logging.getLogger("speco3.cli")
     # the whole command line (options included: --no-mmap, --shard…); keys come from the environment, never argv,

@@ -19,15 +19,19 @@ import sys
 import threading
 from pathlib import Path
 
-from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED
-from speco3.cli.agent import (
+from speco3.agent.settings import RunSettings
+from speco3.cli.options import (
     EXIT_INTERRUPTED,
-    _model_options,
     fill_model_digests,
+    model_options,
     open_cli_engine,
+    renderer,
+    rollout_options,
+    run_settings,
     sigint_cancels,
 )
-from speco3.cli.vet import ProgressBar
+from speco3.cli.progress import ProgressBar
+from speco3.engine.base import Engine
 from speco3.errors import Speco3Error
 
 
@@ -37,19 +41,14 @@ def register(sub) -> None:
     p.add_argument("source", metavar="BENCH.parquet|STORE.sqlite")
     p.add_argument("--tasks", help="comma-separated task ids (default: all)")
     p.add_argument("--limit", type=int, help="at most N items per task (a quick look)")
-    p.add_argument("--rollouts", type=int, default=1, metavar="K",
-                   help="sampled runs per item (K > 1: Brier score, calibration error, reliability and risk-coverage)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the rollouts (K > 1)")
-    p.add_argument("--min-agreement", type=float, default=DEFAULT_MIN_AGREEMENT,
-                   help="K > 1: abstain when fewer of the answered rollouts back the majority")
-    p.add_argument("--min-answered", type=float, default=DEFAULT_MIN_ANSWERED,
-                   help="K > 1: abstain when fewer of all rollouts answered")
     p.add_argument("--out", metavar="DIR", help="run folder (default: ./spec-o3-eval-<bench>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    p.add_argument("--compare", nargs="+", metavar="BUILD", help="builds to compare (names or TEXT,MMPROJ pairs)")
+    p.add_argument("--compare", nargs="+", metavar="BUILD", help="builds to compare (names or TEXT,MMPROJ pairs; "
+                   "BUILD+ADAPTER.gguf[:SCALE]: that build with a LoRA adapter)")
     p.add_argument("--probe-items", type=int, default=4, help="--compare: items of the first-turn check")
     p.add_argument("--probe-positions", type=int, default=16, help="--compare: generated positions compared")
-    _model_options(p)
+    model_options(p)
+    rollout_options(p)  # K > 1: Brier score, calibration error, reliability and risk-coverage
     p.set_defaults(func=cmd_evaluate)
 
 
@@ -59,21 +58,8 @@ def _raw():
     return argparse.RawDescriptionHelpFormatter
 
 
-def _open_engine(args):
-    engine = open_cli_engine(args)
-    if args.max_tokens_per_turn:
-        engine.settings.max_tokens_per_turn = args.max_tokens_per_turn  # read by the agent loop at each episode
-    return engine
-
-
-def _progress(bar):
-    """``progress(i, total, item, verdict)`` of `evaluate_items` drawn by the vet command's progress bar."""
-    if hasattr(bar, "record"):  # the bar's split API: record the outcome, then redraw
-        def report(i, total, item, verdict):
-            bar.record(item, verdict)
-            bar(item.key, i, total)
-        return report
-    return lambda i, total, item, verdict: bar.update(i, item, verdict)
+def _open_engine(args, settings: RunSettings) -> Engine:
+    return open_cli_engine(args, settings)  # max_tokens_per_turn is in the settings it opens with
 
 
 def _tasks(args) -> list[str] | None:
@@ -95,8 +81,7 @@ def _emit(args, summary: dict, rows: list[dict], out: Path | None, title: str, e
 
 
 def cmd_evaluate(args) -> int:
-    if args.rollouts < 1:
-        raise Speco3Error(f"--rollouts must be at least 1, got {args.rollouts}")
+    settings = run_settings(args)
     source = Path(args.source).expanduser()
     if source.suffix in (".sqlite", ".db", ".sqlite3"):
         return _evaluate_store(args, source)
@@ -112,10 +97,10 @@ def cmd_evaluate(args) -> int:
     out = Path(args.out) if args.out else Path.cwd() / f"spec-o3-eval-{source.stem}"
     if args.compare:
         return _compare(args, items, out, source)
-    engine = _open_engine(args)
+    engine = _open_engine(args, settings)
     try:
         fill_model_digests(engine.info)
-        res, rows = _run(args, items, engine, out / "run.sqlite")
+        res, rows = _run(args, settings, items, engine, out / "run.sqlite")
     finally:
         engine.close()
     from speco3.evaluate.metrics import summarize
@@ -129,24 +114,23 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-def _run(args, items, engine, store_path: Path):
-    from speco3.cli.agent import RENDER_FACTORY
+def _run(args, settings: RunSettings, items, engine, store_path: Path):
     from speco3.evaluate.run import evaluate_items, results
     from speco3.vetting import VettingStore
 
-    render = RENDER_FACTORY()
+    render = renderer(args)
     cancel = threading.Event()
     bar = ProgressBar(len(items))
     with VettingStore(store_path) as store:
         try:
             with sigint_cancels(cancel):
                 res = evaluate_items(items, store, engine, render, cancel=cancel,
-                                     progress=_progress(bar),
-                                     trace_root=store_path.with_name("traces"), rollouts=args.rollouts,
-                                     temperature=args.temperature, thresholds=_thresholds(args))
+                                     progress=lambda i, total, item, verdict: bar.item(item.key, i, verdict),
+                                     trace_root=store_path.with_name("traces"), plan=settings.plan(),
+                                     thresholds=settings.thresholds())
         finally:
             bar.close()
-        return res, results(store, model_id=engine.info.model_id, thresholds=_thresholds(args))
+        return res, results(store, model_id=engine.info.model_id, thresholds=settings.thresholds())
 
 
 def _thresholds(args):
@@ -174,11 +158,20 @@ def _evaluate_store(args, path: Path) -> int:
     return 0
 
 
+def _split_lora(build: str) -> tuple[str, str | None]:
+    """``BUILD+ADAPTER.gguf[:SCALE]`` -> (``BUILD``, ``ADAPTER.gguf[:SCALE]``); a build without one -> (build, None)."""
+    m = re.fullmatch(r"(.+?)\+(.+\.gguf(?::[0-9.eE+-]+)?)", build)
+    return (m.group(1), m.group(2)) if m else (build, None)
+
+
 def _build_args(args, build: str):
-    """A copy of ``args`` that opens ``build`` (a name, a TEXT,MMPROJ pair, or a scripted .json for tests)."""
+    """A copy of ``args`` that opens ``build`` (a name, a TEXT,MMPROJ pair, or a scripted .json for tests), with the
+    LoRA adapter of a ``BUILD+ADAPTER.gguf[:SCALE]`` added to ``--lora``'s."""
     import copy
 
     a = copy.copy(args)
+    build, lora = _split_lora(build)
+    a.lora = [*args.lora, *([lora] if lora else [])]
     a.model = a.text = a.mmproj = a.scripted = None
     if build.endswith(".json"):
         a.scripted = build
@@ -191,7 +184,6 @@ def _build_args(args, build: str):
 
 def _compare(args, items, out: Path, source: Path) -> int:
     from speco3.agent import get_task
-    from speco3.cli.agent import RENDER_FACTORY
     from speco3.evaluate.compare import (
         compare_results,
         divergence,
@@ -202,14 +194,18 @@ def _compare(args, items, out: Path, source: Path) -> int:
     from speco3.evaluate.metrics import summarize
 
     # most precise first (ranked by the text file's or the name's quant); stable: the first given wins a tie
-    builds = sorted(args.compare, key=lambda b: precision_rank(Path(b.split(",")[0]).name))
-    render = RENDER_FACTORY()
+    builds = sorted(args.compare, key=lambda b: precision_rank(Path(_split_lora(b)[0].split(",")[0]).name))
+    settings = run_settings(args)
+    render = renderer(args)
     probes_ref, report, summaries, rows_by = None, {"reference": builds[0], "builds": {}}, {}, {}
     probe_items = [i for i in items if i.error is None][:args.probe_items]
     cancelled = False
     for build in builds:
-        label = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(build.split(",")[0]).stem)[:60]
-        engine = _open_engine(_build_args(args, build))
+        base, lora = _split_lora(build)
+        label = Path(base.split(",")[0]).stem + (f"+lora-{Path(lora).name.replace('.gguf', '')}" if lora else "")
+        label = re.sub(r"[^A-Za-z0-9._+-]+", "_", label)[:60]
+        build_args = _build_args(args, build)
+        engine = _open_engine(build_args, run_settings(build_args))  # with the build's own adapter
         try:
             probes = None
             if has_logits(engine) and args.probe_positions > 0:
@@ -217,7 +213,7 @@ def _compare(args, items, out: Path, source: Path) -> int:
                 ref_by = {p.key: p for p in probes_ref} if probes_ref else {}
                 probes = [probe_first_turn(engine, i.key, i.load(), get_task(i.task), render, args.probe_positions,
                                            forced=ref_by.get(i.key)) for i in probe_items]
-            res, rows = _run(args, items, engine, out / label / "run.sqlite")
+            res, rows = _run(args, settings, items, engine, out / label / "run.sqlite")
         finally:
             engine.close()
         cancelled = cancelled or res.cancelled

@@ -1,4 +1,5 @@
-"""``spec-o3 models list|pull|import|verify|fit|remove|default`` and ``spec-o3 convert HF_DIR``.
+"""``spec-o3 models list|pull|import|verify|fit|remove|default|add-adapter|remove-adapter``, ``spec-o3 convert HF_DIR``
+and ``spec-o3 convert-lora PEFT_DIR --base MODEL``.
 
 Progress goes to stderr (a self-updating line on a terminal, one line per 10 % otherwise); results go to stdout.
 Nothing here touches the network except ``models pull``, which the user asks for explicitly.
@@ -11,6 +12,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 
 from speco3_models import catalog
 from speco3_models.catalog import format_bytes
@@ -81,7 +83,8 @@ def cmd_list(args) -> int:
                             "recommended": m.recommended, "license": m.license,
                             "installed": [i.name for i in installed if i.catalog_id == m.name]}
                            for m in catalog.catalog()],
-               "installed": [i.to_dict() | {"size": i.size} for i in installed]}
+               "installed": [i.to_dict() | {"size": i.size} for i in installed],
+               "adapters": [a.to_dict() | {"base_installed": store.base_of(a) is not None} for a in store.adapters()]}
         print(json.dumps(out, indent=2))
         return 0
     print("Known models (sizes with ≈ are estimates):")
@@ -101,6 +104,69 @@ def cmd_list(args) -> int:
               f"{i.provenance.describe()}  ({i.created})")
     if installed:
         print("  (* = default)")
+    _print_adapters(store)
+    return 0
+
+
+def _print_adapters(store) -> None:
+    adapters = store.adapters()
+    if not adapters:
+        return
+    print("LoRA adapters (each runs only on the base it was made for):")
+    for a in adapters:
+        base = store.base_of(a)
+        state = f"for {base.name}" if base else f"for {a.base_name or '?'} (no longer installed)"
+        ranks = "/".join(str(r) for r in a.ranks)
+        print(f"  {a.name:24s} {state}  base sha256 {a.base_text_sha256[:12]}…  rank {ranks}, alpha {a.alpha:g}, "
+              f"{a.n_matrices} matrices  {a.path}")
+
+
+def cmd_add_adapter(args) -> int:
+    a = _store(args).add_adapter(args.file, args.name, base=args.base, copy=not args.link)
+    print(f"installed LoRA adapter {a.name} for {a.base_name} ({a.path})")
+    return 0
+
+
+def cmd_remove_adapter(args) -> int:
+    a = _store(args).remove_adapter(args.name)
+    print(f"removed LoRA adapter {a.name}")
+    return 0
+
+
+def cmd_convert_lora(args) -> int:
+    from speco3_base.fileio import sha256_file
+    from speco3_converters.lora import convert_lora
+
+    store = _store(args)
+    peft_dir = Path(args.peft_dir).expanduser()
+    base = Path(args.base).expanduser()
+    if base.suffix == ".gguf" and base.is_file():  # a text GGUF outside the store: hashed here
+        text, digest = base, sha256_file(base, StderrProgress())
+        model = next((m for m in store.list() if m.text.sha256 == digest), None)
+        base_name = model.name if model else base.name
+    else:
+        model = store.get(args.base)
+        text, digest, base_name = model.text_path, model.text.sha256, model.name
+    name = args.name or peft_dir.resolve().name
+    out = Path(args.out).expanduser() if args.out else peft_dir / f"{name}-{args.outtype.upper()}.gguf"
+    res = convert_lora(peft_dir, text, out, base_sha256=digest, base_name=base_name, outtype=args.outtype, name=name,
+                       dry_run=args.dry_run)
+    ranks = "/".join(str(r) for r in res.ranks)
+    what = f"{len(res.pairs)} matrices, rank {ranks}, alpha {res.alpha:g}, base {base_name} (sha256 {digest[:12]}…)"
+    if args.dry_run:
+        for p in res.pairs:
+            print(f"  {p.module} -> {p.target}.lora_a/.lora_b  rank {p.rank}"
+                  + (f"  (PEFT scaling folded: x{p.fold:.6g})" if p.fold != 1.0 else ""))
+        print(f"would write {out}: {what}")
+        return 0
+    print(f"adapter: {out} ({what})")
+    if args.no_register:
+        return 0
+    if model is None:
+        print(f"not installed in the model store: its base {base_name} is not an installed model")
+        return 0
+    a = store.add_adapter(out, name, base=model.name, copy=False)
+    print(f"installed LoRA adapter {a.name} for {model.name}; use it with --lora {a.path}")
     return 0
 
 
@@ -319,6 +385,30 @@ def register(subparsers) -> None:
     s = sub.add_parser("default", help="show or choose the default model")
     s.add_argument("name", nargs="?")
     s.set_defaults(func=cmd_default)
+
+    s = sub.add_parser("add-adapter", help="install a LoRA adapter GGUF (checked against the base it was made for)")
+    s.add_argument("file", help="adapter GGUF written by spec-o3 convert-lora")
+    s.add_argument("--base", help="installed model it is for (default: the one whose digest the adapter records)")
+    s.add_argument("--name", help="store name (default from the file name)")
+    s.add_argument("--link", action="store_true", help="hard-link (or reference in place) instead of copying")
+    s.set_defaults(func=cmd_add_adapter)
+
+    s = sub.add_parser("remove-adapter", help="delete an installed LoRA adapter")
+    s.add_argument("name")
+    s.set_defaults(func=cmd_remove_adapter)
+
+    c = subparsers.add_parser("convert-lora", help="convert a PEFT LoRA adapter to a GGUF adapter for an installed "
+                              "model (no torch needed)")
+    c.add_argument("peft_dir", help="PEFT folder (adapter_config.json, adapter_model.safetensors)")
+    c.add_argument("--base", required=True, metavar="MODEL",
+                   help="installed model (or text GGUF) the adapter was trained for; its digest is recorded")
+    c.add_argument("--out", metavar="FILE", help="adapter GGUF to write (default: PEFT_DIR/NAME-F32.gguf)")
+    c.add_argument("--outtype", default="f32", choices=("f32", "f16", "bf16"), help="type of the LoRA factors (f32)")
+    c.add_argument("--name", help="adapter name (default: the PEFT folder name)")
+    c.add_argument("--no-register", action="store_true", help="only write the file; do not install it in the store")
+    c.add_argument("--dry-run", action="store_true", help="check and list the mapping; write nothing")
+    c.add_argument("--store", help="model store folder (default: the user data folder)")
+    c.set_defaults(func=cmd_convert_lora)
 
     c = subparsers.add_parser("convert", help="convert a Hugging Face Qwen2.5-VL checkpoint to GGUF and install it")
     c.add_argument("hf_dir", help="checkpoint folder (config.json, tokenizer.json, *.safetensors, ...)")

@@ -54,17 +54,21 @@ def open_server_engines(args, settings, n: int, check: bool = False) -> list:
 
 
 def warn_if_unfaithful(config) -> None:
-    """Run the fidelity check; print its report on stderr when the server's prompt or image size differs."""
+    """Run the fidelity check; print its report on stderr when the server's prompt or image size differs. A server
+    whose template fails on a tool turn is an error (`Speco3Error`): each zoom turn of the run would fail."""
     from speco3.agent.fidelity import check_server
 
     report = check_server(config)
-    image_differs = report.server_image_tokens not in (None, report.local_image_tokens)
+    if report.template_failure:  # every zoom turn would fail: nothing is run
+        raise Speco3Error(f"server check of {report.server}: {report.template_failure}")
     if report.error:
         print(f"warning: the server's prompt could not be checked ({report.error})", file=sys.stderr)
-    elif not report.same or image_differs:
+    elif not report.faithful:
         print(report.summary(), file=sys.stderr)
     else:
-        print("server check: the prompt is the training template's, byte for byte", file=sys.stderr)
+        print("server check: the prompt is the training template's, byte for byte; image tokens (full view, zoom) "
+              f"{report.local_image_tokens}, {report.local_zoom_tokens} here and {report.server_image_tokens}, "
+              f"{report.server_zoom_tokens} on the server", file=sys.stderr)
 
 
 def register(sub) -> None:
@@ -74,8 +78,10 @@ def register(sub) -> None:
         "check", help="compare what a server feeds the model with what the local engine feeds it",
         description="Send the first turn and a tool turn of a Spec-o3 conversation to the server's template "
         "endpoints (llama-server: /apply-template and /tokenize; vLLM / SGLang: /tokenize with messages) and "
-        "compare the prompt with the local engine's markup byte by byte; report the image size the server "
-        "will use. Exit status 0 when they agree, 4 when the prompt or the image size differs.")
+        "compare the prompt with the local engine's markup byte by byte; measure the image tokens the server makes "
+        "of our image (prompt sizes of one-token completions with and without it) and compare them with ours. "
+        "Exit status 0 when they agree, 4 when the prompt or the image tokens differ or the server's template "
+        "fails on the conversation.")
     c.add_argument("url", metavar="URL")
     c.add_argument("--model", metavar="NAME", help="served model name (default: the first the server lists)")
     c.add_argument("--api-key-env", metavar="NAME")
@@ -96,5 +102,4 @@ def cmd_check(args) -> int:
         print(json.dumps(report.to_dict(), indent=1, ensure_ascii=False))
     else:
         print(report.summary())
-    image_same = report.server_image_tokens in (None, report.local_image_tokens)
-    return 0 if report.same and image_same else 4
+    return 0 if report.faithful else 4

@@ -17,6 +17,7 @@ from typing import Any
 
 from speco3.errors import SpectrumReadError
 from speco3.spectra.index import SORTABLE
+from speco3.spectra.specutils_io import to_specutils
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ def register(sub) -> None:
     p.add_argument("files", nargs="+", metavar="FILE", help="spectrum files or FILE#N addresses")
     p.add_argument("--json", action="store_true", help="print JSON instead of text blocks")
     p.add_argument("--specutils", action="store_true",
-                   help="also show each spectrum as specutils sees it (Spectrum.to_specutils(); needs specutils)")
+                   help="also show each spectrum as specutils sees it (speco3.spectra.specutils_io.to_specutils; needs specutils)")
     p.set_defaults(func=cmd_info)
 
     q = sub.add_parser("index", help="index an archive folder (incremental) and summarise it")
@@ -79,8 +80,8 @@ def _jsonable(v: Any) -> Any:
 
 
 def specutils_record(spec) -> dict[str, Any]:
-    """What ``spec.to_specutils()`` holds: class, units, axis range, uncertainty type, masked pixels, redshift."""
-    sp = spec.to_specutils()
+    """What ``to_specutils(spec)`` holds: class, units, axis range, uncertainty type, masked pixels, redshift."""
+    sp = to_specutils(spec)
     axis = sp.spectral_axis
     unc = sp.uncertainty
     return {"class": f"{type(sp).__module__.split('.')[0]}.{type(sp).__name__}", "flux_unit": sp.flux.unit.to_string(),

@@ -1,72 +1,81 @@
 """``spec-o3 vet``: screen an archive with the model, resumably, one spectrum at a time, N at once in parallel
 sequences (``--slots``), K rollouts each (``--rollouts``), or on a model server (``--server --concurrency``); a share
-of it (``--shard I/N``). The options are registered with the model options in `speco3.cli.agent`; the render
-function and the engine openers are read from there at call time (tests replace ``RENDER_FACTORY``)."""
+of it (``--shard I/N``). The run goes through the screening core (`speco3.vetting.screening`) with the scheduler
+the options ask for (`speco3.vetting.schedulers`); the progress line is drawn from its events.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import threading
-import time
 from pathlib import Path
 
-from speco3.cli import agent as _agent
+from speco3.agent.tasks import get_task
+from speco3.cli.options import (
+    EXIT_INTERRUPTED,
+    fill_model_digests,
+    load_cli_engine,
+    model_options,
+    open_cli_engine,
+    renderer,
+    rollout_options,
+    run_settings,
+    sigint_cancels,
+)
+from speco3.cli.progress import ProgressBar
+from speco3.cli.server import open_server_engines
+from speco3.engine.base import Engine
 from speco3.errors import Speco3Error
+from speco3.spectra import ArchiveIndex
+from speco3.spectra.index import IndexEntry
+from speco3.vetting.schedulers import choose, on_threads
+from speco3.vetting.screening import BatchResult, Scheduler, Screening, VetItem, in_shard, parse_shard, vet
+from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 
 
-class ProgressBar:
-    """A one-line progress display on stderr (one line per item when stderr is not a terminal)."""
-
-    def __init__(self, total: int, stream=None):
-        self.total = max(total, 0)
-        self.stream = stream or sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.t0 = time.perf_counter()
-        self.ran = 0
-        self.counts: dict[str, int] = {}
-        self.last = "skipped (done before)"
-
-    def record(self, item, verdict) -> None:
-        """The batch's ``on_item``: tally the outcome of the item just screened (None: skipped)."""
-        self.last = verdict.outcome if verdict is not None else "skipped (done before)"
-        if verdict is not None:
-            self.ran += 1
-            self.counts[verdict.outcome] = self.counts.get(verdict.outcome, 0) + 1
-            if verdict.abstained:
-                conf = verdict.confidence()
-                self.last += f" (abstained: {conf.abstain_reason})" if conf is not None else " (abstained)"
-                self.counts["abstained"] = self.counts.get("abstained", 0) + 1
-
-    def __call__(self, key: str, i: int, total: int) -> None:
-        """The batch's ``progress``: redraw the line (or print one line per item without a terminal)."""
-        elapsed = time.perf_counter() - self.t0
-        per = elapsed / self.ran if self.ran else 0.0
-        eta = per * (self.total - i) if self.ran else 0.0
-        width = 24
-        filled = int(width * i / self.total) if self.total else width
-        tally = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-        line = (f"[{'#' * filled}{'.' * (width - filled)}] {i}/{self.total} {tally} | "
-                f"{per:.1f} s/spectrum | ETA {eta / 60:.1f} min")
-        if self.tty:
-            self.stream.write("\r" + line[:160].ljust(160))
-        else:
-            self.stream.write(f"{i}/{self.total} {key}: {self.last}\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+def register(sub) -> None:
+    v = sub.add_parser(
+        "vet", help="screen an archive with the model (resumable)",
+        description="Screen an archive with the model; every verdict goes to STORE at once. Resuming: a spectrum "
+        "already screened for this task with the same model and prompt version is skipped, unless its file "
+        "changed since. The file check is cheap: size and modification time against what the store noted when it "
+        "last hashed the file; only when they differ (or the file was modified within 2 s of that hash, when a "
+        "same-size rewrite could keep the time) is the file hashed again, and a sha256 other than the one the "
+        "verdict was made on screens the spectrum again. Runs that were cancelled or hit an engine error are "
+        "always retried.")
+    v.add_argument("archive", metavar="DIR|INDEX", help="archive folder, or an index database of one")
+    v.add_argument("--task", required=True, help="task id")
+    v.add_argument("--out", required=True, metavar="STORE", help="vetting store (SQLite), e.g. results.sqlite")
+    v.add_argument("--traces", metavar="DIR", help="trace folder (default: <STORE stem>_traces beside the store)")
+    v.add_argument("--no-resume", action="store_true",
+                   help="run again on spectra already done, changed or not")
+    v.add_argument("--limit", type=int, help="screen at most this many spectra")
+    v.add_argument("--shard", metavar="I/N", help="screen only share I of N (0 <= I < N), chosen by a hash of each "
+                   "spectrum's archive key: N jobs (a SLURM array, several machines) split the archive without "
+                   "overlap; merge their stores with 'spec-o3 merge'")
+    v.add_argument("--slots", type=int, metavar="N", help="spectra screened at once, advanced together by one batched "
+                   "decode (default: --parallel's value, 4; 1: one at a time, in order)")
+    v.add_argument("--survey")
+    v.add_argument("--cls", help="catalogue class filter (STAR, GALAXY, QSO, ...)")
+    v.add_argument("--snr-min", type=float)
+    v.add_argument("--match", metavar="TEXT", help="only spectra whose key, object id, class or note contain TEXT")
+    v.add_argument("--include-unusable", action="store_true",
+                   help="also screen sky fibres and spectra whose every pixel is masked (left out by default, as in "
+                   "the app's queue)")
+    v.add_argument("--concurrency", type=int, default=1, metavar="N",
+                   help="with --server: keep N episodes in flight (the server batches them; default 1)")
+    model_options(v)
+    rollout_options(v)
+    v.set_defaults(func=cmd_vet)
 
 
-def _archive_entries(args):
-    """Index entries to screen, from an archive folder (scanned incrementally) or an index database."""
-    from speco3.spectra import ArchiveIndex
-    from speco3.vetting.batch import parse_shard
-
+def _archive_entries(args: argparse.Namespace) -> tuple[list[IndexEntry], str | None]:
+    """Index entries to screen, from an archive folder (scanned incrementally) or an index database, and the
+    archive's root folder."""
     try:  # a bad --shard is refused before any indexing
-        shard = parse_shard(args.shard) if getattr(args, "shard", None) else None
+        shard = parse_shard(args.shard) if args.shard else None
     except ValueError as exc:
         raise Speco3Error(str(exc)) from None
     path = Path(args.archive).expanduser()
@@ -89,37 +98,34 @@ def _archive_entries(args):
             raise Speco3Error(f"{path}: not an archive index (no archive root recorded)")
     else:
         raise Speco3Error(f"{path}: no such archive folder or index")
+    index_root = index.root
     try:
         entries = index.query(survey=args.survey, cls=args.cls, snr_min=args.snr_min, text=args.match, sort="key",
-                              limit=None if shard else args.limit)
+                              usable=None if args.include_unusable else True, limit=None if shard else args.limit)
     finally:
         index.close()
     if shard:  # the share first, then the limit: --limit counts this shard's spectra
-        from speco3.vetting.batch import in_shard
-
         entries = [e for e in entries if in_shard(e.key, shard)][:args.limit]
-    return entries
+    return entries, index_root
 
 
-def _all_done(items, store, task, model_id: str, plan) -> bool:
-    """Whether `vet` would skip every item (the batch's own "already done" rule, `DoneCheck`)."""
-    from speco3.vetting.batch import DoneCheck
-
-    check = DoneCheck(store, task, model_id, rollouts=plan.k if plan is not None else 1)
+def _all_done(screening: Screening, items: list[VetItem], model_id: str) -> bool:
+    """Whether `vet` would skip every item (the core's own done rule)."""
+    check = screening.done_check(model_id)
     return all(check.state(item.key, item.path) == "done" for item in items)
 
 
-def cmd_vet(args) -> int:
-    from speco3.agent import get_task
-    from speco3.cli.confidence import plan_and_thresholds
-    from speco3.vetting import VettingStore
-    from speco3.vetting.batch import BatchResult, VetItem, vet_batch
+def _remove_new_store(store_path: Path) -> None:
+    for p in (store_path, *(store_path.with_name(store_path.name + s) for s in ("-wal", "-shm"))):
+        p.unlink(missing_ok=True)
 
+
+def cmd_vet(args: argparse.Namespace) -> int:
     task = get_task(args.task)
-    plan, thresholds = plan_and_thresholds(args)
-    entries = _archive_entries(args)
-    items = [VetItem(key=f"{e.path}#{e.index}", load=e.load, path=e.path, name=e.name, error=e.error)
-             for e in entries]
+    settings = run_settings(args)
+    plan = settings.plan()
+    entries, index_root = _archive_entries(args)
+    items = [VetItem.of_entry(e) for e in entries]
     store_path = Path(args.out)
     traces = Path(args.traces) if args.traces else store_path.with_name(store_path.stem + "_traces")
     summary = {"store": str(store_path), "traces": str(traces), "task": task.id, "prompt_version": task.prompt_version,
@@ -130,19 +136,23 @@ def cmd_vet(args) -> int:
               else "nothing to screen: the archive has no spectra matching the filters", file=sys.stderr)
         print(json.dumps({**summary, **BatchResult().to_dict()}))
         return 0
-    render = _agent.RENDER_FACTORY()
+    render = renderer(args)
     new_store = not store_path.exists()
     store = VettingStore(store_path)
+    if index_root:
+        store.set_state(ARCHIVE_ROOT_STATE, index_root)  # reports are titled by it
+    cancel = threading.Event()
+    screening = Screening(store, task, render, trace_root=traces, plan=plan, thresholds=settings.thresholds(),
+                          resume=not args.no_resume, cancel=cancel)
+    engines: list[Engine] = []
     try:
         if args.concurrency > 1 and not args.server:
             raise Speco3Error("--concurrency needs --server URL (a model server batches the episodes)")
         if args.server:
-            from speco3.cli.server import open_server_engines
-
-            engines = open_server_engines(args, _agent.engine_settings(args), max(1, args.concurrency), check=True)
+            engines = open_server_engines(args, settings.engine, max(1, args.concurrency), check=True)
         else:
-            engines = [_agent.open_cli_engine(args, load=False)]
-            if not args.no_resume and _all_done(items, store, task, engines[0].info.model_id, plan):
+            engines = [open_cli_engine(args, settings, load=False)]
+            if not args.no_resume and _all_done(screening, items, engines[0].info.model_id):
                 engines[0].close()
                 store.close()
                 print(f"all {len(items)} spectra were screened before with {engines[0].info.model_id}, this task and "
@@ -150,33 +160,26 @@ def cmd_vet(args) -> int:
                       file=sys.stderr)
                 print(json.dumps({**summary, **BatchResult(total=len(items), skipped=len(items)).to_dict()}))
                 return 0
-            _agent.load_cli_engine(engines[0])
+            load_cli_engine(engines[0], args)
     except BaseException:  # no model, nothing screened: a store this run created is not left behind empty
         store.close()
         if new_store:
-            for p in (store_path, *(store_path.with_name(store_path.name + s) for s in ("-wal", "-shm"))):
-                p.unlink(missing_ok=True)
+            _remove_new_store(store_path)
         raise
-    cancel = threading.Event()
     bar = ProgressBar(len(items))
     try:
-        _agent.fill_model_digests(engines[0].info)
-        with _agent.sigint_cancels(cancel):
-            if len(engines) > 1:
-                from speco3.vetting.concurrent import vet_concurrent
+        fill_model_digests(engines[0].info)
+        scheduler: Scheduler
+        if len(engines) > 1:
+            if vars(args).get("render") is None:  # Qt must exist before worker threads render
+                from speco3.render import init_qt  # Qt: only for a real render on threads
 
-                if _agent.RENDER_FACTORY is _agent.default_render:  # Qt must exist before worker threads render
-                    from speco3.render import init_qt
-
-                    init_qt()
-
-                result = vet_concurrent(items, store, engines, task, render, trace_root=traces, cancel=cancel,
-                                        progress=bar, on_item=bar.record, resume=not args.no_resume, plan=plan,
-                                        thresholds=thresholds)
-            else:
-                result = vet_batch(items, store, engines[0], task, render, trace_root=traces, cancel=cancel,
-                                   progress=bar, on_item=bar.record, resume=not args.no_resume, plan=plan,
-                                   thresholds=thresholds, slots=args.slots or engines[0].settings.n_seq)
+                init_qt()
+            scheduler = on_threads(engines)
+        else:
+            scheduler = choose(engines[0], args.slots or engines[0].settings.n_seq, plan)
+        with sigint_cancels(cancel):
+            result = vet(screening, items, scheduler, engines[0].info.model_id, on_event=bar.event)
     finally:
         bar.close()
         for engine in engines:
@@ -185,8 +188,8 @@ def cmd_vet(args) -> int:
     print(json.dumps({**summary, **result.to_dict()}))
     if result.cancelled:
         print("stopped; run the same command again to continue", file=sys.stderr)
-        return _agent.EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED
     return 0
 
 
-__all__ = ["ProgressBar", "cmd_vet"]
+__all__ = ["cmd_vet", "register"]

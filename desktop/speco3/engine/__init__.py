@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Union
 
 from speco3.engine.base import Engine, EngineSettings, EngineStats, GenerationResult, ModelInfo, Part
+
+if TYPE_CHECKING:  # the model store is imported when a model is opened, not with this package
+    from speco3_models.installed import InstalledModel
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +34,11 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-def _model_paths(model: Any) -> tuple[Path, Path, ModelInfo]:
+#: A model to open: None (the store's default), an installed model's name, an `InstalledModel`, or GGUF paths.
+ModelRef = Union["InstalledModel", str, tuple[str | Path, str | Path], list[str | Path], None]  # noqa: UP007
+
+
+def _model_paths(model: ModelRef) -> tuple[Path, Path, ModelInfo]:
     """Text and projector paths plus a `ModelInfo` for an installed model, a name, or a ``(text, mmproj)`` pair."""
     from speco3_models.installed import InstalledModel
     from speco3_models.store import resolve_model
@@ -48,8 +55,8 @@ def _model_paths(model: Any) -> tuple[Path, Path, ModelInfo]:
     return model.text_path, model.mmproj_path, ModelInfo(**model.model_info())
 
 
-def open_engine(model: Any = None, settings: EngineSettings | None = None, *, threaded: bool = True,
-                load: bool = True, **engine_kwargs) -> Engine:
+def open_engine(model: ModelRef = None, settings: EngineSettings | None = None, *, threaded: bool = True,
+                load: bool = True, n_batch: int = 512, warmup: bool = True) -> Engine:
     """Open the llama.cpp engine for a model.
 
     Parameters
@@ -62,14 +69,14 @@ def open_engine(model: Any = None, settings: EngineSettings | None = None, *, th
         Wrap the engine in an `EngineWorker` (one thread owns the native contexts; callable from anywhere).
     load : bool
         Load the model now (raises `ModelFileError` / `EngineError`).
-    **engine_kwargs
-        Passed to `LlamaMtmdEngine` (``n_batch``, ``warmup``).
+    n_batch, warmup
+        Passed to `LlamaMtmdEngine`.
     """
     from speco3.engine.llama import LlamaMtmdEngine
     from speco3.engine.worker import EngineWorker
 
     text, mmproj, info = _model_paths(model)
-    engine: Engine = LlamaMtmdEngine(text, mmproj, settings or EngineSettings(), info, **engine_kwargs)
+    engine: Engine = LlamaMtmdEngine(text, mmproj, settings or EngineSettings(), info, n_batch=n_batch, warmup=warmup)
     if threaded:
         engine = EngineWorker(engine)
     if load:

@@ -21,12 +21,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from speco3.errors import ContextFullError, EngineError
 
+if TYPE_CHECKING:  # httpx is imported when a client is made (the local engine never needs it)
+    import ssl
+
+    import httpx
+
 logger = logging.getLogger(__name__)
+
+#: A decoded JSON object as a server sends it.
+JsonObject = dict[str, Any]
+T = TypeVar("T")
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -40,9 +49,10 @@ class ServerError(EngineError):
 
 
 class _Transient(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None):
+    def __init__(self, reason: str, retry_after: float | None = None, status: int | None = None):
         super().__init__(reason)
         self.retry_after = retry_after
+        self.status = status
 
 
 @dataclass
@@ -109,7 +119,7 @@ class ChatClient:
         self._sleep = sleep
         key = read_api_key(config)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        verify: Any = True
+        verify: bool | ssl.SSLContext = True
         if config.ca_bundle:
             import ssl
 
@@ -130,11 +140,13 @@ class ChatClient:
         self._http.close()
 
     # ------------------------------------------------------------------ requests
-    def get_json(self, path: str) -> Any:
+    def get_json(self, path: str) -> JsonObject:
         return self._retrying(lambda: self._json(self._http.get(path)), f"GET {path}")
 
-    def post_json(self, path: str, body: dict) -> Any:
-        return self._retrying(lambda: self._json(self._http.post(path, json=body)), f"POST {path}")
+    def post_json(self, path: str, body: dict, *, retries: int | None = None) -> JsonObject:
+        """POST ``body``; ``retries`` overrides the configured number for this request (0: a deterministic
+        failure, like a template the server cannot apply, is reported at once)."""
+        return self._retrying(lambda: self._json(self._http.post(path, json=body)), f"POST {path}", retries)
 
     def stream_chat(self, body: dict, on_chunk: Callable[[dict], None], cancel: threading.Event | None = None,
                     on_retry: Callable[[], None] | None = None) -> bool:
@@ -168,43 +180,54 @@ class ChatClient:
         return self._retrying(once, "POST /v1/chat/completions")
 
     # ------------------------------------------------------------------ plumbing
-    def _json(self, resp) -> Any:
+    def _json(self, resp: httpx.Response) -> JsonObject:
         if resp.status_code == 200:
             try:
-                return resp.json()
+                body = resp.json()
             except ValueError as exc:
                 raise _Transient(f"unreadable JSON from the server ({exc})") from exc
+            if not isinstance(body, dict):
+                raise ServerError(f"{self.config.url}: the answer is JSON but not an object: {str(body)[:200]}")
+            return body
         try:
             detail = _message(resp.json())
         except ValueError:
             detail = resp.text[:300]
         if resp.status_code in RETRY_STATUS:
-            raise _Transient(f"HTTP {resp.status_code}: {detail}", _retry_after(resp.headers.get("retry-after")))
+            raise _Transient(f"HTTP {resp.status_code}: {detail}", _retry_after(resp.headers.get("retry-after")),
+                             resp.status_code)
         if resp.status_code == 400 and "context" in detail.lower():
             raise ContextFullError(f"the server's context is full: {detail}")
         if resp.status_code in (401, 403):
             detail = "the server refused the API key (set it with --api-key-env NAME or the OS keyring)"
         raise ServerError(f"{self.config.url}: HTTP {resp.status_code}: {detail}", resp.status_code)
 
-    def _retrying(self, action: Callable[[], Any], what: str) -> Any:
+    def _retrying(self, action: Callable[[], T], what: str, retries: int | None = None) -> T:
+        """``action()``, repeated after transient failures; the last one's HTTP status (if any) is the
+        `ServerError`'s ``status``."""
         import httpx
 
         cfg = self.config
-        for attempt in range(cfg.retries + 1):
+        retries = cfg.retries if retries is None else retries
+        for attempt in range(retries + 1):
+            status = None
             try:
                 return action()
             except _Transient as exc:
-                reason, retry_after = str(exc), exc.retry_after
+                reason, retry_after, status = str(exc), exc.retry_after, exc.status
             except (httpx.TransportError, httpx.StreamError) as exc:  # connect/read errors, timeouts, cut streams
                 reason, retry_after = f"{type(exc).__name__}: {exc or 'connection problem'}", None
             except json.JSONDecodeError as exc:
                 reason, retry_after = f"garbled stream ({exc})", None
-            if attempt == cfg.retries:
-                raise ServerError(f"{what} to {cfg.url} failed {cfg.retries + 1} times; last: {reason}")
+            except httpx.HTTPError as exc:  # the HTTP client's other errors (undecodable body, bad URL): no retry
+                raise ServerError(f"{what} to {cfg.url} failed: {type(exc).__name__}: {exc}") from exc
+            if attempt == retries:
+                times = f"failed {retries + 1} times; last" if retries else "failed"
+                raise ServerError(f"{what} to {cfg.url} {times}: {reason}", status)
             delay = min(cfg.max_backoff_s, cfg.backoff_s * 2 ** attempt)
             if retry_after is not None:
                 delay = min(cfg.max_backoff_s, max(delay, retry_after))
-            logger.warning("%s to %s: %s; retry %d/%d in %.1f s", what, cfg.host, reason, attempt + 1, cfg.retries,
+            logger.warning("%s to %s: %s; retry %d/%d in %.1f s", what, cfg.host, reason, attempt + 1, retries,
                            delay)
             self.retried += 1
             self._sleep(delay)
@@ -218,7 +241,7 @@ def _sse_events(lines: Iterator[str]) -> Iterator[str]:
             yield line[5:].strip()
 
 
-def _message(obj: Any) -> str:
+def _message(obj: object) -> str:
     if isinstance(obj, dict):
         err = obj.get("error", obj)
         if isinstance(err, dict):

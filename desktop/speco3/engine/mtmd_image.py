@@ -179,8 +179,8 @@ def eval_image(mtmd, llama, mctx, lctx, chunks: ImageChunks, n_past: int, n_batc
     Returns the next position. ``new_n_past`` is initialised to ``n_past`` before the decode: an unset value is the
     classic cause of M-RoPE position errors on the next image.
     """
-    caching = cache is not None and cache.max_bytes > 0 and bool(key)
-    cached = cache.get(key) if caching else None
+    store = cache if cache is not None and cache.max_bytes > 0 and key else None
+    cached = store.get(key) if store is not None else None
     if cached is None:
         rc = mtmd.mtmd_encode_chunk(mctx, chunks.chunk)
         if rc != 0:
@@ -188,10 +188,10 @@ def eval_image(mtmd, llama, mctx, lctx, chunks: ImageChunks, n_past: int, n_batc
         ptr = mtmd.mtmd_get_output_embd(mctx)
         if not ptr:
             raise EngineError(f"the vision encoder returned no embeddings: {recent_native_problems()}")
-        if caching:
+        if store is not None:
             n_embd = int(llama.llama_model_n_embd_inp(llama.llama_get_model(lctx)))
             cached = np.ctypeslib.as_array(ptr, shape=(chunks.n_tokens * n_embd,)).copy()
-            cache.put(key, cached)
+            store.put(key, cached)
     if cached is not None:  # decode from our copy (kept alive by ``cached`` during the call)
         ptr = cached.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
     new_n_past = llama.llama_pos(n_past)  # no post-decode callback: the prototype called bare is a NULL pointer

@@ -14,9 +14,11 @@ import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from speco3.engine.base import LoraAdapter
 from speco3.errors import EngineError, ModelFileError
 
 logger = logging.getLogger(__name__)
@@ -182,3 +184,20 @@ def check_model_files(text_path: str | Path, mmproj_path: str | Path) -> None:
         if not path.is_file():
             raise ModelFileError(path, "file not found" if not path.exists() else "not a regular file")
     check_pair(text_path, mmproj_path)
+
+
+def check_adapters(adapters: Sequence[LoraAdapter], text_sha256: str | None, model_name: str) -> None:
+    """Check LoRA adapter GGUFs before llama.cpp sees them: each is a Qwen2.5-VL LoRA adapter and, when the text
+    model's digest is known (an installed model), was made for that base (`speco3_models.adapters`).
+
+    Raises
+    ------
+    ModelFileError
+        A file is missing or not a LoRA adapter for this architecture.
+    Speco3Error
+        An adapter made for another base (the model store's `ModelStoreError`).
+    """
+    from speco3_models.adapters import check_base, read_adapter
+
+    for a in adapters:
+        check_base(read_adapter(a.path), text_sha256, model_name)

@@ -35,6 +35,7 @@ from speco3.engine.base import (
     ModelInfo,
     Part,
     Sampling,
+    StopReason,
     TokenCallback,
     TokenLogprob,
 )
@@ -131,6 +132,7 @@ class RemoteEngine(Engine):
     """
 
     takes_messages = True
+    settings: RemoteSettings
 
     def __init__(self, config: ServerConfig | str, settings: EngineSettings | None = None, *,
                  client: ChatClient | None = None):
@@ -222,7 +224,7 @@ class RemoteEngine(Engine):
             # the local sampler's chain (speco3.engine.sampling): no min-p, no top-k unless asked (server defaults
             # are min_p 0.05 and top_k 40)
             body.update(top_k=s.top_k, min_p=0.0)
-        n_top = int(getattr(self.settings, "top_logprobs", 0) or 0)
+        n_top = self.settings.top_logprobs
         if n_top > 0:
             body["logprobs"], body["top_logprobs"] = True, n_top
             if self._server_kind == "llama.cpp" and self._tools:  # it refuses logprobs with tools in a stream
@@ -274,7 +276,7 @@ class RemoteEngine(Engine):
             finished = True
         text = answer.text()
         self._messages.append({"role": "assistant", "content": text})
-        reason = "cancelled" if not finished else ("length" if answer.finish == "length" else "stop")
+        reason: StopReason = "cancelled" if not finished else ("length" if answer.finish == "length" else "stop")
         n_tokens = int(answer.usage.get("completion_tokens") or len(answer.logprobs) or answer.n_chunks)
         seconds = time.perf_counter() - t0
         st = self._stats

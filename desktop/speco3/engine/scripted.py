@@ -44,6 +44,7 @@ from speco3.engine.base import (
     ModelInfo,
     Part,
     Sampling,
+    StopReason,
     TokenCallback,
     TokenLogprob,
 )
@@ -162,7 +163,7 @@ class ScriptedEngine(Engine):
         pieces = split_pieces(text, self.chunk)
         out: list[str] = []
         logprobs: list[TokenLogprob] = []
-        reason = "stop"
+        reason: StopReason = "stop"
         for piece in pieces:
             if cancel is not None and cancel.is_set():
                 reason = "cancelled"

@@ -13,14 +13,26 @@ import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import ParamSpec, TypeVar
 
-from speco3.engine.base import Engine, EngineStats, GenerationResult, Part, TokenCallback
+from speco3.engine.base import (
+    Engine,
+    EngineStats,
+    GenerationResult,
+    Message,
+    Part,
+    Sampling,
+    Slots,
+    StepResult,
+    TokenCallback,
+)
 from speco3.errors import EngineError
 
 logger = logging.getLogger(__name__)
 
 _STOP = object()
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class TokenStream:
@@ -54,18 +66,11 @@ class EngineWorker(Engine):
 
     def __init__(self, engine: Engine, name: str = "speco3-engine"):
         self.engine = engine
+        self.settings, self.info = engine.settings, engine.info  # info again after load (a server names its model)
         self._jobs: queue.Queue = queue.Queue()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
-
-    @property
-    def settings(self):
-        return self.engine.settings
-
-    @property
-    def info(self):
-        return self.engine.info
 
     # ------------------------------------------------------------------ plumbing
     def _run(self) -> None:
@@ -81,32 +86,24 @@ class EngineWorker(Engine):
             except BaseException as exc:  # delivered to the caller
                 future.set_exception(exc)
 
-    def submit(self, fn: Callable[..., Any], *args, **kwargs) -> Future:
+    def submit(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Queue ``fn(*args, **kwargs)`` on the worker thread and return its future."""
         if self._closed:
             raise EngineError("the engine worker is closed")
-        future: Future = Future()
+        future: Future[R] = Future()
         self._jobs.put((future, fn, args, kwargs))
         return future
 
-    def call(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
+    def call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run ``fn`` on the worker thread and wait for it (directly when already on that thread)."""
         if threading.current_thread() is self._thread:
             return fn(*args, **kwargs)
         return self.submit(fn, *args, **kwargs).result()
 
-    def __getattr__(self, name: str):
-        """Proxy other engine methods (``tokenize``, ``evaluate``, ``last_logits``…) through the worker thread."""
-        if name.startswith("_") or name == "engine":
-            raise AttributeError(name)
-        if not callable(getattr(type(self.engine), name, None)):  # a property or plain attribute
-            return self.call(getattr, self.engine, name)
-        attr = getattr(self.engine, name)
-        return lambda *args, **kwargs: self.call(attr, *args, **kwargs)
-
     # ------------------------------------------------------------------ Engine interface
     def load(self) -> None:
         self.call(self.engine.load)
+        self.info = self.engine.info
 
     def reset(self, *args, **kwargs) -> None:
         self.call(self.engine.reset, *args, **kwargs)
@@ -135,6 +132,13 @@ class EngineWorker(Engine):
     def stats(self) -> EngineStats:
         return self.call(self.engine.stats)
 
+    def parallel_sequences(self) -> int:
+        return self.engine.parallel_sequences()
+
+    def open_pool(self) -> Slots:
+        """The wrapped engine's pool of sequences, each call made on the worker thread."""
+        return WorkerSlots(self.call(self.engine.open_pool), self)
+
     def close(self) -> None:
         """Close the engine on its thread, then stop the thread (idempotent)."""
         if self._closed:
@@ -146,3 +150,30 @@ class EngineWorker(Engine):
             self._jobs.put(_STOP)
             if threading.current_thread() is not self._thread:
                 self._thread.join(timeout=30)
+
+
+class WorkerSlots(Slots):
+    """Slots whose every call runs on the `EngineWorker` thread that owns their engine."""
+
+    def __init__(self, slots: Slots, worker: EngineWorker):
+        self._slots, self._worker = slots, worker
+        self.capacity = slots.capacity
+
+    def open(self, sampling: Sampling | None) -> int:
+        return self._worker.call(self._slots.open, sampling)
+
+    def extend(self, slot: int, parts: Sequence[Part], messages: Sequence[Message] | None = None) -> None:
+        self._worker.call(self._slots.extend, slot, list(parts), messages)
+
+    def begin(self, slot: int, *, max_tokens: int | None = None, on_token: TokenCallback | None = None,
+              cancel: threading.Event | None = None) -> None:
+        self._worker.call(self._slots.begin, slot, max_tokens=max_tokens, on_token=on_token, cancel=cancel)
+
+    def step(self, rounds: int | None = None) -> list[StepResult]:
+        return self._worker.call(self._slots.step, rounds)
+
+    def release(self, slot: int) -> None:
+        self._worker.call(self._slots.release, slot)
+
+    def close(self) -> None:
+        self._worker.call(self._slots.close)

@@ -1,6 +1,6 @@
 """speco3.evaluate: score a model build on SpecVI-Bench parquet files or on a vetting store's human decisions.
 
-Beside `speco3.vetting` (it runs the agent through `speco3.vetting.batch.vet_one` into an ordinary vetting store);
+Beside `speco3.vetting` (it runs the agent through the screening core (`speco3.vetting.screening`) into an ordinary vetting store);
 no Qt, no command line: the renderer is passed in, as to the agent loop.
 """
 

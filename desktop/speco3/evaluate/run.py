@@ -1,7 +1,7 @@
 """The evaluation loop: the agent on labelled items, one resumable vetting store per run.
 
 A run store is an ordinary `speco3.vetting.VettingStore`: the ground truth of each item is recorded as a decision
-of the vetter ``benchmark`` and every model run as a model verdict (through `speco3.vetting.batch.vet_one`, the
+of the vetter ``benchmark`` and every model run as a model verdict (through the screening core, `speco3.vetting.screening`, the
 same path as ``spec-o3 vet``). So a run store and a user's own vetting store are scored by the same function,
 `results`: the latest human (or benchmark) decision is the truth, the latest model verdict the prediction.
 An item already done with the same model and prompt version is skipped (a resumed run continues where it stopped;
@@ -33,8 +33,9 @@ from speco3.evaluate.similarity import render_similarity
 from speco3.imaging import HasPixels
 from speco3.spectra.model import Spectrum
 from speco3.spectra.view import View
-from speco3.vetting.batch import VetItem, vet_one
 from speco3.vetting.records import Decision, ModelVerdict
+from speco3.vetting.schedulers import one_at_a_time
+from speco3.vetting.screening import Cancelled, Recorded, Screening, Skipped, VetItem, screen
 from speco3.vetting.store import VettingStore, storable_text
 
 logger = logging.getLogger(__name__)
@@ -99,28 +100,26 @@ def evaluate_items(
     cancel: threading.Event | None = None,
     progress: Callable[[int, int, EvalItem, ModelVerdict | None], None] | None = None,
     trace_root: str | Path | None = None,
-    rollouts: int = 1,
-    temperature: float = 1.0,
+    plan: RolloutPlan | None = None,
     thresholds: Thresholds | None = None,
 ) -> RunResult:
     """Run the agent on every item not done yet; see module doc. ``progress(i, total, item, verdict_or_None)``.
 
-    With ``rollouts`` K > 1 each item runs K rollouts (`speco3.agent.rollouts.run_rollouts`) sampled at
-    ``temperature`` with seeds ``settings.seed + i``; the item's verdict row carries their fold (``p_yes``,
-    agreement, abstained with ``thresholds``) and every rollout is stored with its trace (`vet_one`). An item is
-    the unit of resuming: one cancelled in the middle of its rollouts is run again from its first rollout.
+    Each item goes through the screening core (`speco3.vetting.screening`, one `Screening` per task, one spectrum
+    at a time): the same done rule, recording and traces as ``spec-o3 vet``. ``plan``: K rollouts per item (None:
+    one greedy run; `speco3.agent.settings.RunSettings.plan`, as ``vet`` builds it); the item's verdict row carries
+    their fold (``p_yes``, agreement, abstained with ``thresholds``) and every rollout is stored with its trace. An
+    item is the unit of resuming: one cancelled in the middle of its rollouts is run again from its first rollout.
     """
-    if rollouts < 1:
-        raise ValueError(f"rollouts must be at least 1, got {rollouts}")
-    s = engine.settings
-    plan = RolloutPlan(rollouts, temperature, s.top_p, s.top_k, s.seed) if rollouts > 1 else None
     result = RunResult(total=len(items))
     t0 = time.perf_counter()
+    cancel = cancel if cancel is not None else threading.Event()
     model_id = engine.info.model_id
-    done: dict[tuple[str, str], set[str]] = {}
     tap = _FullViewTap(render)
+    screenings: dict[str, Screening] = {}
+    schedule = one_at_a_time(engine)
     for i, item in enumerate(items, 1):
-        if cancel is not None and cancel.is_set():
+        if cancel.is_set():
             result.cancelled = True
             break
         try:
@@ -132,29 +131,30 @@ def evaluate_items(
         key = storable_text(item.key)
         if item.truth in ("YES", "NO") and store.decision(key, item.task) is None:
             store.record_decision(Decision(key, item.task, item.truth, vetter=TRUTH_VETTER))
-        pv = task.prompt_version
-        if (task.id, pv) not in done:
-            done[(task.id, pv)] = set(store.done_files(task.id, model_id, pv, rollouts=rollouts))
-        if key in done[(task.id, pv)]:
-            result.skipped += 1
-            if progress is not None:
-                progress(i, result.total, item, None)
-            continue
+        scr = screenings.get(task.id)
+        if scr is None:
+            scr = screenings[task.id] = Screening(store, task, tap, trace_root=trace_root, plan=plan,
+                                                  thresholds=thresholds, cancel=cancel)
         tap.full = None
-        v = vet_one(VetItem(key=item.key, load=item.load, name=item.name, error=item.error), store, engine, task,
-                    tap, trace_root=Path(trace_root) if trace_root else None, cancel=cancel, plan=plan,
-                    thresholds=thresholds)
-        if v is None:
-            result.cancelled = True
+        verdict: ModelVerdict | None = None
+        for event in screen(scr, [VetItem(key=item.key, load=item.load, name=item.name, error=item.error)], schedule,
+                            model_id):
+            if isinstance(event, Recorded):
+                verdict = event.verdict
+            elif isinstance(event, Cancelled):
+                result.cancelled = True
+            elif isinstance(event, Skipped):
+                result.skipped += 1
+        if result.cancelled:
             break
-        if item.image is not None and tap.full is not None:
-            store.set_state(f"render:{key}", render_similarity(tap.full, item.image))
-        done[(task.id, pv)].add(key)
-        for outcome in v.outcomes or [v.outcome]:
-            result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
-        result.done += 1
+        if verdict is not None:
+            if item.image is not None and tap.full is not None:
+                store.set_state(f"render:{key}", render_similarity(tap.full, item.image))
+            for outcome in verdict.outcomes or [verdict.outcome]:
+                result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
+            result.done += 1
         if progress is not None:
-            progress(i, result.total, item, v)
+            progress(i, result.total, item, verdict)
     result.seconds = round(time.perf_counter() - t0, 3)
     return result
 

@@ -1,14 +1,14 @@
 """Agent runs and the batch pre-screen: engines, jobs, and what is stored when a run ends.
 
-`AgentController` turns the agent panel's requests into `AgentJob`s for the `InferenceThread`, and records every
-finished run in the vetting store as a `ModelVerdict` (kept apart from human decisions) with its evidence trace
-saved under the data folder. The canned demo session is recorded under the model id "scripted demo — not a
+`AgentController` turns the agent panel's requests into `AgentJob`s for the `InferenceThread`; each job carries a
+`speco3.vetting.screening.Screening` of the current store, so every run is recorded by the screening core exactly
+as ``spec-o3 vet`` records it (the same verdict row, digests and rollouts; traces under the data folder's
+``traces``, named as vet names them) and kept apart from human decisions. The canned demo session is recorded under the model id "scripted demo — not a
 model" so that no table, export or report can pass it off as a model's verdict.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from functools import partial
@@ -23,6 +23,7 @@ from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectru
 from speco3.gui.settings import SERVER_MODEL_ID
 from speco3.gui.vetting import VettingController, store_key
 from speco3.gui.workers import AgentJob, InferenceThread
+from speco3.vetting.screening import DoneCheck, Screening, VetItem
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,7 @@ class AgentController(QObject):
         self.engine_opener = engine_opener or self._open_engine
         self.interactive_job: int | None = None
         self._jobs: dict[int, tuple[Any, Any]] = {}  # job id -> (entry, task)
-        self._files = None  # FileCheck of the current store (digests of the files behind recorded verdicts)
-        self.batch_in_flight = 0  # batch items running together in slots (`speco3.gui.slot_batch`)
+        self.batch_in_flight = 0  # batch items running together in slots
         inference.started_job.connect(self._started)
         inference.tokens.connect(panel.append_tokens)
         inference.step.connect(panel.add_step)
@@ -94,21 +94,33 @@ class AgentController(QObject):
             raise KeyError(f"unknown task {task_id!r}")
         return task
 
-    def _job(self, entry: Any, task, model_id: str, spectrum=None, batch: bool = False) -> AgentJob:
+    def screening(self, task, model_id: str, *, resume: bool) -> Screening | None:
+        """Where runs of ``task`` are recorded: the current store, the traces under the data folder, the rollout
+        plan and thresholds of the settings (the canned demo: one run, whatever K is set); None without a store."""
+        store = self.vetting.store
+        if store is None:
+            return None
+        run = self.settings.run_settings()
+        return Screening(store, task, self.inference.render,
+                         trace_root=Path(self.settings.resolved_data_folder()) / "traces",
+                         plan=None if model_id == SCRIPTED_LABEL else run.plan(), thresholds=run.thresholds(),
+                         resume=resume)
+
+    def _job(self, entry: Any, screening: Screening, model_id: str, spectrum=None, batch: bool = False) -> AgentJob:
         """A job of plain data: its engine factory binds the opener and values, never this controller or a widget
         (the worker thread drops the job; a widget reachable from it would be destroyed there)."""
+        item = VetItem.of_entry(entry, spectrum)
+        task = screening.task
         if model_id == SCRIPTED_LABEL:  # the canned demo: one run, whatever K is set (its script never varies)
-            return AgentJob(entry.key, task, SCRIPTED_LABEL, partial(_demo_engine_for, spectrum, entry, task),
-                            spectrum=spectrum, entry=entry, batch=batch, scripted=True)
+            return AgentJob(entry.key, item, screening, SCRIPTED_LABEL, partial(_demo_engine_for, spectrum, entry, task),
+                            batch=batch, scripted=True)
         es = self.settings.engine_settings()
         if model_id == SERVER_MODEL_ID:  # Settings → Model server: the model runs there
             server = self.settings.server_config()
             key = f"server|{server.url}|{server.model}|{sorted(es.to_dict().items())}"
-            return AgentJob(entry.key, task, key, partial(_open_remote_engine, server, es), spectrum=spectrum,
-                            entry=entry, batch=batch)
+            return AgentJob(entry.key, item, screening, key, partial(_open_remote_engine, server, es), batch=batch)
         key = f"{model_id}|{sorted(es.to_dict().items())}"
-        return AgentJob(entry.key, task, key, partial(self.engine_opener, model_id, es), spectrum=spectrum,
-                        entry=entry, batch=batch, plan=self.settings.rollout_plan())
+        return AgentJob(entry.key, item, screening, key, partial(self.engine_opener, model_id, es), batch=batch)
 
     # -- interactive ---------------------------------------------------------------------------------------------
     def run_current(self, task_id: str, model_id: str) -> int | None:
@@ -126,12 +138,16 @@ class AgentController(QObject):
             self.message.emit("the agent is already running; cancel it first (Esc)")
             return None
         task = self._task(task_id)
-        job = self._job(entry, task, model_id, spectrum=spectrum)
+        screening = self.screening(task, model_id, resume=False)  # asked for: run again even when done
+        if screening is None:
+            self.message.emit("open an archive first: runs are recorded in its vetting store")
+            return None
+        job = self._job(entry, screening, model_id, spectrum=spectrum)
         job_id = self.inference.submit(job)
         self.interactive_job = job_id
         self._jobs[job_id] = (entry, task)
         title = f"{spectrum.name} · task {task.id} · {model_id}"
-        self.panel.begin(job_id, title, scripted=job.scripted)
+        self.panel.begin(job_id, title, scripted=job.scripted, rollouts=job.k)
         if self.batch_in_flight > 1:
             self.message.emit(f"batch pre-screen pauses for this run, which starts when the {self.batch_in_flight} "
                               "spectra in flight are done")
@@ -149,26 +165,30 @@ class AgentController(QObject):
         if not model_id:
             self.message.emit("no model installed — batch pre-screen needs one")
             return 0
-        from speco3.vetting.batch import DoneCheck
-
         task = self._task(task_id)
-        store = self.vetting.store
-        # the rule of `spec-o3 vet`: same model and prompt version, not cancelled or failed, file unchanged
-        k = self.settings.rollouts if model_id != SCRIPTED_LABEL else 1
-        check = DoneCheck(store, task, model_id, rollouts=k) if skip_done and store is not None else None
-        jobs = []
+        screening = self.screening(task, model_id, resume=skip_done)
+        if screening is None:
+            self.message.emit("open an archive first: the pre-screen is recorded in its vetting store")
+            return 0
+        # the rule of `spec-o3 vet` (the core's): same model, prompt version and K, not cancelled or failed, file
+        # unchanged; applied again as each spectrum starts
+        check: DoneCheck = screening.done_check(model_id)
+        jobs: list[tuple[AgentJob, Any]] = []
         for entry in entries:
             if getattr(entry, "error", None):
                 continue
             if model_id == SCRIPTED_LABEL and not str(getattr(entry, "file_name", "")).startswith("spec-60001-SPECO3DEMO"):
                 continue
-            if check is not None and check.state(store_key(entry), entry.path) == "done":
+            if check.state(store_key(entry), entry.path) == "done":
                 continue
-            job = self._job(entry, task, model_id, batch=True)
-            jobs.append(job)
-        self.inference.start_batch(jobs)
-        for job in jobs:
-            self._jobs[job.job_id] = (job.entry, task)
+            jobs.append((self._job(entry, screening, model_id, batch=True), entry))
+        if not jobs:  # a batch of nothing never reported an end: its bar stayed at "0 / 1" with Pause and Cancel
+            self.message.emit(f"nothing to pre-screen: every spectrum in the table (task {task.id}) is done, "
+                              "unreadable or empty — change the filters or the task")
+            return 0
+        self.inference.start_batch([job for job, _ in jobs])
+        for job, entry in jobs:
+            self._jobs[job.job_id] = (entry, task)
         self.message.emit(f"batch pre-screen of {len(jobs)} spectra started (task {task.id})")
         return len(jobs)
 
@@ -193,63 +213,28 @@ class AgentController(QObject):
         self.message.emit(f"agent run on {key} failed: {message}")
 
     def _finished(self, job_id: int, key: str, verdict_step: Any, info: dict) -> None:
+        """A run ended; the screening core has recorded it on the inference thread (``info["verdict"]``), or
+        nothing when it was cancelled or skipped."""
         entry, task = self._jobs.pop(job_id, (None, None))
         interactive = job_id == self.interactive_job
         if interactive:
             self.panel.finish(job_id)
             self.interactive_job = None
-        if entry is None or verdict_step is None:
+        if entry is None:
             return
-        outcome = getattr(verdict_step.outcome, "value", str(verdict_step.outcome))
-        if outcome == "cancelled":
-            self.message.emit(f"agent run on {entry.key} cancelled; nothing stored")
+        verdict = info.get("verdict")
+        if verdict is None:
+            if verdict_step is not None and verdict_step.outcome.value == "cancelled":
+                self.message.emit(f"agent run on {entry.key} cancelled; nothing stored")
             return
-        try:
-            conf = self._record(entry, task, verdict_step, info)
-            if interactive and conf is not None and conf.k > 1:
-                self.panel.show_confidence(conf, SCRIPTED_LABEL if info.get("scripted") else f"model {info.get('model')}")
-        except Exception as exc:
-            log.exception("recording the model verdict failed")
-            self.message.emit(f"model verdict not stored: {exc}")
-            return
-        self.verdictRecorded.emit(entry.key)
-
-    def _record(self, entry: Any, task, step: Any, info: dict):
-        """Store the run: every rollout with its trace (under the data folder) and the verdict row with their fold;
-        returns the fold (`speco3.agent.confidence.Confidence`; None without a store)."""
-        from speco3.vetting.batch import FileCheck
-        from speco3.vetting.records import SpectrumInfo
-        from speco3.vetting.rollout_runs import save_rollouts, verdict_row
-
-        store = self.vetting.store
-        if store is None:
-            return None
-        key = store_key(entry)
-        spectrum = info.get("spectrum")
-        run = info["run"]
-        digest = hashlib.sha256(f"{key}|{task.id}|{info.get('t0')}".encode()).hexdigest()[:16]
-        try:
-            records = save_rollouts(run, Path(self.settings.resolved_data_folder()) / "traces" / digest)
-        except Exception as exc:  # a trace that cannot be written must not lose the verdict
-            log.warning("trace of %s not saved: %s", key, exc)
-            records = save_rollouts(run, None)
-        # the file's sha256, as `spec-o3 vet` records it: a later pre-screen or vet redoes the spectrum if it changes
-        if self._files is None or self._files.store is not store:  # one per store: its stamps are read once
-            self._files = FileCheck(store)
-        sha = self._files.digest(entry.path) if getattr(entry, "path", None) else None
-        if spectrum is not None:
-            store.record_spectrum(SpectrumInfo.of(key, spectrum, sha))
-        model_id = SCRIPTED_LABEL if info.get("scripted") else str(info.get("model") or "unknown")
-        conf = run.confidence(self.settings.thresholds())
-        v = verdict_row(run, records, conf, spectrum_key=key, task=task.id, model_id=model_id,
-                        quant=info.get("quant"), prompt_version=task.prompt_version, file_sha256=sha,
-                        engine_settings=info.get("settings", {}), seconds=float(info.get("elapsed", step.seconds)))
-        store.record_model_verdict(v, records)
-        if conf.k > 1:
+        conf = info.get("confidence")
+        if conf is not None and conf.k > 1:
             p = "—" if conf.p_yes is None else f"{conf.p_yes:.2f}"
             self.message.emit(f"{entry.key}: p_yes {p} over {conf.k} rollouts"
                               + (f" — abstained ({conf.abstain_reason})" if conf.abstained else ""))
-        return conf
+            if interactive:
+                self.panel.show_confidence(conf, SCRIPTED_LABEL if info.get("scripted") else f"model {info.get('model')}")
+        self.verdictRecorded.emit(entry.key)
 
 
 class BatchControls(QObject):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import logging
 import time
+from collections.abc import Sequence
 
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QIcon, QImage, QPixmap, QTextCursor
@@ -22,15 +23,17 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QPlainTextEdit,
     QPushButton,
     QScrollArea,
+    QTabWidget,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
 from speco3.agent.eta import format_eta
-from speco3.agent.steps import Step, VerdictStep
+from speco3.agent.steps import AssistantStep, Step, ToolStep, VerdictStep
 from speco3.agent.tasks import Task
 from speco3.agent.trace import Trace
 from speco3.gui.demo_session import SCRIPTED_LABEL
@@ -43,6 +46,20 @@ NO_MODEL_HELP = (
     "or <code>spec-o3 convert CHECKPOINT_DIR</code>; or <i>Models → Model manager…</i>."
 )
 _VERDICT_STYLE = {"YES": "color:#1d7f36", "NO": "color:#b32d2d"}
+
+
+def rollout_text(trace: Trace) -> str:
+    """A stored rollout as its tab shows it: what the model wrote, each tool turn's window, the outcome."""
+    parts = []
+    for step in trace.steps:
+        if isinstance(step, AssistantStep):
+            parts.append(step.text)
+        elif isinstance(step, ToolStep):
+            rng = step.wavelength_range
+            parts.append(f"▶ zoom {step.label or ''} {rng[0]:g}–{rng[1]:g} Å" if rng else f"▶ {step.response_text}")
+        elif isinstance(step, VerdictStep):
+            parts.append(f"= {step.verdict or step.outcome.value}")
+    return "\n\n".join(parts)
 
 
 def _accept_hint(verdict: str | None) -> str:
@@ -105,8 +122,14 @@ class AgentPanel(QWidget):
         zoom_column = QVBoxLayout()
         zoom_column.addWidget(self.zooms_label)
         zoom_column.addWidget(self.zooms, 1)
+        # K rollouts: the first in the transcript (with its zooms and steps), each other one's text streaming in
+        # a tab of its own, as it is written (the tab bar shows only when K > 1)
+        self.rollout_tabs = QTabWidget(objectName="rolloutTabs", documentMode=True)
+        self.rollout_tabs.addTab(self.transcript, "Rollout 1")
+        self.rollout_tabs.tabBar().setVisible(False)
+        self._rollout_views: list[QPlainTextEdit] = []
         body = QHBoxLayout()
-        body.addWidget(self.transcript, 1)
+        body.addWidget(self.rollout_tabs, 1)
         body.addLayout(zoom_column)
         layout.addLayout(body, 1)
         # the verdict's evidence and answer can run to several lines: they scroll in a bounded box rather than
@@ -134,6 +157,7 @@ class AgentPanel(QWidget):
         self._t0 = 0.0
         self._done_tokens = 0
         self._live_chars = 0
+        self._other_chars = 0  # text of rollouts 2…K (their steps are not shown one by one)
         self._info: dict = {}
         self._eta: tuple[float, float] | None = None  # (seconds left when estimated, perf_counter then)
         self._timer = QTimer(self, interval=250)
@@ -188,7 +212,7 @@ class AgentPanel(QWidget):
         if compact == self.compact:
             return
         self.compact = compact
-        for w in (self.transcript, self.zooms_label, self.zooms, self.verdict_box):
+        for w in (self.rollout_tabs, self.zooms_label, self.zooms, self.verdict_box):
             w.setVisible(not compact)
         self.hint.setVisible(compact)
         self.notice.setVisible(compact and bool(self.notice.text()))  # "no model installed": said while idle
@@ -205,11 +229,27 @@ class AgentPanel(QWidget):
         self._zoom_windows = []
         self.verdict.setText("")
 
-    def begin(self, job_id: int, title: str, scripted: bool) -> None:
+    def _set_rollouts(self, k: int) -> None:
+        """One tab per rollout beyond the first (streamed text), none for K = 1."""
+        while self.rollout_tabs.count() > 1:
+            view = self.rollout_tabs.widget(self.rollout_tabs.count() - 1)
+            self.rollout_tabs.removeTab(self.rollout_tabs.count() - 1)
+            view.deleteLater()
+        self._rollout_views = []
+        for i in range(1, k):
+            view = QPlainTextEdit(objectName=f"rollout{i + 1}", readOnly=True)
+            self._rollout_views.append(view)
+            self.rollout_tabs.addTab(view, f"Rollout {i + 1}")
+        self.rollout_tabs.setTabText(0, "Rollout 1 (steps, zooms)" if k > 1 else "Rollout 1")
+        self.rollout_tabs.tabBar().setVisible(k > 1)
+        self.rollout_tabs.setCurrentIndex(0)
+
+    def begin(self, job_id: int, title: str, scripted: bool, rollouts: int = 1) -> None:
         self.clear()
+        self._set_rollouts(rollouts)
         self.set_compact(False)
         self._job, self._t0, self._info, self._eta = job_id, time.perf_counter(), {}, None
-        self._done_tokens, self._live_chars = 0, 0
+        self._done_tokens, self._live_chars, self._other_chars = 0, 0, 0
         banner = (f"<p style='background:#fff3cd;color:#7a5200'><b>⚠ {SCRIPTED_LABEL}.</b> Canned text and the demo "
                   "catalogue's answer; the zooms are real renders.</p>") if scripted else ""
         self.transcript.setHtml(banner + f"<p><b>{html.escape(title)}</b></p>")
@@ -223,8 +263,18 @@ class AgentPanel(QWidget):
         if job_id == self._job:
             self._info = info
 
-    def append_tokens(self, job_id: int, text: str) -> None:
+    def append_tokens(self, job_id: int, rollout: int, text: str) -> None:
+        """Text rollout ``rollout`` of the run ``job_id`` just generated: into its tab (the transcript for the
+        first); the status line counts every rollout's."""
         if job_id != self._job:
+            return
+        if rollout > 0:
+            if rollout <= len(self._rollout_views):
+                view = self._rollout_views[rollout - 1]
+                view.moveCursor(QTextCursor.MoveOperation.End)
+                view.insertPlainText(text)
+                view.ensureCursorVisible()
+            self._other_chars += len(text)
             return
         self._live_chars += len(text)
         cursor = self.transcript.textCursor()
@@ -309,11 +359,16 @@ class AgentPanel(QWidget):
                              "<br><small>The transcript shows one rollout; all are stored and side by side in the "
                              "HTML report.</small>" + _accept_hint(conf.verdict))
 
-    def show_trace(self, trace: Trace, heading: str) -> None:
-        """Replay a stored trace (after a batch run or on revisit): transcript, clickable zooms, verdict."""
+    def show_trace(self, trace: Trace, heading: str, others: Sequence[Trace | str] = ()) -> None:
+        """Replay a stored trace (after a batch run or on revisit): transcript, clickable zooms, verdict; with
+        ``others`` (rollouts 2…K: their traces, or why one cannot be shown) each in its tab."""
         if self.running:
             return
         self.clear()
+        self.status.setText("stored run")
+        self._set_rollouts(1 + len(others))
+        for view, other in zip(self._rollout_views, others, strict=True):
+            view.setPlainText(other if isinstance(other, str) else rollout_text(other))
         self.set_compact(False)
         model = trace.model
         scripted = bool(model.get("scripted"))
@@ -343,6 +398,8 @@ class AgentPanel(QWidget):
         if self.running:
             return
         self.clear()
+        self._set_rollouts(1)
+        self.status.setText("idle")  # the last run's figures belong to another spectrum
         self.hint.setText(text)
         self.set_compact(True)
 
@@ -375,7 +432,7 @@ class AgentPanel(QWidget):
         if self._job is None:
             return
         elapsed = time.perf_counter() - self._t0
-        tokens = self._done_tokens + self._live_chars // 4
+        tokens = self._done_tokens + (self._live_chars + self._other_chars) // 4
         rate = tokens / elapsed if elapsed > 0 else 0.0
         backend = self._info.get("backend", "…")
         eta = self.eta_text()

@@ -5,7 +5,9 @@ machine it shows the start screen, which offers the demo archive. ``--demo`` wri
 ``data_dir()/demo`` and opens it. The hidden option ``--screenshot-tour DIR`` drives a scripted session on
 the demo archive and saves screenshots (used by the Xvfb test); ``SPECO3_DEMO_AUTORUN=1`` does the same into
 ``./screenshots``. ``--self-test [--json FILE] [--require-gpu] [--hashes]`` checks the installation offscreen,
-without a window, and exits non-zero on any failure (`speco3.selftest`).
+without a window, and exits non-zero on any failure (`speco3.selftest`). On Linux, when the platform plugin Qt
+would load for the window lacks system libraries, the app says which and how to install them and exits 1 before
+Qt starts (`speco3.syslibs.window_problem`), instead of Qt's abort.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from speco3 import __version__
+from speco3 import __version__, syslibs
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.folder and not Path(args.folder).is_dir():
         print(f"spec-o3-desktop: {args.folder}: not a folder", file=sys.stderr)
         return 2
+    problem = syslibs.window_problem()  # Linux: a platform plugin that cannot load would make Qt abort (SIGABRT)
+    if problem:
+        log.error("%s", problem)
+        return 1
     os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
     import pyqtgraph as pg
     from PySide6.QtWidgets import QApplication

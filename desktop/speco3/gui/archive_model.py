@@ -274,6 +274,7 @@ class ArchiveTableModel(QAbstractTableModel):
         if want == "model abstained":
             return bool(getattr(self.confidence(entry), "abstained", False))
         model, human = self.state(entry)
+        model = model.split(" ", 1)[0] if model else None  # "YES (demo)": the scripted demo's answer counts too
         return {
             "undecided": human is None, "decided": human is not None,
             "YES": human == "YES", "NO": human == "NO", "UNSURE": human == "UNSURE",

@@ -155,7 +155,7 @@ class ArchivePanel(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
-        self.table.setColumnWidth(0, 230)  # name, model and p(YES) visible in a laptop-sized panel (elided in the middle)
+        self.table.setColumnWidth(0, 180)  # name, model, p(YES), decision visible in a laptop-sized panel (elided mid-name)
         # long survey file names differ at their end (LAMOST MRS: …_sp01-015.fits#14): keep the end visible
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.setWordWrap(False)  # wrapped at its hyphens, a name showed only its first piece in a row's height

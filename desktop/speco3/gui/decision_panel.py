@@ -56,7 +56,8 @@ class DecisionPanel(QWidget):
         super().__init__(parent)
         self.keymap = keymap
         self.position = QLabel("No queue", objectName="queuePosition")
-        self.suggestion = QLabel("Model: —", objectName="modelSuggestion", textFormat=Qt.TextFormat.RichText)
+        self.suggestion = QLabel("Model: —", objectName="modelSuggestion", textFormat=Qt.TextFormat.RichText,
+                                 wordWrap=True)  # unwrapped, a long suggestion pushed the panel past the screen
         self.accept_button = QPushButton("Accept model (Enter)", objectName="acceptButton", enabled=False)
         self.buttons: dict[str, QPushButton] = {}
         self.group = QButtonGroup(self)
@@ -89,7 +90,8 @@ class DecisionPanel(QWidget):
         next_b.clicked.connect(lambda: self.navigate.emit(1))
         nav.addWidget(prev_b)
         nav.addWidget(next_b)
-        self.cheat = QLabel(keymap.cheat_sheet_html(), objectName="cheatSheet", textFormat=Qt.TextFormat.RichText)
+        self.cheat = QLabel(keymap.cheat_sheet_html(), objectName="cheatSheet", textFormat=Qt.TextFormat.RichText,
+                            wordWrap=True)
         self.cheat.setVisible(False)
         self.accept_button.clicked.connect(self.acceptModel)
 

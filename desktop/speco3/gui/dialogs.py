@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -27,6 +28,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QTabWidget,
     QVBoxLayout,
@@ -268,6 +270,15 @@ class ModelManagerDialog(QDialog):
             self._run(partial(_pull, self.store, name), f"pulled {name}")
 
 
+def _scrolling(page: QWidget) -> QScrollArea:
+    """A settings page that scrolls: the keymap's 24 rows made the dialog taller than a 768-pixel screen (its OK and
+    Cancel buttons fell below the edge)."""
+    area = QScrollArea(widgetResizable=True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setWidget(page)
+    return area
+
+
 class SettingsDialog(QDialog):
     """Engine, folders, vetter and keymap settings; writes into the given `AppSettings` on OK."""
 
@@ -323,7 +334,7 @@ class SettingsDialog(QDialog):
                                    value=settings.samp_match_arcsec)
         form.addRow("SAMP", self.samp)
         form.addRow("Sky position match", self.samp_match)
-        tabs.addTab(general, "General")
+        tabs.addTab(_scrolling(general), "General")
         server = QWidget()
         sform = QFormLayout(server)
         self.server_url = QLineEdit(settings.server_url, objectName="serverUrl",
@@ -335,7 +346,7 @@ class SettingsDialog(QDialog):
         sform.addRow("Server URL (llama-server, vLLM, SGLang)", self.server_url)
         sform.addRow("Served model", self.server_model)
         sform.addRow("API key variable", self.server_key_env)
-        tabs.addTab(server, "Model server")
+        tabs.addTab(_scrolling(server), "Model server")
         keys = QWidget()
         kform = QFormLayout(keys)
         keymap = Keymap(settings.keymap)
@@ -344,7 +355,7 @@ class SettingsDialog(QDialog):
             edit = QLineEdit(keymap.keys[a.name], objectName=f"key_{a.name}")
             self.key_edits[a.name] = edit
             kform.addRow(a.text, edit)
-        tabs.addTab(keys, "Keymap")
+        tabs.addTab(_scrolling(keys), "Keymap")
         self.error = QLabel("", objectName="settingsError", styleSheet="color:#b32d2d")
         box = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         box.accepted.connect(self.accept)

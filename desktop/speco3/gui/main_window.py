@@ -24,10 +24,12 @@ from PySide6.QtWidgets import (
 )
 
 from speco3 import __version__
+from speco3.agent.trace import Trace, TraceError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
 from speco3.gui.agent_panel import AgentPanel
 from speco3.gui.archive_model import ArchiveTableModel
 from speco3.gui.archive_panel import ArchivePanel
+from speco3.gui.collector import collect_garbage_on_gui_thread
 from speco3.gui.decision_panel import DecisionPanel
 from speco3.gui.demo_session import SCRIPTED_LABEL, is_demo_spectrum
 from speco3.gui.keymap import FLAG_ACTIONS, KeyFilter, Keymap
@@ -37,9 +39,23 @@ from speco3.gui.samp_panel import SampPanel
 from speco3.gui.settings import AppSettings
 from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
-from speco3.gui.workers import IndexWorker, InferenceThread, collect_garbage_on_gui_thread, render_png
+from speco3.gui.workers import IndexWorker, InferenceThread, render_png
+from speco3.vetting.records import ModelVerdict
 
 log = logging.getLogger(__name__)
+
+
+def archive_summary(summary: dict[str, Any], unusable: int, root: str) -> str:
+    """What an opened archive holds, in the words of ``spec-o3 index`` (the status bar said "196 spectra" where the
+    table listed 190 and the index 193 + 3 unreadable)."""
+    text = f"{summary['spectra']:,} spectra in {summary['files']:,} files in {root}"
+    if summary["errors"]:
+        text += f"; {summary['errors']:,} unreadable (listed, with the reason)"
+    if unusable:
+        text += f"; {unusable:,} sky fibres or fully masked, not in the queue (tick 'sky fibres, fully masked')"
+    if summary["skipped"]:
+        text += f"; {summary['skipped']:,} entries the readers skipped (e.g. unassigned fibres)"
+    return text
 
 
 class MainWindow(QMainWindow):
@@ -180,7 +196,7 @@ class MainWindow(QMainWindow):
     def _connect(self) -> None:
         self.archive.openRequested.connect(self.choose_archive)
         self.archive.rowActivated.connect(self.vetting.go_to)
-        self.archive.filtersChanged.connect(lambda: self.vetting.go_to(0) if self.table_model.loaded_rows() else None)
+        self.archive.filtersChanged.connect(self._filters_changed)
         self.vetting.currentChanged.connect(self._on_current)
         self.vetting.rowMoved.connect(self._show_position)
         # verdicts arriving during a pre-screen re-query a state-filtered table at most every 0.4 s
@@ -213,6 +229,20 @@ class MainWindow(QMainWindow):
         }
         for action, flag in FLAG_ACTIONS.items():
             self.key_actions[action] = lambda flag=flag: self.decision.toggle_flag(flag)
+
+    def _filters_changed(self) -> None:
+        """New filters: stay on the spectrum shown when it is still listed (the trial lost its place when it set
+        the state filter back to "any"), else go to the first row; an empty table shows nothing, so that no
+        decision key acts on a spectrum the queue no longer holds."""
+        entry = self.vetting.entry
+        if entry is not None and 0 <= self.vetting.row < self.table_model.loaded_rows() \
+                and self.table_model.entry(self.vetting.row).key == entry.key:
+            return  # `VettingController` followed it to its new row
+        if self.table_model.loaded_rows():
+            self.vetting.go_to(0)
+        else:
+            self.vetting.clear_current()
+            self.show_message("no spectrum matches the filters")
 
     def trigger(self, action: str) -> None:
         """Run a keymap action by name (the key filter calls this)."""
@@ -278,7 +308,7 @@ class MainWindow(QMainWindow):
         self.index = ArchiveIndex.for_root(root)
         self.archive_root = root
         try:
-            self.vetting.open_store(store_path_for(root, self.settings.resolved_data_folder()))
+            self.vetting.open_store(store_path_for(root, self.settings.resolved_data_folder()), root)
         except Exception as exc:
             self.show_error(f"cannot open the vetting store: {exc}")
             return
@@ -287,7 +317,7 @@ class MainWindow(QMainWindow):
         self.table_model.set_index(self.index, self.archive.reset_filters(surveys))
         self.stack.setCurrentWidget(self.viewer)
         n = self.index.count()
-        self.show_message(f"{n:,} spectra in {root}")
+        self.show_message(archive_summary(self.index.summary(), self.index.count(usable=False), root))
         self.settings.last_archive = root
         self._save_settings()
         if n:
@@ -319,8 +349,11 @@ class MainWindow(QMainWindow):
 
     # -- current spectrum ----------------------------------------------------------------------------------------
     def _on_current(self, row: int, entry: Any, spectrum: Any) -> None:
-        self.viewer.set_spectrum(spectrum, unavailable=None if spectrum is not None else
-                                 f"{entry.name}: {self.vetting.load_error or 'not readable'}")
+        if entry is None:  # nothing current (an empty table)
+            unavailable = "no spectrum: the table is empty (see the filters)"
+        else:
+            unavailable = None if spectrum is not None else f"{entry.name}: {self.vetting.load_error or 'not readable'}"
+        self.viewer.set_spectrum(spectrum, unavailable=unavailable)
         self.stack.setCurrentWidget(self.viewer)
         self.refresh_models()
         self._show_position(row)
@@ -346,18 +379,28 @@ class MainWindow(QMainWindow):
         if mv is None or not mv.trace_dir:
             self.agent_panel.show_idle("No model run for this spectrum and task yet — press A to run the agent.")
             return
-        from speco3.agent.trace import Trace
-
         try:
             trace = Trace.load(Path(mv.trace_dir).parent if mv.trace_dir.endswith(".json") else mv.trace_dir)
         except Exception as exc:
             self.agent_panel.show_idle(f"stored trace unreadable: {exc}")
             return
         name = self.vetting.spectrum.name if self.vetting.spectrum is not None else ""
-        self.agent_panel.show_trace(trace, f"{name} · task {mv.task} · {mv.model_id}")
+        self.agent_panel.show_trace(trace, f"{name} · task {mv.task} · {mv.model_id}", self._other_rollouts(mv))
         conf = mv.confidence()
         if conf is not None and conf.k > 1:  # K rollouts: their fold, not the one rollout the transcript replays
             self.agent_panel.show_confidence(conf, f"model {mv.model_id}")
+
+    def _other_rollouts(self, mv: ModelVerdict) -> list[Trace | str]:
+        """The stored traces of rollouts 2…K of a run (a sentence in place of one that cannot be read)."""
+        if self.vetting.store is None or mv.id is None or (mv.rollouts or 1) < 2:
+            return []
+        out: list[Trace | str] = []
+        for r in self.vetting.store.rollouts(mv.id)[1:]:
+            try:
+                out.append(Trace.load(r.trace_dir) if r.trace_dir else f"rollout {r.idx + 1}: no trace stored")
+            except TraceError as exc:
+                out.append(f"rollout {r.idx + 1}: stored trace unreadable: {exc}")
+        return out
 
     def _on_task(self, task_id: str) -> None:
         self.settings.task = task_id
@@ -415,6 +458,9 @@ class MainWindow(QMainWindow):
     def start_batch(self) -> None:
         self.table_model.fetch_all()
         entries = [self.table_model.entry(r) for r in range(self.table_model.loaded_rows())]
+        if not entries:
+            self.show_message("nothing to pre-screen: the table is empty (see the filters)")
+            return
         model_id = self.agent_panel.model_id() or ""
         if model_id == SCRIPTED_LABEL or not model_id:
             demo = [e for e in entries if str(e.file_name or "").startswith("spec-60001-SPECO3DEMO")]

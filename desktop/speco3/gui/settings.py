@@ -17,6 +17,7 @@ from typing import Any
 
 from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED, Thresholds
 from speco3.agent.rollouts import ROLLOUT_TEMPERATURE, RolloutPlan
+from speco3.agent.settings import RolloutSettings, RunSettings
 from speco3.config import config_dir, data_dir
 from speco3.engine.base import DEFAULT_N_CTX, EngineSettings
 from speco3.fileio import write_text_atomic
@@ -24,7 +25,6 @@ from speco3.fileio import write_text_atomic
 log = logging.getLogger(__name__)
 
 FILE_NAME = "desktop.json"
-ROLLOUT_TOP_LOGPROBS = 5  # alternatives recorded per token when K > 1 (for P(YES) at the verdict token)
 #: The agent panel's model entry for the settings' "Model server" (shown when a server URL is set).
 SERVER_MODEL_ID = "model-server"
 
@@ -157,19 +157,25 @@ class AppSettings:
     def resolved_data_folder(self) -> Path:
         return Path(self.data_folder).expanduser() if self.data_folder else data_dir()
 
+    def run_settings(self) -> RunSettings:
+        """The one settings object of a model run (`speco3.agent.settings.RunSettings`, as the command line builds
+        it): the user's engine choices (other fields keep the engine defaults) and rollouts (the rollout
+        temperature counts for K > 1; K = 1 is the greedy run)."""
+        engine = EngineSettings(n_ctx=self.n_ctx, n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
+                                image_max_tokens=self.image_max_tokens, kv_type=self.kv_type, n_seq=self.parallel)
+        rollouts = RolloutSettings(self.rollouts, self.rollout_temperature if self.rollouts > 1 else None,
+                                   min_agreement=self.min_agreement, min_answered=self.min_answered)
+        return RunSettings.of(engine, rollouts)
+
     def engine_settings(self) -> EngineSettings:
-        """`EngineSettings` with the user's choices (other fields keep the engine defaults)."""
-        es = EngineSettings(n_ctx=self.n_ctx, n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
-                            image_max_tokens=self.image_max_tokens, kv_type=self.kv_type, n_seq=self.parallel,
-                            top_logprobs=ROLLOUT_TOP_LOGPROBS if self.rollouts > 1 else 0)
-        return es
+        return self.run_settings().engine
 
     def rollout_plan(self) -> RolloutPlan | None:
         """K sampled rollouts per spectrum, or None for the single greedy run."""
-        return RolloutPlan(self.rollouts, self.rollout_temperature) if self.rollouts > 1 else None
+        return self.run_settings().plan()
 
     def thresholds(self) -> Thresholds:
-        return Thresholds(self.min_agreement, self.min_answered)
+        return self.run_settings().thresholds()
     def server_config(self):
         """The model server's `ServerConfig`, or None to run the model locally (raises `EngineError` on a bad URL)."""
         if not self.server_url.strip():

@@ -24,6 +24,7 @@ from speco3.gui.demo_session import SCRIPTED_LABEL
 from speco3.gui.prefetch import SpectrumCache
 from speco3.spectra.index import IndexEntry
 from speco3.spectra.model import Spectrum
+from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 
 log = logging.getLogger(__name__)
 
@@ -85,13 +86,14 @@ class VettingController(QObject):
         model.modelReset.connect(self._follow_current)
 
     # -- store ---------------------------------------------------------------------------------------------------
-    def open_store(self, path: Path) -> None:
-        from speco3.vetting import VettingStore
+    def open_store(self, path: Path, archive_root: str | None = None) -> None:
 
         self.close_store()
         path.parent.mkdir(parents=True, exist_ok=True)
         self.store = VettingStore(path)
         log.info("vetting store %s", path)
+        if archive_root is not None:
+            self.store.set_state(ARCHIVE_ROOT_STATE, str(archive_root))  # reports are titled by it
 
     def bind_notes(self, panel: Any) -> None:
         """Store the decision panel's flags and comment as they change, and flush its pending edit on leaving."""
@@ -181,6 +183,16 @@ class VettingController(QObject):
         self._prefetch_around(row)
         return True
 
+    def clear_current(self) -> None:
+        """Nothing current (the table is empty): the viewer and the decision panel show no spectrum."""
+        self.leaving.emit()
+        self.row, self.entry, self.spectrum, self.load_error = -1, None, None, None
+        sel = self.table.selectionModel()
+        if sel is not None:
+            sel.clear()
+        self.currentChanged.emit(-1, None, None)
+        self._show_record()
+
     def _remember_followers(self) -> None:
         first = self.row + 1
         last = min(first + FOLLOWERS, self.model.loaded_rows())
@@ -266,8 +278,11 @@ class VettingController(QObject):
         from speco3.vetting.records import Decision, SpectrumInfo
 
         key = self._current_key()
-        if key is None or self.store is None:
+        if self.store is None:
             self.message.emit("open an archive first")
+            return False
+        if key is None:
+            self.message.emit("no spectrum shown (the table is empty): nothing decided")
             return False
         mv = self.store.latest_model_verdict(key, self.task_id)
         rec = Decision(spectrum_key=key, task=self.task_id, decision=decision, flags=list(flags), comment=comment,

@@ -57,7 +57,10 @@ LABEL_FILL = pg.mkBrush(255, 255, 255, 210)  # labels stay legible where another
 def flux_axis_label(spectrum: Spectrum) -> str:
     """The y-axis label: what the values are (an error spectrum's are errors) and the file's flux unit."""
     what = "Flux error (σ)" if (spectrum.meta.note or "").startswith(ERROR_SPECTRUM_NOTE) else "Flux"
-    return f"{what} ({spectrum.flux_unit})" if spectrum.flux_unit else what
+    unit = spectrum.flux_unit.strip()
+    if unit.lower().startswith("flux"):  # a unit string that names the quantity ("Flux (10^-17 erg/s/cm^2/Ang)")
+        return f"Flux error: {unit}" if what != "Flux" else unit
+    return f"{what} ({unit})" if unit else what
 
 
 class PlotBars(pg.BarGraphItem):

@@ -6,10 +6,15 @@ The GUI thread never blocks: every long task runs here and reports back through 
   their thread) and reports progress; the GUI then opens its own connection for queries.
 * `InferenceThread` owns the engine (llama.cpp contexts are not thread-safe; one thread drives them). It serves
   interactive runs first and batch items in between, so the vetter can ask the agent about the current spectrum
-  while a batch pre-screen is running. Tokens are coalesced (≈ 25 updates per second) before crossing threads.
-  With one rollout per spectrum on a llama.cpp engine with parallel sequences, batch items run several at once
-  on the same thread (`speco3.gui.slot_batch`); a paused batch or a waiting interactive run stops the refill and
-  goes on once the spectra in flight are done.
+  while a batch pre-screen is running. Every run goes through the screening core (`speco3.vetting.screening`,
+  the path of ``spec-o3 vet``): the core records each verdict row, rollouts and traces on this thread, and the
+  thread turns the core's events into signals. Tokens are coalesced (≈ 25 updates per second) before crossing
+  threads. With one rollout per spectrum on a llama.cpp engine with parallel sequences, batch items run several
+  at once (the core's `speco3.vetting.schedulers.on_slots`, as ``vet --slots N``); a paused batch, a waiting
+  interactive run, a stop or an item for another engine stops the refill, and the spectra in flight finish first.
+  A cancel ends the items in flight, each reported cancelled (nothing recorded, so a later pre-screen does them
+  again). The time estimate follows one item in flight, the earliest started (``batch_follow`` names it); the
+  queue estimate counts the others as running N at a time.
 
 Thread rules (a GUI deadlock came from breaking them): a worker receives plain data only (`AgentJob` holds no Qt
 object, and its engine factory no widget), reports through signals of a QObject that lives on the GUI thread, and
@@ -24,21 +29,35 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from speco3.agent.eta import QueueEstimate, Rates, TimeToVerdict
-from speco3.gui.collector import collect_garbage_on_gui_thread, restore_automatic_garbage_collection  # noqa: F401
-from speco3.gui.slot_batch import serve_slots, slot_width
-from speco3.spectra.model import Spectrum
+from speco3.agent.steps import AssistantStep, VerdictStep
+from speco3.agent.tasks import Task
+from speco3.agent.tool import RenderFn
+from speco3.engine.base import Engine
+from speco3.engine.parallel import parallel_sequences
+from speco3.render import release_thread_scene, render_view
+from speco3.vetting.schedulers import on_slots, one_at_a_time
+from speco3.vetting.screening import (
+    Cancelled,
+    Event,
+    Recorded,
+    Scheduler,
+    Screening,
+    Skipped,
+    Stepped,
+    VetItem,
+    screen,
+)
 
 log = logging.getLogger(__name__)
 
-EngineFactory = Callable[[], Any]  # () -> Engine (loaded lazily by the agent loop)
+EngineFactory = Callable[[], Engine]  # () -> Engine (loaded by the inference thread)
 
 
 def release_render_scene() -> None:
@@ -47,15 +66,11 @@ def release_render_scene() -> None:
     `speco3.render` keeps one Qt scene per thread; left there, it would be destroyed while the thread's Python
     state is torn down, which crashes PySide6. Call at the end of a worker thread.
     """
-    from speco3.render import release_thread_scene
-
     release_thread_scene()
 
 
 def render_png(view) -> bytes:
     """The agent's render function: the training-faithful renderer, PNG bytes."""
-    from speco3.render import render_view
-
     return render_view(view).png
 
 
@@ -145,19 +160,39 @@ class IndexWorker(BackgroundTask):
 
 @dataclass
 class AgentJob:
-    """One agent run. ``spectrum`` or ``entry`` (loaded in the worker) must be given."""
+    """One agent run: the spectrum (``item``: loaded in the worker unless it holds the spectrum), where and how it
+    is screened and recorded (``screening``: the store, task, plan and cancel; batch items share one), and the
+    engine to run it on."""
 
     key: str
-    task: Any
+    item: VetItem
+    screening: Screening
     engine_key: str
     engine_factory: EngineFactory
-    spectrum: Spectrum | None = None
-    entry: Any = None
     batch: bool = False
     scripted: bool = False
     job_id: int = 0
-    cancel: threading.Event = field(default_factory=threading.Event)
-    plan: Any = None  # a `speco3.agent.rollouts.RolloutPlan` (K sampled rollouts); None: one run as the engine samples
+
+    @property
+    def task(self) -> Task:
+        return self.screening.task
+
+    @property
+    def cancel(self) -> threading.Event:
+        return self.screening.cancel
+
+    @property
+    def k(self) -> int:
+        return self.screening.rollouts
+
+
+@dataclass
+class _Live:
+    """A job under way on the inference thread: what ``started_job`` said, and its time estimate."""
+
+    job: AgentJob
+    info: dict
+    eta: TimeToVerdict
 
 
 def engine_label(engine_key: str) -> str:
@@ -184,7 +219,7 @@ class InferenceThread(BackgroundTask):
     """
 
     started_job = Signal(int, str, object)
-    tokens = Signal(int, str)
+    tokens = Signal(int, int, str)  # (job id, rollout index, text): every rollout streams
     step = Signal(int, object)
     finished_job = Signal(int, str, object, object)
     failed_job = Signal(int, str, str)
@@ -194,7 +229,7 @@ class InferenceThread(BackgroundTask):
     eta = Signal(int, float, float)  # job id, seconds left for it, for it and the batch queue (-1: unknown)
     batch_follow = Signal(int, str, int)
 
-    def __init__(self, render: Callable[[Any], bytes] = render_png, parent: QObject | None = None):
+    def __init__(self, render: RenderFn = render_png, parent: QObject | None = None):
         super().__init__("speco3-inference", parent)
         self.render = render
         self._lock = threading.Lock()
@@ -206,8 +241,8 @@ class InferenceThread(BackgroundTask):
         self._batch_done = 0
         self._paused = False
         self._current: AgentJob | None = None
-        self._flight: dict[int, AgentJob] = {}  # batch items running together in slots (`speco3.gui.slot_batch`)
-        self._engine = None
+        self._flight: dict[int, AgentJob] = {}  # batch items running together in slots
+        self._engine: Engine | None = None
         self._engine_key: str | None = None
         self._next_id = 1
         self._queue_eta = QueueEstimate()
@@ -326,11 +361,13 @@ class InferenceThread(BackgroundTask):
                 self._wake.clear()
                 continue
             try:
-                if job.batch and slot_width(self, job) > 1:
-                    serve_slots(self, job)  # reports and counts each item itself
+                engine = self._engine_for(job)
+                width = parallel_sequences(engine) if job.batch and self._one_rollout(job) else 1
+                if width > 1:
+                    self._serve_slots(job, engine, width)  # reports and counts each item itself
                     continue
-                self._run_job(job)
-            except Exception as exc:  # never let the thread die
+                self._run_job(job, engine)
+            except Exception as exc:  # the thread goes on; the traceback is in the log
                 log.exception("agent job on %s failed", job.key)
                 self.failed_job.emit(job.job_id, job.key, f"{type(exc).__name__}: {exc}")
             finally:
@@ -366,75 +403,160 @@ class InferenceThread(BackgroundTask):
                 log.exception("closing the engine failed")
         self._engine, self._engine_key = None, None
 
-    def _engine_for(self, job: AgentJob):
+    def _engine_for(self, job: AgentJob) -> Engine:
         if job.scripted:  # demo scripts are per spectrum; never cached
-            return job.engine_factory()
-        if self._engine_key != job.engine_key:
+            engine = job.engine_factory()
+            engine.load()
+            return engine
+        if self._engine is None or self._engine_key != job.engine_key:
             self._close_engine()
             name = engine_label(job.engine_key)
             self.engine_status.emit(f"loading {name} …")
             t0 = time.perf_counter()
-            self._engine = job.engine_factory()
-            self._engine.load()
-            self._engine_key = job.engine_key
-            extra = getattr(self._engine.stats(), "extra", {}) if hasattr(self._engine, "stats") else {}
+            engine = job.engine_factory()
+            engine.load()
+            self._engine, self._engine_key = engine, job.engine_key
+            extra = engine.stats().extra
             fit = "; ".join([extra.get("fit", ""), *extra.get("fit_notes", ())]).strip("; ")
             self.engine_status.emit(f"{name} loaded in {time.perf_counter() - t0:.1f} s"
                                     + (f": {fit}" if fit else ""))
         return self._engine
 
-    def _job_started(self, job: AgentJob, engine) -> dict:
-        """The run's description (what `AgentController` records with it); emitted as ``started_job``."""
-        stats = engine.stats() if hasattr(engine, "stats") else None
-        info = {"backend": getattr(stats, "backend", "?"), "model": getattr(engine.info, "model_id", "?"),
-                "quant": getattr(engine.info, "quant", None), "scripted": job.scripted,
-                "settings": engine.settings.to_dict() if hasattr(engine, "settings") else {},
-                "prompt_version": getattr(job.task, "prompt_version", None), "task": getattr(job.task, "id", None),
-                "t0": time.time()}
-        self.started_job.emit(job.job_id, job.key, info)
-        return info
+    @staticmethod
+    def _one_rollout(job: AgentJob) -> bool:
+        return not job.scripted and job.k == 1
 
-    def _job_finished(self, job: AgentJob, run, spectrum: Spectrum, info: dict) -> None:
-        """Report a run's end (``finished_job`` with its final step: the first cancelled one, else rollout 0's)."""
-        final = next((f for f in run.finals if f is None or f.outcome.value == "cancelled"), run.finals[0])
-        if final is not None and final.kind == "verdict" and not job.scripted:
-            self._queue_eta.finished(final)
-        info.update(run=run, steps=run.traces[0].steps, spectrum=spectrum, elapsed=time.time() - info["t0"])
+    def _job_started(self, job: AgentJob, engine: Engine) -> _Live:
+        """The run's description, emitted as ``started_job``, and its time estimate (the queue's is calibrated on
+        the K in use: measured with another K, it starts again)."""
+        if job.k != self._queue_eta.rollouts and not job.scripted:
+            self._queue_eta = QueueEstimate(rollouts=job.k)
+        stats = engine.stats()
+        info = {"backend": stats.backend, "model": engine.info.model_id, "quant": engine.info.quant,
+                "scripted": job.scripted, "settings": engine.settings.to_dict(),
+                "prompt_version": job.task.prompt_version, "task": job.task.id, "t0": time.time()}
+        self.started_job.emit(job.job_id, job.key, info)
+        return _Live(job, info, self._queue_eta.new_episode(Rates.from_stats(stats)))
+
+    def _job_ended(self, live: _Live, event: Event) -> None:
+        """Report a run's end: ``finished_job`` with its final step (rollout 0's; the cancelled one when cut
+        short; None when it was skipped or its spectrum could not be read) and in ``info`` what the core recorded
+        (``verdict``, ``confidence``; absent when nothing was)."""
+        job, info = live.job, live.info
+        final: VerdictStep | None = None
+        if isinstance(event, Recorded | Cancelled) and event.started is not None:
+            run = event.started.run
+            final = next((f for f in run.finals if f is None or f.outcome.value == "cancelled"), run.finals[0])
+            info.update(run=run, steps=run.traces[0].steps, spectrum=event.started.spectrum)
+        if isinstance(event, Recorded):
+            info.update(verdict=event.verdict, confidence=event.confidence)
+            if final is not None and not job.scripted:  # the spectrum's wall time, all its rollouts
+                self._queue_eta.finished(final, event.verdict.seconds)
+        info["elapsed"] = time.time() - info["t0"]
         self.finished_job.emit(job.job_id, job.key, final, info)
 
-    def _run_job(self, job: AgentJob) -> None:
-        from speco3.vetting.rollout_runs import run_traced
+    def _observe(self, live: _Live, event: Stepped, engine: Engine, parallel: int, follow: bool) -> None:
+        """A step of a run under way: the agent panel follows rollout 0 of an interactive run (its verdict is not
+        the fold's when K > 1), the estimate follows rollout 0 (K rollouts advance together)."""
+        if event.rollout != 0:
+            return
+        job, step = live.job, event.step
+        if not job.batch and not (job.k > 1 and isinstance(step, VerdictStep)):
+            self.step.emit(job.job_id, step)
+        live.eta.observe(step, engine.stats() if isinstance(step, AssistantStep) else None)
+        if follow:
+            self._emit_eta(job, live.eta, parallel)
 
-        spectrum = job.spectrum if job.spectrum is not None else job.entry.load()
-        engine = self._engine_for(job)
-        stats = engine.stats() if hasattr(engine, "stats") else None
-        info = self._job_started(job, engine)
-        buf: list[str] = []
+    def _run_job(self, job: AgentJob, engine: Engine) -> None:
+        """One spectrum through the screening core, one at a time (its K rollouts on the parallel sequences)."""
+        live = self._job_started(job, engine)
+        bufs: dict[int, list[str]] = {}  # rollout index -> text not sent yet
         last = [time.perf_counter()]
 
         def flush() -> None:
-            if buf:
-                self.tokens.emit(job.job_id, "".join(buf))
-                buf.clear()
+            for i, buf in bufs.items():
+                if buf:
+                    self.tokens.emit(job.job_id, i, "".join(buf))
+                    buf.clear()
             last[0] = time.perf_counter()
 
-        def on_token(piece: str) -> None:
-            buf.append(piece)
+        def on_token(i: int, piece: str) -> None:
+            bufs.setdefault(i, []).append(piece)
             if time.perf_counter() - last[0] > 0.04:
                 flush()
 
-        k = job.plan.k if job.plan is not None else 1
-        eta = self._queue_eta.new_episode(Rates.from_stats(stats))
-
-        def on_step(i: int, step) -> None:  # the panel follows the first rollout (its verdict is not the fold's)
+        for event in screen(job.screening, [job.item], one_at_a_time(engine, on_token=on_token),
+                            engine.info.model_id):
             flush()
-            if i == 0 and not job.batch and not (k > 1 and step.kind == "verdict"):
-                self.step.emit(job.job_id, step)
-            if i == 0:  # the estimate follows the first rollout too (K rollouts advance together)
-                eta.observe(step, engine.stats() if step.kind == "assistant" and hasattr(engine, "stats") else None)
-                self._emit_eta(job, eta)
+            if isinstance(event, Stepped):
+                self._observe(live, event, engine, 1, follow=True)
+            elif isinstance(event, Recorded | Cancelled | Skipped):
+                self._job_ended(live, event)
 
-        run = run_traced(engine, spectrum, job.task, self.render, job.plan, cancel=job.cancel, on_step=on_step,
-                         on_token=on_token if k == 1 else None)
-        flush()
-        self._job_finished(job, run, spectrum, info)
+    # -- batch items in slots ------------------------------------------------------------------------------------
+    def _take_next(self, like: AgentJob) -> AgentJob | None:
+        """The next queued batch item, moved in flight; None to stop the refill (see module doc)."""
+        with self._lock:
+            if self._stop or self._paused or self._interactive or not self._batch:
+                return None
+            job = self._batch[0]
+            if job.engine_key != like.engine_key or not self._one_rollout(job) or job.screening is not like.screening:
+                return None
+            self._batch.popleft()
+            self._flight[job.job_id] = job
+            return job
+
+    def _serve_slots(self, first: AgentJob, engine: Engine, width: int) -> None:
+        """Run ``first`` and the batch items after it ``width`` at a time (`on_slots`) until the refill stops and
+        the last one ends; count and report each (see module doc)."""
+        with self._lock:
+            self._current = None
+            self._flight[first.job_id] = first
+        live: dict[str, _Live] = {}  # by store key: one run per spectrum in a screening
+        followed = [0, 0]  # job id, items in flight as last reported
+
+        def follow() -> None:
+            with self._lock:
+                n = len(self._flight)
+                started = [lv.job.job_id for lv in live.values() if lv.job.job_id in self._flight]
+                job = self._flight.get(min(started, default=0))
+            now = [job.job_id if job is not None else 0, n]
+            if now != followed:
+                followed[:] = now
+                self.batch_follow.emit(now[0], job.key if job is not None else "", n)
+
+        def items() -> Iterator[VetItem]:
+            job: AgentJob | None = first
+            while job is not None:
+                live[job.item.key] = self._job_started(job, engine)
+                follow()
+                yield job.item
+                job = self._take_next(first)
+
+        scheduler: Scheduler = on_slots(engine, width)
+        failure = "stopped"
+        try:
+            for event in screen(first.screening, items(), scheduler, engine.info.model_id):
+                lv = live.get(event.item.key)
+                if lv is None:
+                    continue
+                if isinstance(event, Stepped):
+                    self._observe(lv, event, engine, width, follow=lv.job.job_id == followed[0])
+                elif isinstance(event, Recorded | Cancelled | Skipped):
+                    del live[event.item.key]
+                    self._job_ended(lv, event)  # reported before the batch can look idle
+                    with self._lock:
+                        self._flight.pop(lv.job.job_id, None)
+                    self._item_done(lv.job)
+                    follow()
+        except Exception as exc:  # the app's boundary: the items in flight fail (logged), the thread goes on
+            log.exception("the batch slots failed")
+            failure = f"{type(exc).__name__}: {exc}"
+        finally:
+            with self._lock:
+                left = list(self._flight.values())
+                self._flight.clear()
+            for job in left:  # the items the slots did not finish
+                self.failed_job.emit(job.job_id, job.key, failure)
+                self._item_done(job)
+            self.batch_follow.emit(0, "", 0)

@@ -3,7 +3,7 @@
 ``SampLink`` (`speco3.interop.samp`) is the client; `speco3.interop.messages` builds outgoing parameters and
 checks incoming ones; `speco3.interop.hubs` reads the hub's lockfile; `speco3.interop.files` writes the VOTable/FITS files peers read; `speco3.interop.tables`
 builds the candidate table sent to TOPCAT. pyvo is imported only when SAMP is switched on. The specutils bridge
-lives with the Spectrum type (`speco3.spectra.specutils_io`, ``Spectrum.to_specutils`` / ``from_specutils``).
+lives with the Spectrum type (`speco3.spectra.specutils_io`: ``to_specutils`` / ``from_specutils``).
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ def wave_unit_factor(unit: str | None) -> float | None:
     return WAVE_UNITS.get(u)
 
 
-def sexagesimal_or_float(value: Any, hours: bool) -> float | None:
+def sexagesimal_or_float(value: object, hours: bool) -> float | None:
     """RA/Dec from a header value: degrees, or 'hh:mm:ss' / 'dd:mm:ss' strings."""
     if value is None or isinstance(value, bool):
         return None
@@ -289,7 +289,7 @@ def col(data: Any, *names: str) -> np.ndarray | None:
     return None
 
 
-def clean_str(v: Any) -> str | None:
+def clean_str(v: object) -> str | None:
     if v is None:
         return None
     if isinstance(v, bytes):
@@ -298,7 +298,7 @@ def clean_str(v: Any) -> str | None:
     return s or None
 
 
-def finite_or_none(v: Any) -> float | None:
+def finite_or_none(v: Any) -> float | None:  # anything float() takes, else None
     try:
         f = float(v)
     except (TypeError, ValueError):

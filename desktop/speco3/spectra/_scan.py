@@ -28,7 +28,7 @@ def wanted(name: str) -> bool:
     return not low.startswith(".") and low.endswith(EXTENSIONS)
 
 
-def _num(v: Any) -> float | None:
+def _num(v: Any) -> float | None:  # anything float() takes, else None
     if v is None:
         return None
     try:

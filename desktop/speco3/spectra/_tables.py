@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from speco3.spectra.source import _parse_value
+from speco3.spectra.source import Source, _parse_value
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class TableLayout:
             self.ok = False
 
 
-def layout(src: Any, key: int | str) -> TableLayout | None:
+def layout(src: Source, key: int | str) -> TableLayout | None:
     """Cached layout of a table HDU of ``src`` (None when the HDU is missing or not a binary table)."""
     cache = src.__dict__.setdefault("_layouts", {})
     if key in cache:
@@ -81,7 +81,7 @@ def layout(src: Any, key: int | str) -> TableLayout | None:
     return result
 
 
-def column_names(src: Any, key: int | str) -> list[str]:
+def column_names(src: Source, key: int | str) -> list[str]:
     """Column names of a table HDU ([] when not a table)."""
     lay = layout(src, key)
     if lay is not None:
@@ -90,7 +90,7 @@ def column_names(src: Any, key: int | str) -> list[str]:
     return list(hdu.columns.names) if hdu is not None and hasattr(hdu, "columns") else []
 
 
-def read_columns(src: Any, key: int | str, names: list[str] | tuple[str, ...], rows: slice | None = None
+def read_columns(src: Source, key: int | str, names: list[str] | tuple[str, ...], rows: slice | None = None
                  ) -> dict[str, np.ndarray]:
     """The wanted columns (case-insensitive; missing ones are left out) as numpy arrays.
 
@@ -102,7 +102,7 @@ def read_columns(src: Any, key: int | str, names: list[str] | tuple[str, ...], r
     fast = (lay is not None and lay.ok and not any(n.upper() in lay.scaled for n in wanted)
             and hasattr(hdu, "_data_offset") and getattr(hdu, "_file", None) is not None
             and not getattr(hdu, "_data_loaded", False) and not any(lay.columns[n.upper()][1] == "X" for n in wanted))
-    if fast:
+    if fast and lay is not None:
         try:
             return _raw_columns(hdu, lay, wanted)
         except (OSError, ValueError, AttributeError) as exc:

@@ -64,9 +64,11 @@ CREATE INDEX IF NOT EXISTS ix_spectra_cls_z ON spectra(cls, redshift, key);
 """
 #: Bumped when the tables change; an index with another version is rebuilt (it is a cache).
 SCHEMA_VERSION = "3"  # 3: companion files (DESI redrock) are recorded in files only
+# what queries select: the stored columns, then how many spectra the entry's file holds (`IndexEntry.in_file`)
 COLUMNS = ("key", "rel", "idx", "format", "survey", "data_release", "object_id", "ra", "dec", "redshift",
            "redshift_source", "cls", "subclass", "snr", "file_name", "hdu", "row", "note", "n_pixels", "wmin",
            "wmax", "masked_fraction", "flux_unit", "medium", "file_size", "file_mtime", "error", "has_error")
+SELECT = ",".join(COLUMNS[:-1]) + ",(SELECT n_spectra FROM files WHERE files.rel = spectra.rel)"
 
 
 class ArchiveIndexError(Speco3Error):
@@ -104,12 +106,13 @@ class IndexEntry:
     file_size: int | None = None
     file_mtime: float | None = None
     error: str | None = None
+    in_file: int | None = None  # spectra in this entry's file (None: not known)
 
     @property
     def name(self) -> str:
-        """Display name: file name, plus ``#N`` beyond the first spectrum of a file."""
+        """Display name: the file name, plus ``#N`` when the file holds several spectra (``#0`` for the first)."""
         base = self.file_name or PurePosixPath(self.key.rsplit("#", 1)[0]).name
-        return base if self.index == 0 else f"{base}#{self.index}"
+        return base if self.index == 0 and (self.in_file or 1) < 2 else f"{base}#{self.index}"
 
     @property
     def unusable(self) -> str | None:
@@ -366,7 +369,7 @@ class ArchiveIndex:
         # ties (and "key") in file order, then by position in the file: #2 before #10
         tie = f"rel {direction}, idx {direction}"
         order = f"{sort} {direction}, {tie}" if sort != "key" else tie
-        sql = f"SELECT {','.join(COLUMNS[:-1])} FROM spectra{where} ORDER BY {order}"
+        sql = f"SELECT {SELECT} FROM spectra{where} ORDER BY {order}"
         if limit is not None or offset:
             sql += " LIMIT ? OFFSET ?"
             params += [-1 if limit is None else int(limit), int(offset)]
@@ -384,7 +387,7 @@ class ArchiveIndex:
     def get(self, key: str) -> IndexEntry | None:
         """The entry with this key (``rel/path.fits#N``), or None."""
         with self._lock:
-            row = self._db.execute(f"SELECT {','.join(COLUMNS[:-1])} FROM spectra WHERE key=?", (key,)).fetchone()
+            row = self._db.execute(f"SELECT {SELECT} FROM spectra WHERE key=?", (key,)).fetchone()
         return self._entry(self.root or "", row) if row else None
 
     def near(self, ra: float, dec: float, radius_deg: float) -> list[IndexEntry]:
@@ -397,7 +400,7 @@ class ArchiveIndex:
         lo, hi = (ra - dra) % 360.0, (ra + dra) % 360.0
         ra_sql = "(ra BETWEEN ? AND ?)" if dra >= 180.0 or lo <= hi else "(ra >= ? OR ra <= ?)"
         ra_args = (0.0, 360.0) if dra >= 180.0 else (lo, hi)
-        sql = (f"SELECT {','.join(COLUMNS[:-1])} FROM spectra WHERE has_error=0 AND dec BETWEEN ? AND ? AND "
+        sql = (f"SELECT {SELECT} FROM spectra WHERE has_error=0 AND dec BETWEEN ? AND ? AND "
                f"{ra_sql} ORDER BY key")
         with self._lock:
             rows = self._db.execute(sql, (d_lo, d_hi, *ra_args)).fetchall()
@@ -437,7 +440,7 @@ class ArchiveIndex:
 
     @staticmethod
     def _entry(root: str, r: tuple) -> IndexEntry:
-        d = dict(zip(COLUMNS[:-1], r, strict=True))
+        d = dict(zip((*COLUMNS[:-1], "in_file"), r, strict=True))
         rel = d.pop("rel")
         return IndexEntry(path=str(Path(root) / rel), index=d.pop("idx"), **d)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import numpy as np
 
@@ -19,16 +19,19 @@ SKY_FIBRE_NOTE = "sky fibre"
 ERROR_SPECTRUM_NOTE = "error spectrum"
 
 
-class Deferred:
+T = TypeVar("T")
+
+
+class Deferred(Generic[T]):
     """A value computed on first access of a :class:`LazyField` (e.g. an S/N estimate nobody may ask for)."""
 
     __slots__ = ("compute",)
 
-    def __init__(self, compute: Callable[[], Any]):
+    def __init__(self, compute: Callable[[], T | None]):
         self.compute = compute
 
 
-class LazyField:
+class LazyField(Generic[T]):
     """Data descriptor for a dataclass field that may hold a :class:`Deferred`: resolved once, then cached.
 
     Reading the field (attribute access, ``to_dict``, ``repr``, ``==``, pickling) always yields the value, never
@@ -38,7 +41,13 @@ class LazyField:
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> None: ...
+
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> T | None: ...
+
+    def __get__(self, obj: object | None, objtype: type | None = None) -> T | None:
         if obj is None:
             return None  # the dataclass default
         value = obj.__dict__.get(self.name)
@@ -46,7 +55,7 @@ class LazyField:
             value = obj.__dict__[self.name] = value.compute()
         return value
 
-    def __set__(self, obj: Any, value: Any) -> None:
+    def __set__(self, obj: object, value: T | Deferred[T] | None) -> None:
         obj.__dict__[self.name] = value
 
 
@@ -63,7 +72,7 @@ class SpectrumMeta:
     redshift_source: str | None = None  # e.g. "LAMOST pipeline", "SPECOBJ", "redrock"
     cls: str | None = None  # STAR / GALAXY / QSO ...
     subclass: str | None = None
-    snr: float | None = LazyField()  # type: ignore[assignment]  # None by default; may be estimated on first read
+    snr: LazyField[float] = LazyField()  # None by default; may be estimated on first read
     file_name: str | None = None
     path: str | None = None
     hdu: str | int | None = None
@@ -105,7 +114,7 @@ class Spectrum:
     wavelength: np.ndarray
     flux: np.ndarray
     ivar: np.ndarray | None = None
-    mask: np.ndarray | None = None
+    mask: np.ndarray = None  # type: ignore[assignment]  # None: all pixels good (__post_init__ makes the array)
     flux_unit: str = ""
     medium: Medium = "unknown"
     meta: SpectrumMeta = field(default_factory=SpectrumMeta)
@@ -163,19 +172,6 @@ class Spectrum:
     def rest_wavelength(self) -> np.ndarray:
         """Wavelength divided by (1 + z) with the catalogue redshift."""
         return self.wavelength / (1.0 + self.z)
-
-    def to_specutils(self) -> Any:
-        """This spectrum as a ``specutils.Spectrum`` (needs specutils; see `speco3.spectra.specutils_io`)."""
-        from speco3.spectra.specutils_io import to_specutils
-
-        return to_specutils(self)
-
-    @classmethod
-    def from_specutils(cls, sp: Any, **meta: Any) -> Spectrum:
-        """A `Spectrum` from a specutils 1D spectrum; ``meta`` sets `SpectrumMeta` fields."""
-        from speco3.spectra.specutils_io import from_specutils
-
-        return from_specutils(sp, **meta)
 
     @property
     def sigma(self) -> np.ndarray | None:

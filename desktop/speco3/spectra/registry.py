@@ -17,13 +17,14 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 from speco3.errors import SpectrumReadError
 from speco3.spectra.model import Spectrum
-from speco3.spectra.source import Source, open_source
+from speco3.spectra.source import Source, SourceLike, open_source
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 Identify = Callable[[Source], bool]
 Read = Callable[[Source], "FileContents | list[Spectrum]"]
@@ -151,7 +152,7 @@ def _detect(src: Source) -> Format:
     raise SpectrumReadError(src.display, f"unknown layout: {src.describe()}")
 
 
-def _with_source(source: Any, fn: Callable[[Source], Any]) -> Any:
+def _with_source(source: SourceLike, fn: Callable[[Source], T]) -> T:
     path, _ = (parse_address(source) if isinstance(source, str | os.PathLike) else (None, None))
     src = open_source(path if path is not None else source)
     try:
@@ -160,12 +161,12 @@ def _with_source(source: Any, fn: Callable[[Source], Any]) -> Any:
         src.close()
 
 
-def identify(source: Any) -> str:
+def identify(source: SourceLike) -> str:
     """Name of the format of ``source`` (a path, ``FILE#N`` address or binary file object)."""
     return _with_source(source, lambda src: _detect(src).name)
 
 
-def read_file(source: Any) -> FileContents:
+def read_file(source: SourceLike) -> FileContents:
     """Read every spectrum of a file, with the list of skipped entries and the files it depends on."""
 
     def run(src: Source) -> FileContents:
@@ -212,7 +213,7 @@ def read_file(source: Any) -> FileContents:
     return _with_source(source, run)
 
 
-def read_spectra(source: Any) -> list[Spectrum]:
+def read_spectra(source: SourceLike) -> list[Spectrum]:
     """All spectra of a file (path, file object, or address; an address's selector is ignored)."""
     return read_file(source).spectra
 
@@ -234,7 +235,7 @@ def select_spectrum(spectra: list[Spectrum], selector: str, display: str) -> Spe
     )
 
 
-def read_spectrum(source: Any, index: int | str | None = None) -> Spectrum:
+def read_spectrum(source: SourceLike, index: int | str | None = None) -> Spectrum:
     """One spectrum of a file.
 
     Parameters

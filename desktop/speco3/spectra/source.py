@@ -16,7 +16,7 @@ import re
 import warnings
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from astropy.io import fits
 
@@ -51,6 +51,11 @@ class Source:
         self._warnings: list[str] = []
         self._names: list[str] | None = None
         self._fixed = False
+        self._owned: IO[bytes] | None = None  # the file the HDU list reads lazily from, closed with the source
+
+    def keep_open(self, fh: IO[bytes]) -> None:
+        """Close ``fh`` (the file the HDU list was opened on) when the source is closed."""
+        self._owned = fh
 
     # -- identity ------------------------------------------------------------------------------------
     @property
@@ -179,7 +184,7 @@ class Source:
             with contextlib.suppress(Exception), warnings.catch_warnings():  # must not mask the real error
                 warnings.simplefilter("ignore")
                 self.hdul.close()
-        owned = self.__dict__.pop("_owned", None)
+        owned, self._owned = self._owned, None
         if owned is not None:
             owned.close()
 
@@ -340,7 +345,12 @@ def _open_fits(target: Any, display: str, path: Path | None) -> Source:
     return src
 
 
-def open_source(source: Any) -> Source:
+#: What a reader opens: a path (``str`` or path-like; `speco3.spectra.registry` also takes ``FILE#N``) or a binary
+#: file object.
+SourceLike = str | os.PathLike[str] | IO[bytes]
+
+
+def open_source(source: SourceLike) -> Source:
     """Open a path or binary file object once; raise SpectrumReadError for missing, empty or non-spectrum files."""
     if isinstance(source, str | os.PathLike):
         path = Path(source)
@@ -360,7 +370,7 @@ def open_source(source: Any) -> Source:
             if head.startswith(FITS_MAGIC):
                 fh.seek(0)
                 src = _open_fits(fh, display, path.resolve())
-                src._owned = fh
+                src.keep_open(fh)
                 return src
             raw = head + fh.read()
         except BaseException:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from speco3.errors import SpectrumReadError
-from speco3.spectra.model import Spectrum, SpectrumMeta
+from speco3.spectra.model import Medium, Spectrum, SpectrumMeta
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def _specutils() -> Any:
     return specutils
 
 
-def spectrum_class() -> type:
+def spectrum_class() -> type[Any]:  # specutils has no type information
     """``specutils.Spectrum`` (specutils ≥ 2) or ``specutils.Spectrum1D``."""
     su = _specutils()
     return getattr(su, "Spectrum", None) or su.Spectrum1D
@@ -135,9 +135,10 @@ def from_specutils(sp: Any, **meta: Any) -> Spectrum:
     unit_text = sp.meta.get("flux_unit_text") if isinstance(sp.meta, dict) else None
     if unit_text is None:
         unit_text = "" if flux_q.unit == u.dimensionless_unscaled else flux_q.unit.to_string()
-    medium = sp.meta.get("medium", "unknown") if isinstance(sp.meta, dict) else "unknown"
-    return Spectrum(wave, flux, ivar=ivar, mask=mask, flux_unit=unit_text,
-                    medium=medium if medium in ("air", "vacuum", "unknown") else "unknown", meta=m)
+    medium: Medium = "unknown"
+    if isinstance(sp.meta, dict) and sp.meta.get("medium") in ("air", "vacuum"):
+        medium = sp.meta["medium"]
+    return Spectrum(wave, flux, ivar=ivar, mask=mask, flux_unit=unit_text, medium=medium, meta=m)
 
 
 # -- fallback reader -------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from speco3.agent.trace import Trace, TraceError
 from speco3.errors import StoreError
 from speco3.vetting.export import export_rows, write_atomic
 from speco3.vetting.records import flag_words, now_iso
-from speco3.vetting.store import VettingStore
+from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 
 logger = logging.getLogger(__name__)
 
@@ -179,8 +179,12 @@ def _entry(row: dict[str, Any], images: _Images, store: VettingStore) -> ReportE
 
 
 def default_title(store: VettingStore, rows: list[dict[str, Any]]) -> str:
-    """"Spec-o3 vetting report — <archive folder>" from the spectra's common folder (the app names its stores by
-    a hash of the archive path, which says nothing to a reader); the store's file name when the rows share none."""
+    """"Spec-o3 vetting report — <archive folder>": the folder the store vets (recorded by the app and `spec-o3 vet`;
+    the app names its stores by a hash of the archive path, which says nothing to a reader), else the exported
+    spectra's common folder, else the store's file name."""
+    root = store.get_state(ARCHIVE_ROOT_STATE)
+    if root:
+        return f"Spec-o3 vetting report — {Path(root).name}"
     folders = {os.path.dirname(str(r["spectrum_key"]).rsplit("#", 1)[0]) for r in rows if r.get("spectrum_key")}
     try:
         common = os.path.commonpath(sorted(folders)) if folders else ""

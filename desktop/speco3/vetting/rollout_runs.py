@@ -1,6 +1,6 @@
 """K traced rollouts of one spectrum and their fold: what ``spec-o3 inspect``, ``vet`` and the app share.
 
-`run_traced` runs `speco3.agent.rollouts.run_rollouts` and keeps one `Trace` per rollout (its sampling in the
+`run_traced` runs `speco3.agent.rollouts.run_group` and keeps one `Trace` per rollout that ran (its sampling in the
 trace's settings); `save_rollouts` writes each trace (``FOLDER`` itself when K=1, as for a single run, else
 ``FOLDER/r00``, ``FOLDER/r01`` …) and describes each rollout as a `RolloutRecord`; `verdict_row` folds them into
 the model verdict row (`speco3.agent.confidence.aggregate`).
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from speco3.agent.adaptive import STOP_FIXED
 from speco3.agent.confidence import Confidence, Thresholds, aggregate
-from speco3.agent.rollouts import RolloutPlan, run_group
+from speco3.agent.rollouts import RolloutGroup, RolloutPlan, run_group
 from speco3.agent.steps import Outcome, VerdictStep
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn
@@ -43,6 +43,12 @@ class RolloutRun:
     @property
     def k_max(self) -> int:
         return self.plan.k
+
+    def keep(self, group: RolloutGroup) -> None:
+        """Keep the traces and samplings of the rollouts ``group`` ran (an adaptive group may stop early) and
+        its stop reason."""
+        del self.traces[group.k_used:], self.samplings[group.k_used:]
+        self.stop_reason = group.stop_reason
 
     @property
     def finals(self) -> list[VerdictStep]:
@@ -94,8 +100,7 @@ def run_into(run: RolloutRun, engine: Engine, spectrum: Spectrum, task: Task, re
     group = run_group(engine, spectrum, task, render, run.plan, thresholds=thresholds, cancel=cancel,
                       on_step=step_done, on_token=on_token, **episode_kwargs)
     run.seconds = time.perf_counter() - t0
-    del run.traces[group.k_used:], run.samplings[group.k_used:]  # an adaptive group that stopped early
-    run.stop_reason = group.stop_reason
+    run.keep(group)
     return run
 
 

@@ -44,6 +44,10 @@ logger = logging.getLogger(__name__)
 RETRY_OUTCOMES = ("cancelled", "engine_error")
 
 
+#: State key naming the archive folder a store vets (set by the app and `spec-o3 vet`; reports are titled by it).
+ARCHIVE_ROOT_STATE = "archive_root"
+
+
 class VettingStore:
     """The vetting database at ``path`` (created when missing).
 

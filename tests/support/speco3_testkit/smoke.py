@@ -33,7 +33,7 @@ DEFAULT_PROMPT = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<
 
 def run_pair(text: str | Path, mmproj: str | Path, image: str | Path, *, prompt: str = DEFAULT_PROMPT,
              n_predict: int = 4, n_ctx: int = 1024, n_threads: int = 2, f32_kv: bool = True,
-             flash_attn: bool = False) -> dict[str, Any]:
+             flash_attn: bool = False, lora: list | None = None) -> dict[str, Any]:
     """Run the forward pass in *this* process (the child). See :func:`smoke_test`."""
     import ctypes
 
@@ -44,6 +44,14 @@ def run_pair(text: str | Path, mmproj: str | Path, image: str | Path, *, prompt:
                           n_threads=n_threads, n_threads_batch=n_threads, flash_attn=flash_attn,
                           type_k=0 if f32_kv else None, type_v=0 if f32_kv else None, verbose=False)
     lctx, model = llm._ctx.ctx, llm._model.model
+    if lora:  # [[adapter_gguf, scale], ...] set on the context as the engine does
+        handles = [llama_cpp.llama_adapter_lora_init(model, str(path).encode()) for path, _ in lora]
+        if not all(handles):
+            raise RuntimeError(f"llama_adapter_lora_init failed for one of {[p for p, _ in lora]}")
+        arr = (llama_cpp.llama_adapter_lora_p_ctypes * len(handles))(*handles)
+        scales = (ctypes.c_float * len(handles))(*(float(s) for _, s in lora))
+        if llama_cpp.llama_set_adapters_lora(lctx, arr, len(handles), scales) != 0:
+            raise RuntimeError("llama_set_adapters_lora failed")
     params = mtmd.mtmd_context_params_default()
     params.use_gpu = False
     params.n_threads = n_threads
@@ -126,7 +134,7 @@ def smoke_test(text: str | Path, mmproj: str | Path, image: str | Path, *, timeo
         Seconds before the child is killed.
     **kwargs
         ``prompt`` (with the ``<__media__>`` marker), ``n_predict``, ``n_ctx``, ``n_threads``,
-        ``f32_kv``, ``flash_attn``.
+        ``f32_kv``, ``flash_attn``, ``lora`` (``[[adapter_gguf, scale], ...]``).
 
     Returns
     -------

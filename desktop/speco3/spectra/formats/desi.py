@@ -164,8 +164,7 @@ def read(src: Source) -> FileContents:
     snr_col = next((c for c in ("MEDIAN_COADD_SNR_R", "MEDIAN_CALIB_SNR_R") if c in score_names), None)
     scores = read_columns(src, "SCORES", ("TARGETID", snr_col)) if snr_col else {}
     deps = _redrock_siblings(src)
-    tables = [(p, _redrock_table(p)) for p in deps]
-    tables = [(p, t) for p, t in tables if t]
+    tables = [(p, t) for p in deps if (t := _redrock_table(p))]
     is_coadd = "EXP_FIBERMAP" in names or "COADD_FIBERSTATUS" in fm_names
     header_extra = {k.lower(): h0.get(k) for k in ("TILEID", "NIGHT", "SURVEY", "PROGRAM", "HPXPIXEL", "SPGRP")
                     if h0.get(k) is not None}
@@ -183,7 +182,7 @@ def read(src: Source) -> FileContents:
             if c not in ("TARGETID", "TARGET_RA", "TARGET_DEC"):
                 v = fm[c][i]
                 meta.extra[c.lower()] = clean_str(v) if isinstance(v, str | bytes) else v.item()
-        if scores and int(scores["TARGETID"][i]) == tid:
+        if scores and snr_col is not None and int(scores["TARGETID"][i]) == tid:
             meta.snr = finite_or_none(scores[snr_col][i])
             meta.extra["snr_source"] = snr_col
         for p, table in tables:

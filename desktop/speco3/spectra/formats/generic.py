@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 import numpy as np
 from astropy.io import fits
@@ -147,7 +148,7 @@ _BITPIX = {8: ">u1", 16: ">i2", 32: ">i4", 64: ">i8", -32: ">f4", -64: ">f8"}
 _HEADER_BLOCKS = 64
 
 
-def _raw_primary(fh) -> tuple[FastHeader, Any] | None:
+def _raw_primary(fh: BinaryIO) -> tuple[FastHeader, np.dtype, int] | None:
     """(header, dtype, pixel count) of a plain primary image read from the raw bytes, the file left at its data;
     None when the file is anything but a plain image (scaled or blank-flagged data, odd cards): astropy reads it."""
     head = b""
@@ -161,7 +162,7 @@ def _raw_primary(fh) -> tuple[FastHeader, Any] | None:
     else:
         return None
     ph = FastHeader.from_string(head.decode("ascii", errors="replace"))
-    naxis, dtype = ph.get("NAXIS"), _BITPIX.get(ph.get("BITPIX"))  # type: ignore[arg-type]
+    naxis, dtype = ph.get("NAXIS"), _BITPIX.get(ph.get("BITPIX"))
     if ph.get("SIMPLE") is not True or dtype is None or type(naxis) is not int or not 1 <= naxis <= 999:
         return None
     dims = [ph.get(f"NAXIS{k}") for k in range(1, naxis + 1)]
@@ -216,7 +217,19 @@ def _pick(names: list[str], wanted: tuple[str, ...]) -> str | None:
     return None
 
 
-def _table_columns(hdu) -> dict[str, str | None] | None:
+@dataclass(frozen=True)
+class TableColumns:
+    """The columns of a spectrum table: wavelength and flux, and those of the optional arrays (None: absent)."""
+
+    wave: str
+    flux: str
+    sigma: str | None
+    ivar: str | None
+    var: str | None
+    mask: str | None
+
+
+def _table_columns(hdu) -> TableColumns | None:
     names = list(hdu.columns.names)
     h = hdu.header
     utypes = {h.get(f"TUTYP{i + 1}", "").lower(): n for i, n in enumerate(names) if h.get(f"TUTYP{i + 1}")}
@@ -224,11 +237,9 @@ def _table_columns(hdu) -> dict[str, str | None] | None:
     flux = utypes.get("spec:data.fluxaxis.value") or _pick(names, FLUX_COLS)
     if wave is None or flux is None:
         return None
-    return {
-        "wave": wave, "flux": flux,
-        "sigma": utypes.get("spec:data.fluxaxis.accuracy.staterror") or _pick(names, SIGMA_COLS),
-        "ivar": _pick(names, IVAR_COLS), "var": _pick(names, VAR_COLS), "mask": _pick(names, MASK_COLS),
-    }
+    return TableColumns(wave=wave, flux=flux,
+                        sigma=utypes.get("spec:data.fluxaxis.accuracy.staterror") or _pick(names, SIGMA_COLS),
+                        ivar=_pick(names, IVAR_COLS), var=_pick(names, VAR_COLS), mask=_pick(names, MASK_COLS))
 
 
 def _maybe_spectrum_table(src: Source, i: int) -> bool:
@@ -266,47 +277,44 @@ def read_table(src: Source) -> FileContents:
         hdu = src.hdu(i)
         cols = _table_columns(hdu)
         d = src.data(i)
-        if d is None or len(d) == 0:
+        if cols is None or d is None or len(d) == 0:
             out.skipped.append((f"HDU {i}", "empty table"))
             continue
-        wunit = _unit(hdu, cols["wave"])
+        wunit = _unit(hdu, cols.wave)
         factor = wave_unit_factor(wunit)
         if factor is None:
-            raise fail(src, f"HDU {i} column {cols['wave']} has unit {wunit!r}, not a wavelength unit")
-        is_log = cols["wave"].upper().startswith("LOG")
-        vector = np.ndim(d[cols["wave"]][0]) > 0
+            raise fail(src, f"HDU {i} column {cols.wave} has unit {wunit!r}, not a wavelength unit")
+        is_log = cols.wave.upper().startswith("LOG")
+        vector = np.ndim(d[cols.wave][0]) > 0
         rows = range(len(d)) if vector else [None]
         sdq = hdu.header.get("SDQFLAGS")
         for r in rows:
-            def get(key, r=r, d=d, cols=cols):
-                name = cols[key]
-                if name is None:
-                    return None
+            def get(name: str, r=r, d=d) -> np.ndarray:
                 return np.asarray(d[name][r] if r is not None else d[name], dtype=np.float64)
 
-            wave = get("wave")
+            wave = get(cols.wave)
             wave = np.power(10.0, wave) if is_log else wave * factor
-            flux = get("flux")
+            flux = get(cols.flux)
             ivar = None
-            if cols["ivar"] is not None:
-                ivar = get("ivar")
-            elif cols["sigma"] is not None:
-                ivar = ivar_from_sigma(get("sigma"))
-            elif cols["var"] is not None:
-                ivar = ivar_from_variance(get("var"))
+            if cols.ivar is not None:
+                ivar = get(cols.ivar)
+            elif cols.sigma is not None:
+                ivar = ivar_from_sigma(get(cols.sigma))
+            elif cols.var is not None:
+                ivar = ivar_from_variance(get(cols.var))
             mask = None
-            if cols["mask"] is not None:
-                bits = get("mask").astype(np.int64)
-                mask = (bits & int(sdq)) != 0 if sdq is not None and cols["mask"].upper() == "DQ" else bits != 0
+            if cols.mask is not None:
+                bits = get(cols.mask).astype(np.int64)
+                mask = (bits & int(sdq)) != 0 if sdq is not None and cols.mask.upper() == "DQ" else bits != 0
             name = str(hdu.name) if hdu.name else i
             meta = object_meta(h0, hdu=name, row=r if r is not None else None)
             if "SPORDER" in d.columns.names and r is not None:
                 meta.extra["sporder"] = int(d["SPORDER"][r])
                 meta.note = f"echelle order {int(d['SPORDER'][r])}"
-            if (unit := _unit(hdu, cols["flux"])) is None:
+            if (unit := _unit(hdu, cols.flux)) is None:
                 unit = hstr(h0, "BUNIT") or ""
             out.spectra.append(make_spectrum(wave, flux, ivar, mask, flux_unit=unit, meta=meta, src=src,
-                                             medium="air" if cols["wave"].upper() == "AWAV" else
+                                             medium="air" if cols.wave.upper() == "AWAV" else
                                              ("vacuum" if h0.get("VACUUM") is True else "unknown")))
     return out
 
