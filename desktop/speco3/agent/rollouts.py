@@ -4,11 +4,19 @@ The model was trained with group-wise sampled rollouts (GRPO, 8 per prompt); K s
 spectrum and task, each with its own seed, show how settled its verdict is. K=1 at temperature 0 is the paper's
 greedy evaluation.
 
-`run_rollouts` is the one entry point for callers (CLI, vetting, evaluate, GUI). On a llama.cpp engine with
-``EngineSettings.n_seq`` > 1 the rollouts run at once on parallel sequences that share the evaluated prefix
+`iter_rollouts` is the one loop (the screening core iterates it; `run_group` and `run_rollouts` run it to the
+end). On a llama.cpp engine with ``EngineSettings.n_seq`` > 1 the rollouts run at once on parallel sequences that share the evaluated prefix
 (`speco3.engine.parallel`; up to ``n_seq`` at a time, the next started as one ends); on other engines one after
 another. The result is the same either way: one step list per rollout, rollout i sampled with
 ``plan.samplings()[i]``.
+
+``RolloutPlan.auto(rule)`` (``--rollouts auto``) runs the rollouts in rounds (`speco3.agent.adaptive`): ``k_min``
+first, then ``step`` more at a time while the rule says the decision is not settled, up to ``k_max``. Every round
+runs on the same slots (one `SequencePool` for the whole group), so the later rounds copy the prefix the first one
+evaluated (the system prompt, task and full view are evaluated once per spectrum); a stop closes the slots, which
+frees every sequence the group held. Rollout i of an adaptive group is rollout i of the fixed group of ``k_max``
+(same seed), so an adaptive run is a prefix of the fixed one. `run_group` returns the steps with ``k_max`` and the
+stop reason; `run_rollouts` the steps alone.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from speco3.agent.adaptive import STOP_CANCELLED, STOP_FIXED, AdaptiveRule, next_round
+from speco3.agent.confidence import Thresholds
 from speco3.agent.driver import drive
 from speco3.agent.loop import episode_run
 from speco3.agent.steps import Step, VerdictStep
@@ -36,21 +46,50 @@ ROLLOUT_TOP_P = 1.0
 
 @dataclass(frozen=True)
 class RolloutPlan:
-    """K rollouts: their count and the sampling shared by all but the seed (rollout i uses ``seed + i``)."""
+    """K rollouts: their count and the sampling shared by all but the seed (rollout i uses ``seed + i``).
+
+    With ``adaptive`` (`auto`), ``k`` is the budget ``adaptive.k_max`` and the rule decides how many of them run."""
 
     k: int = 1
-    temperature: float | None = None  # None: 0 (greedy) for K=1, ROLLOUT_TEMPERATURE for K>1
+    temperature: float | None = None  # None: 0 (greedy) for K=1, ROLLOUT_TEMPERATURE for K>1 or adaptive
     top_p: float = ROLLOUT_TOP_P
     top_k: int = 0
     seed: int = 0
+    adaptive: AdaptiveRule | None = None
+
+    def __post_init__(self):
+        if self.adaptive is not None and self.k != self.adaptive.k_max:
+            raise ValueError(f"an adaptive plan's k ({self.k}) is its budget k_max ({self.adaptive.k_max})")
+
+    @classmethod
+    def auto(cls, rule: AdaptiveRule | None = None, temperature: float | None = None, top_p: float = ROLLOUT_TOP_P,
+             top_k: int = 0, seed: int = 0) -> RolloutPlan:
+        """``--rollouts auto``: up to ``rule.k_max`` rollouts, as many as `speco3.agent.adaptive` asks for."""
+        rule = rule or AdaptiveRule()
+        return cls(rule.k_max, temperature, top_p, top_k, seed, rule)
 
     def samplings(self) -> list[Sampling]:
         if self.k < 1:
             raise ValueError(f"the number of rollouts must be at least 1, got {self.k}")
-        temp = self.temperature if self.temperature is not None else (0.0 if self.k == 1 else ROLLOUT_TEMPERATURE)
-        if self.k > 1 and temp <= 0:
+        greedy = self.k == 1 and self.adaptive is None  # an adaptive plan samples, whatever its budget
+        temp = self.temperature if self.temperature is not None else (0.0 if greedy else ROLLOUT_TEMPERATURE)
+        if (self.k > 1 or self.adaptive is not None) and temp <= 0:
             raise ValueError("K > 1 greedy rollouts would all be the same; give a temperature above 0")
         return [Sampling(temp, self.top_p, self.top_k, self.seed + i) for i in range(self.k)]
+
+
+@dataclass
+class RolloutGroup:
+    """The rollouts that ran (``steps[i]`` of rollout i) out of a budget of ``k_max``, and why no more ran: the
+    adaptive rule's stop (`speco3.agent.adaptive`), ``fixed`` for a fixed-K plan, ``cancelled``."""
+
+    steps: list[list[Step]]
+    k_max: int
+    stop_reason: str
+
+    @property
+    def k_used(self) -> int:
+        return len(self.steps)
 
 
 def iter_rollouts(
@@ -60,26 +99,88 @@ def iter_rollouts(
     render: RenderFn,
     plan: RolloutPlan,
     *,
+    thresholds: Thresholds | None = None,
+    group: RolloutGroup | None = None,
     cancel: threading.Event | None = None,
     on_rollout_token: Callable[[int, str], None] | None = None,
     **episode_kwargs,
 ) -> Iterator[tuple[int, Step]]:
-    """The ``plan.k`` episodes of ``spectrum`` as they happen: ``(rollout i, step)``, each rollout ending with its
-    `VerdictStep` (``episode_kwargs`` as for `run_rollouts`). Closing the iterator ends the rollouts in flight.
-    ``on_rollout_token(i, text)`` streams every rollout's generated text (the app shows each as it is written)."""
+    """The episodes of ``spectrum`` as they happen: ``(rollout i, step)``, each rollout ending with its
+    `VerdictStep` (``episode_kwargs`` as for `run_group`). Closing the iterator ends the rollouts in flight.
+
+    A fixed plan runs one round of ``plan.k``; an adaptive one (`RolloutPlan.auto`) ``k_min``, then ``step`` more
+    while its rule (judged with ``thresholds``) says the decision is not settled, up to ``k_max``, all on the same
+    slots (closed at the stop, which frees every sequence the group held). ``group``, when given, receives the
+    steps, the budget and the stop reason as the rounds go (`RolloutGroup`). ``on_rollout_token(i, text)`` streams
+    every rollout's generated text (the app shows each as it is written)."""
     samplings = plan.samplings()
-    episodes = (episode_run(engine, spectrum, task, render, cancel=cancel, sampling=s,
-                            **_token_sink(episode_kwargs, on_rollout_token, i))
-                for i, s in enumerate(samplings))
+    rule = plan.adaptive
+    group = group if group is not None else RolloutGroup([], len(samplings), STOP_FIXED)
+    group.steps.clear()
+    group.k_max, group.stop_reason = len(samplings), STOP_FIXED
+    results = group.steps
     hits0 = _cache_hits(engine)
-    slots = open_slots(engine, len(samplings))
+    width = len(samplings) if rule is None else max(rule.k_min, rule.step)
+    slots = open_slots(engine, width)
     try:
-        yield from drive(episodes, slots, width=len(samplings))
+        want = len(samplings) if rule is None else rule.k_min
+        while want:
+            first = len(results)
+            batch = samplings[first:first + want]
+            results.extend([] for _ in batch)
+            episodes = (episode_run(engine, spectrum, task, render, cancel=cancel, sampling=s,
+                                    **_token_sink(episode_kwargs, on_rollout_token, first + j))
+                        for j, s in enumerate(batch))
+            for j, step in drive(episodes, slots, width=len(batch)):
+                results[first + j].append(step)
+                yield first + j, step
+            assert all(steps and isinstance(steps[-1], VerdictStep) for steps in results)
+            if cancel is not None and cancel.is_set():
+                group.stop_reason = STOP_CANCELLED
+                break
+            if rule is None:
+                break
+            verdicts = [steps[-1] for steps in results if isinstance(steps[-1], VerdictStep)]
+            decided = next_round([f.outcome.value for f in verdicts], [f.p_yes_token for f in verdicts], rule,
+                                 thresholds)
+            group.stop_reason, want = decided.stop_reason, decided.add
+            logger.info("%s: %d of %d rollouts, %s (chance the rest changes the decision %.3f)", spectrum.name,
+                        decided.k, rule.k_max, decided.stop_reason or f"{want} more", decided.p_change)
     finally:
         slots.close()
     if (hits := _cache_hits(engine) - hits0) > 0:
         logger.info("%d rollouts of %s: %d zoom image(s) asked for again came from the vision-encoder cache",
-                    len(samplings), spectrum.name, hits)
+                    len(results), spectrum.name, hits)
+
+
+def run_group(
+    engine: Engine,
+    spectrum: Spectrum,
+    task: Task | str,
+    render: RenderFn,
+    plan: RolloutPlan,
+    *,
+    thresholds: Thresholds | None = None,
+    cancel: threading.Event | None = None,
+    on_step: Callable[[int, Step], None] | None = None,
+    **episode_kwargs,
+) -> RolloutGroup:
+    """Run ``plan``'s episodes of ``spectrum`` to the end (`iter_rollouts`); return the steps of each rollout that
+    ran, the budget and the stop reason.
+
+    Parameters
+    ----------
+    on_step : callable, optional
+        ``on_step(i, step)`` for every step of rollout ``i`` as it happens.
+    episode_kwargs
+        Passed to `run_episode` (``max_turns``, ``image_max_tokens``, ``max_tokens_per_turn``, ``on_token``).
+    """
+    group = RolloutGroup([], plan.k, STOP_FIXED)
+    for i, step in iter_rollouts(engine, spectrum, task, render, plan, thresholds=thresholds, group=group,
+                                 cancel=cancel, **episode_kwargs):
+        if on_step is not None:
+            on_step(i, step)
+    return group
 
 
 def run_rollouts(
@@ -93,22 +194,9 @@ def run_rollouts(
     on_step: Callable[[int, Step], None] | None = None,
     **episode_kwargs,
 ) -> list[list[Step]]:
-    """Run ``plan.k`` episodes of ``spectrum``; return each rollout's steps (each list ends with a `VerdictStep`).
-
-    Parameters
-    ----------
-    on_step : callable, optional
-        ``on_step(i, step)`` for every step of rollout ``i`` as it happens.
-    episode_kwargs
-        Passed to `run_episode` (``max_turns``, ``image_max_tokens``, ``max_tokens_per_turn``, ``on_token``).
-    """
-    results: list[list[Step]] = [[] for _ in range(plan.k)]
-    for i, step in iter_rollouts(engine, spectrum, task, render, plan, cancel=cancel, **episode_kwargs):
-        results[i].append(step)
-        if on_step is not None:
-            on_step(i, step)
-    assert all(steps and isinstance(steps[-1], VerdictStep) for steps in results)
-    return results
+    """Run ``plan``'s episodes of ``spectrum``; return each rollout's steps (each list ends with a `VerdictStep`).
+    See `run_group` (this is its ``steps``)."""
+    return run_group(engine, spectrum, task, render, plan, cancel=cancel, on_step=on_step, **episode_kwargs).steps
 
 
 def _token_sink(episode_kwargs: dict, on_rollout_token: Callable[[int, str], None] | None, i: int) -> dict:
@@ -123,4 +211,4 @@ def _cache_hits(engine: Engine) -> int:
     return int(engine.stats().extra.get("image_cache_hits", 0))
 
 
-__all__ = ["ROLLOUT_TEMPERATURE", "RolloutPlan", "iter_rollouts", "run_rollouts"]
+__all__ = ["ROLLOUT_TEMPERATURE", "RolloutGroup", "RolloutPlan", "iter_rollouts", "run_group", "run_rollouts"]

@@ -4,13 +4,16 @@ Built from the command line (`speco3.cli.options.run_settings`) and from the app
 (`speco3.gui.settings.AppSettings.run_settings`); `RunSettings.plan` is the one place a `RolloutPlan` is made
 from user options, so the same K samples the same in ``vet``, ``inspect``, ``evaluate`` and the app: rollout i at
 the given temperature (the training temperature `ROLLOUT_TEMPERATURE` by default for K > 1), top-p, top-k 0 and
-seed ``seed + i``; K = 1 with no sampling options is the engine's own greedy run (no plan).
+seed ``seed + i``; K = 1 with no sampling options is the engine's own greedy run (no plan). ``auto``
+(``--rollouts auto``): K is the budget of an adaptive plan (`RolloutPlan.auto`, `speco3.agent.adaptive`), which
+runs 2 rollouts first and more only while the decision is not settled.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from speco3.agent.adaptive import DEFAULT_K_MIN, AdaptiveRule
 from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED, Thresholds
 from speco3.agent.rollouts import ROLLOUT_TOP_P, RolloutPlan
 from speco3.engine.base import EngineSettings
@@ -21,7 +24,7 @@ DEFAULT_TOP_LOGPROBS = 5
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    """K sampled rollouts per spectrum and when their fold abstains."""
+    """K sampled rollouts per spectrum and when their fold abstains (``auto``: up to K, as the adaptive rule asks)."""
 
     k: int = 1
     temperature: float | None = None  # None: 0 for K = 1, ROLLOUT_TEMPERATURE for K > 1
@@ -29,12 +32,17 @@ class RolloutSettings:
     seed: int = 0
     min_agreement: float = DEFAULT_MIN_AGREEMENT
     min_answered: float = DEFAULT_MIN_ANSWERED
+    auto: bool = False  # --rollouts auto: k is the budget k_max (--max-rollouts)
 
     def plan(self) -> RolloutPlan | None:
         """The rollout plan (None: the engine's own greedy run, K = 1 with no sampling options). Raises
         ValueError for K < 1 or K > 1 at temperature 0."""
         if self.k < 1:
             raise ValueError(f"the number of rollouts must be at least 1, got {self.k}")
+        if self.auto:
+            rule = AdaptiveRule(k_min=min(DEFAULT_K_MIN, self.k), k_max=self.k)
+            plan = RolloutPlan.auto(rule, self.temperature, self.top_p, 0, self.seed)
+            return replace(plan, temperature=plan.samplings()[0].temperature)
         if self.k == 1 and self.temperature is None and self.seed == 0 and self.top_p == ROLLOUT_TOP_P:
             return None
         plan = RolloutPlan(self.k, self.temperature, self.top_p, 0, self.seed)
@@ -50,7 +58,7 @@ class RolloutSettings:
             if asked < 0:
                 raise ValueError(f"top_logprobs must be 0 or more, got {asked}")
             return asked
-        return DEFAULT_TOP_LOGPROBS if self.k > 1 else 0
+        return DEFAULT_TOP_LOGPROBS if self.k > 1 or self.auto else 0
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@
   failures and whether it abstains (``--min-agreement``, ``--min-answered``). Each rollout's trace goes to
   ``OUT/r00``, ``OUT/r01`` …, the fold to ``OUT/confidence.json``. K=1 without ``--temperature`` is the paper's
   greedy evaluation, unchanged.
+- ``--rollouts auto [--max-rollouts N]`` runs them in rounds (`speco3.agent.adaptive`): 2 first, more only while
+  the decision is not settled, up to N (default 8); ``k_used``, ``k_max`` and ``stop_reason`` say how it ended.
 
 Models: ``--model NAME`` (installed in the model store; default: the store's default model) or explicit
 ``--text GGUF --mmproj GGUF``. The hidden ``--scripted FILE`` replays a JSON script instead of a model
@@ -55,7 +57,7 @@ from speco3.fileio import write_text_atomic
 from speco3.spectra import read_spectrum
 from speco3.spectra.model import Spectrum
 from speco3.vetting.records import RolloutRecord
-from speco3.vetting.rollout_runs import engine_plan, log_fold, run_traced, save_rollouts
+from speco3.vetting.rollout_runs import RolloutRun, engine_plan, log_fold, run_traced, save_rollouts
 
 
 def register(sub) -> None:
@@ -133,9 +135,11 @@ def _window(w) -> str:
     return rng + (f" {label}" if label else "")
 
 
-def confidence_report(conf: Confidence, records: list[RolloutRecord]) -> dict:
-    """The ``--json`` fields: the fold plus one entry per rollout."""
-    return {**conf.to_dict(), "uncertainty": conf.uncertainty, "abstain_reason": conf.abstain_reason or None,
+def confidence_report(conf: Confidence, records: list[RolloutRecord], run: RolloutRun) -> dict:
+    """The ``--json`` fields: the fold (with the rollouts used, the budget and why no more ran) plus one entry per
+    rollout."""
+    return {**conf.to_dict(), "k_used": conf.k, "k_max": run.k_max, "stop_reason": run.stop_reason,
+            "uncertainty": conf.uncertainty, "abstain_reason": conf.abstain_reason or None,
             "rollout_details": [{k: v for k, v in r.to_dict().items() if k != "verdict_id"} for r in records]}
 
 
@@ -160,10 +164,12 @@ def cmd_inspect_rollouts(args: argparse.Namespace, settings: RunSettings, task: 
 
     cancel = threading.Event()
     print(f"{spectrum.name} · task {task.id} ({task.target_class}) · model {engine.info.model_id} · "
-          f"{plan.k} rollout{'s' if plan.k > 1 else ''}", file=say, flush=True)
+          + (f"up to {plan.k} rollouts (auto)" if plan.adaptive else f"{plan.k} rollout{'s' if plan.k > 1 else ''}"),
+          file=say, flush=True)
     try:
         with sigint_cancels(cancel):
             run = run_traced(engine, spectrum, task, render, plan, cancel=cancel, on_step=on_step, on_token=stream,
+                             thresholds=thresholds,
                              max_turns=MAX_TURNS if args.max_turns is None else args.max_turns)
     finally:
         engine.close()
@@ -171,7 +177,7 @@ def cmd_inspect_rollouts(args: argparse.Namespace, settings: RunSettings, task: 
     conf = run.confidence(thresholds)
     log_fold(spectrum.name, task.id, conf)
     report = {"spectrum": spectrum.name, "task": task.id, "model_id": engine.info.model_id, "trace": str(out),
-              **confidence_report(conf, records)}
+              **confidence_report(conf, records, run)}
     write_text_atomic(out / "confidence.json", json.dumps(report, indent=1))
     if args.json:
         print(json.dumps(report, indent=1))
@@ -184,7 +190,9 @@ def cmd_inspect_rollouts(args: argparse.Namespace, settings: RunSettings, task: 
         agree = "—" if conf.agreement is None else f"{conf.agreement:.2f}"
         print(f"\ntrace: {out}\nVerdict: {conf.verdict or 'none'} ({task.target_class}) — p_yes {p} "
               f"({conf.yes} YES / {conf.no} NO of {conf.k}{tok}), agreement {agree}, "
-              f"{conf.format_failures} format failures" + (f" — ABSTAINED ({conf.abstain_reason})" if conf.abstained else ""))
+              f"{conf.format_failures} format failures"
+              + (f"; {conf.k} of up to {run.k_max} rollouts ({run.stop_reason})" if plan.adaptive else "")
+              + (f" — ABSTAINED ({conf.abstain_reason})" if conf.abstained else ""))
     if run.cancelled:
         return EXIT_INTERRUPTED
     return 0 if conf.verdict else EXIT_NO_VERDICT

@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+from speco3.agent.adaptive import DEFAULT_K_MAX
 from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED
 from speco3.agent.settings import DEFAULT_TOP_LOGPROBS, RolloutSettings, RunSettings
 from speco3.agent.tool import RenderFn
@@ -57,8 +58,11 @@ def model_options(p: argparse.ArgumentParser) -> None:
 def rollout_options(p: argparse.ArgumentParser) -> None:
     """The ``--rollouts`` options of ``inspect``, ``vet`` and ``evaluate``."""
     g = p.add_argument_group("confidence (K sampled rollouts per spectrum)")
-    g.add_argument("--rollouts", type=int, default=1, metavar="K",
-                   help="sampled episodes per spectrum (default 1: one greedy run, the paper's evaluation)")
+    g.add_argument("--rollouts", type=rollouts_arg, default=1, metavar="K|auto",
+                   help="sampled episodes per spectrum (default 1: one greedy run, the paper's evaluation); 'auto': "
+                   "2, then more only while the decision is not settled, up to --max-rollouts")
+    g.add_argument("--max-rollouts", type=int, default=DEFAULT_K_MAX, metavar="N",
+                   help=f"the budget of --rollouts auto (default {DEFAULT_K_MAX}, the training group size)")
     g.add_argument("--temperature", type=float,
                    help="sampling temperature (default: 0 for K=1, 1.0 — the training temperature — for K>1)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default 1: off)")
@@ -71,8 +75,26 @@ def rollout_options(p: argparse.ArgumentParser) -> None:
                    help=f"alternatives recorded per token (default {DEFAULT_TOP_LOGPROBS} for K>1, else 0)")
 
 
+AUTO = "auto"
+
+
+def rollouts_arg(text: str) -> int | str:
+    """``--rollouts``: a whole number K, or ``auto``."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of rollouts or 'auto', got {text!r}") from None
+
+
 def rollout_settings(args: argparse.Namespace) -> RolloutSettings:
-    """The rollouts the options ask for."""
+    """The rollouts the options ask for (``--rollouts auto``: up to ``--max-rollouts``)."""
+    if args.rollouts == AUTO:
+        if args.max_rollouts < 1:
+            raise Speco3Error(f"--max-rollouts must be at least 1, got {args.max_rollouts}")
+        return RolloutSettings(args.max_rollouts, args.temperature, args.top_p, args.seed, args.min_agreement,
+                               args.min_answered, auto=True)
     if args.rollouts < 1:
         raise Speco3Error(f"--rollouts must be at least 1, got {args.rollouts}")
     return RolloutSettings(args.rollouts, args.temperature, args.top_p, args.seed, args.min_agreement,

@@ -4,7 +4,7 @@ CSV and VOTable are UTF-8; FITS tables hold ASCII only, so other characters are 
 
 One row per spectrum and task, with the spectrum's identity and position, the latest model verdict (verdict,
 outcome, its confidence over K rollouts — ``p_yes``, ``p_yes_token``, ``rollouts``, ``agreement``, ``abstained``,
-``format_failures``, ``rollout_outcomes`` —, model, prompt version, cost) and the latest human decision (decision, flags, comment, vetter, time, and
+``format_failures``, ``rollout_outcomes``, and ``k_used``, ``k_max``, ``stop_reason`` of adaptive rollouts —, model, prompt version, cost) and the latest human decision (decision, flags, comment, vetter, time, and
 the model verdict the vetter saw); flags and comment are the vetter's latest, saved as edited even before a
 decision (`VettingStore.save_annotation`). Missing values are masked (empty in CSV, null in VOTable, NaN/TNULL in FITS).
 Every file is written atomically: to a temporary file beside the target, then ``os.replace``.
@@ -51,6 +51,9 @@ COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("abstained", "int", None, "1: the model abstained (split evidence or too few answers), 0: it did not"),
     ("format_failures", "int", None, "Rollouts that ended with a format error"),
     ("rollout_outcomes", "str", None, "Outcome of each rollout, comma separated"),
+    ("k_used", "int", None, "Rollouts that ran (adaptive: as many as the stopping rule asked for)"),
+    ("k_max", "int", None, "Rollout budget (fixed K: K)"),
+    ("stop_reason", "str", None, "Why no more rollouts ran (certain, agreed, settled, budget, fixed, cancelled)"),
     ("model_id", "str", None, "Model"),
     ("model_quant", "str", None, "Quantization"),
     ("prompt_version", "str", None, "Prompt version hash"),
@@ -118,7 +121,8 @@ def confidence_fields(v) -> dict[str, Any]:
     return {"p_yes": get("p_yes"), "p_yes_token": get("p_yes_token"), "rollouts": get("rollouts"),
             "agreement": get("agreement"), "abstained": None if abstained is None else int(abstained),
             "format_failures": get("format_failures"),
-            "rollout_outcomes": ",".join(outcomes) if outcomes is not None else None}
+            "rollout_outcomes": ",".join(outcomes) if outcomes is not None else None,
+            "k_used": get("rollouts"), "k_max": get("k_max"), "stop_reason": get("stop_reason")}
 
 
 def export_table(store: VettingStore, task: str | None = None) -> Table:

@@ -229,9 +229,9 @@ def _write(out: Path, sources: list[_Source], report: MergeReport) -> None:
         for table, rows in (("model_verdicts", verdicts), ("decisions", decisions), *keyed.items()):
             db.execute(f"DELETE FROM {table}")  # noqa: S608
             if rows:
-                cols = list(rows[0])
+                cols = list(dict.fromkeys(c for r in rows for c in r))  # stores of older schemas lack columns
                 db.executemany(f"INSERT INTO {table} ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",  # noqa: S608
-                               [tuple(r[c] for c in cols) for r in rows])
+                               [tuple(r.get(c) for c in cols) for r in rows])
         db.execute("COMMIT")
     except sqlite3.Error as exc:
         if db.in_transaction:

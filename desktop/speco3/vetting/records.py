@@ -67,9 +67,17 @@ class ModelVerdict:
     abstained: bool | None = None
     format_failures: int | None = None
     outcomes: list[str] | None = None
+    # adaptive rollouts (`speco3.agent.adaptive`): the budget and why no more rollouts ran ("fixed" for a fixed K);
+    # None in rows written before they were stored. The rollouts that ran are ``rollouts`` (`k_used`).
+    k_max: int | None = None
+    stop_reason: str | None = None
+
+    @property
+    def k_used(self) -> int | None:
+        return self.rollouts
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "k_used": self.k_used}
 
     def confidence(self) -> Confidence | None:
         """The stored fold as a `Confidence` (None for rows stored without one)."""

@@ -1,6 +1,6 @@
 """K traced rollouts of one spectrum and their fold: what ``spec-o3 inspect``, ``vet`` and the app share.
 
-`run_traced` runs `speco3.agent.rollouts.run_rollouts` and keeps one `Trace` per rollout (its sampling in the
+`run_traced` runs `speco3.agent.rollouts.run_group` and keeps one `Trace` per rollout that ran (its sampling in the
 trace's settings); `save_rollouts` writes each trace (``FOLDER`` itself when K=1, as for a single run, else
 ``FOLDER/r00``, ``FOLDER/r01`` …) and describes each rollout as a `RolloutRecord`; `verdict_row` folds them into
 the model verdict row (`speco3.agent.confidence.aggregate`).
@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 
+from speco3.agent.adaptive import STOP_FIXED
 from speco3.agent.confidence import Confidence, Thresholds, aggregate
-from speco3.agent.rollouts import RolloutPlan, run_rollouts
+from speco3.agent.rollouts import RolloutGroup, RolloutPlan, run_group
 from speco3.agent.steps import Outcome, VerdictStep
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn
@@ -30,12 +31,24 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RolloutRun:
-    """The traces of K rollouts of one spectrum, with the sampling of each."""
+    """The traces of K rollouts of one spectrum, with the sampling of each (an adaptive plan: the rollouts that ran,
+    ``k_max`` the budget, ``stop_reason`` why no more ran; `speco3.agent.adaptive`)."""
 
     plan: RolloutPlan
     samplings: list[Sampling]
     traces: list[Trace]
     seconds: float = 0.0
+    stop_reason: str = STOP_FIXED
+
+    @property
+    def k_max(self) -> int:
+        return self.plan.k
+
+    def keep(self, group: RolloutGroup) -> None:
+        """Keep the traces and samplings of the rollouts ``group`` ran (an adaptive group may stop early) and
+        its stop reason."""
+        del self.traces[group.k_used:], self.samplings[group.k_used:]
+        self.stop_reason = group.stop_reason
 
     @property
     def finals(self) -> list[VerdictStep]:
@@ -72,9 +85,11 @@ def new_run(engine: Engine, spectrum: Spectrum, task: Task, plan: RolloutPlan | 
 
 def run_into(run: RolloutRun, engine: Engine, spectrum: Spectrum, task: Task, render: RenderFn, *,
              cancel: threading.Event | None = None, on_step: Callable[[int, object], None] | None = None,
-             on_token: Callable[[str], None] | None = None, **episode_kwargs) -> RolloutRun:
-    """Run ``run``'s rollouts (`speco3.agent.rollouts.run_rollouts`), adding each step to its rollout's trace;
-    ``on_step(i, step)`` for each step of rollout i."""
+             on_token: Callable[[str], None] | None = None, thresholds: Thresholds | None = None,
+             **episode_kwargs) -> RolloutRun:
+    """Run ``run``'s rollouts (`speco3.agent.rollouts.run_group`), adding each step to its rollout's trace;
+    ``on_step(i, step)`` for each step of rollout i; an adaptive plan stops as its rule says (with ``thresholds``)
+    and keeps the traces of the rollouts that ran."""
 
     def step_done(i: int, step) -> None:
         run.traces[i].add(step)
@@ -82,9 +97,10 @@ def run_into(run: RolloutRun, engine: Engine, spectrum: Spectrum, task: Task, re
             on_step(i, step)
 
     t0 = time.perf_counter()
-    run_rollouts(engine, spectrum, task, render, run.plan, cancel=cancel, on_step=step_done, on_token=on_token,
-                 **episode_kwargs)
+    group = run_group(engine, spectrum, task, render, run.plan, thresholds=thresholds, cancel=cancel,
+                      on_step=step_done, on_token=on_token, **episode_kwargs)
     run.seconds = time.perf_counter() - t0
+    run.keep(group)
     return run
 
 
@@ -99,12 +115,13 @@ def run_traced(
     cancel: threading.Event | None = None,
     on_step: Callable[[int, object], None] | None = None,
     on_token: Callable[[str], None] | None = None,
+    thresholds: Thresholds | None = None,
     **episode_kwargs,
 ) -> RolloutRun:
     """Run ``plan`` (None: `engine_plan`) on ``spectrum``; ``on_step(i, step)`` for each step of rollout i."""
     run = new_run(engine, spectrum, task, plan, spectrum_extra=spectrum_extra)
     return run_into(run, engine, spectrum, task, render, cancel=cancel, on_step=on_step, on_token=on_token,
-                    **episode_kwargs)
+                    thresholds=thresholds, **episode_kwargs)
 
 
 def rollout_folder(folder: Path, i: int, k: int) -> Path:
@@ -150,4 +167,5 @@ def verdict_row(run: RolloutRun, records: list[RolloutRecord], conf: Confidence,
         v.engine_settings = {**v.engine_settings, "rollout_plan": asdict(run.plan)}
         log_fold(v.spectrum_key, v.task, conf)
     v.set_confidence(conf)
+    v.k_max, v.stop_reason = run.k_max, run.stop_reason
     return v

@@ -24,9 +24,10 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Unpack
 
+from speco3.agent.adaptive import STOP_FIXED
 from speco3.agent.driver import drive
 from speco3.agent.loop import episode_run
-from speco3.agent.rollouts import RolloutPlan, iter_rollouts
+from speco3.agent.rollouts import RolloutGroup, RolloutPlan, iter_rollouts
 from speco3.agent.steps import VerdictStep
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn
@@ -52,13 +53,17 @@ TokenSink = Callable[[int, str], None]  # (rollout index, generated text)
 
 def run_item(screening: Screening, engine: Engine, started: ItemRun, *,
              on_token: TokenSink | None = None) -> Iterator[Event]:
-    """The steps of one started spectrum's rollouts (`Stepped`), then its end (`Screening.finish`); ``on_token``
-    streams the text of every rollout, with its index."""
+    """The steps of one started spectrum's rollouts (`Stepped`), then its end (`Screening.finish`: the traces of
+    the rollouts that ran, with the group's stop reason); ``on_token`` streams the text of every rollout, with its
+    index."""
     run = started.run
+    group = RolloutGroup([], run.plan.k, STOP_FIXED)
     for i, step in iter_rollouts(engine, started.spectrum, screening.task, screening.render, run.plan,
-                                 cancel=screening.cancel, on_rollout_token=on_token):
+                                 thresholds=screening.thresholds, group=group, cancel=screening.cancel,
+                                 on_rollout_token=on_token):
         run.traces[i].add(step)
         yield Stepped(started.item, started, i, step)
+    run.keep(group)
     yield screening.finish(started)
 
 
@@ -170,8 +175,9 @@ def on_threads(engines: Sequence[Engine]) -> Scheduler:
 def choose(engine: Engine, slots: int | None, plan: RolloutPlan | None, *,
            on_token: TokenSink | None = None) -> Scheduler:
     """``spec-o3 vet``'s scheduler for an in-process engine: `on_slots` for ``slots`` > 1 with one rollout per
-    spectrum on an engine with parallel sequences, else `one_at_a_time` (K > 1 rollouts share the sequences)."""
-    if (slots or 1) > 1 and (plan is None or plan.k == 1):
+    spectrum on an engine with parallel sequences, else `one_at_a_time` (K > 1 rollouts share the sequences; an
+    adaptive plan runs its rounds there)."""
+    if (slots or 1) > 1 and (plan is None or (plan.k == 1 and plan.adaptive is None)):
         width = min(slots or 1, parallel_sequences(engine))
         if width > 1:
             return on_slots(engine, width)

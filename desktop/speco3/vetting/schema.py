@@ -9,6 +9,9 @@ old store keeps every verdict and decision, and the rows written before it read 
   share, ``p_yes_token`` mean probability on YES at the verdict token, ``agreement``, ``abstained``,
   ``format_failures``, ``outcomes`` JSON list) and one ``rollouts`` row per rollout (its outcome, sampling, cost,
   trace folder and the zoom windows it asked for).
+- 3: adaptive rollouts (``--rollouts auto``, `speco3.agent.adaptive`) — ``k_max`` (the budget) and ``stop_reason``
+  on each ``model_verdicts`` row (the rollouts that ran are ``rollouts``); rows written before read back with both
+  empty.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SCHEMA_1 = """
 CREATE TABLE IF NOT EXISTS spectra (
     spectrum_key TEXT PRIMARY KEY, name TEXT, path TEXT, idx INTEGER, survey TEXT, object_id TEXT,
@@ -63,6 +66,7 @@ MIGRATIONS: dict[int, list[str]] = {
             p_yes_token REAL, seed INTEGER, temperature REAL, top_p REAL, top_k INTEGER,
             turns INTEGER, tokens INTEGER, zooms INTEGER, seconds REAL, detail TEXT, answer TEXT, trace_dir TEXT,
             windows TEXT NOT NULL, PRIMARY KEY (verdict_id, idx))"""],
+    3: ["ALTER TABLE model_verdicts ADD COLUMN k_max INTEGER", "ALTER TABLE model_verdicts ADD COLUMN stop_reason TEXT"],
 }
 
 
@@ -87,7 +91,7 @@ VERDICT_COLUMNS = (
     "spectrum_key", "task", "verdict", "outcome", "model_id", "quant", "text_sha256", "mmproj_sha256",
     "prompt_version", "file_sha256", "engine_settings", "turns", "tokens", "seconds", "zooms", "detail", "answer",
     "trace_dir", "created_at", "app_version", "rollouts", "p_yes", "p_yes_token", "agreement", "abstained",
-    "format_failures", "outcomes")
+    "format_failures", "outcomes", "k_max", "stop_reason")
 
 
 def storable_text(value: Any) -> Any:

@@ -174,7 +174,7 @@ class VettingStore:
                v.prompt_version, v.file_sha256, json.dumps(v.engine_settings, sort_keys=True), v.turns, v.tokens,
                v.seconds, v.zooms, v.detail, v.answer, v.trace_dir, v.created_at, v.app_version, v.rollouts, v.p_yes,
                v.p_yes_token, v.agreement, None if v.abstained is None else int(v.abstained), v.format_failures,
-               None if v.outcomes is None else json.dumps(v.outcomes))
+               None if v.outcomes is None else json.dumps(v.outcomes), v.k_max, v.stop_reason)
         try:
             with self._tx() as cur:
                 cur.execute(
@@ -245,10 +245,11 @@ class VettingStore:
                    ) -> dict[str, str | None]:
         """`done_keys` with the file sha256 recorded by each key's latest counted run (None when unknown).
 
-        ``rollouts``: only runs of that many rollouts count (rows written before rollouts were stored count as 1).
+        ``rollouts``: only runs of that many rollouts count (rows written before rollouts were stored count as 1); an
+        adaptive run (``--rollouts auto``) counts by its budget ``k_max``, whatever number of rollouts it used.
         """
         marks = ",".join("?" * len(RETRY_OUTCOMES))
-        k_filter = "" if rollouts is None else " AND COALESCE(rollouts, 1)=?"
+        k_filter = "" if rollouts is None else " AND COALESCE(k_max, rollouts, 1)=?"
         k_args = () if rollouts is None else (rollouts,)
         rows = self._query(
             f"SELECT spectrum_key, file_sha256 FROM model_verdicts WHERE id IN (SELECT MAX(id) FROM model_verdicts "

@@ -1,0 +1,216 @@
+"""Benchmark: adaptive rollouts (``--rollouts auto``) against a fixed group of 8 on synthetic populations.
+
+Each synthetic spectrum is *clear* or *hard*. It has a true answer (YES or NO, half each) and a per-rollout
+agreement ``a`` (``--clear-agreement``, ``--hard-agreement``): the chance that one sampled rollout gives the true
+answer. How that chance shows in the verdict token is the second parameter: rollout i follows a reasoning path whose
+probability on the true answer at the verdict token is ``t_i ~ Beta(kappa·a, kappa·(1−a))`` (mean ``a``), and it
+writes the true answer with probability ``t_i``; ``kappa`` large (``--kappa``, 20) means doubt shows in hesitant
+verdict tokens, ``kappa`` 2 means every path is sure of itself and the doubt is only across paths (the token
+probability then says little). A rollout fails to answer with probability ``--failures`` (clear) or twice that
+(hard). Every rollout's outcome and token probability are fixed by the spectrum's seed, so rollout i is the same
+whether 2 or 8 run.
+
+For every spectrum the real runner (`speco3.agent.rollouts.run_group`) runs ``RolloutPlan.auto()`` on a
+`ScriptedEngine` that replays those outcomes, with the scripted log-probabilities, through the real agent loop
+(the images are a fixed small picture: the scripted model does not look). The decision of the fixed group of 8 is
+folded from the same 8 scripted outcomes (`aggregate_outcomes`; the first spectra are also run with the runner at
+K=8 as a check). Reported per population: mean rollouts per spectrum, stop reasons, how often auto's decision
+(YES / NO / abstain) differs from K=8's, how often its (majority verdict, abstained) pair differs, abstention and
+wrong-verdict rates of both, and the mean cost.
+
+Cost (in units of one greedy verdict, K=1): a model of the 7B CPU measurement in docs/design.md, not a wall time
+of this run — ``cost(k, rounds) = 1 + 0.384·(k − 1) + 0.070·(rounds − 1)``. 0.384 per extra rollout is the fit
+to the measured K=1 (163.4 s) and K=4 with four distinct windows (351.6 s, 2.15×) wall times: each extra rollout
+pays its own zoom turn (encoder + prefill, compute-bound) and its share of the batched decode, the prefix is
+paid once; a later round also waits for its own decode steps (2 turns × 16 tokens, about 11.4 s = 163.4 − 100 s
+prefix − 52 s zoom turn: 0.070). ``rollouts_mean`` is the cruder count (each rollout a whole verdict).
+
+Run: ``.venv/bin/python benchmarks/bench_adaptive.py`` (300 spectra per population); ``--quick``: 12.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import random
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import _kit  # noqa: F401 - puts the test kit on sys.path
+from PIL import Image
+
+from speco3.agent.adaptive import AdaptiveRule, of_confidence
+from speco3.agent.confidence import aggregate, aggregate_outcomes
+from speco3.agent.rollouts import RolloutPlan, run_group
+from speco3.engine.base import EngineSettings, Sampling
+from speco3.engine.scripted import ScriptedEngine
+from speco3_testkit.spectra import make_spectrum
+
+#: Headline keys of the printed JSON (the README's benchmark table lists them).
+JSON_KEYS = ("cost_model", "populations", "tradeoff", "goal")
+
+K_FIXED = 8
+EXTRA_ROLLOUT = 0.384  # (351.6 / 163.4 − 1) / 3: one more rollout at 7B, in K=1 wall times
+EXTRA_ROUND = 0.070  # 11.4 s of decode per round / 163.4 s
+ANSWER = {"YES": "<think>the lines say so</think><answer>\\boxed{YES}</answer>",
+          "NO": "<think>nothing there</think><answer>\\boxed{NO}</answer>"}
+NO_ANSWER = "<think>I cannot tell what this is"
+
+
+def cost(k: int, rounds: int) -> float:
+    return 1.0 + EXTRA_ROLLOUT * (k - 1) + EXTRA_ROUND * (rounds - 1)
+
+
+@dataclass(frozen=True)
+class Population:
+    clear_share: float
+    clear_agreement: float
+    hard_agreement: float
+    kappa: float
+    failures: float
+    logprobs: bool = True
+
+
+def spectrum_rollouts(rng: random.Random, truth: str, a: float, kappa: float, fail: float):
+    """(outcome, probability on the written answer) of rollouts 0..7 of one spectrum."""
+    other = "NO" if truth == "YES" else "YES"
+    out = []
+    for _ in range(K_FIXED):
+        t = min(1 - 1e-6, max(1e-6, rng.betavariate(kappa * a, kappa * (1 - a))))
+        if rng.random() < fail:
+            out.append(("format_error", None))
+        elif rng.random() < t:
+            out.append((truth, t))
+        else:
+            out.append((other, 1 - t))
+    return out
+
+
+def engine_for(rollouts, logprobs: bool) -> ScriptedEngine:
+    scripts = [[ANSWER.get(o, NO_ANSWER)] for o, _ in rollouts]
+
+    def alternatives(piece: str, sampling: Sampling):
+        outcome, p = rollouts[sampling.seed % K_FIXED]
+        if piece != outcome or p is None:
+            return None
+        return [[piece, p], ["NO" if piece == "YES" else "YES", max(1e-9, 1 - p)]]
+
+    return ScriptedEngine(scripts=scripts, select="seed", alternatives=alternatives,
+                          settings=EngineSettings(top_logprobs=2 if logprobs else 0))
+
+
+def run_population(pop: Population, n: int, rule: AdaptiveRule, seed: int, checks: int) -> dict:
+    rng = random.Random(seed)
+    png = io.BytesIO()
+    Image.new("RGB", (112, 112), "white").save(png, "PNG")
+    image = png.getvalue()
+    spectrum = make_spectrum()
+    stats = Counter()
+    stops: Counter = Counter()
+    ks, costs = [], []
+    t0 = time.perf_counter()
+    for i in range(n):
+        clear = rng.random() < pop.clear_share
+        truth = rng.choice(("YES", "NO"))
+        a = pop.clear_agreement if clear else pop.hard_agreement
+        rollouts = spectrum_rollouts(rng, truth, a, pop.kappa, pop.failures * (1 if clear else 2))
+        group = run_group(engine_for(rollouts, pop.logprobs), spectrum, "is it?", lambda view: image,
+                          RolloutPlan.auto(rule))
+        auto = aggregate([s[-1] for s in group.steps])
+        full = aggregate_outcomes([o for o, _ in rollouts], [p if o == "YES" else None if p is None else 1 - p
+                                                             for o, p in rollouts])
+        if i < checks:  # the fold of the scripted outcomes is what the runner gives at K=8
+            fixed = run_group(engine_for(rollouts, pop.logprobs), spectrum, "is it?", lambda view: image,
+                              RolloutPlan(k=K_FIXED))
+            assert aggregate([s[-1] for s in fixed.steps]).outcomes == full.outcomes
+        rounds = 1 + math.ceil(max(0, group.k_used - rule.k_min) / rule.step)
+        ks.append(group.k_used)
+        costs.append(cost(group.k_used, rounds))
+        stops[group.stop_reason] += 1
+        kind = "clear" if clear else "hard"
+        stats[kind] += 1
+        if of_confidence(auto) != of_confidence(full):
+            stats["differs"] += 1
+            stats[f"differs_{kind}"] += 1
+        if (auto.verdict, auto.abstained) != (full.verdict, full.abstained):
+            stats["pair_differs"] += 1
+        stats["auto_abstained"] += of_confidence(auto) == "abstain"
+        stats["k8_abstained"] += of_confidence(full) == "abstain"
+        stats["auto_wrong"] += of_confidence(auto) not in ("abstain", truth)
+        stats["k8_wrong"] += of_confidence(full) not in ("abstain", truth)
+    return {
+        "clear_share": pop.clear_share, "clear_agreement": pop.clear_agreement, "hard_agreement": pop.hard_agreement,
+        "kappa": pop.kappa, "failures": pop.failures, "logprobs": pop.logprobs, "spectra": n,
+        "rollouts_mean": round(sum(ks) / n, 3), "cost_mean": round(sum(costs) / n, 3),
+        "cost_k8": round(cost(K_FIXED, 1), 3),
+        "differs_share": round(stats["differs"] / n, 4), "pair_differs_share": round(stats["pair_differs"] / n, 4),
+        "differs_clear": stats["differs_clear"], "differs_hard": stats["differs_hard"],
+        "clear": stats["clear"], "hard": stats["hard"],
+        "abstained_auto": round(stats["auto_abstained"] / n, 4), "abstained_k8": round(stats["k8_abstained"] / n, 4),
+        "wrong_auto": round(stats["auto_wrong"] / n, 4), "wrong_k8": round(stats["k8_wrong"] / n, 4),
+        "stops": dict(sorted(stops.items())), "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def _table(rows: list[dict], title: str) -> str:
+    head = (f"{title}\n clear  a_clear a_hard kappa logp | rollouts  cost  (K=8 cost) | differs  pair  "
+            f"(clear/hard)  | abst auto/K8  wrong auto/K8 | stops")
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f" {r['clear_share']:4.0%}   {r['clear_agreement']:.2f}   {r['hard_agreement']:.2f}  {r['kappa']:4g}  "
+            f"{'y' if r['logprobs'] else 'n'}   | {r['rollouts_mean']:5.2f}  {r['cost_mean']:5.2f}  ({r['cost_k8']:.2f})"
+            f"     | {r['differs_share']:6.1%} {r['pair_differs_share']:6.1%} ({r['differs_clear']}/"
+            f"{r['differs_hard']})  | {r['abstained_auto']:5.1%}/{r['abstained_k8']:5.1%} {r['wrong_auto']:5.1%}/{r['wrong_k8']:5.1%}"
+            f" | {', '.join(f'{k} {v}' for k, v in r['stops'].items())}" + (f" [{r['rule']}]" if "rule" in r else ""))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    p.add_argument("--quick", action="store_true", help="12 spectra per population (seconds)")
+    p.add_argument("--spectra", type=int, default=300, help="spectra per population")
+    p.add_argument("--clear-agreement", type=float, default=0.97)
+    p.add_argument("--hard-agreement", type=float, nargs="+", default=[0.7, 0.85])
+    p.add_argument("--kappa", type=float, nargs="+", default=[20.0, 2.0])
+    p.add_argument("--failures", type=float, default=0.02)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    n = 12 if args.quick else args.spectra
+    rule = AdaptiveRule()
+    rows = []
+    for share in (0.5, 0.7, 0.9):
+        for hard in args.hard_agreement:
+            for kappa in args.kappa:
+                pop = Population(share, args.clear_agreement, hard, kappa, args.failures)
+                rows.append(run_population(pop, n, rule, args.seed, checks=3))
+        rows.append(run_population(Population(share, args.clear_agreement, args.hard_agreement[0], args.kappa[0],
+                                              args.failures, logprobs=False), n, rule, args.seed, checks=0))
+        print(f"{time.strftime('%H:%M:%S')} clear share {share:.0%} done", file=sys.stderr, flush=True)
+    base = Population(0.7, args.clear_agreement, args.hard_agreement[0], args.kappa[0], args.failures)
+    tradeoff = []
+    for label, r in (("default", rule), ("max_change 0.01", AdaptiveRule(max_change=0.01)),
+                     ("max_change 0.2", AdaptiveRule(max_change=0.2)), ("min_token 0.99", AdaptiveRule(min_token=0.99)),
+                     ("k_min 1", AdaptiveRule(k_min=1)), ("k_min 1, step 1", AdaptiveRule(k_min=1, step=1))):
+        tradeoff.append({"rule": label, **run_population(base, n, r, args.seed, checks=0)})
+    goal_rows = [r for r in rows if r["clear_share"] == 0.7 and r["logprobs"]]
+    goal = {"target": "70 % clear: mean cost <= 1.5 x one greedy verdict, <= 2 % of decisions different from K=8",
+            "met_by": [{k: r[k] for k in ("hard_agreement", "kappa", "cost_mean", "differs_share")}
+                       for r in goal_rows if r["cost_mean"] <= 1.5 and r["differs_share"] <= 0.02],
+            "rows": len(goal_rows)}
+    print(_table(rows, "populations (rule: defaults)"), file=sys.stderr)
+    print(_table(tradeoff, f"tradeoff at 70 % clear, a_hard {base.hard_agreement:.2f}, kappa {base.kappa:g}, rules: "
+                 + ", ".join(t["rule"] for t in tradeoff)), file=sys.stderr)
+    print(json.dumps({"cost_model": {"extra_rollout": EXTRA_ROLLOUT, "extra_round": EXTRA_ROUND,
+                                     "k8": cost(K_FIXED, 1), "k2_one_round": cost(2, 1),
+                                     "unit": "one greedy verdict (K=1) at 7B on the 2-core CPU of docs/design.md"},
+                      "populations": rows, "tradeoff": tradeoff, "goal": goal}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
