@@ -51,15 +51,24 @@ class RolloutRun:
         self.stop_reason = group.stop_reason
 
     @property
-    def finals(self) -> list[VerdictStep]:
+    def finals(self) -> list[VerdictStep | None]:
+        """Each rollout's final step (None for one that never started: a cancelled run)."""
         return [t.final for t in self.traces]
+
+    @property
+    def finished(self) -> list[VerdictStep]:
+        """Each rollout's final step, of a run whose rollouts all ended (what is folded and recorded)."""
+        finals = [t.final for t in self.traces if t.final is not None]
+        if len(finals) != len(self.traces):
+            raise ValueError("a rollout without its final step cannot be folded or recorded")
+        return finals
 
     @property
     def cancelled(self) -> bool:
         return any(f is None or f.outcome is Outcome.CANCELLED for f in self.finals)
 
     def confidence(self, thresholds: Thresholds | None = None) -> Confidence:
-        return aggregate(self.finals, thresholds)
+        return aggregate(self.finished, thresholds)
 
 
 def engine_plan(engine: Engine) -> RolloutPlan:
@@ -135,7 +144,7 @@ def save_rollouts(run: RolloutRun, folder: str | Path | None) -> list[RolloutRec
         where = rollout_folder(Path(folder), i, run.plan.k) if folder is not None else None
         if where is not None:
             trace.save(where)
-        f = trace.final
+        f = run.finished[i]
         windows = [[*(step.wavelength_range or (None, None)), step.label] for step in trace.tool_steps()]
         records.append(RolloutRecord(
             idx=i, outcome=f.outcome.value, verdict=f.verdict, p_yes_token=f.p_yes_token, seed=sampling.seed,
@@ -158,10 +167,10 @@ def verdict_row(run: RolloutRun, records: list[RolloutRecord], conf: Confidence,
     """The model verdict row of a run: the majority verdict (None on a tie), the fold, and the turns, zooms,
     answer and trace of the first rollout that gave the majority verdict (rollout 0 without one); tokens summed."""
     rep = next((i for i, r in enumerate(records) if conf.verdict and r.verdict == conf.verdict), 0)
-    final = run.finals[rep]
+    final = run.finished[rep]
     outcome = conf.verdict or (final.outcome.value if run.plan.k == 1 else max(conf.outcomes, key=conf.outcomes.count))
     v = ModelVerdict(verdict=conf.verdict, outcome=outcome, turns=final.turns,
-                     tokens=sum(f.tokens_generated for f in run.finals), zooms=final.zooms, detail=final.detail,
+                     tokens=sum(f.tokens_generated for f in run.finished), zooms=final.zooms, detail=final.detail,
                      answer=final.answer, trace_dir=records[rep].trace_dir, **base)
     if run.plan.k > 1:
         v.engine_settings = {**v.engine_settings, "rollout_plan": asdict(run.plan)}
