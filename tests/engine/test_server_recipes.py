@@ -4,6 +4,7 @@ a template failure with (captured from vLLM 0.32, replayed on loopback) reaches 
 from __future__ import annotations
 
 import http.server
+import json
 import re
 import threading
 
@@ -61,3 +62,21 @@ def test_vllm_template_failure_keeps_its_status_and_message(retries):
     assert got.value.status == 500 and len(_Replay.seen) == retries + 1
     assert "HTTP 500: Failed to apply prompt replacement for mm_items['image'][1]" in str(got.value)
     assert ("failed 3 times" in str(got.value)) == (retries == 2)
+
+
+@pytest.mark.allow_network_loopback
+def test_server_check_json_reports_a_failure_too(capsys):
+    """Nothing listens on the port: exit 1 with the message on stderr, and with --json the report (its error) on
+    stdout, so that a script reading it does not get an empty document."""
+    import socket
+
+    from speco3.cli import main
+
+    with socket.socket() as s:  # a loopback port that nothing serves once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["server", "check", "--json", "--retries", "0", f"http://127.0.0.1:{port}"]) == 1
+    out = capsys.readouterr()
+    report = json.loads(out.out)
+    assert "ConnectError" in report["error"] or "refused" in report["error"], report
+    assert "server check of" in out.err

@@ -313,3 +313,24 @@ def test_cli_send_keeps_its_copy_for_a_late_loader_and_prunes_old_ones(recorder,
     assert path.parent == outbox and path.stat().st_size > 1000
     assert not stale.exists() and fresh.exists()
     assert (outbox.stat().st_mode & 0o777) == 0o700
+
+
+def test_send_with_point_exits_0_when_the_spectrum_was_taken_and_no_sky_viewer_is_there(hub, spectra_dir, capsys):
+    """The trial's case: a peer that takes spectra only. The spectrum went, the position had no taker: exit 0 (the
+    README: 0 when some peer took the message), the missing sky viewer said on stderr; with no taker at all, 1."""
+    from speco3.cli import main
+
+    spectra_only = Recorder(hub, name="SpectraOnly", mtypes=("spectrum.*",))
+    try:
+        assert main(["samp", "send", f"{spectra_dir / LAMOST}#0", "--point", "--timeout", "5"]) == 0
+        out = capsys.readouterr()
+        assert "spectrum -> SpectraOnly: ok" in out.out
+        assert "position: no SAMP application accepts coord.pointAt.sky" in out.err
+        spectra_only.wait_for(SPECTRUM_LOAD)
+    finally:
+        spectra_only.close()
+    tables_only = Recorder(hub, name="TablesOnly", mtypes=("table.*",))
+    try:
+        assert main(["samp", "send", f"{spectra_dir / LAMOST}#0", "--point", "--timeout", "5"]) == 1
+    finally:
+        tables_only.close()

@@ -86,8 +86,11 @@ def register(sub) -> None:
     c.add_argument("--model", metavar="NAME", help="served model name (default: the first the server lists)")
     c.add_argument("--api-key-env", metavar="NAME")
     c.add_argument("--ca-bundle", metavar="FILE")
-    c.add_argument("--json", action="store_true", help="print the report as JSON")
-    c.set_defaults(func=cmd_check, request_timeout=60.0, retries=2)
+    c.add_argument("--json", action="store_true", help="print the report as JSON (also when the check fails)")
+    c.add_argument("--retries", type=int, default=2, metavar="N",
+                   help="retries of a request after 429, 5xx, a lost connection or a timeout (default 2; 0: fail at "
+                   "once, e.g. when nothing listens)")
+    c.set_defaults(func=cmd_check, request_timeout=60.0)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -97,6 +100,8 @@ def cmd_check(args) -> int:
     args.server = args.url
     report = check_server(server_config(args))
     if report.error:
+        if args.json:  # a script reading the report gets one, with the error, on a failure too
+            print(json.dumps(report.to_dict(), indent=1, ensure_ascii=False))
         raise Speco3Error(f"server check of {report.server}: {report.error}")
     if args.json:
         print(json.dumps(report.to_dict(), indent=1, ensure_ascii=False))

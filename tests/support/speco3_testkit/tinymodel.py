@@ -332,3 +332,20 @@ def tiny_gguf_pair(cache_dir: str | Path, quant: str = "Q8_0", vocab: str = "tin
         shutil.rmtree(work, ignore_errors=True)
         check_pair(text, mmproj)
     return text, mmproj
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """``python -m speco3_testkit.tinymodel DIR``: write the tests' tiny random-weight checkpoint (its answers are
+    noise: it tries the model path — convert, load, vet, queue, export — without the 7B)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m speco3_testkit.tinymodel", description=_main.__doc__)
+    parser.add_argument("out", help="checkpoint folder to write")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    print(make_tiny_qwen25vl(args.out, seed=args.seed, shards=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
