@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 
-import _kit  # noqa: F401 - puts the test kit on sys.path
+import _kit  # puts the test kit on sys.path; model_pair
 import numpy as np
 from PIL import Image
 
@@ -100,13 +99,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.prompt_tokens, args.max_tokens, args.image, args.repeat = 32, 8, (112, 84), 1
     with tempfile.TemporaryDirectory() as tmp:
-        if args.text and args.mmproj:
-            text, mmproj, model = args.text, args.mmproj, "given"
-        else:
-            from speco3_testkit.tinymodel import tiny_gguf_pair
-
-            text, mmproj = tiny_gguf_pair(os.environ.get("SPECO3_TEST_CACHE") or tmp, quant=args.quant)
-            model = f"tiny Qwen2.5-VL ({args.quant})"
+        text, mmproj, model = _kit.model_pair(args, tmp)
         native.ensure_backend()
         gpus = [d for d in native.list_devices() if d.kind in ("GPU", "IGPU", "ACCEL")]
         report = {"model": model, "devices": [f"{d.backend}:{d.name} ({d.description})" for d in native.list_devices()],

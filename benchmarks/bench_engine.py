@@ -23,12 +23,11 @@ import argparse
 import base64
 import io
 import json
-import os
 import sys
 import tempfile
 import time
 
-import _kit  # noqa: F401 - puts the test kit on sys.path
+import _kit  # puts the test kit on sys.path; model_pair
 import numpy as np
 from PIL import Image
 
@@ -167,13 +166,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.max_tokens, args.repeat = 8, 1
     with tempfile.TemporaryDirectory() as tmp:
-        if args.text and args.mmproj:
-            text, mmproj, model = args.text, args.mmproj, "given"
-        else:
-            from speco3_testkit.tinymodel import tiny_gguf_pair
-
-            text, mmproj = tiny_gguf_pair(os.environ.get("SPECO3_TEST_CACHE") or tmp, quant=args.quant)
-            model = f"tiny Qwen2.5-VL ({args.quant})"
+        text, mmproj, model = _kit.model_pair(args, tmp)
         settings = EngineSettings(n_ctx=8192, n_threads=args.threads, n_gpu_layers=0, flash_attn=not args.exact,
                                   kv_type="f32" if args.exact else "f16")
         engine = LlamaMtmdEngine(text, mmproj, settings, warmup=False)

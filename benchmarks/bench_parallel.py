@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import _kit  # noqa: F401 - puts the test kit on sys.path
+import _kit  # puts the test kit on sys.path; model_pair
 from bench_engine import QUICK_SIZES, SIZES, SYSTEM, TASK, make_images, tool_turn
 
 from speco3.engine.base import EngineSettings, Sampling
@@ -222,13 +221,7 @@ def main(argv=None) -> int:
     n_seq = max(ks + [4, 8])
     sections = set(args.sections.split(","))
     with tempfile.TemporaryDirectory() as tmp:
-        if args.text and args.mmproj:
-            text, mmproj, model = args.text, args.mmproj, "given"
-        else:
-            from speco3_testkit.tinymodel import tiny_gguf_pair
-
-            text, mmproj = tiny_gguf_pair(os.environ.get("SPECO3_TEST_CACHE") or tmp, quant=args.quant)
-            model = f"tiny Qwen2.5-VL ({args.quant})"
+        text, mmproj, model = _kit.model_pair(args, tmp)
         settings = EngineSettings(n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
                                   n_seq=n_seq, mmproj_on_gpu=args.n_gpu_layers != 0)
         engine = LlamaMtmdEngine(text, mmproj, settings, warmup=False)

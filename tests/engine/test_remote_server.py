@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from speco3.agent import Trace, get_task, run_episode
@@ -23,7 +21,7 @@ from speco3.engine.chatapi import ServerConfig
 from speco3.engine.remote import RemoteEngine
 from speco3.vetting import VettingStore
 from speco3_testkit.llamaserver import FaultProxy, find_llama_server, llama_server
-from speco3_testkit.spectra import make_spectrum, pillow_render
+from speco3_testkit.spectra import make_spectrum, pillow_render, write_csv_archive
 from speco3_testkit.spectra import pillow_render as _pillow_render
 
 pytestmark = pytest.mark.llama
@@ -43,13 +41,6 @@ def server(tiny_llama_server):
     return tiny_llama_server
 
 
-def _archive(folder: Path, n: int) -> Path:
-    folder.mkdir()
-    wl = np.linspace(3700, 9100, 600)
-    for i in range(n):
-        flux = 10 + (5 if i % 2 else 0) * np.exp(-((wl - 6564.6) / 8) ** 2) + 0.01 * i
-        np.savetxt(folder / f"s{i:02d}.csv", np.c_[wl, flux], delimiter=",", header="wavelength,flux", comments="")
-    return folder
 
 
 def test_server_prompt_is_the_training_template_byte_for_byte(server):
@@ -105,7 +96,7 @@ def test_server_check_tells_a_template_that_fails_on_the_tool_turn_from_a_missin
         rc = main(["server", "check", url])
         out = capsys.readouterr().out
         report = check_server(ServerConfig(url, retries=1))
-        arch = _archive(tmp_path / "arch", 1)  # vet refuses to start: each zoom turn would fail
+        arch = write_csv_archive(tmp_path / "arch", 1)  # vet refuses to start: each zoom turn would fail
         assert main(["vet", str(arch), "--task", "cv", "--out", str(tmp_path / "r.sqlite"), "--server", url]) == 1
         assert "fails on a tool turn with an image" in capsys.readouterr().err
     assert rc == 4, out
@@ -136,7 +127,7 @@ def test_episode_against_the_server(server, caplog):
 
 def test_inspect_cli_against_the_server(server, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SPECO3_TEST_KEY", "sk-secret-never-written")
-    arch = _archive(tmp_path / "arch", 1)
+    arch = write_csv_archive(tmp_path / "arch", 1)
     out = tmp_path / "trace"
     rc = main(["inspect", str(arch / "s00.csv"), "--task", "cv", "--server", server, "--api-key-env",
                "SPECO3_TEST_KEY", "--max-tokens-per-turn", "24", "--max-turns", "3", "--out", str(out)])
@@ -151,7 +142,7 @@ def test_inspect_cli_against_the_server(server, tmp_path, monkeypatch, capsys):
 def test_vet_concurrency_4_with_faults_records_every_spectrum_once(server, tmp_path, monkeypatch, capsys, caplog):
     """20 spectra, 4 in flight through a proxy that drops connections, answers 500 and 429 (Retry-After), cuts
     streams and stalls past the request timeout: the run completes, each spectrum recorded exactly once."""
-    arch = _archive(tmp_path / "arch", 20)
+    arch = write_csv_archive(tmp_path / "arch", 20)
     db = tmp_path / "r.sqlite"
     plan = ["pass", "drop", "500", "pass", "429", "truncate", "pass", "slow", "drop", "500", "truncate", "429"]
     caplog.set_level(logging.WARNING, logger="speco3.engine.chatapi")
@@ -179,7 +170,7 @@ def test_vet_concurrency_4_with_faults_records_every_spectrum_once(server, tmp_p
 
 
 def test_a_dead_server_is_recorded_as_engine_error_and_retried_on_resume(server, tmp_path, monkeypatch, capsys):
-    arch = _archive(tmp_path / "arch", 3)
+    arch = write_csv_archive(tmp_path / "arch", 3)
     db = tmp_path / "r.sqlite"
     argv = ["vet", str(arch), "--task", "cv", "--out", str(db), "--concurrency", "2", "--max-tokens-per-turn", "8",
             "--max-turns", "2", "--retries", "1"]

@@ -13,7 +13,6 @@ import os
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from speco3.agent.fidelity import ANSWER, check_server, conversation
@@ -22,7 +21,7 @@ from speco3.engine.chatapi import ChatClient, ServerConfig
 from speco3.engine.remote import RemoteEngine
 from speco3.vetting import VettingStore
 from speco3_testkit.llamaserver import FaultProxy
-from speco3_testkit.spectra import pillow_render
+from speco3_testkit.spectra import pillow_render, write_csv_archive
 from speco3_testkit.tinymodel import make_tiny_qwen25vl
 from speco3_testkit.vllmserver import find_vllm_python, vllm_server
 
@@ -51,13 +50,6 @@ def vllm(tmp_path_factory):
         yield url
 
 
-def _archive(folder: Path, n: int) -> Path:
-    folder.mkdir()
-    wl = np.linspace(3700, 9100, 600)
-    for i in range(n):
-        flux = 10 + (5 if i % 2 else 0) * np.exp(-((wl - 6564.6) / 8) ** 2) + 0.01 * i
-        np.savetxt(folder / f"s{i:02d}.csv", np.c_[wl, flux], delimiter=",", header="wavelength,flux", comments="")
-    return folder
 
 
 def test_server_check_exits_0_with_both_image_counts_printed_and_equal(vllm, capsys):
@@ -103,7 +95,7 @@ def test_inspect_with_a_zoom_turn(vllm, tmp_path, monkeypatch, capsys):
         return body
 
     monkeypatch.setattr(RemoteEngine, "request_body", first_turn_calls_the_tool)
-    arch = _archive(tmp_path / "arch", 1)
+    arch = write_csv_archive(tmp_path / "arch", 1)
     out = tmp_path / "trace"
     rc = main(["inspect", str(arch / "s00.csv"), "--task", "cv", "--server", vllm, "--max-tokens-per-turn", "24",
                "--max-turns", "3", "--out", str(out)], render=pillow_render)
@@ -119,7 +111,7 @@ def test_inspect_with_a_zoom_turn(vllm, tmp_path, monkeypatch, capsys):
 
 
 def test_vet_concurrency_4_through_the_fault_proxy_records_each_spectrum_once(vllm, tmp_path, monkeypatch, capsys):
-    arch = _archive(tmp_path / "arch", 12)
+    arch = write_csv_archive(tmp_path / "arch", 12)
     db = tmp_path / "r.sqlite"
     plan = ["pass", "drop", "500", "pass", "429", "truncate", "pass", "slow", "drop", "500"]
     with FaultProxy(vllm, plan, slow_s=12.0) as proxy:

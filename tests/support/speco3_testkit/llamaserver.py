@@ -70,7 +70,7 @@ def llama_server(exe: Path, text: Path, mmproj: Path, *, slots: int = 4, n_ctx_p
             if proc.poll() is not None:
                 raise RuntimeError(f"llama-server exited with {proc.returncode}" +
                                    (f"; log: {log.read_text(errors='replace')[-3000:]}" if log else ""))
-            if _healthy(port):
+            if healthy(port):
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"llama-server did not become healthy in {start_timeout:.0f} s")
@@ -99,7 +99,8 @@ def tiny_llama_server(tiny_gguf, tmp_path_factory) -> Iterator[str]:
         yield url
 
 
-def _healthy(port: int) -> bool:
+def healthy(port: int) -> bool:
+    """Whether a server on loopback ``port`` answers ``GET /health`` with 200 (llama-server and vLLM both do)."""
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
         conn.request("GET", "/health")

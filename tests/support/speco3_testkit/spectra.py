@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -39,3 +40,14 @@ def make_spectrum(lo: float = 3700.0, hi: float = 9100.0, n: int = 3000, z: floa
         wl, flux = wl[keep], flux[keep]
     meta = SpectrumMeta(survey="test", redshift=z, file_name=name, path=f"/data/{name}", object_id="obj-1")
     return Spectrum(wl, flux, meta=meta)
+
+
+def write_csv_archive(folder: Path, n: int) -> Path:
+    """A folder of ``n`` small CSV spectra ``s00.csv`` … (every other one with an Hα emission line), for the
+    server tests' ``vet`` runs."""
+    folder.mkdir()
+    wl = np.linspace(3700, 9100, 600)
+    for i in range(n):
+        flux = 10 + (5 if i % 2 else 0) * np.exp(-((wl - 6564.6) / 8) ** 2) + 0.01 * i
+        np.savetxt(folder / f"s{i:02d}.csv", np.c_[wl, flux], delimiter=",", header="wavelength,flux", comments="")
+    return folder

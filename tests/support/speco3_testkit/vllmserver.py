@@ -12,7 +12,6 @@ range of the local engine, so that vLLM's processor keeps our prepared images at
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import signal
@@ -22,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from speco3.imaging import DEFAULT_MAX_TOKENS, FACTOR, MIN_PIXELS
+from speco3_testkit.llamaserver import healthy
 
 REPO = Path(__file__).resolve().parents[3]
 #: The Spec-o3 chat template, as the README's command names it (relative to the repository root).
@@ -110,7 +110,7 @@ def vllm_server(python: Path, model: Path, *, log: Path, chat_template: bool = T
                             stderr=subprocess.STDOUT, env=env, cwd=str(model.parent), start_new_session=True)
     try:
         deadline = time.monotonic() + start_timeout
-        while not _healthy(port):
+        while not healthy(port):
             if proc.poll() is not None:
                 raise RuntimeError(f"vLLM exited with {proc.returncode}; log: {_tail(log)}")
             if time.monotonic() > deadline:
@@ -140,12 +140,3 @@ def _tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:]
 
 
-def _healthy(port: int) -> bool:
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        conn.request("GET", "/health")
-        ok = conn.getresponse().status == 200
-        conn.close()
-        return ok
-    except OSError:
-        return False
