@@ -8,7 +8,6 @@ import json
 import sqlite3
 from contextlib import nullcontext
 
-import numpy as np
 import pytest
 from vetting_helpers import NO, YES, items, pillow_render
 
@@ -23,6 +22,7 @@ from speco3.engine.scripted import ScriptedEngine
 from speco3.vetting import SCHEMA_VERSION, ModelVerdict, VettingStore
 from speco3.vetting.schedulers import vet_batch
 from speco3.vetting.schema import MIGRATIONS
+from speco3_testkit.spectra import write_csv_spectrum
 
 SURE = {"YES": [["YES", 0.97], ["NO", 0.03]], "NO": [["NO", 0.97], ["YES", 0.03]]}
 
@@ -31,13 +31,6 @@ def main(argv: list[str]) -> int:
     return cli_main(argv, render=pillow_render)
 
 
-def _spectrum_file(folder, i=0):
-    folder.mkdir(exist_ok=True)
-    wl = np.linspace(3700, 9100, 600)
-    flux = 10 + (5 if i % 2 else 0) * np.exp(-((wl - 6564.6) / 8) ** 2) + 0.01 * i
-    path = folder / f"s{i:02d}.csv"
-    np.savetxt(path, np.c_[wl, flux], delimiter=",", header="wavelength,flux", comments="")
-    return path
 
 
 def _script(tmp_path, scripts, name="script.json"):
@@ -47,7 +40,7 @@ def _script(tmp_path, scripts, name="script.json"):
 
 
 def test_inspect_auto_json_stops_a_clear_spectrum_at_two(tmp_path, capsys):
-    f = _spectrum_file(tmp_path / "a")
+    f = write_csv_spectrum(tmp_path / "a")
     out = tmp_path / "trace"
     rc = main(["inspect", str(f), "--task", "cv", "--scripted", str(_script(tmp_path, [[YES]])), "--out", str(out),
                "--rollouts", "auto", "--json"])
@@ -61,7 +54,7 @@ def test_inspect_auto_json_stops_a_clear_spectrum_at_two(tmp_path, capsys):
 
 
 def test_inspect_auto_split_runs_to_the_budget(tmp_path, capsys):
-    f = _spectrum_file(tmp_path / "a")
+    f = write_csv_spectrum(tmp_path / "a")
     rc = main(["inspect", str(f), "--task", "cv", "--scripted", str(_script(tmp_path, [[YES], [NO]])),
                "--out", str(tmp_path / "t"), "--rollouts", "auto", "--max-rollouts", "4"])
     text = capsys.readouterr().out
@@ -73,7 +66,7 @@ def test_inspect_auto_split_runs_to_the_budget(tmp_path, capsys):
                                           (["--rollouts", "auto", "--max-rollouts", "0"], "--max-rollouts"),
                                           (["--rollouts", "auto", "--temperature", "0"], "temperature")])
 def test_bad_auto_options_are_refused_clearly(tmp_path, capsys, argv, message):
-    f = _spectrum_file(tmp_path / "a")
+    f = write_csv_spectrum(tmp_path / "a")
     with pytest.raises(SystemExit) if argv[1] == "many" else nullcontext():
         rc = main(["inspect", str(f), "--task", "cv", "--scripted", str(_script(tmp_path, [[YES]])), *argv])
         assert rc != 0
@@ -83,7 +76,7 @@ def test_bad_auto_options_are_refused_clearly(tmp_path, capsys, argv, message):
 def test_vet_auto_stores_and_exports_the_stop_and_resumes(tmp_path, capsys):
     arch = tmp_path / "arch"
     for i in range(2):
-        _spectrum_file(arch, i)
+        write_csv_spectrum(arch, i)
     db = tmp_path / "r.sqlite"
     script = _script(tmp_path, [[YES]])
     assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted", str(script),
@@ -106,7 +99,7 @@ def test_vet_auto_stores_and_exports_the_stop_and_resumes(tmp_path, capsys):
 
 def test_fixed_runs_record_fixed(tmp_path, capsys):
     arch = tmp_path / "arch"
-    _spectrum_file(arch, 0)
+    write_csv_spectrum(arch, 0)
     db = tmp_path / "r.sqlite"
     assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted",
                  str(_script(tmp_path, [[YES], [NO]])), "--rollouts", "3"]) == 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 
-import numpy as np
 import pytest
 from vetting_helpers import NO, YES, ZOOM
 
@@ -13,6 +12,7 @@ from speco3.agent import Trace
 from speco3.cli import main as cli_main
 from speco3.vetting import VettingStore
 from speco3_testkit.spectra import pillow_render as _pillow_render
+from speco3_testkit.spectra import write_csv_spectrum
 
 ZOOM2 = ZOOM.replace("[6500, 6600]", "[4600, 4750]").replace("Hα <b>", "He II")
 ALTS = {"YES": [["YES", 0.9], ["NO", 0.1]], "NO": [["NO", 0.6], ["YES", 0.4]]}
@@ -23,13 +23,6 @@ def main(argv: list[str], render=_pillow_render) -> int:
     return cli_main(argv, render=render)
 
 
-def _spectrum_file(folder, i=0):
-    folder.mkdir(exist_ok=True)
-    wl = np.linspace(3700, 9100, 600)
-    flux = 10 + (5 if i % 2 else 0) * np.exp(-((wl - 6564.6) / 8) ** 2) + 0.01 * i
-    path = folder / f"s{i:02d}.csv"
-    np.savetxt(path, np.c_[wl, flux], delimiter=",", header="wavelength,flux", comments="")
-    return path
 
 
 def _script(tmp_path, scripts, **extra):
@@ -39,7 +32,7 @@ def _script(tmp_path, scripts, **extra):
 
 
 def test_inspect_rollouts_json(tmp_path, capsys):
-    f = _spectrum_file(tmp_path / "a")
+    f = write_csv_spectrum(tmp_path / "a")
     script = _script(tmp_path, [[ZOOM, YES], ["<think>hm</think> not sure"], [ZOOM2, ZOOM, YES], [NO]],
                      alternatives=ALTS)
     out = tmp_path / "trace"
@@ -65,7 +58,7 @@ def test_inspect_rollouts_json(tmp_path, capsys):
 
 
 def test_inspect_rollouts_text_and_thresholds(tmp_path, capsys):
-    f = _spectrum_file(tmp_path / "a")
+    f = write_csv_spectrum(tmp_path / "a")
     script = _script(tmp_path, [[YES], [YES], [NO]])
     rc = main(["inspect", str(f), "--task", "cv", "--scripted", str(script), "--out", str(tmp_path / "t"),
                "--rollouts", "3", "--min-agreement", "0.6"])
@@ -78,7 +71,7 @@ def test_inspect_rollouts_text_and_thresholds(tmp_path, capsys):
 
 
 def test_inspect_greedy_json_is_the_single_run(tmp_path, capsys):
-    f = _spectrum_file(tmp_path / "a")
+    f = write_csv_spectrum(tmp_path / "a")
     script = tmp_path / "s.json"
     script.write_text(json.dumps([ZOOM, NO]), encoding="utf-8")
     out = tmp_path / "t"
@@ -94,7 +87,7 @@ def test_inspect_greedy_json_is_the_single_run(tmp_path, capsys):
     (["--min-agreement", "2"], "--min-agreement must be a number from 0 to 1"),
 ])
 def test_inspect_rollout_option_errors(tmp_path, capsys, argv, message):
-    f = _spectrum_file(tmp_path / "a")
+    f = write_csv_spectrum(tmp_path / "a")
     script = _script(tmp_path, [[YES]])
     assert main(["inspect", str(f), "--task", "cv", "--scripted", str(script), *argv]) == 1
     assert message in capsys.readouterr().err
@@ -104,7 +97,7 @@ def test_vet_rollouts_then_queue(tmp_path, capsys, caplog):
     caplog.set_level(logging.INFO, logger="speco3.vetting")
     arch = tmp_path / "arch"
     for i in range(3):
-        _spectrum_file(arch, i)
+        write_csv_spectrum(arch, i)
     db = tmp_path / "r.sqlite"
     # seeds 0,1,2 -> YES, YES, NO: every spectrum gets p_yes 2/3 with K=3; a greedy run of s00 afterwards
     script = _script(tmp_path, [[YES], [YES], [NO]])
@@ -148,7 +141,7 @@ def test_vet_rollouts_then_queue(tmp_path, capsys, caplog):
 def test_queue_columns_stay_aligned_when_the_model_gave_no_answer(tmp_path, capsys):
     arch = tmp_path / "arch"
     for i in range(2):
-        _spectrum_file(arch, i)
+        write_csv_spectrum(arch, i)
     db = tmp_path / "a.sqlite"
     silent = _script(tmp_path, [["<think>The spectrum is hard to read.</think> I cannot tell."]])
     assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted", str(silent), "--limit", "1"]) == 0
@@ -165,7 +158,7 @@ def test_inspect_rollouts_on_the_tiny_model(tiny_gguf, tmp_path, capsys):
     """``inspect --rollouts 2 --json`` through llama.cpp (the tiny random model's words are noise; the path is real):
     two seeded rollouts at temperature 1, each with its own trace; the fold is consistent with their outcomes."""
     text, mmproj = tiny_gguf("Q8_0")
-    f = _spectrum_file(tmp_path / "a")
+    f = write_csv_spectrum(tmp_path / "a")
     out = tmp_path / "t"
     rc = main(["inspect", str(f), "--task", "cv", "--text", str(text), "--mmproj", str(mmproj), "--out", str(out),
                "--rollouts", "2", "--seed", "7", "--json", "--n-ctx", "4096", "--threads", "2", "--n-gpu-layers", "0",
@@ -191,7 +184,7 @@ def test_vet_rerun_with_everything_done_does_not_load_the_model(tiny_gguf, tmp_p
     text, mmproj = tiny_gguf("Q8_0")
     arch = tmp_path / "arch"
     for i in range(2):
-        _spectrum_file(arch, i)
+        write_csv_spectrum(arch, i)
     argv = ["vet", str(arch), "--task", "cv", "--out", str(tmp_path / "r.sqlite"), "--text", str(text), "--mmproj",
             str(mmproj), "--n-ctx", "4096", "--threads", "2", "--n-gpu-layers", "0", "--image-max-tokens", "120",
             "--max-turns", "1"]
@@ -205,7 +198,7 @@ def test_vet_rerun_with_everything_done_does_not_load_the_model(tiny_gguf, tmp_p
     summary = json.loads(out.strip().splitlines()[-1])
     assert (summary["total"], summary["skipped"], summary["done"]) == (2, 2, 0) and loads == []
     assert "all 2 spectra were screened before" in err and "the model was not loaded" in err
-    _spectrum_file(arch, 2)
+    write_csv_spectrum(arch, 2)
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (summary["skipped"], summary["done"]) == (2, 1) and loads  # loaded (load() is idempotent: maybe called twice)

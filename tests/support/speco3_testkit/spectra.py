@@ -42,12 +42,19 @@ def make_spectrum(lo: float = 3700.0, hi: float = 9100.0, n: int = 3000, z: floa
     return Spectrum(wl, flux, meta=meta)
 
 
-def write_csv_archive(folder: Path, n: int) -> Path:
-    """A folder of ``n`` small CSV spectra ``s00.csv`` … (every other one with an Hα emission line), for the
-    server tests' ``vet`` runs."""
-    folder.mkdir()
+def write_csv_spectrum(folder: Path, i: int = 0) -> Path:
+    """``folder/sNN.csv``: a small CSV spectrum (odd ``i``: with an Hα emission line), the folder made if needed."""
+    folder.mkdir(exist_ok=True)
     wl = np.linspace(3700, 9100, 600)
+    flux = 10 + (5 if i % 2 else 0) * np.exp(-((wl - 6564.6) / 8) ** 2) + 0.01 * i
+    path = folder / f"s{i:02d}.csv"
+    np.savetxt(path, np.c_[wl, flux], delimiter=",", header="wavelength,flux", comments="")
+    return path
+
+
+def write_csv_archive(folder: Path, n: int) -> Path:
+    """A new folder of ``n`` such spectra, ``s00.csv`` …, for the server and CLI tests' ``vet`` runs."""
+    folder.mkdir()
     for i in range(n):
-        flux = 10 + (5 if i % 2 else 0) * np.exp(-((wl - 6564.6) / 8) ** 2) + 0.01 * i
-        np.savetxt(folder / f"s{i:02d}.csv", np.c_[wl, flux], delimiter=",", header="wavelength,flux", comments="")
+        write_csv_spectrum(folder, i)
     return folder
