@@ -108,7 +108,7 @@ def test_fixed_runs_record_fixed(tmp_path, capsys):
     assert (v.rollouts, v.k_max, v.stop_reason) == (3, 3, "fixed")
 
 
-def test_schema2_store_migrates_to_3_keeping_every_row(tmp_path):
+def test_schema2_store_migrates_keeping_every_row(tmp_path):
     path = tmp_path / "old.sqlite"
     con = sqlite3.connect(path)
     for version in (1, 2):
@@ -125,7 +125,7 @@ def test_schema2_store_migrates_to_3_keeping_every_row(tmp_path):
         (old,) = ro.model_verdicts()
         assert (old.rollouts, old.k_max, old.stop_reason) == (4, None, None)
     with VettingStore(path) as s:
-        assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         (old,) = s.model_verdicts()
         assert (old.verdict, old.p_yes, old.outcomes, old.k_max, old.stop_reason) == (
             "NO", 0.25, ["NO", "NO", "YES", "NO"], None, None)

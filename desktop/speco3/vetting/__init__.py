@@ -7,6 +7,7 @@ from speco3.vetting.records import (
     STANDARD_FLAGS,
     Annotation,
     Decision,
+    Evidence,
     ModelVerdict,
     SpectrumInfo,
     spectrum_key,
@@ -14,6 +15,6 @@ from speco3.vetting.records import (
 from speco3.vetting.store import SCHEMA_VERSION, VettingStore
 
 __all__ = [
-    "DECISIONS", "SCHEMA_VERSION", "STANDARD_FLAGS", "Annotation", "Decision", "ModelVerdict", "SpectrumInfo", "VettingStore",
-    "spectrum_key",
+    "DECISIONS", "SCHEMA_VERSION", "STANDARD_FLAGS", "Annotation", "Decision", "Evidence", "ModelVerdict",
+    "SpectrumInfo", "VettingStore", "spectrum_key",
 ]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -122,6 +125,68 @@ class RolloutRecord:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """A wavelength window the vetter marked as evidence for a decision, in the order marked.
+
+    ``lo`` and ``hi`` are in Å on the spectrum's own wavelength axis (observed frame, as the viewer and the zoom tool
+    show it); ``label`` is the vetter's short note on what the window shows ("Hα emission"), possibly empty. The
+    training export (`spec-o3 export-training`) turns each window into one zoom turn of a trajectory.
+    """
+
+    lo: float
+    hi: float
+    label: str = ""
+
+    def __post_init__(self):
+        for name in ("lo", "hi"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"evidence window: '{name}' must be a finite wavelength in Å, got {value!r}")
+        if not self.lo < self.hi:
+            raise ValueError(f"evidence window: the start ({self.lo:g}) must be below the end ({self.hi:g})")
+        if not isinstance(self.label, str):
+            raise ValueError(f"evidence window: the label must be text, got {self.label!r}")
+        object.__setattr__(self, "lo", float(self.lo))
+        object.__setattr__(self, "hi", float(self.hi))
+        object.__setattr__(self, "label", " ".join(self.label.split()))
+
+    @classmethod
+    def parse(cls, text: str) -> Evidence:
+        """``"6500-6600"`` or ``"6500-6600:Hα emission"`` (Å; the label is everything after the first colon)."""
+        rng, _, label = text.partition(":")
+        lo_text, sep, hi_text = rng.strip().partition("-")
+        try:
+            if not sep:
+                raise ValueError
+            lo, hi = float(lo_text), float(hi_text)
+        except ValueError:
+            raise ValueError(f"evidence window {text!r}: expected START-END[:LABEL] in Å, e.g. 6500-6600:Hα") \
+                from None
+        return cls(lo, hi, label)
+
+    def to_list(self) -> list:
+        """The stored form, ``[lo, hi, label]`` (the rollouts' zoom windows are stored the same way)."""
+        return [self.lo, self.hi, self.label]
+
+    @classmethod
+    def from_list(cls, item: Sequence) -> Evidence:
+        lo, hi, *rest = item
+        return cls(lo, hi, rest[0] if rest else "")
+
+    def __str__(self) -> str:
+        return f"{self.lo:g}-{self.hi:g}" + (f":{self.label}" if self.label else "")
+
+
+def evidence_json(evidence: Sequence[Evidence]) -> str:
+    return json.dumps([e.to_list() for e in evidence], ensure_ascii=False)
+
+
+def evidence_from_json(text: str | None) -> list[Evidence]:
+    """Stored evidence (JSON list of ``[lo, hi, label]``); NULL (rows written before schema 4) reads as none."""
+    return [Evidence.from_list(item) for item in json.loads(text)] if text else []
+
+
 @dataclass
 class Decision:
     """A human decision on one spectrum for one task (the model verdict the vetter saw is kept with it)."""
@@ -137,9 +202,11 @@ class Decision:
     decided_at: str = field(default_factory=now_iso)
     app_version: str = __version__
     id: int | None = None
+    #: the windows the vetter marked, in order (schema 4; empty in older rows)
+    evidence: list[Evidence] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "evidence": [e.to_list() for e in self.evidence]}
 
 
 @dataclass
@@ -153,9 +220,10 @@ class Annotation:
     vetter: str = ""
     updated_at: str = field(default_factory=now_iso)
     app_version: str = __version__
+    evidence: list[Evidence] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "evidence": [e.to_list() for e in self.evidence]}
 
 
 @dataclass

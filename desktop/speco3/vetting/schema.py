@@ -12,6 +12,9 @@ old store keeps every verdict and decision, and the rows written before it read 
 - 3: adaptive rollouts (``--rollouts auto``, `speco3.agent.adaptive`) — ``k_max`` (the budget) and ``stop_reason``
   on each ``model_verdicts`` row (the rollouts that ran are ``rollouts``); rows written before read back with both
   empty.
+- 4: the expert's inspection — ``evidence`` on ``decisions`` and ``annotations``: the wavelength windows the vetter
+  marked, in order, as a JSON list of ``[lo, hi, label]`` (`speco3.vetting.records.Evidence`); NULL in older rows,
+  read as none. The ``annotations`` table (created on open by earlier versions) is created here when missing.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _SCHEMA_1 = """
 CREATE TABLE IF NOT EXISTS spectra (
     spectrum_key TEXT PRIMARY KEY, name TEXT, path TEXT, idx INTEGER, survey TEXT, object_id TEXT,
@@ -43,11 +46,12 @@ CREATE TABLE IF NOT EXISTS decisions (
 CREATE INDEX IF NOT EXISTS decisions_key ON decisions (spectrum_key, task, id);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at TEXT NOT NULL);
 """
+#: The notes table as versions before schema 4 created it on open (schema 4 creates it when missing, then extends it).
+_ANNOTATIONS_3 = """CREATE TABLE IF NOT EXISTS annotations (
+    spectrum_key TEXT NOT NULL, task TEXT NOT NULL, flags TEXT NOT NULL, comment TEXT NOT NULL,
+    vetter TEXT NOT NULL, updated_at TEXT NOT NULL, app_version TEXT, PRIMARY KEY (spectrum_key, task))"""
 #: Added after schema 1 without a version bump: tables that older versions never read, created on open.
 ADDITIVE = {
-    "annotations": """CREATE TABLE annotations (
-        spectrum_key TEXT NOT NULL, task TEXT NOT NULL, flags TEXT NOT NULL, comment TEXT NOT NULL,
-        vetter TEXT NOT NULL, updated_at TEXT NOT NULL, app_version TEXT, PRIMARY KEY (spectrum_key, task))""",
     # what a file's sha256 was when it had this size and mtime (a resumed batch hashes only files that changed)
     "file_stamps": """CREATE TABLE file_stamps (
         path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL,
@@ -67,6 +71,8 @@ MIGRATIONS: dict[int, list[str]] = {
             turns INTEGER, tokens INTEGER, zooms INTEGER, seconds REAL, detail TEXT, answer TEXT, trace_dir TEXT,
             windows TEXT NOT NULL, PRIMARY KEY (verdict_id, idx))"""],
     3: ["ALTER TABLE model_verdicts ADD COLUMN k_max INTEGER", "ALTER TABLE model_verdicts ADD COLUMN stop_reason TEXT"],
+    4: ["ALTER TABLE decisions ADD COLUMN evidence TEXT", _ANNOTATIONS_3,
+        "ALTER TABLE annotations ADD COLUMN evidence TEXT"],
 }
 
 

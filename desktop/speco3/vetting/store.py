@@ -13,7 +13,7 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,9 +25,12 @@ from speco3.vetting.records import (
     VERDICTS,
     Annotation,
     Decision,
+    Evidence,
     ModelVerdict,
     RolloutRecord,
     SpectrumInfo,
+    evidence_from_json,
+    evidence_json,
     now_iso,
 )
 from speco3.vetting.schema import (
@@ -289,9 +292,9 @@ class VettingStore:
         flags = [str(f).strip() for f in d.flags if str(f).strip()]
         d.id = self._write(
             "INSERT INTO decisions (spectrum_key, task, decision, flags, comment, vetter, model_verdict_seen, "
-            "model_verdict_id, decided_at, app_version) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            "model_verdict_id, decided_at, app_version, evidence) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (d.spectrum_key, d.task, d.decision, json.dumps(flags), d.comment or "", d.vetter or "",
-             d.model_verdict_seen, d.model_verdict_id, d.decided_at, d.app_version),
+             d.model_verdict_seen, d.model_verdict_id, d.decided_at, d.app_version, evidence_json(d.evidence)),
         )
         return d.id
 
@@ -299,6 +302,7 @@ class VettingStore:
     def _decision(row: sqlite3.Row) -> Decision:
         d = dict(row)
         d["flags"] = json.loads(d["flags"] or "[]")
+        d["evidence"] = evidence_from_json(d.get("evidence"))  # absent in a read-only store of an older schema
         return Decision(**d)
 
     def decision(self, key: str, task: str) -> Decision | None:
@@ -324,22 +328,26 @@ class VettingStore:
         return int(self._query("SELECT COUNT(DISTINCT spectrum_key) FROM decisions WHERE task=?", (task,))[0][0])
 
     # -- notes (flags and comment) kept apart from decisions ------------------------------------------
-    def save_annotation(self, key: str, task: str, flags: list[str], comment: str, vetter: str = "") -> None:
-        """Store the vetter's current flags and comment on a spectrum at once, decided or not (one row, replaced).
+    def save_annotation(self, key: str, task: str, flags: list[str], comment: str, vetter: str = "",
+                        evidence: Sequence[Evidence] = ()) -> None:
+        """Store the vetter's current flags, comment and marked evidence windows on a spectrum at once, decided or
+        not (one row, replaced).
 
-        Empty flags and comment remove the row. The latest decision keeps the notes it was made with; readers
-        that want the notes as the vetter left them use `notes`.
+        Empty flags, comment and evidence remove the row. The latest decision keeps the notes it was made with;
+        readers that want the notes as the vetter left them use `notes`.
         """
         if not key or not task:
             raise StoreError("notes need a spectrum key and a task")
         clean = [str(f).strip() for f in flags if str(f).strip()]
-        if not clean and not (comment or "").strip():
+        if not clean and not (comment or "").strip() and not evidence:
             self._write("DELETE FROM annotations WHERE spectrum_key=? AND task=?", (key, task))
             return
-        self._write("INSERT INTO annotations VALUES (?,?,?,?,?,?,?) ON CONFLICT(spectrum_key, task) DO UPDATE SET "
+        self._write("INSERT INTO annotations (spectrum_key, task, flags, comment, vetter, updated_at, app_version, "
+                    "evidence) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(spectrum_key, task) DO UPDATE SET "
                     "flags=excluded.flags, comment=excluded.comment, vetter=excluded.vetter, "
-                    "updated_at=excluded.updated_at, app_version=excluded.app_version",
-                    (key, task, json.dumps(clean), comment or "", vetter or "", now_iso(), __version__))
+                    "updated_at=excluded.updated_at, app_version=excluded.app_version, evidence=excluded.evidence",
+                    (key, task, json.dumps(clean), comment or "", vetter or "", now_iso(), __version__,
+                     evidence_json(evidence)))
 
     def _annotation_rows(self, where: str, args: tuple) -> list[sqlite3.Row]:
         try:
@@ -353,6 +361,7 @@ class VettingStore:
     def _annotation(row: sqlite3.Row) -> Annotation:
         d = dict(row)
         d["flags"] = json.loads(d["flags"] or "[]")
+        d["evidence"] = evidence_from_json(d.get("evidence"))
         return Annotation(**d)
 
     def annotation(self, key: str, task: str) -> Annotation | None:
