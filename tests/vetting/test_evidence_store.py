@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from speco3.vetting import SCHEMA_VERSION, Decision, Evidence, VettingStore
-from speco3.vetting.schema import MIGRATIONS, _ANNOTATIONS_3
+from speco3.vetting.schema import _ANNOTATIONS_3, MIGRATIONS
 
 
 def test_evidence_parses_and_validates():

@@ -100,7 +100,7 @@ def test_schema1_store_opens_migrated_and_keeps_everything(tmp_path):
         (old,) = ro.model_verdicts()
         assert old.verdict == "YES" and old.rollouts is None and ro.rollouts(old.id) == []
     with VettingStore(path) as s:
-        assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         (old,) = s.model_verdicts()
         assert (old.verdict, old.turns, old.p_yes, old.abstained, old.outcomes) == ("YES", 2, None, None, None)
         d = s.decision("a#0", "cv")

@@ -50,8 +50,11 @@ CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL, upd
 _ANNOTATIONS_3 = """CREATE TABLE IF NOT EXISTS annotations (
     spectrum_key TEXT NOT NULL, task TEXT NOT NULL, flags TEXT NOT NULL, comment TEXT NOT NULL,
     vetter TEXT NOT NULL, updated_at TEXT NOT NULL, app_version TEXT, PRIMARY KEY (spectrum_key, task))"""
-#: Added after schema 1 without a version bump: tables that older versions never read, created on open.
+#: Added after schema 1 without a version bump: tables that older versions never read, created on open (the notes
+#: table in its current shape, for a store that lacks it whatever its version).
 ADDITIVE = {
+    "annotations": _ANNOTATIONS_3.replace("CREATE TABLE IF NOT EXISTS", "CREATE TABLE").replace(
+        "app_version TEXT,", "app_version TEXT, evidence TEXT,"),
     # what a file's sha256 was when it had this size and mtime (a resumed batch hashes only files that changed)
     "file_stamps": """CREATE TABLE file_stamps (
         path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL,
