@@ -38,7 +38,7 @@ def test_enter_in_the_comment_box_saves_the_comment_and_nothing_else(qtbot, make
         qtbot.keyClick(w.decision.comment, Qt.Key.Key_Return)
         assert w.vetting._current_key() == first  # still on the same spectrum
         assert store.decision(first, task) is None  # the suggestion was NOT accepted
-        assert store.notes(first, task) == ([], "Balmer emission, check He II")
+        assert store.notes(first, task) == ([], "Balmer emission, check He II", [])
         assert not w.decision.comment.hasFocus()  # back to the keys
         key(w, Qt.Key.Key_Return)  # Enter outside the text field accepts, as the cheat sheet says
         dec = store.decision(first, task)

@@ -59,4 +59,4 @@ def test_comment_saved_after_typing_pause_and_kept_with_a_later_decision(qtbot, 
     key(w, Qt.Key.Key_Right)  # leaving flushes the edit; notes newer than the decision win when shown
     key(w, Qt.Key.Key_Left)
     assert w.decision.comment.text() == "He II clear after all"
-    assert store.notes(k, task) == ([], "He II clear after all")
+    assert store.notes(k, task) == ([], "He II clear after all", [])

@@ -267,5 +267,5 @@ def test_desktop_decisions_survive_sigkill(tmp_path):
             assert d.decision == ("YES", "NO", "UNSURE")[i % 3]
             assert d.comment.startswith(f"seen {i} \u2713")
         assert s.get_state("current_key") == f"/archive/spec-{n - 1:04d}.fits#0"
-        assert all(s.notes(d.spectrum_key, "cv") == (d.flags, d.comment) for d in latest)
+        assert all(s.notes(d.spectrum_key, "cv") == (d.flags, d.comment, d.evidence) for d in latest)
     assert _integrity(store) == "ok"

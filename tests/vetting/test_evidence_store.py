@@ -66,7 +66,7 @@ def test_schema3_store_migrates_to_4_keeping_every_row(tmp_path, with_notes_tabl
         (old,) = s.decisions()
         assert (old.decision, old.comment, old.vetter, old.evidence) == ("YES", "old", "ann", [])
         if with_notes_table:
-            assert s.notes("a#0", "cv") == (["interesting"], "note")
+            assert s.notes("a#0", "cv") == (["interesting"], "note", [])
             assert s.annotation("a#0", "cv").evidence == []
         s.record_decision(Decision("a#0", "cv", "NO", evidence=[Evidence(1, 2, "x")]))
         s.save_annotation("b#0", "cv", [], "", evidence=[Evidence(3, 4)])

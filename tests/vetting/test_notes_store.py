@@ -11,7 +11,7 @@ from speco3.vetting.export import export_rows
 
 def test_notes_are_replaced_cleared_and_ordered_against_decisions(tmp_path):
     with VettingStore(tmp_path / "s.sqlite") as s:
-        assert s.notes("a#0", "cv") == ([], "")
+        assert s.notes("a#0", "cv") == ([], "", [])
         s.save_annotation("a#0", "cv", ["bad_class", " "], "first", "ann")
         s.save_annotation("a#0", "cv", ["bad_class", "interesting"], "second thoughts", "ann")
         (note,) = s.annotations()
@@ -19,13 +19,13 @@ def test_notes_are_replaced_cleared_and_ordered_against_decisions(tmp_path):
         assert s.tasks() == ["cv"]
         time.sleep(0.001)
         s.record_decision(Decision("a#0", "cv", "NO", flags=["bad_class"], comment="decided", vetter="ann"))
-        assert s.notes("a#0", "cv") == (["bad_class"], "decided")  # the decision is newer
+        assert s.notes("a#0", "cv") == (["bad_class"], "decided", [])  # the decision is newer
         s.save_annotation("a#0", "cv", [], "edited after deciding")
-        assert s.notes("a#0", "cv") == ([], "edited after deciding")
+        assert s.notes("a#0", "cv") == ([], "edited after deciding", [])
         assert s.decision("a#0", "cv").comment == "decided"  # the decision keeps what it was made with
         s.save_annotation("a#0", "cv", [], "  ")
         assert s.annotation("a#0", "cv") is None  # empty notes remove the row
-        assert s.notes("a#0", "cv") == (["bad_class"], "decided")
+        assert s.notes("a#0", "cv") == (["bad_class"], "decided", [])
 
 
 def test_store_of_the_first_schema_gets_the_notes_table_and_reads_without_it(tmp_path):
@@ -37,7 +37,7 @@ def test_store_of_the_first_schema_gets_the_notes_table_and_reads_without_it(tmp
     con.commit()
     con.close()
     with VettingStore(path, readonly=True) as ro:
-        assert ro.annotations() == [] and ro.notes("a#0", "cv") == ([], "")
+        assert ro.annotations() == [] and ro.notes("a#0", "cv") == ([], "", [])
         assert len(export_rows(ro)) == 1
     with VettingStore(path) as s:  # opened for writing: the table is added, the schema migrated
         assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

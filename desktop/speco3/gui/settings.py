@@ -8,7 +8,6 @@ A corrupt or hand-broken file never stops the app: it is moved aside and the def
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import logging
 from dataclasses import asdict, dataclass, field, fields
@@ -21,6 +20,7 @@ from speco3.agent.settings import RolloutSettings, RunSettings
 from speco3.config import config_dir, data_dir
 from speco3.engine.base import DEFAULT_N_CTX, EngineSettings
 from speco3.fileio import write_text_atomic
+from speco3.vetting.records import login_vetter
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +192,4 @@ class AppSettings:
 
     def vetter_name(self) -> str:
         """The vetter's name, falling back to the login name."""
-        if self.vetter.strip():
-            return self.vetter.strip()
-        try:  # LOGNAME, USER, LNAME, USERNAME, then the password database (os.getlogin needs a terminal)
-            return getpass.getuser()
-        except (OSError, KeyError):
-            return "unknown"
+        return login_vetter(self.vetter)

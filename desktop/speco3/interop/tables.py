@@ -43,7 +43,7 @@ def queue_table(entries: Sequence[Any], store: Any, task: str, key_of: Callable[
         skey = key_of(e)
         mv = store.latest_model_verdict(skey, task) if store is not None else None
         dec = store.decision(skey, task) if store is not None else None
-        flags, comment = store.notes(skey, task) if store is not None else ([], "")
+        flags, comment, _evidence = store.notes(skey, task) if store is not None else ([], "", [])
         rows.append({
             "key": e.key, "name": e.name, "path": e.path, "hdu_index": e.index, "survey": e.survey,
             "object_id": e.object_id, "ra": e.ra, "dec": e.dec, "redshift": e.redshift, "snr": e.snr, "task": task,

@@ -5,7 +5,8 @@ CSV and VOTable are UTF-8; FITS tables hold ASCII only, so other characters are 
 One row per spectrum and task, with the spectrum's identity and position, the latest model verdict (verdict,
 outcome, its confidence over K rollouts — ``p_yes``, ``p_yes_token``, ``rollouts``, ``agreement``, ``abstained``,
 ``format_failures``, ``rollout_outcomes``, and ``k_used``, ``k_max``, ``stop_reason`` of adaptive rollouts —, model, prompt version, cost) and the latest human decision (decision, flags, comment, vetter, time, and
-the model verdict the vetter saw); flags and comment are the vetter's latest, saved as edited even before a
+the model verdict the vetter saw); flags, comment and evidence windows (``evidence``: ``6540-6590:Hα; 4840-4880:Hβ``,
+observed frame, Å) are the vetter's latest, saved as edited even before a
 decision (`VettingStore.save_annotation`). Missing values are masked (empty in CSV, null in VOTable, NaN/TNULL in FITS).
 Every file is written atomically: to a temporary file beside the target, then ``os.replace``.
 """
@@ -23,6 +24,7 @@ from astropy.table import MaskedColumn, Table
 from speco3 import __version__
 from speco3.errors import StoreError
 from speco3.fileio import write_atomic
+from speco3.vetting.records import evidence_text
 from speco3.vetting.store import VettingStore
 from speco3.votable import write_votable
 
@@ -66,6 +68,8 @@ COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("decision", "str", None, "Human decision YES/NO/UNSURE (empty: not vetted)"),
     ("flags", "str", None, "Quality flags, comma separated (as last left, also without a decision)"),
     ("comment", "str", None, "Vetter comment (as last left, also without a decision)"),
+    ("evidence", "str", None, "Wavelength windows the vetter marked as evidence, in order, observed frame, Angstrom "
+     "('6540-6590:label; 4840-4880'; as last left, also without a decision)"),
     ("vetter", "str", None, "Vetter"),
     ("decided_at", "str", None, "When the decision was made (UTC)"),
     ("model_verdict_seen", "str", None, "Model verdict shown to the vetter"),
@@ -75,7 +79,9 @@ FORMATS = {"csv": "ascii.csv", "votable": "votable", "fits": "fits"}
 
 
 def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, Any]]:
-    """One dict per (spectrum, task) that has a model verdict, a decision or notes (flags/comment)."""
+    """One dict per (spectrum, task) that has a model verdict, a decision or notes (flags/comment/evidence).
+
+    Besides the `COLUMNS`, ``evidence_windows`` holds the evidence as a list of `Evidence` (the HTML report's)."""
     verdicts = {(v.spectrum_key, v.task): v for v in store.model_verdicts(task)}
     decisions = {(d.spectrum_key, d.task): d for d in store.decisions(task)}
     notes = {(a.spectrum_key, a.task): a for a in store.annotations(task)}
@@ -91,6 +97,7 @@ def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, 
             a = None  # the decision was made after the notes were last changed: its notes are the latest
         flags = a.flags if a is not None else (d.flags if d else None)
         comment = a.comment if a is not None else (d.comment if d else None)
+        evidence = a.evidence if a is not None else (d.evidence if d else [])
         rows.append({
             "spectrum_key": key, "name": s.name if s else None, "path": s.path if s else None,
             "hdu_index": s.index if s else None, "survey": s.survey if s else None,
@@ -106,7 +113,8 @@ def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, 
             "model_seconds": v.seconds if v else None, "model_time": v.created_at if v else None,
             "trace_dir": v.trace_dir if v else None,
             "decision": d.decision if d else None, "flags": ",".join(flags) if flags is not None else None,
-            "comment": comment, "vetter": d.vetter if d else (a.vetter if a else None),
+            "comment": comment, "evidence": evidence_text(evidence) or None, "evidence_windows": evidence,
+            "vetter": d.vetter if d else (a.vetter if a else None),
             "decided_at": d.decided_at if d else None, "model_verdict_seen": d.model_verdict_seen if d else None,
             "notes_at": a.updated_at if a is not None else (d.decided_at if d else None),
         })

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from speco3 import __version__
 from speco3.agent.confidence import Confidence
@@ -178,6 +179,45 @@ class Evidence:
         return f"{self.lo:g}-{self.hi:g}" + (f":{self.label}" if self.label else "")
 
 
+def parse_evidence_list(text: str) -> list[Evidence]:
+    """Comma-separated windows, ``"6540-6590:Hα, 4840-4880:Hβ"`` (`Evidence.parse` each; labels hold no comma)."""
+    return [Evidence.parse(part) for part in text.split(",") if part.strip()]
+
+
+def evidence_text(evidence: Sequence[Evidence]) -> str:
+    """The windows as one line, ``"6540-6590:Hα; 4840-4880:Hβ"`` (the exports' ``evidence`` column)."""
+    return "; ".join(str(e) for e in evidence)
+
+
+def model_evidence(rollouts: Sequence[RolloutRecord], z: float) -> list[Evidence]:
+    """The zoom windows a model run's rollouts asked for, as evidence windows to start from: in order of the
+    rollouts and their tool calls, moved from the rest frame the zoom tool works in to the observed frame evidence is
+    kept in (``λ (1 + z)``, ``z`` the catalogue redshift the run used), each range once, unusable ranges left out."""
+    out: list[Evidence] = []
+    seen: set[tuple[float, float]] = set()
+    for r in rollouts:
+        for window in r.windows:
+            lo, hi, *rest = [*window, None, None][:3]
+            if not all(isinstance(v, int | float) and math.isfinite(v) for v in (lo, hi)) or not lo < hi:
+                continue
+            rng = (round(lo * (1 + z), 1), round(hi * (1 + z), 1))
+            if rng in seen or not rng[0] < rng[1]:
+                continue
+            seen.add(rng)
+            out.append(Evidence(*rng, str(rest[0] or "")))
+    return out
+
+
+def login_vetter(name: str = "") -> str:
+    """The vetter's name: ``name`` when given, else the login name (as the app and ``spec-o3 decide`` store it)."""
+    if name.strip():
+        return name.strip()
+    try:  # LOGNAME, USER, LNAME, USERNAME, then the password database (os.getlogin needs a terminal)
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "unknown"
+
+
 def evidence_json(evidence: Sequence[Evidence]) -> str:
     return json.dumps([e.to_list() for e in evidence], ensure_ascii=False)
 
@@ -224,6 +264,14 @@ class Annotation:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "evidence": [e.to_list() for e in self.evidence]}
+
+
+class Notes(NamedTuple):
+    """The flags, comment and evidence windows of a spectrum as the vetter last left them (`VettingStore.notes`)."""
+
+    flags: list[str]
+    comment: str
+    evidence: list[Evidence]
 
 
 @dataclass

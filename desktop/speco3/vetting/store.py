@@ -27,6 +27,7 @@ from speco3.vetting.records import (
     Decision,
     Evidence,
     ModelVerdict,
+    Notes,
     RolloutRecord,
     SpectrumInfo,
     evidence_from_json,
@@ -373,14 +374,15 @@ class VettingStore:
         rows = self._annotation_rows("WHERE task=?" if task else "", (task,) if task else ())
         return [self._annotation(r) for r in rows]
 
-    def notes(self, key: str, task: str) -> tuple[list[str], str]:
-        """(flags, comment) as the vetter last left them: the newer of the stored notes and the latest decision."""
+    def notes(self, key: str, task: str) -> Notes:
+        """(flags, comment, evidence) as the vetter last left them: the newer of the stored notes and the latest
+        decision."""
         ann, dec = self.annotation(key, task), self.decision(key, task)
         if ann is not None and (dec is None or ann.updated_at >= dec.decided_at):
-            return list(ann.flags), ann.comment
+            return Notes(list(ann.flags), ann.comment, list(ann.evidence))
         if dec is not None:
-            return list(dec.flags), dec.comment
-        return [], ""
+            return Notes(list(dec.flags), dec.comment, list(dec.evidence))
+        return Notes([], "", [])
 
     # -- session state -----------------------------------------------------------------------------
     def set_state(self, key: str, value: Any) -> None:

@@ -1,0 +1,131 @@
+"""``spec-o3 decide STORE FILE[#N] --task T --verdict YES|NO|UNSURE [--evidence 6500-6600[:label]]...``: record a
+human decision from the command line, as the app's decision panel does (for scripted or remote vetting, and tests).
+
+The spectrum is read first (a file that cannot be read or a ``#N`` it does not hold is refused with exit status 2
+and nothing is written), then the task and the evidence windows are checked (a window entirely outside the
+spectrum's wavelength range is refused). The decision goes to the store under the spectrum's address
+(`speco3.vetting.records.spectrum_key`, the key the app and ``spec-o3 vet`` use for the same file), with what
+exports show of the spectrum (`SpectrumInfo`), the vetter (default: the login name, as in the app) and the latest
+model verdict for the task as the one seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from speco3.agent.tasks import get_task
+from speco3.errors import Speco3Error, TaskError
+from speco3.spectra import parse_address, read_spectrum
+from speco3.spectra.model import Spectrum
+from speco3.spectra.view import View
+from speco3.vetting.records import (
+    DECISIONS,
+    STANDARD_FLAGS,
+    Decision,
+    Evidence,
+    SpectrumInfo,
+    evidence_text,
+    login_vetter,
+    parse_evidence_list,
+    spectrum_key,
+)
+from speco3.vetting.screening import file_sha256
+from speco3.vetting.store import VettingStore
+
+#: Exit status of a refused input (unreadable spectrum, bad #N, unknown task, bad or out-of-range window).
+EXIT_BAD_INPUT = 2
+
+
+def register(sub) -> None:
+    d = sub.add_parser(
+        "decide", help="record a human decision (with evidence windows) on one spectrum",
+        description="Record a human decision on one spectrum in a vetting store, as the app's decision panel "
+        "does: the verdict, the wavelength windows marked as evidence (in order), flags and a comment. The latest "
+        "model verdict for the task is linked as the one the vetter saw. Refused inputs (unreadable spectrum, a "
+        "#N the file does not hold, unknown task, a window outside the spectrum) exit with status 2 and write "
+        "nothing.")
+    d.add_argument("store", metavar="STORE", help="vetting store (SQLite; created when missing)")
+    d.add_argument("address", metavar="FILE[#N]", help="spectrum file, or FILE#N for the N-th spectrum in it")
+    d.add_argument("--task", required=True, help="task id (cv, carbon, ss, gm, wd, or a user task)")
+    d.add_argument("--verdict", required=True, type=str.upper, choices=DECISIONS, help="the decision")
+    d.add_argument("--evidence", action="append", default=[], metavar="LO-HI[:LABEL][,...]",
+                   help="a wavelength window marked as evidence, in Å on the spectrum's own (observed-frame) axis, "
+                   "with an optional label, e.g. 6540-6590:Hα; repeat the option, or give several windows in one "
+                   "value separated by commas (labels then cannot hold commas). Kept in the order given")
+    d.add_argument("--comment", default="", help="a comment stored with the decision")
+    d.add_argument("--flag", action="append", default=[], metavar="FLAG",
+                   help=f"an issue flag ({', '.join(STANDARD_FLAGS)}, or your own); repeat for several")
+    d.add_argument("--vetter", default="", help="who decides (default: the login name)")
+    d.add_argument("--json", action="store_true", help="print the stored decision as JSON")
+    d.set_defaults(func=cmd_decide)
+
+
+def _refuse(text: str) -> int:
+    print(f"error: {text}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def read_address(address: str) -> Spectrum:
+    """The spectrum at ``FILE[#N]``, its path made absolute (the store key then matches the app's for the file)."""
+    path, selector = parse_address(address)
+    return read_spectrum(str(Path(path).expanduser().resolve()), selector)
+
+
+def check_windows(values: list[str], spectrum: Spectrum) -> list[Evidence]:
+    """The ``--evidence`` values as windows; ValueError naming a window that is malformed or entirely outside the
+    spectrum's wavelength range (the zoom tool's data range, in the observed frame)."""
+    windows = []
+    for value in values:
+        try:
+            windows += parse_evidence_list(value)
+        except ValueError as exc:
+            raise ValueError(f"--evidence {value!r}: {exc}") from None
+    data = View(spectrum, None, frame="observed").data_range()
+    for w in windows:
+        if data is not None and (w.hi < data[0] or w.lo > data[1]):
+            raise ValueError(f"evidence window {w} lies outside the spectrum's wavelength range "
+                             f"{data[0]:g}-{data[1]:g} Å (observed frame)")
+    return windows
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    try:
+        spectrum = read_address(args.address)
+    except (Speco3Error, OSError) as exc:
+        return _refuse(f"{args.address}: {exc}" if isinstance(exc, OSError) else str(exc))
+    try:
+        task = get_task(args.task)
+    except TaskError as exc:
+        return _refuse(str(exc))
+    try:
+        evidence = check_windows(args.evidence, spectrum)
+    except ValueError as exc:
+        return _refuse(str(exc))
+    key = spectrum_key(spectrum)
+    with VettingStore(args.store) as store:
+        mv = store.latest_model_verdict(key, task.id)
+        decision = Decision(spectrum_key=key, task=task.id, decision=args.verdict, flags=list(args.flag),
+                            comment=args.comment, vetter=login_vetter(args.vetter),
+                            model_verdict_seen=mv.verdict if mv else None, model_verdict_id=mv.id if mv else None,
+                            evidence=evidence)
+        sha = file_sha256(spectrum.meta.path) if spectrum.meta.path else None
+        store.record_spectrum(SpectrumInfo.of(key, spectrum, sha))
+        store.record_decision(decision)
+    if args.json:
+        print(json.dumps(decision.to_dict(), ensure_ascii=False))
+        return 0
+    seen = f"{mv.verdict or mv.outcome} (run #{mv.id}, {mv.model_id})" if mv else "none"
+    print(f"stored {decision.decision} for {key} · task {task.id} · vetter {decision.vetter} · decision #{decision.id}")
+    print(f"evidence: {evidence_text(evidence) or 'none'}")
+    if decision.flags:
+        print(f"flags: {', '.join(decision.flags)}")
+    if decision.comment:
+        print(f"comment: {decision.comment}")
+    print(f"model verdict seen: {seen}")
+    return 0
+
+
+__all__ = ["EXIT_BAD_INPUT", "cmd_decide", "register"]
