@@ -79,7 +79,7 @@ def test_keyboard_decisions_are_stored_at_once(qtbot, make_window, demo_archive,
     w = make_window()
     open_and_wait(w, demo_archive)
     key(w, Qt.Key.Key_1)  # flag bad spectrum, then YES
-    assert w.statusBar().currentMessage() == "flags and comment saved (not decided yet)"
+    assert w.statusBar().currentMessage() == "notes saved (not decided yet)"
     key(w, Qt.Key.Key_Y)
     assert w.vetting.row == 1  # auto-advance
     assert w.statusBar().currentMessage() == "YES saved for spec-60001-SPECO3DEMO_sp01-001.fits.gz"  # not the old note

@@ -5,6 +5,12 @@ spectrum, the latest model verdict) and emits what the vetter asks for. The main
 to the store at once and answers with `show_saved`. Flags are emitted as they are ticked; a comment being typed
 is emitted (`notesEdited`) after a short pause and at once by `flush_notes` (called before the spectrum changes),
 so notes are stored even when the vetter moves on without deciding or pressing Enter.
+
+The evidence list shows the wavelength windows the vetter marked (`Evidence`, observed frame), in order: each row
+zooms the viewer to its window when its range is clicked, has a label field and a remove button. Marking (key
+**E** or the button) is done by the main window, which knows the viewer's range, through `add_evidence`; the new
+row's label field then has the focus, and Enter (or Escape, `leave_field`) gives it back to the plot. A change of
+the list is emitted at once (`evidenceChanged`), a label being typed after the same pause as the comment.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import logging
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
+    QApplication,
     QButtonGroup,
     QCheckBox,
     QGridLayout,
@@ -22,18 +29,45 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from speco3.gui.keymap import FLAG_ACTIONS, Keymap
-from speco3.vetting.records import FLAG_LABELS
+from speco3.vetting.records import FLAG_LABELS, Evidence
 
 log = logging.getLogger(__name__)
 
 DECISIONS = ("YES", "NO", "UNSURE")
 NOTES_PAUSE_MS = 700  # a comment being typed is saved after this pause (and on leaving the spectrum)
 _STYLE = {"YES": "background:#d4edda", "NO": "background:#f8d7da", "UNSURE": "background:#fff3cd"}
+LABEL_CHARS = 80  # an evidence label is a short note ("Hα emission"), not a comment
+
+
+class EvidenceRow(QWidget):
+    """One marked window: its number, its range (click: zoom there), its label and a remove button."""
+
+    def __init__(self, number: int, window: Evidence, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.window_range = (window.lo, window.hi)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(4)
+        self.number = QLabel(f"{number}.")
+        self.range = QPushButton(f"{window.lo:g}–{window.hi:g} Å", objectName="evidenceRange", flat=True,
+                                 toolTip="Zoom the plot to this window (observed frame)")
+        self.label = QLineEdit(window.label, objectName="evidenceLabel", placeholderText="label, e.g. Hα emission",
+                               maxLength=LABEL_CHARS)
+        self.label.setMinimumWidth(60)
+        self.remove = QToolButton(objectName="evidenceRemove", text="✕", toolTip="Remove this window")
+        row.addWidget(self.number)
+        row.addWidget(self.range)
+        row.addWidget(self.label, 1)
+        row.addWidget(self.remove)
+
+    def evidence(self) -> Evidence:
+        return Evidence(*self.window_range, self.label.text())
 
 
 class DecisionPanel(QWidget):
@@ -42,7 +76,11 @@ class DecisionPanel(QWidget):
     Signals
     -------
     decided(decision) ; acceptModel() ; flagsChanged(list) ; commentChanged(str) ; navigate(step) ;
-    notesEdited(flags, comment) -- the comment was edited (after a pause, or flushed)
+    notesEdited(flags, comment) -- the comment was edited (after a pause, or flushed) ;
+    evidenceChanged(list) -- the evidence windows changed (marked, removed, a label edited: after a pause or Enter) ;
+    markRequested() ; modelWindowsRequested() -- the mark / "start from the model's windows" buttons ;
+    zoomRequested(lo, hi) -- an evidence window's range was clicked (observed frame) ;
+    fieldLeft() -- Enter or Escape in a label field: the focus goes back to the plot
     """
 
     decided = Signal(str)
@@ -51,6 +89,11 @@ class DecisionPanel(QWidget):
     commentChanged = Signal(str)
     navigate = Signal(int)
     notesEdited = Signal(list, str)
+    evidenceChanged = Signal(list)
+    markRequested = Signal()
+    modelWindowsRequested = Signal()
+    zoomRequested = Signal(float, float)
+    fieldLeft = Signal()
 
     def __init__(self, keymap: Keymap, parent: QWidget | None = None):
         super().__init__(parent)
@@ -82,6 +125,26 @@ class DecisionPanel(QWidget):
         self._notes_timer.timeout.connect(self.flush_notes)
         self._notes_pending = False
         self.comment.textEdited.connect(self._comment_edited)
+        self._evidence_pending = False
+        self.evidence_rows: list[EvidenceRow] = []
+        self.evidence_box = QGroupBox(f"Evidence windows ({self._key('mark_evidence')})", objectName="evidenceBox")
+        ev_layout = QVBoxLayout(self.evidence_box)
+        ev_layout.setContentsMargins(6, 4, 6, 4)
+        self.evidence_hint = QLabel(f"None marked: zoom to a feature and press {self._key('mark_evidence')}.",
+                                    objectName="evidenceHint", wordWrap=True)
+        self.evidence_list = QVBoxLayout()
+        self.evidence_list.setSpacing(2)
+        self.mark_button = QPushButton(f"Mark view as evidence ({self._key('mark_evidence')})",
+                                       objectName="markEvidence")
+        self.model_windows_button = QPushButton("Start from the model's windows", objectName="modelWindows",
+                                                enabled=False, toolTip="Add the zoom windows of the model's latest "
+                                                "run, to accept, relabel or remove")
+        self.mark_button.clicked.connect(self.markRequested)
+        self.model_windows_button.clicked.connect(self.modelWindowsRequested)
+        ev_layout.addWidget(self.evidence_hint)
+        ev_layout.addLayout(self.evidence_list)
+        ev_layout.addWidget(self.mark_button)
+        ev_layout.addWidget(self.model_windows_button)
         self.saved = QLabel("", objectName="savedStatus", wordWrap=True)
         nav = QHBoxLayout()
         prev_b = QPushButton(f"◀ Previous ({self._key('previous')})", objectName="prevButton")
@@ -102,6 +165,7 @@ class DecisionPanel(QWidget):
         layout.addLayout(row)
         layout.addWidget(flags_box)
         layout.addWidget(self.comment)
+        layout.addWidget(self.evidence_box)
         layout.addLayout(nav)
         layout.addWidget(self.saved)
         layout.addWidget(self.cheat)
@@ -112,10 +176,13 @@ class DecisionPanel(QWidget):
         return self.keymap.keys.get(action, "?")
 
     # -- state shown -------------------------------------------------------------------------------------------
-    def show_record(self, decision: str | None, flags: list[str], comment: str, saved_text: str = "") -> None:
-        """Show the stored decision of the current spectrum (None: undecided)."""
+    def show_record(self, decision: str | None, flags: list[str], comment: str, saved_text: str = "",
+                    evidence: list[Evidence] | tuple = ()) -> None:
+        """Show the stored decision of the current spectrum (None: undecided) and its notes."""
         self._notes_timer.stop()  # an edit still pending was flushed by the owner before the record changed
-        self._notes_pending = False
+        self._notes_pending = self._evidence_pending = False
+        if list(evidence) != self.evidence():
+            self._set_rows(list(evidence))
         self._updating = True
         for d, b in self.buttons.items():
             b.setChecked(d == decision)
@@ -134,6 +201,10 @@ class DecisionPanel(QWidget):
         self.accept_button.setEnabled(bool(verdict))
         self.accept_button.setText(f"Accept model: {verdict} (Enter)" if verdict else "Accept model (Enter)")
 
+    def show_model_windows(self, available: bool) -> None:
+        """Whether the model's latest run asked for zoom windows ("Start from the model's windows" usable)."""
+        self.model_windows_button.setEnabled(available)
+
     def show_position(self, row: int, total: int, decided: int | None = None, source: str = "table") -> None:
         text = f"Spectrum {row + 1} of {total}" if total else "Queue is empty"
         if decided is not None:
@@ -150,6 +221,35 @@ class DecisionPanel(QWidget):
         cb = self.flag_boxes[flag]
         cb.setChecked(not cb.isChecked())
 
+    def evidence(self) -> list[Evidence]:
+        """The marked windows, in order, with their labels as typed."""
+        return [row.evidence() for row in self.evidence_rows]
+
+    def add_evidence(self, windows: list[Evidence], focus_label: bool = True) -> None:
+        """Append ``windows`` to the list and emit `evidenceChanged`; the last new row's label gets the focus."""
+        if not windows:
+            return
+        self._set_rows(self.evidence() + list(windows))
+        self._emit_evidence()
+        if focus_label:
+            label = self.evidence_rows[-1].label
+            label.setFocus(Qt.FocusReason.ShortcutFocusReason)
+            label.selectAll()
+
+    def remove_evidence(self, index: int) -> None:
+        windows = self.evidence()
+        del windows[index]
+        self._set_rows(windows)
+        self._emit_evidence()
+
+    def leave_field(self) -> None:
+        """Leave a text field of the panel (Escape): its edit is stored, the focus goes back to the plot."""
+        focus = QApplication.focusWidget()
+        self.flush_notes()
+        if focus is not None and self.isAncestorOf(focus):
+            focus.clearFocus()
+        self.fieldLeft.emit()
+
     def toggle_cheat_sheet(self) -> None:
         self.cheat.setVisible(not self.cheat.isVisible())
 
@@ -162,10 +262,47 @@ class DecisionPanel(QWidget):
         if not self._updating:
             self.flagsChanged.emit(self.flags())
 
-    def flush_notes(self) -> None:
-        """Emit `notesEdited` now when a comment edit is waiting for its pause (no-op otherwise)."""
+    def _set_rows(self, windows: list[Evidence]) -> None:
+        """Rebuild the rows for ``windows`` (emits nothing)."""
+        for old in self.evidence_rows:
+            self.evidence_list.removeWidget(old)
+            old.hide()
+            old.deleteLater()  # by Qt, on this thread
+        self.evidence_rows = []
+        for i, window in enumerate(windows):
+            row = EvidenceRow(i + 1, window, self.evidence_box)
+            row.range.clicked.connect(lambda _c=False, w=window: self.zoomRequested.emit(w.lo, w.hi))
+            row.remove.clicked.connect(lambda _c=False, r=row: self.remove_evidence(self.evidence_rows.index(r)))
+            row.label.textEdited.connect(self._label_edited)
+            row.label.returnPressed.connect(self._label_done)
+            self.evidence_list.addWidget(row)
+            self.evidence_rows.append(row)
+        self.evidence_hint.setVisible(not windows)
+
+    def _emit_evidence(self) -> None:
+        self._evidence_pending = False
+        self.evidenceChanged.emit(self.evidence())
+
+    def _label_edited(self, _text: str) -> None:
+        self._evidence_pending = True
+        self._notes_timer.start()
+
+    def _label_done(self) -> None:
         self._notes_timer.stop()
-        if self._notes_pending:
+        self._emit_evidence()
+        focus = QApplication.focusWidget()
+        if focus is not None:
+            focus.clearFocus()
+        self.fieldLeft.emit()
+
+    def flush_notes(self) -> None:
+        """Emit what waits for its typing pause now: `evidenceChanged` for a label being typed (it stores the
+        comment too), else `notesEdited` for a comment edit (no-op when nothing waits)."""
+        self._notes_timer.stop()
+        if self._evidence_pending:
+            self._notes_pending = False
+            self._emit_evidence()
+        elif self._notes_pending:
             self._notes_pending = False
             self.notesEdited.emit(self.flags(), self.comment.text())
 

@@ -36,6 +36,7 @@ ACTIONS: tuple[Action, ...] = (
     Action("flag_bad_class", "3", "Flag: pipeline class looks wrong", "Flags"),
     Action("flag_interesting", "4", "Flag: interesting / follow up", "Flags"),
     Action("comment", "C", "Write a comment", "Flags"),
+    Action("mark_evidence", "E", "Mark the visible wavelength window as evidence (then type its label)", "Flags"),
     Action("next", "Right", "Next spectrum", "Navigate"),
     Action("previous", "Left", "Previous spectrum", "Navigate"),
     Action("next_undecided", "Shift+Right", "Next spectrum without a decision", "Navigate"),

@@ -207,7 +207,12 @@ class MainWindow(QMainWindow):
         self.vetting.error.connect(self.show_message)
         self.decision.decided.connect(self.decide)
         self.decision.acceptModel.connect(self.accept_model)
-        self.vetting.bind_notes(self.decision)  # flags and comment stored as they change, decided or not
+        self.vetting.bind_notes(self.decision)  # flags, comment and evidence stored as they change, decided or not
+        self.decision.evidenceChanged.connect(self.viewer.set_evidence)
+        self.decision.markRequested.connect(self.mark_evidence)
+        self.decision.modelWindowsRequested.connect(self.start_from_model_windows)
+        self.decision.zoomRequested.connect(lambda lo, hi: self.viewer.zoom_to(lo, hi, "observed"))
+        self.decision.fieldLeft.connect(lambda: self.viewer.plot.setFocus(Qt.FocusReason.OtherFocusReason))
         self.decision.navigate.connect(self.vetting.step)
         self.agent_panel.runRequested.connect(lambda t, m: self.agent.run_current(t, m))
         self.agent_panel.cancelRequested.connect(self.agent.cancel)
@@ -224,8 +229,8 @@ class MainWindow(QMainWindow):
             "toggle_frame": self.viewer.toggle_frame, "toggle_lines": self.viewer.toggle_lines,
             "zoom_in": lambda: self.viewer.zoom(0.5), "zoom_out": lambda: self.viewer.zoom(2.0),
             "pan_left": lambda: self.viewer.pan(-0.25), "pan_right": lambda: self.viewer.pan(0.25),
-            "reset_zoom": self.viewer.reset_zoom, "run_agent": self.run_agent, "cancel_agent": self.agent.cancel,
-            "cheat_sheet": self.decision.toggle_cheat_sheet,
+            "reset_zoom": self.viewer.reset_zoom, "run_agent": self.run_agent, "cancel_agent": self.escape,
+            "cheat_sheet": self.decision.toggle_cheat_sheet, "mark_evidence": self.mark_evidence,
         }
         for action, flag in FLAG_ACTIONS.items():
             self.key_actions[action] = lambda flag=flag: self.decision.toggle_flag(flag)
@@ -365,7 +370,11 @@ class MainWindow(QMainWindow):
     def _on_record(self) -> None:
         dec, mv = self.vetting.current_record()
         saved = f"saved {dec.decided_at[:19].replace('T', ' ')} UTC by {dec.vetter}" if dec else "not decided yet"
-        self.decision.show_record(dec.decision if dec else None, *self.vetting.current_notes(), saved)
+        notes = self.vetting.current_notes()
+        self.decision.show_record(dec.decision if dec else None, notes.flags, notes.comment, saved, notes.evidence)
+        self.viewer.set_evidence(notes.evidence)
+        self.decision.show_model_windows(mv is not None and mv.model_id != SCRIPTED_LABEL
+                                         and bool(mv.zooms or (mv.rollouts or 1) > 1))
         if mv is not None:
             who = "(scripted demo — not a model)" if mv.model_id == SCRIPTED_LABEL else f"({mv.model_id})"
             self.decision.show_suggestion(mv.verdict, who if mv.verdict else f"{mv.outcome} {who}")
@@ -428,7 +437,7 @@ class MainWindow(QMainWindow):
     # -- decisions -----------------------------------------------------------------------------------------------
     def decide(self, decision: str) -> None:
         if self._ensure_vetter():
-            self.vetting.decide(decision, self.decision.flags(), self.decision.comment.text())
+            self.vetting.decide(decision, self.decision.flags(), self.decision.comment.text(), self.decision.evidence())
 
     def _ensure_vetter(self) -> bool:
         """Before the first decision without a vetter name in the settings: ask for it (the login name offered),
@@ -450,6 +459,43 @@ class MainWindow(QMainWindow):
             self.show_message("no model verdict to accept for this spectrum")
             return
         self.decide(mv.verdict)
+
+    def escape(self) -> None:
+        """Escape: in a text field of the decision panel it leaves the field (the edit kept); elsewhere it cancels
+        the agent run."""
+        focus = QApplication.focusWidget()
+        if focus is not None and self.decision.isAncestorOf(focus):
+            self.decision.leave_field()
+        else:
+            self.agent.cancel()
+
+    def mark_evidence(self) -> None:
+        """Mark the plot's visible wavelength window (observed frame, within the data) as evidence; its label field
+        then has the focus."""
+        if self.vetting.store is None or self.vetting.entry is None or self.vetting.spectrum is None:
+            self.show_message("no spectrum shown: nothing to mark")
+            return
+        window = self.viewer.visible_window()
+        if window is None:
+            self.show_message("the plot shows no part of the spectrum: nothing to mark")
+            return
+        if any((e.lo, e.hi) == (window.lo, window.hi) for e in self.decision.evidence()):
+            self.show_message(f"{window.lo:g}–{window.hi:g} Å is marked already")
+            return
+        self.decision.add_evidence([window])
+        self.show_message(f"evidence {window.lo:g}–{window.hi:g} Å marked: type a label, Enter to go on")
+
+    def start_from_model_windows(self) -> None:
+        """Add the zoom windows of the model's latest run (those not marked yet) for the vetter to edit."""
+        windows = self.vetting.model_windows()
+        have = {(e.lo, e.hi) for e in self.decision.evidence()}
+        new = [w for w in windows if (w.lo, w.hi) not in have]
+        if not windows:
+            self.show_message("the model's latest run on this spectrum asked for no zoom windows")
+            return
+        self.decision.add_evidence(new, focus_label=False)
+        self.show_message(f"{len(new)} of the model's {len(windows)} windows added: relabel or remove what is not "
+                          "evidence" if new else "the model's windows are all marked already")
 
     # -- agent ---------------------------------------------------------------------------------------------------
     def run_agent(self) -> None:

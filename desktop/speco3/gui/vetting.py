@@ -1,10 +1,11 @@
 """The vetting workflow of the main window: queue navigation with prefetch, decisions written at once, resume.
 
 The queue is the archive table's row order (the filtered, sorted index, or a loaded candidate list). Every
-decision, flag change and comment goes to the SQLite store immediately (`speco3.vetting.VettingStore`, WAL), with
-the vetter's name, the time and the app version, and apart from the model's verdicts. Flags and comment are stored
-as notes of their own (`save_annotation`) the moment they change, decided or not, and come back when the vetter
-returns to the spectrum. The current position is saved as store state, so reopening the archive resumes where the
+decision, flag change, comment and evidence window goes to the SQLite store immediately
+(`speco3.vetting.VettingStore`, WAL), with the vetter's name, the time and the app version, and apart from the
+model's verdicts. Flags, comment and the marked evidence windows are stored as notes of their own
+(`save_annotation`) the moment they change, decided or not, and come back when the vetter returns to the spectrum;
+a decided spectrum's decision is stored again with them. The current position is saved as store state, so reopening the archive resumes where the
 vetter stopped.
 """
 
@@ -24,6 +25,7 @@ from speco3.gui.demo_session import SCRIPTED_LABEL
 from speco3.gui.prefetch import SpectrumCache
 from speco3.spectra.index import IndexEntry
 from speco3.spectra.model import Spectrum
+from speco3.vetting.records import Decision, Evidence, Notes, SpectrumInfo, model_evidence
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 
 log = logging.getLogger(__name__)
@@ -96,10 +98,12 @@ class VettingController(QObject):
             self.store.set_state(ARCHIVE_ROOT_STATE, str(archive_root))  # reports are titled by it
 
     def bind_notes(self, panel: Any) -> None:
-        """Store the decision panel's flags and comment as they change, and flush its pending edit on leaving."""
-        panel.flagsChanged.connect(lambda flags: self.update_notes(flags, panel.comment.text()))
-        panel.commentChanged.connect(lambda comment: self.update_notes(panel.flags(), comment))
-        panel.notesEdited.connect(self.save_notes)
+        """Store the decision panel's flags, comment and evidence as they change, and flush its pending edit on
+        leaving."""
+        panel.flagsChanged.connect(lambda flags: self.update_notes(flags, panel.comment.text(), panel.evidence()))
+        panel.commentChanged.connect(lambda comment: self.update_notes(panel.flags(), comment, panel.evidence()))
+        panel.evidenceChanged.connect(lambda ev: self.update_notes(panel.flags(), panel.comment.text(), ev))
+        panel.notesEdited.connect(lambda flags, comment: self.save_notes(flags, comment, panel.evidence()))
         self.leaving.connect(panel.flush_notes)
 
     def save_position(self) -> None:
@@ -273,10 +277,8 @@ class VettingController(QObject):
     def _current_key(self) -> str | None:
         return store_key(self.entry) if self.entry is not None else None
 
-    def decide(self, decision: str, flags: list[str], comment: str) -> bool:
+    def decide(self, decision: str, flags: list[str], comment: str, evidence: list[Evidence]) -> bool:
         """Store the vetter's decision on the current spectrum now; advance when the setting says so."""
-        from speco3.vetting.records import Decision, SpectrumInfo
-
         key = self._current_key()
         if self.store is None:
             self.message.emit("open an archive first")
@@ -287,7 +289,7 @@ class VettingController(QObject):
         mv = self.store.latest_model_verdict(key, self.task_id)
         rec = Decision(spectrum_key=key, task=self.task_id, decision=decision, flags=list(flags), comment=comment,
                        vetter=self.settings.vetter_name(), model_verdict_seen=mv.verdict if mv else None,
-                       model_verdict_id=mv.id if mv else None)
+                       model_verdict_id=mv.id if mv else None, evidence=list(evidence))
         try:
             if self.spectrum is not None and self.store.spectrum_info(key) is None:  # what exports show of it
                 self.store.record_spectrum(SpectrumInfo.of(key, self.spectrum))
@@ -302,39 +304,53 @@ class VettingController(QObject):
             self.step(1)
         return True
 
-    def save_notes(self, flags: list[str], comment: str) -> bool:
-        """Store the current spectrum's flags and comment now (decided or not); False when they could not be."""
+    def save_notes(self, flags: list[str], comment: str, evidence: list[Evidence]) -> bool:
+        """Store the current spectrum's flags, comment and evidence windows now (decided or not); False when they
+        could not be."""
         key = self._current_key()
         if key is None or self.store is None:
             return False
         try:
-            self.store.save_annotation(key, self.task_id, list(flags), comment, self.settings.vetter_name())
+            self.store.save_annotation(key, self.task_id, list(flags), comment, self.settings.vetter_name(),
+                                       evidence=evidence)
         except Speco3Error as exc:
-            self.error.emit(f"flags/comment not saved: {exc}")
+            self.error.emit(f"flags/comment/evidence not saved: {exc}")
             return False
         return True
 
-    def current_notes(self) -> tuple[list[str], str]:
-        """(flags, comment) of the current spectrum as last left (notes or the decision, whichever is newer)."""
+    def current_notes(self) -> Notes:
+        """(flags, comment, evidence) of the current spectrum as last left (notes or the decision, whichever is
+        newer)."""
         key = self._current_key()
         if key is None or self.store is None:
-            return [], ""
+            return Notes([], "", [])
         return self.store.notes(key, self.task_id)
 
-    def update_notes(self, flags: list[str], comment: str) -> None:
-        """Flags ticked or comment entered: store them now; a decided spectrum's decision is re-saved with them."""
+    def update_notes(self, flags: list[str], comment: str, evidence: list[Evidence]) -> None:
+        """Flags ticked, comment entered or evidence changed: store them now; a decided spectrum's decision is
+        re-saved with them (unless it already holds them)."""
         key = self._current_key()
-        if key is None or self.store is None or not self.save_notes(flags, comment):
+        if key is None or self.store is None or not self.save_notes(flags, comment, evidence):
             return
         dec = self.store.decision(key, self.task_id)
         if dec is None:
-            self.message.emit("flags and comment saved (not decided yet)")
+            self.message.emit("notes saved (not decided yet)")
+            return
+        if (dec.flags, dec.comment, dec.evidence) == (list(flags), comment, list(evidence)):
             return
         auto, self.settings.auto_advance = self.settings.auto_advance, False
         try:
-            self.decide(dec.decision, flags, comment)
+            self.decide(dec.decision, flags, comment, evidence)
         finally:
             self.settings.auto_advance = auto
+
+    def model_windows(self) -> list[Evidence]:
+        """The zoom windows of the latest model run on the current spectrum for the task, as evidence windows in
+        the observed frame (`model_evidence`); none for the scripted demo, which is not a model."""
+        mv = self.model_suggestion()
+        if mv is None or mv.id is None or mv.model_id == SCRIPTED_LABEL or self.spectrum is None:
+            return []
+        return model_evidence(self.store.rollouts(mv.id), self.spectrum.z)
 
     def model_suggestion(self) -> Any:
         key = self._current_key()

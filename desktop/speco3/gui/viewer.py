@@ -10,7 +10,9 @@ What it draws, for the human (the model's images come from `speco3.render`, unch
 * a y-range spanning the good pixels in the visible x-range except isolated one-pixel spikes and noisy ends
   (`speco3.gui.lines.display_range`): no real line or steep continuum is cut, and cosmic rays and ragged edges
   never squash the plot; mouse drag/wheel pan and zoom in wavelength;
-* a header stating object, class, z, S/N, frame and the wavelength medium (air / vacuum).
+* a header stating object, class, z, S/N, frame and the wavelength medium (air / vacuum);
+* the evidence windows the vetter marked (`set_evidence`; kept in the observed frame, drawn in the frame shown),
+  shaded green and numbered with their labels.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from speco3.gui.lines import (
     vac_to_air,
 )
 from speco3.spectra.model import ERROR_SPECTRUM_NOTE, Spectrum
+from speco3.vetting.records import Evidence
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,8 @@ SIGMA_PEN = pg.mkPen(120, 150, 220, 200, width=1)  # the 1σ noise level (a line
 MASK_BRUSH = pg.mkBrush(230, 60, 60, 45)
 TELLURIC_BRUSH = pg.mkBrush(120, 120, 120, 35)
 HIGHLIGHT_BRUSH = pg.mkBrush(255, 190, 0, 70)
+EVIDENCE_BRUSH = pg.mkBrush(40, 170, 90, 45)
+EVIDENCE_PEN = pg.mkPen(30, 130, 70, 160, width=1)
 LINE_PEN = pg.mkPen((20, 140, 60), width=1, style=pg.QtCore.Qt.PenStyle.DashLine)
 LABEL_ROWS = 3  # rows of line labels, stacked down from the top (row 0 at LABEL_TOP of the view height)
 LABEL_TOP = 0.97
@@ -109,6 +114,8 @@ class SpectrumViewer(QWidget):
         self._axis_y = "Flux"
         self._quiet = False  # set while _redraw changes the x-range: it updates y-range and labels itself
         self.highlight: pg.LinearRegionItem | None = None
+        self.evidence: list[Evidence] = []  # the vetter's marked windows, observed frame
+        self._evidence_items: list[pg.LinearRegionItem] = []
 
         self.header = WrapLabel("No spectrum")
         self.header.setObjectName("viewerHeader")
@@ -178,6 +185,7 @@ class SpectrumViewer(QWidget):
         """Show ``spectrum``; None clears the plot, and ``unavailable`` then says why in its place."""
         self.spectrum = spectrum
         self._clear_highlight()
+        self.set_evidence([])  # the owner shows the new spectrum's own windows
         self._redraw(reset_x=not keep_range)
         if spectrum is None and unavailable:
             self.notice.setText(f"This entry cannot be shown.\n\n{unavailable}")
@@ -202,6 +210,7 @@ class SpectrumViewer(QWidget):
         factor = 1.0 + (self.spectrum.z if self.spectrum else 0.0)
         self.frame = frame
         self._redraw(reset_x=False)
+        self._draw_evidence()
         scale = 1 / factor if frame == "rest" else factor
         if self.spectrum is not None:
             self.vb.setXRange(lo * scale, hi * scale, padding=0)
@@ -247,20 +256,67 @@ class SpectrumViewer(QWidget):
         lo, hi = self.vb.viewRange()[1]
         return float(lo), float(hi)
 
-    def show_window(self, lo: float, hi: float, frame: str = "rest", label: str = "") -> None:
-        """Show the window ``[lo, hi]`` (Å in ``frame``) with the region highlighted (agent zooms are rest frame)."""
+    def visible_window(self) -> Evidence | None:
+        """The visible x-range as an evidence window: observed frame, within the spectrum's wavelengths, to 0.1 Å
+        (None without a spectrum or when the plot shows none of it)."""
+        s = self.spectrum
+        if s is None or not self._x.size:
+            return None
+        lo, hi = self.x_range()
+        if self.frame == "rest":
+            lo, hi = lo * (1.0 + s.z), hi * (1.0 + s.z)
+        wl = s.wavelength[np.isfinite(s.wavelength)]
+        lo, hi = round(max(lo, float(wl.min())), 1), round(min(hi, float(wl.max())), 1)
+        return Evidence(lo, hi) if lo < hi else None
+
+    def _in_frame(self, lo: float, hi: float, frame: str) -> tuple[float, float]:
+        """``[lo, hi]`` given in ``frame`` as wavelengths of the frame shown."""
         if self.spectrum is not None and frame != self.frame:
             f = 1.0 + self.spectrum.z
             lo, hi = (lo * f, hi * f) if frame == "rest" else (lo / f, hi / f)
+        return lo, hi
+
+    def zoom_to(self, lo: float, hi: float, frame: str = "observed") -> None:
+        """Show the window ``[lo, hi]`` (Å in ``frame``) with a margin of 15 % each side."""
+        lo, hi = self._in_frame(lo, hi, frame)
+        pad = 0.15 * (hi - lo)
+        self.vb.setXRange(lo - pad, hi + pad, padding=0)
+
+    def show_window(self, lo: float, hi: float, frame: str = "rest", label: str = "") -> None:
+        """Show the window ``[lo, hi]`` (Å in ``frame``) with the region highlighted (agent zooms are rest frame)."""
         self._clear_highlight()
-        self.highlight = pg.LinearRegionItem((lo, hi), movable=False, brush=HIGHLIGHT_BRUSH)
+        self.highlight = pg.LinearRegionItem(self._in_frame(lo, hi, frame), movable=False, brush=HIGHLIGHT_BRUSH)
         self.highlight.setZValue(-5)
         if label:  # keep a Python reference: PySide would otherwise drop the wrapper and its attributes
             self.highlight.label = pg.InfLineLabel(self.highlight.lines[0], label, position=0.92,
                                                    anchors=[(0, 0), (0, 0)])
         self.plot.addItem(self.highlight)
-        pad = 0.15 * (hi - lo)
-        self.vb.setXRange(lo - pad, hi + pad, padding=0)
+        self.zoom_to(lo, hi, frame)
+
+    def set_evidence(self, windows: list[Evidence]) -> None:
+        """Shade the vetter's evidence windows (observed frame), numbered in order with their labels."""
+        windows = list(windows)
+        if windows == self.evidence:
+            return
+        self.evidence = windows
+        self._draw_evidence()
+
+    def _draw_evidence(self) -> None:
+        for item in self._evidence_items:
+            self.plot.removeItem(item)
+        self._evidence_items = []
+        if self.spectrum is None:
+            return
+        for i, e in enumerate(self.evidence):
+            item = pg.LinearRegionItem(self._in_frame(e.lo, e.hi, "observed"), movable=False, brush=EVIDENCE_BRUSH,
+                                       pen=EVIDENCE_PEN)
+            item.setZValue(-6)
+            text = f"{i + 1}" + (f" {e.label}" if e.label else "")
+            # referenced, see show_window; labels low in the plot, clear of the line labels at its top
+            item.label = pg.InfLineLabel(item.lines[0], text, position=0.12, anchors=[(0, 0), (0, 0)],
+                                         color=(20, 100, 50))
+            self.plot.addItem(item)
+            self._evidence_items.append(item)
 
     # -- drawing -------------------------------------------------------------------------------------------------
     def _clear_highlight(self) -> None:

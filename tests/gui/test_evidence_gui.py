@@ -1,0 +1,139 @@
+"""The expert's evidence windows in the app: marked by key and button, labelled, removed, kept in order, stored as
+notes at once and with the decision, restored on return and after a restart; the model's windows as a start."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+
+from speco3.gui.settings import AppSettings
+from speco3.vetting import Evidence, VettingStore
+
+pytestmark = pytest.mark.gui
+
+
+def _mark_at(w, key, lo: float, hi: float) -> Evidence:
+    """Zoom the plot to [lo, hi] (observed frame), press E; the window the viewer reports is what gets marked."""
+    w.viewer.zoom_to(lo, hi, "observed")
+    expected = w.viewer.visible_window()
+    w.archive.table.setFocus()
+    key(w, Qt.Key.Key_E)
+    return expected
+
+
+def test_mark_label_remove_order_decide_and_revisit(qtbot, make_window, demo_archive, open_and_wait, key):
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    store, task, k = w.vetting.store, w.vetting.task_id, w.vetting._current_key()
+    first = _mark_at(w, key, 6500, 6620)
+    assert first is not None and first.lo > 6400 and first.hi < 6750  # the visible range, observed frame
+    (row,) = w.decision.evidence_rows
+    assert QApplication.focusWidget() is row.label  # the new row's label is typed into at once
+    qtbot.keyClicks(row.label, "Halpha emission")  # letters bound to keys (E, N, …) go to the field
+    qtbot.keyClick(row.label, Qt.Key.Key_Return)
+    assert QApplication.focusWidget() is w.viewer.plot  # Enter gives the focus back to the plot
+    assert store.decision(k, task) is None  # Enter in the label decided nothing
+    assert store.annotation(k, task).evidence == [Evidence(first.lo, first.hi, "Halpha emission")]  # stored at once
+
+    w.viewer.zoom_to(4800, 4900, "observed")
+    second = w.viewer.visible_window()
+    qtbot.mouseClick(w.decision.mark_button, Qt.MouseButton.LeftButton)  # the button marks like the key
+    qtbot.keyClick(w.decision.evidence_rows[1].label, Qt.Key.Key_Escape)  # no label: Escape leaves the field
+    assert QApplication.focusWidget() is w.viewer.plot
+    third = _mark_at(w, key, 4650, 4720)
+    qtbot.keyClicks(w.decision.evidence_rows[2].label, "He II")
+    qtbot.keyClick(w.decision.evidence_rows[2].label, Qt.Key.Key_Return)
+    assert [e.label for e in w.decision.evidence()] == ["Halpha emission", "", "He II"]  # in the order marked
+    qtbot.mouseClick(w.decision.evidence_rows[1].remove, Qt.MouseButton.LeftButton)
+    kept = [Evidence(first.lo, first.hi, "Halpha emission"), Evidence(third.lo, third.hi, "He II")]
+    assert second not in w.decision.evidence() and w.decision.evidence() == kept
+    assert [r.number.text() for r in w.decision.evidence_rows] == ["1.", "2."]  # renumbered
+    assert store.annotation(k, task).evidence == kept
+    assert [it.getRegion() for it in w.viewer._evidence_items] == [(e.lo, e.hi) for e in kept]  # shaded
+
+    key(w, Qt.Key.Key_F)  # rest frame: the shading follows, the stored windows stay observed
+    z = w.vetting.spectrum.z
+    assert w.viewer._evidence_items[0].getRegion() == pytest.approx((first.lo / (1 + z), first.hi / (1 + z)))
+    qtbot.mouseClick(w.decision.evidence_rows[0].range, Qt.MouseButton.LeftButton)  # click: zoom there
+    lo, hi = w.viewer.x_range()
+    assert lo < first.lo / (1 + z) < first.hi / (1 + z) < hi and hi - lo < 2 * (first.hi - first.lo)
+    key(w, Qt.Key.Key_F)
+
+    w.settings.auto_advance = False
+    key(w, Qt.Key.Key_Y)
+    dec = store.decision(k, task)
+    assert dec.decision == "YES" and dec.evidence == kept  # the decision carries the windows, in order
+    key(w, Qt.Key.Key_Right)
+    assert w.decision.evidence() == [] and w.viewer._evidence_items == []  # the next spectrum has none
+    key(w, Qt.Key.Key_Left)
+    assert w.decision.evidence() == kept and len(w.viewer._evidence_items) == 2  # back: restored
+
+    label = w.decision.evidence_rows[1].label  # relabel after deciding, move on without Enter
+    label.setFocus()
+    label.selectAll()
+    qtbot.keyClicks(label, "He II 4686")
+    w.archive.table.setFocus()
+    key(w, Qt.Key.Key_Right)  # leaving stores the edit, and the decision again with it
+    assert store.decision(k, task).evidence[1].label == "He II 4686"
+    assert store.decision(k, task).decision == "YES"
+
+
+def test_evidence_marked_without_a_decision_survives_a_restart(qtbot, make_window, demo_archive, open_and_wait,
+                                                              key):
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    k, task = w.vetting._current_key(), w.vetting.task_id
+    marked = _mark_at(w, key, 6000, 6200)
+    qtbot.keyClicks(w.decision.evidence_rows[0].label, "TiO band")  # typed, no Enter, window closed at once
+    store_path = w.vetting.store.path
+    w.close()
+    with VettingStore(store_path, readonly=True) as store:
+        assert store.decisions(task) == []
+        assert store.notes(k, task).evidence == [Evidence(marked.lo, marked.hi, "TiO band")]
+    w2 = make_window(settings=AppSettings.load())
+    open_and_wait(w2, w2.settings.last_archive)  # resumes on the spectrum
+    assert w2.vetting._current_key() == k
+    assert w2.decision.evidence() == [Evidence(marked.lo, marked.hi, "TiO band")]
+    assert len(w2.viewer._evidence_items) == 1
+
+
+def test_mark_needs_a_view_of_the_spectrum_and_is_not_doubled(qtbot, make_window, demo_archive, open_and_wait, key):
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    _mark_at(w, key, 6500, 6600)
+    w.archive.table.setFocus()
+    key(w, Qt.Key.Key_E)  # the same view again
+    assert len(w.decision.evidence()) == 1 and "marked already" in w.statusBar().currentMessage()
+    w.viewer.vb.setXRange(20000, 21000, padding=0)  # past the red end
+    w.archive.table.setFocus()
+    key(w, Qt.Key.Key_E)
+    assert len(w.decision.evidence()) == 1 and "no part of the spectrum" in w.statusBar().currentMessage()
+
+
+def test_start_from_the_model_windows(qtbot, make_window, demo_archive, open_and_wait, key, fake_models):
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    assert not w.decision.model_windows_button.isEnabled()  # no model run yet
+    store, task, k = w.vetting.store, w.vetting.task_id, w.vetting._current_key()
+    w.run_agent()  # the scripted session zooms on 4800-4920 Å (rest frame), labelled "Zoom on Hβ region"
+    qtbot.waitUntil(lambda: store.latest_model_verdict(k, task) is not None, timeout=30000)
+    qtbot.waitUntil(lambda: w.decision.model_windows_button.isEnabled(), timeout=5000)
+    mv = store.latest_model_verdict(k, task)
+    assert store.rollouts(mv.id)[0].windows == [[4800, 4920, "Zoom on Hβ region"]]
+    mine = _mark_at(w, key, 6500, 6600)
+    qtbot.keyClick(w.decision.evidence_rows[0].label, Qt.Key.Key_Return)
+    qtbot.mouseClick(w.decision.model_windows_button, Qt.MouseButton.LeftButton)
+    f = 1 + w.vetting.spectrum.z
+    model = Evidence(round(4800 * f, 1), round(4920 * f, 1), "Zoom on Hβ region")  # observed frame
+    assert w.decision.evidence() == [mine, model]  # added after the vetter's own, to edit
+    assert store.annotation(k, task).evidence == [mine, model]
+    qtbot.mouseClick(w.decision.model_windows_button, Qt.MouseButton.LeftButton)  # not added twice
+    assert w.decision.evidence() == [mine, model]
+    label = w.decision.evidence_rows[1].label
+    label.setFocus()
+    label.selectAll()
+    qtbot.keyClicks(label, "Hbeta broad emission")
+    qtbot.keyClick(label, Qt.Key.Key_Return)
+    key(w, Qt.Key.Key_N)
+    assert store.decision(k, task).evidence[1] == Evidence(model.lo, model.hi, "Hbeta broad emission")
