@@ -106,3 +106,19 @@ def test_exports_carry_the_evidence(filled_store, tmp_path):
         assert str(by_key[key]["evidence"]) == want
     html = write_report(filled_store, tmp_path / "r.html", task="cv").read_text()
     assert "6540–6590 Å · Hα" in html and "4670–4700 Å" in html
+
+
+def test_merged_stores_keep_the_evidence(tmp_path):
+    from speco3.vetting.merge import merge_stores
+
+    a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    with VettingStore(a) as s:
+        s.record_decision(Decision("x#0", "cv", "YES", evidence=[Evidence(6540, 6590, "Hα")], vetter="Ana"))
+        s.save_annotation("y#0", "cv", [], "", evidence=[Evidence(1, 2)])
+    with VettingStore(b) as s:
+        s.save_annotation("y#0", "cv", [], "", evidence=[Evidence(1, 3, "later")])  # only the evidence differs
+    report = merge_stores(tmp_path / "all.sqlite", [a, b])
+    assert report.written and report.notes_replaced == 1
+    with VettingStore(tmp_path / "all.sqlite", readonly=True) as s:
+        assert s.decision("x#0", "cv").evidence == [Evidence(6540, 6590, "Hα")]
+        assert s.annotation("y#0", "cv").evidence == [Evidence(1, 3, "later")]

@@ -271,7 +271,7 @@ class ModelManagerDialog(QDialog):
 
 
 def _scrolling(page: QWidget) -> QScrollArea:
-    """A settings page that scrolls: the keymap's 24 rows made the dialog taller than a 768-pixel screen (its OK and
+    """A settings page that scrolls: the keymap's 25 rows made the dialog taller than a 768-pixel screen (its OK and
     Cancel buttons fell below the edge)."""
     area = QScrollArea(widgetResizable=True)
     area.setFrameShape(QFrame.Shape.NoFrame)

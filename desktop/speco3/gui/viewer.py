@@ -51,6 +51,7 @@ TELLURIC_BRUSH = pg.mkBrush(120, 120, 120, 35)
 HIGHLIGHT_BRUSH = pg.mkBrush(255, 190, 0, 70)
 EVIDENCE_BRUSH = pg.mkBrush(40, 170, 90, 45)
 EVIDENCE_PEN = pg.mkPen(30, 130, 70, 160, width=1)
+EVIDENCE_LABEL_AT = 0.24  # height of the evidence labels, as a share of the view's height from the bottom
 LINE_PEN = pg.mkPen((20, 140, 60), width=1, style=pg.QtCore.Qt.PenStyle.DashLine)
 LABEL_ROWS = 3  # rows of line labels, stacked down from the top (row 0 at LABEL_TOP of the view height)
 LABEL_TOP = 0.97
@@ -312,9 +313,10 @@ class SpectrumViewer(QWidget):
                                        pen=EVIDENCE_PEN)
             item.setZValue(-6)
             text = f"{i + 1}" + (f" {e.label}" if e.label else "")
-            # referenced, see show_window; labels low in the plot, clear of the line labels at its top
-            item.label = pg.InfLineLabel(item.lines[0], text, position=0.12, anchors=[(0, 0), (0, 0)],
-                                         color=(20, 100, 50))
+            # referenced, see show_window; labels in the lower part of the plot, above the telluric band labels and
+            # clear of the line labels at its top, on a white ground where they cross the spectrum
+            item.label = pg.InfLineLabel(item.lines[0], text, position=EVIDENCE_LABEL_AT, anchors=[(0, 0), (0, 0)],
+                                         color=(20, 100, 50), fill=LABEL_FILL)
             self.plot.addItem(item)
             self._evidence_items.append(item)
 

@@ -154,8 +154,9 @@ def _keyed(sources: list[_Source], table: str, pk: tuple[str, ...], newest: str,
             k = tuple(row[c] for c in pk)
             old = merged.get(k)
             if old is None or (row[newest] or 0) > (old[newest] or 0):
-                if table == "annotations" and old is not None and (old["flags"], old["comment"]) != (
-                        row["flags"], row["comment"]):
+                if table == "annotations" and old is not None and (
+                        old["flags"], old["comment"], old.get("evidence")) != (
+                        row["flags"], row["comment"], row.get("evidence")):
                     report.notes_replaced += 1
                 if table == "spectra" and old is not None and row.get("file_sha256") is None:
                     row = {**row, "file_sha256": old.get("file_sha256")}
