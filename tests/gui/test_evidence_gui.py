@@ -101,7 +101,11 @@ def test_evidence_marked_without_a_decision_survives_a_restart(qtbot, make_windo
 def test_mark_needs_a_view_of_the_spectrum_and_is_not_doubled(qtbot, make_window, demo_archive, open_and_wait, key):
     w = make_window()
     open_and_wait(w, demo_archive)
-    _mark_at(w, key, 6500, 6600)
+    w.viewer.zoom_to(6500, 6600, "observed")
+    toolbar_button = w.evidence_toolbar.widgetForAction(w.mark_action)
+    qtbot.mouseClick(toolbar_button, Qt.MouseButton.LeftButton)  # the toolbar button marks like the key
+    assert w.decision.evidence() == [w.viewer.visible_window()]
+    assert QApplication.focusWidget() is w.decision.evidence_rows[0].label
     w.archive.table.setFocus()
     key(w, Qt.Key.Key_E)  # the same view again
     assert len(w.decision.evidence()) == 1 and "marked already" in w.statusBar().currentMessage()

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSplitter,
     QStackedWidget,
+    QToolBar,
     QVBoxLayout,
     QWidget,
 )
@@ -126,6 +127,12 @@ class MainWindow(QMainWindow):
         build_menus(self)
         self._connect()
         self.samp = SampPanel(self)  # SAMP toolbar, status and handlers; off unless settings.samp_enabled
+        self.evidence_toolbar = QToolBar("Evidence", self, objectName="evidenceToolbar")
+        self.mark_action = self.evidence_toolbar.addAction(f"Mark evidence ({self.keymap.keys['mark_evidence']})",
+                                                           self.mark_evidence)
+        self.mark_action.setToolTip("Mark the visible wavelength window as evidence (its label is typed in the "
+                                    "decision panel)")
+        self.addToolBar(self.evidence_toolbar)
         self.agent_panel.set_tasks(self.tasks, self.settings.task if self.settings.task in self.tasks else None)
         self.vetting.set_task(self.agent_panel.task_id())
         self.viewer.set_task(self.tasks.get(self.agent_panel.task_id()))
