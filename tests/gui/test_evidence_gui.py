@@ -120,13 +120,15 @@ def test_start_from_the_model_windows(qtbot, make_window, demo_archive, open_and
     open_and_wait(w, demo_archive)
     assert not w.decision.model_windows_button.isEnabled()  # no model run yet
     store, task, k = w.vetting.store, w.vetting.task_id, w.vetting._current_key()
+    marked = _mark_at(w, key, 6500, 6600)
+    qtbot.keyClicks(w.decision.evidence_rows[0].label, "Halpha")  # being typed when the verdict comes in
     w.run_agent()  # the scripted session zooms on 4800-4920 Å (rest frame), labelled "Zoom on Hβ region"
     qtbot.waitUntil(lambda: store.latest_model_verdict(k, task) is not None, timeout=30000)
     qtbot.waitUntil(lambda: w.decision.model_windows_button.isEnabled(), timeout=5000)
+    mine = Evidence(marked.lo, marked.hi, "Halpha")
+    assert w.decision.evidence() == [mine] and store.annotation(k, task).evidence == [mine]  # the typing kept
     mv = store.latest_model_verdict(k, task)
     assert store.rollouts(mv.id)[0].windows == [[4800, 4920, "Zoom on Hβ region"]]
-    mine = _mark_at(w, key, 6500, 6600)
-    qtbot.keyClick(w.decision.evidence_rows[0].label, Qt.Key.Key_Return)
     qtbot.mouseClick(w.decision.model_windows_button, Qt.MouseButton.LeftButton)
     f = 1 + w.vetting.spectrum.z
     model = Evidence(round(4800 * f, 1), round(4920 * f, 1), "Zoom on Hβ region")  # observed frame

@@ -428,6 +428,7 @@ class MainWindow(QMainWindow):
         if self.table_model.rows_follow_states():  # e.g. "model abstained": the rows themselves change
             self._requery.start()
         if self.vetting.entry is not None and self.vetting.entry.key == key:
+            self.decision.flush_notes()  # a comment or label being typed is stored before the record is shown again
             self._on_record()
 
     def refresh_models(self) -> None:
@@ -562,6 +563,7 @@ class MainWindow(QMainWindow):
             self.key_filter.keymap = self.keymap
             self.decision.keymap = self.keymap
             self.decision.cheat.setText(self.keymap.cheat_sheet_html())
+            self.mark_action.setText(f"Mark evidence ({self.keymap.keys['mark_evidence']})")
             self.samp.toggle.setChecked(self.settings.samp_enabled)  # connects or disconnects as chosen
             self.refresh_models()  # the model server entry comes and goes with its URL
             self._save_settings()
