@@ -8,7 +8,13 @@ import pytest
 from PIL import Image
 
 from speco3.agent import get_task
-from speco3.agent.protocol import SYSTEM_PROMPT, TOOLS_BLOCK, parse_answer, parse_tool_calls, protocol_fingerprint
+from speco3.agent.protocol import (
+    SYSTEM_PROMPT,
+    TOOLS_BLOCK,
+    parse_answer,
+    parse_tool_calls,
+    protocol_fingerprint,
+)
 from speco3.cli import main as cli_main
 from speco3.evaluate.bench import BenchFile
 from speco3.evaluate.training import chat_messages, rest_window

@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -238,8 +237,8 @@ def _prepare_out(out: Path) -> None:
 
 
 def export_training(
-    store_path: str | os.PathLike,
-    out: str | os.PathLike,
+    store_path: str | Path,
+    out: str | Path,
     render: RenderFn,
     *,
     tasks: Sequence[str] | None = None,
@@ -305,7 +304,7 @@ def export_training(
                     c["file_skipped"] += 1
                     skip(d, "spectrum", rep.final.detail)
                     continue
-                rows.append(bench_row(tid, d.decision, spectrum.name, spectrum.wavelength, spectrum.flux, z,
+                rows.append(bench_row(tid, d.decision, spectrum.name, spectrum.wavelength.tolist(), spectrum.flux.tolist(), z,
                                       image=rep.images[0].png, prompt=f"{IMAGE_TOKEN}\n{task.text}",
                                       index=len(rows), split="train"))
                 c["parquet"][d.decision] += 1
