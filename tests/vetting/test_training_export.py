@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from PIL import Image
@@ -20,7 +21,7 @@ from speco3.evaluate.bench import BenchFile
 from speco3.evaluate.training import chat_messages, rest_window
 from speco3.fileio import sha256_file
 from speco3.spectra import read_spectrum
-from speco3.vetting import Decision, VettingStore
+from speco3.vetting import Decision, ModelVerdict, VettingStore
 from speco3.vetting.records import Evidence, SpectrumInfo, spectrum_key
 from speco3_testkit.spectra import pillow_render, write_csv_spectrum
 
@@ -115,6 +116,28 @@ def test_two_tasks_give_trajectories_rows_and_counts(tmp_path, data, store, caps
     assert info["speco3_sft"]["file_name"] == "sft.jsonl" and info["speco3_sft"]["formatting"] == "sharegpt"
     summary = json.loads(capsys.readouterr().out)
     assert summary["trajectories"] == 3 and summary["parquet_rows"] == 4
+
+
+def test_the_real_renderer_and_the_model_the_vetter_saw_are_recorded(tmp_path, data, store, capsys):
+    key = decide(store, write_csv_spectrum(data, 1), "cv", "YES", [HA])
+    vid = store.record_model_verdict(ModelVerdict(key, "cv", "YES", "YES", model_id="spec-o3-7b", quant="Q4_K_M",
+                                                  text_sha256="a" * 64, mmproj_sha256="b" * 64,
+                                                  prompt_version=get_task("cv").prompt_version))
+    store.record_decision(Decision(key, "cv", "YES", vetter="Ana", model_verdict_seen="YES", model_verdict_id=vid,
+                                   evidence=[HA]))
+    store.close()
+    assert cli_main(["export-training", str(store.path), "--out", str(tmp_path / "out")]) == 0  # speco3.render
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text(encoding="utf-8"))
+    assert re.fullmatch(r"speco3\.render [0-9a-f]{12}", manifest["renderer"])
+    assert manifest["models_seen"] == [{"model_id": "spec-o3-7b", "quant": "Q4_K_M", "text_sha256": "a" * 64,
+                                        "mmproj_sha256": "b" * 64, "decisions": 1,
+                                        "prompt_versions": [get_task("cv").prompt_version]}]
+    (rec,) = records(tmp_path)
+    sizes = []
+    for name in rec["images"]:
+        with Image.open(tmp_path / "out" / name) as img:
+            sizes.append(img.size)
+    assert sizes[0] == (784, 476)  # the renderer's full LAMOST-like view (792×472) at the model size
 
 
 def test_only_agreed_keeps_what_two_vetters_said_alike(tmp_path, data, store, capsys):
