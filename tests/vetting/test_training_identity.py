@@ -10,9 +10,12 @@ import gguf
 import pytest
 
 from speco3.agent import get_task
+from speco3.agent.fidelity import server_prompt
 from speco3.agent.loop import run_to_verdict
 from speco3.agent.protocol import IM_END, IMAGE_PLACEHOLDER, render_prompt
 from speco3.agent.steps import ToolStep
+from speco3.engine.chatapi import ServerConfig
+from speco3.engine.remote import RemoteEngine, image_url
 from speco3.engine.scripted import ScriptedEngine
 from speco3.evaluate.training import chat_messages, export_training
 from speco3.fileio import sha256_file
@@ -60,10 +63,12 @@ def _tokens(engine, parts) -> list:
     return out
 
 
-def test_a_trajectory_through_the_gguf_template_is_the_episode_the_model_is_fed(tiny, tmp_path):
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A decision with three evidence windows on a CSV spectrum, exported with the training renderer."""
     from speco3.render import render_view  # the training renderer (Qt offscreen)
 
-    engine, text_gguf = tiny
+    tmp_path = tmp_path_factory.mktemp("training")
     path = write_csv_spectrum(tmp_path / "spectra", 1)
     spectrum = read_spectrum(path)
     with VettingStore(tmp_path / "s.sqlite") as store:
@@ -73,6 +78,12 @@ def test_a_trajectory_through_the_gguf_template_is_the_episode_the_model_is_fed(
                                        evidence=WINDOWS))
     export_training(tmp_path / "s.sqlite", tmp_path / "out", render_view)
     (record,) = [json.loads(line) for line in (tmp_path / "out" / "sft.jsonl").read_text("utf-8").splitlines()]
+    return tmp_path, spectrum, record, render_view
+
+
+def test_a_trajectory_through_the_gguf_template_is_the_episode_the_model_is_fed(tiny, exported):
+    engine, text_gguf = tiny
+    tmp_path, spectrum, record, render_view = exported
 
     # the trajectory rendered by the chat template the GGUF carries (as llama-server --jinja / transformers do)
     template = gguf.GGUFReader(text_gguf).get_field("tokenizer.chat_template").contents()
@@ -114,3 +125,26 @@ def test_a_trajectory_through_the_gguf_template_is_the_episode_the_model_is_fed(
             expected.append(newline[0])
     assert sft_tokens == expected
     assert sum(t == ("image", f.sha256) for t in sft_tokens for f in files) == 4
+
+
+def test_llama_server_renders_the_trajectory_with_the_gguf_template_as_we_do(tiny, exported, tiny_llama_server):
+    """llama.cpp's own template engine (llama-server --jinja, POST /apply-template) on the exported messages."""
+    _, text_gguf = tiny
+    tmp_path, _, record, _ = exported
+    template = gguf.GGUFReader(text_gguf).get_field("tokenizer.chat_template").contents()
+    messages = chat_messages(record)
+    images = iter(prepare_image((tmp_path / "out" / name).read_bytes()) for name in record["images"])
+    openai = [{"role": m["role"], "content": [image_url(next(images)) if c["type"] == "image" else c
+                                              for c in m["content"]]} for m in messages]
+    openai = [m if m["role"] == "user" else {"role": m["role"], "content": "".join(c["text"] for c in m["content"])}
+              for m in openai]
+    prompt = openai[:-1]  # up to the final answer: the prompt the model answers (a last assistant turn is a prefill)
+    engine = RemoteEngine(ServerConfig(tiny_llama_server, retries=1))
+    try:
+        engine.load()
+        served = server_prompt(engine, prompt, [])
+    finally:
+        engine.close()
+    ours = render_template(messages[:-1], template=template, add_generation_prompt=True)
+    assert served.method == "/apply-template" and served.text == ours
+    assert served.text.count(IMAGE_PLACEHOLDER) == len(record["images"]) == 4
