@@ -164,6 +164,9 @@ def test_missing_and_changed_files_are_left_out_with_a_reason(tmp_path, data, st
     decide(store, write_csv_spectrum(data, 1), "cv", "YES", [HA])
     gone = decide(store, write_csv_spectrum(data, 0), "cv", "NO", [HA])
     changed = decide(store, write_csv_spectrum(data, 2), "cv", "YES", [HA])
+    sp = read_spectrum(write_csv_spectrum(data, 3))  # recorded without a sha256: exported, counted as unverified
+    store.record_spectrum(SpectrumInfo.of(spectrum_key(sp), sp))
+    store.record_decision(Decision(spectrum_key(sp), "cv", "NO", evidence=[HA]))
     (data / "s00.csv").unlink()
     with open(data / "s02.csv", "a", encoding="utf-8") as fh:
         fh.write("9101,10\n")
@@ -173,10 +176,11 @@ def test_missing_and_changed_files_are_left_out_with_a_reason(tmp_path, data, st
     assert f"left out: {gone} [cv]: spectrum left out: its file" in err and "missing or unreadable" in err
     assert f"left out: {changed} [cv]: spectrum left out" in err and "changed since it was vetted" in err
     cv = manifest["counts"]["cv"]
-    assert cv["file_skipped"] == 2 and cv["parquet"] == {"YES": 1} and cv["trajectories"] == {"YES": 1}
+    assert cv["file_skipped"] == 2 and cv["parquet"] == {"YES": 1, "NO": 1} and cv["file_unverified"] == 1
+    assert cv["trajectories"] == {"YES": 1, "NO": 1}
     assert {(x["spectrum_key"], x["left_out"]) for x in manifest["left_out"]} == {(gone, "spectrum"),
                                                                                  (changed, "spectrum")}
-    assert len(BenchFile(tmp_path / "out" / "bench.parquet")) == 1 and len(records(tmp_path)) == 1
+    assert len(BenchFile(tmp_path / "out" / "bench.parquet")) == 2 and len(records(tmp_path)) == 2
 
 
 def test_a_window_the_tool_refuses_costs_the_trajectory_not_the_row(tmp_path, data, store, capsys):
@@ -209,8 +213,15 @@ def test_bad_store_folder_or_task_is_an_error_that_writes_nothing(tmp_path, data
     (out / "keep.txt").write_text("mine")
     assert main(["export-training", str(store.path), "--out", str(out)]) == 1
     assert "not an empty folder" in capsys.readouterr().err and sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    with VettingStore(store.path) as again:  # a decision on a task whose file is gone: said, not fatal
+        again.record_spectrum(SpectrumInfo("/elsewhere/x.fits#0", "x.fits", "/elsewhere/x.fits"))
+        again.record_decision(Decision("/elsewhere/x.fits#0", "gone", "YES", evidence=[HA]))
+    code, manifest = export(tmp_path / "again", VettingStore(store.path))
+    assert code == 0 and manifest["selection"]["tasks"] == ["cv"] and manifest["totals"]["trajectories"] == 1
+    assert "task gone: its decisions are left out: the task is not installed" in capsys.readouterr().err
+    assert manifest["counts"]["cv"]["file_unverified"] == 0
     with VettingStore(store.path, readonly=True) as again:  # the store is as it was
-        assert [d.decision for d in again.decisions("cv")] == ["YES"]
+        assert [d.decision for d in again.decisions("cv")] == ["YES"] and len(again.decisions()) == 2
 
 
 def test_evaluate_reads_the_exported_parquet(tmp_path, data, store, capsys):

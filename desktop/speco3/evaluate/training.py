@@ -75,6 +75,8 @@ SFT_FILE, BENCH_FILE, MANIFEST_FILE, DATASET_INFO_FILE, IMAGES_DIR = (
 IMAGE_TOKEN = "<image>"
 SFT_FORMAT = "llamafactory-sharegpt (the format of Maxwell-Jia/Spec-o3-ColdStartSFT)"
 MANIFEST_VERSION = 1
+#: What `_load` says of a file read without a stored sha256 to check it against (counted as ``file_unverified``).
+UNVERIFIED = "no stored sha256 to check the file against"
 #: ShareGPT speaker of each chat-markup role.
 SPEAKER = {"system": "system", "user": "human", "assistant": "gpt"}
 #: LLaMA-Factory's declaration of the SFT file (the one the Spec-o3 cold-start recipe uses).
@@ -222,8 +224,8 @@ class TrainingExport:
 
 def _empty_counts() -> dict[str, Any]:
     return {"decided": Counter(), "parquet": Counter(), "trajectories": Counter(), "no_evidence": Counter(),
-            "unsure": 0, "not_agreed": 0, "vetters_disagree": 0, "file_skipped": 0, "trajectory_skipped": 0,
-            "windows_dropped": 0}
+            "unsure": 0, "not_agreed": 0, "vetters_disagree": 0, "file_skipped": 0, "file_unverified": 0,
+            "trajectory_skipped": 0, "windows_dropped": 0}
 
 
 def _prepare_out(out: Path) -> None:
@@ -259,10 +261,14 @@ def export_training(
     with VettingStore(store_path, readonly=True) as store:
         known = load_tasks(errors=[])
         decided = sorted(store.tasks())
-        wanted = list(tasks) if tasks else decided
-        unknown = [t for t in wanted if t not in known]
-        if unknown:
+        unknown = [t for t in (tasks or decided) if t not in known]
+        if unknown and tasks:
             raise TrainingExportError(f"unknown task {unknown[0]!r}; known tasks: {', '.join(sorted(known))}")
+        for tid in unknown:  # decided once, its task file gone since: said, and left out
+            logger.warning("task %r of the store's decisions is not installed: left out", tid)
+            if on_skip is not None:
+                on_skip(f"task {tid}: its decisions are left out: the task is not installed (no task file)")
+        wanted = [t for t in (tasks or decided) if t in known]
         _prepare_out(out)
         export = TrainingExport(out, {})
         counts = {t: _empty_counts() for t in wanted}
@@ -296,6 +302,7 @@ def export_training(
                     c["file_skipped"] += 1
                     skip(d, "spectrum", why)
                     continue
+                c["file_unverified"] += why == UNVERIFIED
                 _note_model(models, verdicts.get(d.model_verdict_id))
                 z = float(spectrum.z)
                 outputs = script(task, d, z, MAX_TURNS - 1)
@@ -331,7 +338,8 @@ def export_training(
 
 def _load(store: VettingStore, d: Decision, verdict: ModelVerdict | None, hashes: dict[str, str | None]
           ) -> tuple[Spectrum | None, str]:
-    """The decided spectrum re-read from its file, or None and why not."""
+    """The decided spectrum re-read from its file (and `UNVERIFIED` when no sha256 was stored to check it against),
+    or None and why not."""
     info = store.spectrum_info(d.spectrum_key)
     if info is None or not info.path:
         return None, "the store records no file for it"
@@ -349,7 +357,7 @@ def _load(store: VettingStore, d: Decision, verdict: ModelVerdict | None, hashes
     if stored and stored != now:
         return None, f"its file {path} changed since it was vetted (sha256 {stored[:12]}… is now {now[:12]}…)"
     try:
-        return read_spectrum(path, info.index), ""
+        return read_spectrum(path, info.index), "" if stored else UNVERIFIED
     except (SpectrumReadError, OSError) as exc:
         return None, f"its file {path} cannot be read ({exc})"
 
