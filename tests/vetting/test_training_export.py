@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 
@@ -20,7 +21,7 @@ from speco3.cli import main as cli_main
 from speco3.evaluate.bench import BenchFile
 from speco3.evaluate.training import chat_messages, rest_window
 from speco3.fileio import sha256_file
-from speco3.spectra import read_spectrum
+from speco3.spectra import View, read_spectrum
 from speco3.vetting import Decision, ModelVerdict, VettingStore
 from speco3.vetting.records import Evidence, SpectrumInfo, spectrum_key
 from speco3_testkit.spectra import pillow_render, write_csv_spectrum
@@ -108,7 +109,8 @@ def test_two_tasks_give_trajectories_rows_and_counts(tmp_path, data, store, caps
     bench = BenchFile(tmp_path / "out" / "bench.parquet")
     items = list(bench.items())
     assert sorted((i.task, i.truth) for i in items) == [("carbon", "NO"), ("cv", "NO"), ("cv", "YES"), ("cv", "YES")]
-    assert all(i.error is None and i.image is not None and i.prompt.startswith("<image>\n") for i in items)
+    assert all(i.error is None and i.prompt.startswith("<image>\n") for i in items)
+    assert all(i.image == pillow_render(View(read_spectrum(data / i.name), None)) for i in items)  # as drawn
     first = next(i for i in items if i.name == "s01.csv")
     sp = read_spectrum(data / "s01.csv")
     assert first.wavelength.tolist() == sp.wavelength.tolist() and first.flux.tolist() == sp.flux.tolist()
@@ -138,6 +140,9 @@ def test_the_real_renderer_and_the_model_the_vetter_saw_are_recorded(tmp_path, d
         with Image.open(tmp_path / "out" / name) as img:
             sizes.append(img.size)
     assert sizes[0] == (784, 476)  # the renderer's full LAMOST-like view (792×472) at the model size
+    (item,) = BenchFile(tmp_path / "out" / "bench.parquet").items()
+    with Image.open(io.BytesIO(item.image)) as img:
+        assert img.size == (792, 472)  # the benchmark's image: the full view as the renderer drew it
 
 
 def test_only_agreed_keeps_what_two_vetters_said_alike(tmp_path, data, store, capsys):

@@ -4,7 +4,8 @@ manifest.
 What goes where
 ---------------
 * ``bench.parquet``: one SpecVI-Bench row per decided spectrum and task (YES or NO; `speco3.evaluate.benchwrite`),
-  the arrays re-read from the spectrum's file, the full view the model is shown as its image. ``spec-o3 evaluate``
+  the arrays re-read from the spectrum's file, the renderer's full view as its image (at the renderer's size, as
+  the benchmark ships its training renders). ``spec-o3 evaluate``
   reads it, GRPO (verl) takes it as its label-only data, colleagues open it like the published benchmark.
 * ``sft.jsonl`` + ``images/``: one trajectory per YES/NO decision that has evidence windows, in the format of the
   Spec-o3 cold-start data (``Maxwell-Jia/Spec-o3-ColdStartSFT``, trained with LLaMA-Factory): ShareGPT
@@ -62,8 +63,8 @@ from speco3.engine.scripted import ScriptedEngine
 from speco3.errors import Speco3Error, SpectrumReadError, StoreError
 from speco3.evaluate.benchwrite import bench_row, write_bench
 from speco3.fileio import sha256_file, write_text_atomic
-from speco3.imaging import DEFAULT_MAX_TOKENS, PreparedImage
-from speco3.spectra import Spectrum, read_spectrum
+from speco3.imaging import DEFAULT_MAX_TOKENS, HasPixels, PreparedImage, png_bytes
+from speco3.spectra import Spectrum, View, read_spectrum
 from speco3.vetting.records import Decision, Evidence, ModelVerdict
 from speco3.vetting.store import VettingStore
 
@@ -173,12 +174,21 @@ class Replayed:
     messages: list[Message | str]
     images: list[PreparedImage]
     final: VerdictStep
+    full_view: bytes | None = None  # the renderer's full view as PNG, at its own size (SpecVI-Bench's ``images``)
 
 
 def replay(spectrum: Spectrum, task: Task, outputs: list[str], render: RenderFn, image_max_tokens: int) -> Replayed:
     """Run the agent loop on ``spectrum`` with ``outputs`` as the assistant turns; the messages it built."""
     settings = EngineSettings(n_ctx=1 << 30, image_max_tokens=image_max_tokens, max_tokens_per_turn=1 << 30)
-    steps, final = run_to_verdict(ScriptedEngine(outputs, settings=settings), spectrum, task, render)
+    drawn: list[bytes | HasPixels] = []
+
+    def keep_full_view(view: View) -> bytes | HasPixels:
+        image = render(view)
+        if not view.is_zoom:
+            drawn.append(image)
+        return image
+
+    steps, final = run_to_verdict(ScriptedEngine(outputs, settings=settings), spectrum, task, keep_full_view)
     messages: list[Message | str] = []
     images: list[PreparedImage] = []
     for step in steps:
@@ -191,7 +201,7 @@ def replay(spectrum: Spectrum, task: Task, outputs: list[str], render: RenderFn,
             messages += tool_turn_messages(step.image, step.response_text)
             if step.image is not None:
                 images.append(step.image)
-    return Replayed(messages, images, final)
+    return Replayed(messages, images, final, png_bytes(drawn[0]) if drawn else None)
 
 
 def replay_problem(rep: Replayed, verdict: str, n_windows: int) -> str | None:
@@ -307,12 +317,12 @@ def export_training(
                 z = float(spectrum.z)
                 outputs = script(task, d, z, MAX_TURNS - 1)
                 rep = replay(spectrum, task, outputs, render, cap)
-                if not rep.images:  # the full view could not be drawn: no row either
+                if not rep.images or rep.full_view is None:  # the full view could not be drawn: no row either
                     c["file_skipped"] += 1
                     skip(d, "spectrum", rep.final.detail)
                     continue
                 rows.append(bench_row(tid, d.decision, spectrum.name, spectrum.wavelength.tolist(), spectrum.flux.tolist(), z,
-                                      image=rep.images[0].png, prompt=f"{IMAGE_TOKEN}\n{task.text}",
+                                      image=rep.full_view, prompt=f"{IMAGE_TOKEN}\n{task.text}",
                                       index=len(rows), split="train"))
                 c["parquet"][d.decision] += 1
                 if not d.evidence:
