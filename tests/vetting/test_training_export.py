@@ -104,7 +104,8 @@ def test_two_tasks_give_trajectories_rows_and_counts(tmp_path, data, store, caps
             assert img.width % 28 == 0 and img.height % 28 == 0  # prepared: the processor leaves them as they are
     assert [m["role"] for m in chat_messages(rec)] == ["system", "user", "assistant", "user", "assistant", "user",
                                                       "assistant"]
-    assert parse_answer([r for k, r in recs.items() if k[1] == "carbon"][0]["conversations"][-1]["value"]).verdict == "NO"
+    (carbon_rec,) = [r for k, r in recs.items() if k[1] == "carbon"]
+    assert parse_answer(carbon_rec["conversations"][-1]["value"]).verdict == "NO"
 
     bench = BenchFile(tmp_path / "out" / "bench.parquet")
     items = list(bench.items())

@@ -321,9 +321,9 @@ def export_training(
                     c["file_skipped"] += 1
                     skip(d, "spectrum", rep.final.detail)
                     continue
-                rows.append(bench_row(tid, d.decision, spectrum.name, spectrum.wavelength.tolist(), spectrum.flux.tolist(), z,
-                                      image=rep.full_view, prompt=f"{IMAGE_TOKEN}\n{task.text}",
-                                      index=len(rows), split="train"))
+                rows.append(bench_row(tid, d.decision, spectrum.name, spectrum.wavelength.tolist(),
+                                      spectrum.flux.tolist(), z, image=rep.full_view,
+                                      prompt=f"{IMAGE_TOKEN}\n{task.text}", index=len(rows), split="train"))
                 c["parquet"][d.decision] += 1
                 if not d.evidence:
                     c["no_evidence"][d.decision] += 1
@@ -387,7 +387,10 @@ def _record(out: Path, n: int, tid: str, d: Decision, spectrum: Spectrum, rep: R
     names = []
     for i, image in enumerate(rep.images):
         name = f"{IMAGES_DIR}/{tid}_{n:05d}_{i}.png"
-        (out / name).write_bytes(image.png)
+        try:
+            (out / name).write_bytes(image.png)
+        except OSError as exc:
+            raise TrainingExportError(f"{out / name}: cannot write ({exc.strerror or exc})") from exc
         names.append(name)
     record = {"conversations": sharegpt(rep.messages), "images": names, "task": tid, "ground_truth": d.decision,
               "source_name": spectrum.name, "spectrum_key": d.spectrum_key, "vetter": d.vetter,
