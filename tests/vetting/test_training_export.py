@@ -250,3 +250,6 @@ def test_evaluate_reads_the_exported_parquet(tmp_path, data, store, capsys):
 def test_a_window_in_the_observed_frame_becomes_the_rest_frame_range_in_whole_angstrom():
     assert rest_window(Evidence(6600.5, 6700.2), 0.0) == (6600, 6701)
     assert rest_window(Evidence(6564.61 * 1.1, 6600 * 1.1), 0.1) == (6564, 6600)
+    z = 0.0123  # a model window [6500, 6600] kept as evidence in the observed frame (0.1 Å) comes back as it was
+    assert rest_window(Evidence(round(6500 * (1 + z), 1), round(6600 * (1 + z), 1)), z) == (6500, 6600)
+    assert rest_window(Evidence(6499.95, 6500.05), 0.0) == (6499, 6501)  # never an empty range

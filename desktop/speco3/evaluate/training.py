@@ -27,7 +27,8 @@ windows, except the newline the template writes after each assistant ``<|im_end|
 app feeds the RL form without it: tests/data/protocol/README.md).
 
 Evidence windows are stored in the observed frame (`speco3.vetting.records.Evidence`); the tool takes rest-frame
-ranges: a window becomes ``[floor(lo / (1+z)), ceil(hi / (1+z))]`` Å with the spectrum's catalogue redshift.
+ranges: a window becomes ``[floor(lo / (1+z)), ceil(hi / (1+z))]`` Å with the spectrum's catalogue redshift (an
+edge within 0.1 Å of a whole Å is rounded to it: a window started from the model's own zooms gives its numbers).
 """
 
 from __future__ import annotations
@@ -109,9 +110,18 @@ def label_of(history: Sequence[Decision]) -> Label:
     return Label(latest, len(per_vetter), answers == {latest.decision} and latest.decision != "UNSURE")
 
 
+#: A rest-frame edge this close to a whole Å is that whole Å (a window taken from the model's own zooms comes back
+#: to the model's numbers after the observed-frame round trip, which rounds to 0.1 Å).
+SNAP_A = 0.1
+
+
 def rest_window(e: Evidence, z: float) -> tuple[int, int]:
-    """An observed-frame evidence window as the tool's rest-frame range, widened to whole Å."""
-    return math.floor(e.lo / (1.0 + z)), math.ceil(e.hi / (1.0 + z))
+    """An observed-frame evidence window as the tool's rest-frame range in whole Å: widened outwards, unless an edge
+    is within `SNAP_A` of a whole Å."""
+    lo, hi = e.lo / (1.0 + z), e.hi / (1.0 + z)
+    a = round(lo) if abs(lo - round(lo)) < SNAP_A else math.floor(lo)
+    b = round(hi) if abs(hi - round(hi)) < SNAP_A else math.ceil(hi)
+    return (a, b) if a < b else (math.floor(lo), math.ceil(hi))
 
 
 def window_thought(i: int, task: Task, label: str, rng: tuple[int, int]) -> str:
