@@ -170,6 +170,16 @@ class HasPixels(Protocol):
         ...
 
 
+def png_bytes(image: bytes | HasPixels) -> bytes:
+    """A rendered image as PNG bytes, at its own size (PNG bytes pass through unchanged)."""
+    if isinstance(image, bytes | bytearray):
+        return bytes(image)
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(image.rgb, dtype=np.uint8), "RGB").save(buf, format="PNG",
+                                                                                compress_level=PNG_LEVEL)
+    return buf.getvalue()
+
+
 def prepare_image(image: bytes | HasPixels, max_tokens: int | None = None) -> PreparedImage:
     """Resize an image with the ``smart_resize`` rule (bicubic) and return the model's image.
 

@@ -148,3 +148,29 @@ def test_markup_splits_text_only_at_images(image):
     parts = p.first_turn_parts(image, "T")
     assert [type(x).__name__ for x in parts] == ["str", "PreparedImage", "str"]
     assert p.tool_turn_parts(None, "err") == [p.TOOL_TURN_OPEN + "err" + p.TOOL_TURN_CLOSE]
+
+
+def test_the_assistant_text_builders_write_the_trained_form_and_parse_back():
+    call = p.tool_call_text([4800, 4920], "Zoom on Hβ region")
+    assert call == ('<tool_call>\n{"name": "spectral_visualization_tool", "arguments": {"label": "Zoom on Hβ region", '
+                    '"wavelength_range": [4800, 4920]}}\n</tool_call>')  # docs/design.md §2, label first
+    assert json.loads(p.tool_call_text([1.5, 2], "")[len("<tool_call>\n"):-len("\n</tool_call>")]) == {
+        "name": p.TOOL_NAME, "arguments": {"wavelength_range": [1.5, 2]}}  # no label: none written
+    text = p.assistant_text("look closer", call)
+    (parsed,) = p.parse_tool_calls(text)
+    assert parsed.arguments == {"label": "Zoom on Hβ region", "wavelength_range": [4800, 4920]}
+    assert p.split_reasoning(text) == ("look closer", call)
+    final = p.parse_answer(p.assistant_text("done", p.answer_text("NO", "no Balmer emission")))
+    assert (final.verdict, final.method, final.strict) == ("NO", "answer_boxed", True)
+    with pytest.raises(ValueError, match="YES or NO"):
+        p.answer_text("MAYBE")
+
+
+def test_turn_bodies_are_what_the_markup_wraps(image):
+    system, user = p.first_turn_messages(image, "T")
+    (tool,) = p.tool_turn_messages(image, "ok")
+    assert p.render_prompt(p.turn_body(system)) == p.SYSTEM_PROMPT + p.TOOLS_BLOCK
+    assert p.render_prompt(p.turn_body(user), image="<image>") == "<image>\nT"
+    assert p.render_prompt(p.turn_body(tool), image="<image>") == "<tool_response>\n<image>ok\n</tool_response>"
+    assert p.turn_role(tool) == "user" and p.render_prompt(p.markup([tool], False)) == (
+        p.IM_START + "user\n" + p.render_prompt(p.turn_body(tool)) + p.IM_END + "\n")

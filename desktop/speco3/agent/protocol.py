@@ -70,8 +70,11 @@ def tools_block(tools: Sequence[dict[str, Any]]) -> str:
 TOOLS_BLOCK = tools_block([TOOL_SCHEMA])
 SYSTEM_TURN = f"{IM_START}system\n{SYSTEM_PROMPT}{TOOLS_BLOCK}{IM_END}\n"
 GENERATION_PROMPT = f"{IM_START}assistant\n"
-TOOL_TURN_OPEN = f"{IM_START}user\n<tool_response>\n"
-TOOL_RESPONSE_CLOSE = f"\n</tool_response>{IM_END}\n"
+#: What wraps a tool message's content inside its user turn.
+TOOL_RESPONSE_START = "<tool_response>\n"
+TOOL_RESPONSE_END = "\n</tool_response>"
+TOOL_TURN_OPEN = f"{IM_START}user\n{TOOL_RESPONSE_START}"
+TOOL_RESPONSE_CLOSE = f"{TOOL_RESPONSE_END}{IM_END}\n"
 TOOL_TURN_CLOSE = TOOL_RESPONSE_CLOSE + GENERATION_PROMPT
 
 #: verl truncates tool-response text longer than this many characters (middle truncation).
@@ -103,19 +106,30 @@ def tool_turn_messages(image: PreparedImage | None, text: str) -> list[Message]:
     return [Message("tool", ((image,) if image is not None else ()) + (text,))]
 
 
+def turn_role(message: Message) -> str:
+    """The chat-markup role of a message's turn: a tool message is a user turn."""
+    if message.role not in ("system", "user", "tool"):
+        raise ValueError(f"unknown message role {message.role!r}")
+    return "user" if message.role == "tool" else message.role
+
+
+def turn_body(message: Message) -> list[Part]:
+    """What a message's turn holds between ``<|im_start|>ROLE\\n`` and ``<|im_end|>``: a system message's text and
+    the tools block it declares; a tool message's content wrapped in ``<tool_response>``; a user message's content."""
+    if message.role == "system":
+        return [*message.content, tools_block(message.tools) if message.tools else ""]
+    if message.role == "tool":
+        return [TOOL_RESPONSE_START, *message.content, TOOL_RESPONSE_END]
+    turn_role(message)  # an unknown role raises
+    return list(message.content)
+
+
 def markup(messages: Sequence[Message], generation_prompt: bool = True) -> list[Part]:
     """The chat markup of ``messages`` as engine parts (text split only at images), ending with the generation
     prompt. A tool message is a user turn wrapped in ``<tool_response>``."""
     out: list[Part] = []
     for m in messages:
-        if m.role == "system":
-            out += [f"{IM_START}system\n", *m.content, tools_block(m.tools) if m.tools else "", f"{IM_END}\n"]
-        elif m.role == "user":
-            out += [f"{IM_START}user\n", *m.content, f"{IM_END}\n"]
-        elif m.role == "tool":
-            out += [TOOL_TURN_OPEN, *m.content, TOOL_RESPONSE_CLOSE]
-        else:
-            raise ValueError(f"unknown message role {m.role!r}")
+        out += [f"{IM_START}{turn_role(m)}\n", *turn_body(m), f"{IM_END}\n"]
     if generation_prompt:
         out.append(GENERATION_PROMPT)
     merged: list[Part] = []
@@ -145,17 +159,41 @@ def truncate_tool_text(text: str, limit: int = MAX_TOOL_RESPONSE_CHARS) -> str:
     return text[:half] + "...(truncated)..." + text[-half:]
 
 
-def render_prompt(conversation: Iterable[Part]) -> str:
-    """Text form of a conversation, each image written as ``<|vision_start|><|image_pad|><|vision_end|>``."""
+def render_prompt(conversation: Iterable[Part], image: str = IMAGE_PLACEHOLDER) -> str:
+    """Text form of a conversation, each image written as ``image`` (default
+    ``<|vision_start|><|image_pad|><|vision_end|>``; training datasets write ``<image>``)."""
     out: list[str] = []
     for part in conversation:
         if isinstance(part, PreparedImage):
-            out.append(IMAGE_PLACEHOLDER)
+            out.append(image)
         elif isinstance(part, str):
             out.append(part)
         else:
             raise TypeError(f"conversation part of type {type(part).__name__} (expected str or PreparedImage)")
     return "".join(out)
+
+
+# -- what the model writes (the trained form; training data is written with these) ------------------------------
+def tool_call_text(wavelength_range: Sequence[float], label: str | None = None) -> str:
+    """One zoom call as the model writes it: ``<tool_call>\\n{"name": "spectral_visualization_tool", "arguments":
+    {"label": …, "wavelength_range": [a, b]}}\\n</tool_call>`` (``label`` first, as in the training trajectories;
+    left out when empty). `parse_tool_calls` reads it back."""
+    arguments: dict[str, Any] = {"label": label} if label else {}
+    arguments["wavelength_range"] = list(wavelength_range)
+    return "<tool_call>\n" + json.dumps({"name": TOOL_NAME, "arguments": arguments}, ensure_ascii=False) + \
+        "\n</tool_call>"
+
+
+def answer_text(verdict: str, justification: str = "") -> str:
+    """The final answer: ``<answer>\\boxed{YES}</answer>`` (or NO), then a short justification."""
+    if verdict not in ("YES", "NO"):
+        raise ValueError(f"a verdict is YES or NO, got {verdict!r}")
+    return f"<answer>\\boxed{{{verdict}}}</answer>" + (f" {justification}" if justification else "")
+
+
+def assistant_text(reasoning: str, action: str) -> str:
+    """An assistant message: the reasoning in ``<think>`` tags, a newline, then the tool call or the answer."""
+    return f"<think>{reasoning}</think>\n{action}"
 
 
 # -- parsing what the model wrote ---------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from speco3.agent.tasks import load_tasks
 from speco3.errors import Speco3Error
 from speco3.spectra.model import Spectrum, SpectrumMeta
 
@@ -133,9 +134,9 @@ def _prompt_text(value) -> str:
     return ""
 
 
-def _row_error(task, truth, wl: np.ndarray, flux: np.ndarray) -> str | None:
-    if task not in TASKS:
-        return f"data_source {task!r} is not one of {', '.join(TASKS)}"
+def _row_error(task, truth, wl: np.ndarray, flux: np.ndarray, known: frozenset[str] = frozenset(TASKS)) -> str | None:
+    if task not in known:
+        return f"data_source {task!r} is not a known task ({', '.join(sorted(known))})"
     if truth not in ("YES", "NO"):
         return f"reward_model.ground_truth {truth!r} is not YES or NO"
     if flux.size == 0 or wl.size == 0:
@@ -167,6 +168,8 @@ class BenchFile:
         except (pa.ArrowException, OSError) as exc:
             raise BenchFormatError(f"{self.path}: not a readable parquet file ({exc})") from exc
         self.n_rows = table.num_rows
+        # the five SpecVI-Bench tasks and the user's own (a file made by `spec-o3 export-training` for a new class)
+        self.known_tasks = frozenset(TASKS) | frozenset(load_tasks(errors=[]))
         self._cols = {}
         for dotted, kind in COLUMNS.items():
             try:
@@ -192,7 +195,7 @@ class BenchFile:
         image = _first_image(c["images"][i].as_py()) if "images" in c else None
         prompt = _prompt_text(c["prompt"][i].as_py()) if "prompt" in c else ""
         return BenchItem(i, str(name), str(task), truth, wl, flux, None if z is None else float(z), image, prompt,
-                         _row_error(task, truth, wl, flux))
+                         _row_error(task, truth, wl, flux, self.known_tasks))
 
     def items(self, tasks: list[str] | None = None, limit: int | None = None) -> Iterator[BenchItem]:
         """Rows in file order, only ``tasks`` (all when None), at most ``limit`` (per task when tasks are mixed)."""

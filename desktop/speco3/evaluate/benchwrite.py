@@ -31,7 +31,8 @@ def bench_schema():
 
 
 def bench_row(task: str, truth: str, name: str, wavelength: Sequence[float], flux: Sequence[float],
-              redshift: float = 0.0, image: bytes | None = None, prompt: str = "", index: int = 0) -> dict:
+              redshift: float = 0.0, image: bytes | None = None, prompt: str = "", index: int = 0,
+              split: str = "test") -> dict:
     """One row as the file holds it; ``image`` is the first image (PNG bytes) the model is shown, if any."""
     return {
         "data_source": task,
@@ -40,7 +41,7 @@ def bench_row(task: str, truth: str, name: str, wavelength: Sequence[float], flu
         "images": [{"bytes": image, "path": f"{name}.png"}] if image is not None else [],
         "ability": "spectral_classification",
         "reward_model": {"ground_truth": truth, "style": "rule"},
-        "extra_info": {"index": index, "name": name, "split": "test", "tools_kwargs": {
+        "extra_info": {"index": index, "name": name, "split": split, "tools_kwargs": {
             "spectral_visualization_tool": {"create_kwargs": {
                 "wavelength": [float(v) for v in wavelength], "flux": [float(v) for v in flux],
                 "redshift": float(redshift)}}}},

@@ -8,10 +8,10 @@ archive's own spectra, never for the user's data.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 
+from speco3.agent.protocol import tool_call_text
 from speco3.agent.tasks import Task
 from speco3.demo import CATALOGUE
 from speco3.engine.scripted import ScriptedEngine
@@ -47,12 +47,6 @@ def _windows(task: Task) -> list[tuple[str, float, float]]:
     return out[:2]
 
 
-def _call(label: str, lo: float, hi: float) -> str:
-    args = {"label": label, "wavelength_range": [lo, hi]}
-    return "<tool_call>\n" + json.dumps({"name": "spectral_visualization_tool", "arguments": args},
-                                        ensure_ascii=False) + "\n</tool_call>"
-
-
 def demo_script(spectrum: Spectrum, task: Task) -> list[str]:
     """The canned assistant outputs for ``spectrum`` and ``task`` (see module doc)."""
     truth = demo_truth(spectrum)
@@ -63,7 +57,7 @@ def demo_script(spectrum: Spectrum, task: Task) -> list[str]:
         lead = ("[Scripted demo — not a model.] This canned text shows how a session streams in. "
                 f"The question is whether this is a {target}; " if i == 0 else "[Scripted demo.] ")
         outputs.append(f"<think>{lead}next I request the {label.removeprefix('Zoom on ')} "
-                       f"({lo}–{hi} Å, rest frame) to show the zoom tool.</think>\n{_call(label, lo, hi)}")
+                       f"({lo}–{hi} Å, rest frame) to show the zoom tool.</think>\n{tool_call_text([lo, hi], label)}")
     verdict = "YES" if truth == task.id else "NO"
     outputs.append(
         "<think>[Scripted demo.] A real model would weigh the zoomed features here. This scripted session "

@@ -33,6 +33,7 @@ __all__ = [
     "release_thread_scene",
     "render_view",
     "render_arrays",
+    "renderer_fingerprint",
     "token_grid",
 ]
 
@@ -176,6 +177,25 @@ def render_view(view: View) -> RenderedImage:
     x, y = view.data()
     logger.debug("render %s range=%s frame=%s points=%d", view.display_title, view.wavelength_range, view.frame, x.size)
     return render_arrays(x, y, view.display_title, view.is_zoom, wavelength_range=view.wavelength_range)
+
+
+def renderer_fingerprint() -> str:
+    """``speco3.render <12 hex>``: a digest of this package's sources and fonts, recorded with training data (a
+    change to the drawing code changes it)."""
+    import hashlib
+    from importlib import resources
+
+    h = hashlib.sha256()
+    root = resources.files(__package__)
+    entries = sorted((e for e in root.iterdir() if e.name.endswith(".py")), key=lambda e: e.name)
+    fonts = root / "fonts"
+    if fonts.is_dir():
+        entries += sorted(fonts.iterdir(), key=lambda e: e.name)
+    for entry in entries:
+        if entry.is_file():
+            h.update(entry.name.encode())
+            h.update(entry.read_bytes())
+    return f"speco3.render {h.hexdigest()[:12]}"
 
 
 # re-exported for callers that only need the rules
