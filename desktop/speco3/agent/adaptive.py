@@ -57,6 +57,16 @@ STOP_FIXED = "fixed"  # a fixed-K plan: all K ran by design
 STOP_CANCELLED = "cancelled"
 STOP_REASONS = (STOP_CERTAIN, STOP_AGREED, STOP_SETTLED, STOP_BUDGET, STOP_FIXED, STOP_CANCELLED)
 
+#: Each stop reason in words (the app's tooltips and verdict line; `describe_use`).
+STOP_WORDS = {
+    STOP_CERTAIN: "stopped: no remaining rollout could change the decision",
+    STOP_AGREED: "stopped: unanimous, each rollout sure at its answer token",
+    STOP_SETTLED: "stopped: a change by the remaining rollouts was unlikely",
+    STOP_BUDGET: "the whole budget ran: the answer was not settled",
+    STOP_FIXED: "a fixed number of rollouts",
+    STOP_CANCELLED: "cancelled before the rule decided",
+}
+
 ABSTAIN = "abstain"
 Decision = str  # "YES", "NO" or ABSTAIN: what the vetter acts on
 
@@ -99,6 +109,15 @@ class Round:
     @property
     def stop(self) -> bool:
         return bool(self.stop_reason)
+
+
+def describe_use(k_used: int, k_max: int | None, stop_reason: str | None) -> str:
+    """How many rollouts a run used and why no more ran, in words: ``K=4`` for a fixed K (or a row stored before
+    the stop reason was), ``2 of up to 8 rollouts (stopped: unanimous, …)`` for ``--rollouts auto``."""
+    if not stop_reason or stop_reason == STOP_FIXED:
+        return f"K={k_used}"
+    words = STOP_WORDS.get(stop_reason, stop_reason)
+    return f"{k_used} of up to {k_max if k_max is not None else '?'} rollouts ({words})"
 
 
 def decision(yes: int, no: int, other: int, thresholds: Thresholds | None = None) -> Decision:
@@ -199,5 +218,5 @@ def next_round(outcomes: Sequence[str], p_tokens: Sequence[float | None] | None 
 
 __all__ = ["ABSTAIN", "DEFAULT_K_MAX", "DEFAULT_K_MIN", "DEFAULT_MAX_CHANGE", "DEFAULT_MIN_TOKEN", "DEFAULT_PRIOR",
            "DEFAULT_STEP", "STOP_AGREED", "STOP_BUDGET", "STOP_CANCELLED", "STOP_CERTAIN", "STOP_FIXED",
-           "STOP_REASONS", "STOP_SETTLED", "AdaptiveRule", "Decision", "Round", "agreed", "change_probability",
-           "decision", "next_round", "of_confidence", "token_support"]
+           "STOP_REASONS", "STOP_SETTLED", "STOP_WORDS", "AdaptiveRule", "Decision", "Round", "agreed",
+           "change_probability", "decision", "describe_use", "next_round", "of_confidence", "token_support"]

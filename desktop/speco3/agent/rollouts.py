@@ -68,6 +68,11 @@ class RolloutPlan:
         rule = rule or AdaptiveRule()
         return cls(rule.k_max, temperature, top_p, top_k, seed, rule)
 
+    @property
+    def first_round(self) -> int:
+        """The rollouts that start together: all K of a fixed plan, ``k_min`` of an adaptive one."""
+        return self.k if self.adaptive is None else self.adaptive.k_min
+
     def samplings(self) -> list[Sampling]:
         if self.k < 1:
             raise ValueError(f"the number of rollouts must be at least 1, got {self.k}")
@@ -123,7 +128,7 @@ def iter_rollouts(
     width = len(samplings) if rule is None else max(rule.k_min, rule.step)
     slots = open_slots(engine, width)
     try:
-        want = len(samplings) if rule is None else rule.k_min
+        want = plan.first_round
         while want:
             first = len(results)
             batch = samplings[first:first + want]
