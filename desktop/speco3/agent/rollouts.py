@@ -91,6 +91,7 @@ class RolloutGroup:
     steps: list[list[Step]]
     k_max: int
     stop_reason: str
+    rounds: int = 0  # rounds that ran (1 for a fixed K; each adds rollouts the rule asked for)
 
     @property
     def k_used(self) -> int:
@@ -122,7 +123,7 @@ def iter_rollouts(
     rule = plan.adaptive
     group = group if group is not None else RolloutGroup([], len(samplings), STOP_FIXED)
     group.steps.clear()
-    group.k_max, group.stop_reason = len(samplings), STOP_FIXED
+    group.k_max, group.stop_reason, group.rounds = len(samplings), STOP_FIXED, 0
     results = group.steps
     hits0 = _cache_hits(engine)
     width = len(samplings) if rule is None else max(rule.k_min, rule.step)
@@ -132,6 +133,7 @@ def iter_rollouts(
         while want:
             first = len(results)
             batch = samplings[first:first + want]
+            group.rounds += 1
             results.extend([] for _ in batch)
             episodes = (episode_run(engine, spectrum, task, render, cancel=cancel, sampling=s,
                                     **_token_sink(episode_kwargs, on_rollout_token, first + j))
