@@ -245,6 +245,8 @@ def main(argv=None) -> int:
                     help="--rollouts auto: the synthetic population table of bench_adaptive.py (no model) and, when "
                     "--sections names rollouts, the wall time of auto's rounds stopped at 2, 4 and 8 beside K=1..")
     ap.add_argument("--auto-spectra", type=int, default=300, help="--auto: spectra per synthetic population")
+    ap.add_argument("--auto-runs", default=",".join(AUTO_RUNS),
+                    help=f"--auto with --sections rollouts: which of {', '.join(AUTO_RUNS)} to time")
     args = ap.parse_args(argv)
     auto = None
     if args.auto:
@@ -278,7 +280,7 @@ def main(argv=None) -> int:
                         rollouts_parallel(engine, images, k, args.max_tokens, distinct_windows(images, args.quick)))
                 if args.auto and k == max(ks):  # auto's rounds, in the same run as the fixed K
                     for name, rounds in AUTO_RUNS.items():
-                        if sum(rounds) <= n_seq:
+                        if name in args.auto_runs.split(",") and sum(rounds) <= n_seq:
                             rollouts[name] = {"parallel": _progress(name, rollouts_parallel(
                                 engine, images, sum(rounds), args.max_tokens, rounds=rounds))}
                 if "sequential" in sections:
