@@ -20,6 +20,14 @@ e.g. the 7B-shaped random checkpoint at Q4_K_M):
   time, 2, 4), greedy, the real agent loop (tool calls render real zoom images).
 * ``logprobs``: seconds per generated token with ``top_logprobs`` 0 and 5 (single sequence).
 
+``--auto`` (``--rollouts auto``): the synthetic population table of ``bench_adaptive.py`` (its
+`population_report`: mean rollouts and modelled cost per spectrum, decisions different from K=8, the goal; no model
+loaded unless ``--sections`` is given); with ``--sections rollouts`` also the wall time of auto's rounds on the
+same engine in the same run as the fixed K: ``auto_stop_2`` (one round of 2: a clear spectrum), ``auto_stop_4``
+(2 + 2) and ``auto_budget_8`` (2 + 2 + 2 + 2), each round started when the previous one ended, on one pool. A random
+checkpoint cannot agree with itself, so the stop is scripted: the rounds run as the rule runs them when it stops
+there (the rule's own arithmetic costs microseconds).
+
 Run: ``.venv/bin/python benchmarks/bench_parallel.py``; ``--quick``: 8 tokens per turn, K in 1,2,4, small images,
 4 spectra. Timings depend on the machine's load. The tiny model is built into ``SPECO3_TEST_CACHE`` when set.
 """
@@ -34,6 +42,7 @@ import time
 from pathlib import Path
 
 import _kit  # puts the test kit on sys.path; model_pair
+from bench_adaptive import population_report
 from bench_engine import QUICK_SIZES, SIZES, SYSTEM, TASK, make_images, tool_turn
 
 from speco3.engine.base import EngineSettings, Sampling
@@ -78,36 +87,54 @@ def delta(a: dict, b: dict) -> dict:
     return {k: b[k] - a[k] for k in a}
 
 
-def rollouts_parallel(engine, images, k: int, max_tokens: int, window=None) -> dict:
+def rollouts_parallel(engine, images, k: int, max_tokens: int, window=None, rounds: list[int] | None = None) -> dict:
+    """K rollouts of a 2-turn session on one pool; ``rounds`` (sizes summing to K, default one round of K): the
+    rollouts start in rounds as ``--rollouts auto`` runs them, each round after the previous one ended, on the same
+    pool (the later rounds copy the prefix the first evaluated)."""
     window = window or shared_windows(images)
+    rounds = rounds or [k]
+    assert sum(rounds) == k, (rounds, k)
     engine.reset(keep_cache=False)
     engine.image_cache.clear()  # every run starts with an empty cache of vision-encoder outputs
     c0, t0, cpu0 = counters(engine), time.perf_counter(), time.process_time()
     with engine.open_pool() as pool:
-        turns = {}
-        for i in range(k):
-            slot = pool.open(Sampling(1.0, 1.0, 0, i))
-            pool.extend(slot, [SYSTEM, images[0], TASK])
-            pool.begin(slot, max_tokens=max_tokens)
-            turns[slot] = 0
-        while turns:
-            for slot, res in pool.step():
-                if isinstance(res, Exception):
-                    raise res
-                turns[slot] += 1
-                if turns[slot] == 2:
-                    del turns[slot]
-                    pool.release(slot)
-                    continue
-                pool.extend(slot, tool_turn(window(slot), 6500 + slot, 6600 + slot))
+        started = 0
+        for size in rounds:
+            turns = {}
+            for i in range(started, started + size):
+                slot = pool.open(Sampling(1.0, 1.0, 0, i))
+                pool.extend(slot, [SYSTEM, images[0], TASK])
                 pool.begin(slot, max_tokens=max_tokens)
+                turns[slot] = i
+            started += size
+            done = {slot: 0 for slot in turns}
+            while done:
+                for slot, res in pool.step():
+                    if isinstance(res, Exception):
+                        raise res
+                    done[slot] += 1
+                    if done[slot] == 2:
+                        del done[slot]
+                        pool.release(slot)
+                        continue
+                    i = turns[slot]
+                    pool.extend(slot, tool_turn(window(i), 6500 + i, 6600 + i))
+                    pool.begin(slot, max_tokens=max_tokens)
         counts = dict(pool.counters)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     d = delta(c0, counters(engine))
     return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "text_tokens_evaluated": d["text"],
             "prompt_tokens_evaluated": d["prompt"], "tokens_generated": d["generated"], "images_encoded": d["images"],
-            "image_cache_hits": d["hits"], "prefix_evaluations": k - counts["prefix_copies"],
-            "decode_rounds": counts["rounds"]}
+            "image_cache_hits": d["hits"],
+            # one round: K minus the prefix copies; in later rounds the slot on sequence 0 reuses its own cells, which
+            # the copy counter does not count (compare text_tokens_evaluated with the fixed K's instead)
+            "prefix_evaluations": k - counts["prefix_copies"] if len(rounds) == 1 else None,
+            "decode_rounds": counts["rounds"], "rounds": list(rounds)}
+
+
+#: ``--auto``: the rounds of ``--rollouts auto`` timed beside the fixed K (a random checkpoint cannot agree with
+#: itself, so the stop is scripted: the rounds are run as the rule would run them when it stops there).
+AUTO_RUNS = {"auto_stop_2": [2], "auto_stop_4": [2, 2], "auto_budget_8": [2, 2, 2, 2]}
 
 
 def rollouts_sequential(engine, images, k: int, max_tokens: int) -> dict:
@@ -214,7 +241,21 @@ def main(argv=None) -> int:
     ap.add_argument("--n-ctx", type=int, default=16384)
     ap.add_argument("--n-gpu-layers", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="8 tokens per turn, K in 1,2,4, small images, 4 spectra")
+    ap.add_argument("--auto", action="store_true",
+                    help="--rollouts auto: the synthetic population table of bench_adaptive.py (no model) and, when "
+                    "--sections names rollouts, the wall time of auto's rounds stopped at 2, 4 and 8 beside K=1..")
+    ap.add_argument("--auto-spectra", type=int, default=300, help="--auto: spectra per synthetic population")
+    ap.add_argument("--auto-runs", default=",".join(AUTO_RUNS),
+                    help=f"--auto with --sections rollouts: which of {', '.join(AUTO_RUNS)} to time")
     args = ap.parse_args(argv)
+    auto = None
+    if args.auto:
+        auto = population_report(12 if args.quick else args.auto_spectra)
+        for table in auto.pop("tables"):
+            print(table, file=sys.stderr)
+        if not any(a.startswith("--sections") for a in argv or sys.argv[1:]):  # the table alone: no model
+            print(json.dumps({"auto": auto}, indent=1))
+            return 0
     ks = [int(k) for k in args.rollouts.split(",")]
     if args.quick:
         args.max_tokens, args.spectra, ks = 8, min(args.spectra, 4), [k for k in ks if k <= 4] or [1]
@@ -237,6 +278,11 @@ def main(argv=None) -> int:
                     rollouts[f"k_{k}"]["parallel_distinct"] = _progress(
                         f"k={k} parallel, distinct windows",
                         rollouts_parallel(engine, images, k, args.max_tokens, distinct_windows(images, args.quick)))
+                if args.auto and k == max(ks):  # auto's rounds, in the same run as the fixed K
+                    for name, rounds in AUTO_RUNS.items():
+                        if name in args.auto_runs.split(",") and sum(rounds) <= n_seq:
+                            rollouts[name] = {"parallel": _progress(name, rollouts_parallel(
+                                engine, images, sum(rounds), args.max_tokens, rounds=rounds))}
                 if "sequential" in sections:
                     seq = _progress(f"k={k} sequential", rollouts_sequential(engine, images, k, args.max_tokens))
                     rollouts[f"k_{k}"] |= {"sequential": seq,
@@ -260,7 +306,7 @@ def main(argv=None) -> int:
                                        if args.quick else None, max_tokens_per_turn=args.max_tokens)
             batch = batch_rate(text, mmproj, bsettings, args.spectra, [1, 2, 4], Path(tmp))
     report = {"model": model, "backend": backend, "max_tokens_per_turn": args.max_tokens, "rollouts": rollouts,
-              "decode": decode, "batch": batch, "logprobs": logprobs}
+              "decode": decode, "batch": batch, "logprobs": logprobs, "auto": auto}
     print(json.dumps(report, indent=2))
     return 0
 

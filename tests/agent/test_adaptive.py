@@ -9,15 +9,20 @@ import pytest
 
 from speco3.agent.adaptive import (
     ABSTAIN,
+    DEFAULT_MIN_TOKEN_ALONE,
     STOP_AGREED,
     STOP_BUDGET,
     STOP_CERTAIN,
+    STOP_FIXED,
+    STOP_REASONS,
     STOP_SETTLED,
+    STOP_WORDS,
     AdaptiveRule,
     _log_dm,
     agreed,
     change_probability,
     decision,
+    describe_use,
     next_round,
     token_support,
 )
@@ -225,3 +230,47 @@ def test_the_boundaries_of_the_thresholds_count_as_reached():
     assert agreed(["YES"], [0.9], 0.9) and agreed(["NO"], [0.1], 0.9)  # a single rollout
     AdaptiveRule(max_change=0.0, min_token=1.0)
     AdaptiveRule(max_change=1.0, min_token=0.0)
+
+
+# -- a first round of one rollout (k_min 1) ---------------------------------------------------------------------------
+def test_a_lone_rollout_needs_the_stricter_bar():
+    rule = AdaptiveRule(k_min=1)
+    assert rule.min_token_alone == DEFAULT_MIN_TOKEN_ALONE == 0.99
+    r = next_round(["YES"], [0.995], rule)
+    assert (r.stop_reason, r.k, r.add) == (STOP_AGREED, 1, 0) and 0 < r.p_change < 1
+    assert next_round(["YES"], [0.99], rule).stop_reason == STOP_AGREED  # the bar itself counts as reached
+    assert next_round(["NO"], [0.005], rule).stop_reason == STOP_AGREED  # 0.995 towards NO
+    # sure enough for a pair (0.9), not for a lone verdict: a second rollout, never two more
+    for outcomes, tokens in ((["YES"], [0.985]), (["NO"], [0.02]), (["YES"], [None]), ([F], [None]), (["YES"], None)):
+        r = next_round(outcomes, tokens, rule)
+        assert (r.stop_reason, r.add) == ("", 1), (outcomes, tokens)
+    assert next_round(["YES"], [0.95], AdaptiveRule(k_min=1, min_token_alone=0.95)).stop_reason == STOP_AGREED
+    assert next_round(["YES"], [0.95], AdaptiveRule(k_min=1, min_token_alone=0.951)).add == 1
+
+
+def test_after_a_lone_rollout_the_pairs_use_the_group_bar_and_step():
+    rule = AdaptiveRule(k_min=1)
+    assert next_round(["YES", "YES"], [0.95, 0.92], rule).stop_reason == STOP_AGREED  # 0.9 for two
+    assert next_round(["YES", "YES"], [0.95, 0.85], rule).add == 2  # then 4, 6, 8
+    assert next_round(["YES", "NO", "YES"], [0.99, 0.01, 0.99], rule).add == 2  # only a group of one gets one more
+    assert next_round(["YES"], [0.5], AdaptiveRule(k_min=1, k_max=2)).add == 1
+    assert next_round(["YES"], [0.5], AdaptiveRule(k_min=1, step=1)).add == 1
+    # the lone bar never applies to a group: with k_min 2 two rollouts at 0.95 agree whatever the lone bar
+    assert next_round(["NO", "NO"], [0.05, 0.05], AdaptiveRule(min_token_alone=1.0)).stop_reason == STOP_AGREED
+
+
+def test_the_lone_bar_is_checked():
+    for bad in (-0.01, 1.01, "0.9", None):
+        with pytest.raises(ValueError):
+            AdaptiveRule(min_token_alone=bad)
+    AdaptiveRule(min_token_alone=0.0)
+    AdaptiveRule(min_token_alone=1.0)
+
+
+def test_the_use_of_the_budget_in_words():
+    assert describe_use(4, 4, STOP_FIXED) == "K=4"
+    assert describe_use(3, None, None) == "K=3"  # a row stored before the stop reason was
+    assert describe_use(2, 8, STOP_AGREED) == f"2 of up to 8 rollouts ({STOP_WORDS[STOP_AGREED]})"
+    assert describe_use(6, None, STOP_CERTAIN) == f"6 of up to ? rollouts ({STOP_WORDS[STOP_CERTAIN]})"
+    assert describe_use(8, 8, "odd") == "8 of up to 8 rollouts (odd)"  # a reason this version does not know
+    assert set(STOP_WORDS) == set(STOP_REASONS)

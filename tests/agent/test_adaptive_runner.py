@@ -58,6 +58,23 @@ def test_hesitant_tokens_run_the_whole_budget(spectrum, render):
     assert len(run_rollouts(scripted([[YES]]), spectrum, "t", render, RolloutPlan.auto())) == 2
 
 
+def test_a_lone_first_round_then_pairs(spectrum, render):
+    """k_min 1: a sure lone rollout stops at one (one round); a hesitant one gets a second, then pairs follow."""
+    sure = {"YES": [["YES", 0.995], ["NO", 0.005]], "NO": [["NO", 0.995], ["YES", 0.005]]}
+    group = run_group(scripted([[YES]], sure), spectrum, "t", render, RolloutPlan.auto(AdaptiveRule(k_min=1)))
+    assert (group.k_used, group.rounds, group.stop_reason) == (1, 1, STOP_AGREED)
+    engine = scripted([[YES]])  # 0.97: enough for two (0.9), not for one (0.99)
+    group = run_group(engine, spectrum, "t", render, RolloutPlan.auto(AdaptiveRule(k_min=1)))
+    assert (group.k_used, group.rounds, group.stop_reason) == (2, 2, STOP_AGREED)
+    group = run_group(scripted([[YES], [NO]]), spectrum, "t", render, RolloutPlan.auto(AdaptiveRule(k_min=1)))
+    assert (group.k_used, group.rounds, group.stop_reason) == (6, 4, STOP_CERTAIN)  # 1, 2, 4, 6
+    # the failure mode of the lone stop: a split spectrum whose first rollout is sure of itself stops there
+    group = run_group(scripted([[YES], [NO]], sure), spectrum, "t", render, RolloutPlan.auto(AdaptiveRule(k_min=1)))
+    assert (group.k_used, group.stop_reason) == (1, STOP_AGREED)
+    assert run_group(scripted([[YES], [NO]]), spectrum, "t", render, RolloutPlan.auto()).rounds == 3  # 2, 4, 6
+    assert run_group(scripted([[YES]]), spectrum, "t", render, RolloutPlan(k=3)).rounds == 1
+
+
 def test_fixed_plans_say_fixed(spectrum, render):
     group = run_group(scripted([[YES]]), spectrum, "t", render, RolloutPlan(k=3))
     assert (group.k_used, group.k_max, group.stop_reason) == (3, 3, STOP_FIXED)

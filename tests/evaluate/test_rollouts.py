@@ -3,15 +3,19 @@ against scikit-learn, the abstention operating point by hand, resume by item, an
 
 from __future__ import annotations
 
+import csv
 import itertools
+import json
 import threading
 
 import pytest
-from benchkit import LABELS
+from benchkit import LABELS, pillow_render
 from sklearn.metrics import brier_score_loss
 
 from speco3.agent.confidence import Thresholds
 from speco3.agent.settings import RolloutSettings
+from speco3.cli import main as cli_main
+from speco3.engine.base import EngineSettings
 from speco3.engine.scripted import ScriptedEngine
 from speco3.evaluate.bench import BenchFile
 from speco3.evaluate.metrics import selective, summarize
@@ -110,3 +114,66 @@ def test_stores_of_the_per_rollout_layout_still_score(tmp_path):
     assert (a["verdict"], a["p_yes"], a["abstained"], a["turns"]) == ("YES", pytest.approx(2 / 3), False, 2)
     assert (b["verdict"], b["p_yes"], b["agreement"], b["format_failures"]) == ("NO", 0.0, 1.0, 1)
     assert (c["verdict"], c["p_yes"], c["abstained"], c["correct"]) == (None, 0.5, True, False)
+
+
+SURE = {"YES": [["YES", 0.97], ["NO", 0.03]], "NO": [["NO", 0.97], ["YES", 0.03]]}
+YES_OUT, NO_OUT = "<answer>\\boxed{YES}</answer>", "<answer>\\boxed{NO}</answer>"
+
+
+def _auto_script(tmp_path, scripts, select, name):
+    path = tmp_path / name
+    path.write_text(json.dumps({"scripts": scripts, "select": select, "alternatives": SURE}), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize("scripts, k_used, reason", [([[YES_OUT]], 2, "agreed"),  # clear: two sure rollouts
+                                                     ([[YES_OUT], [NO_OUT]], 6, "certain")])  # 3:3 of 6 stays a tie
+def test_evaluate_auto_reports_the_rollouts_used_and_resumes(bench_path, tmp_path, capsys, scripts, k_used, reason):
+    out = tmp_path / "run"
+    argv = ["evaluate", str(bench_path), "--scripted", _auto_script(tmp_path, scripts, "seed", "s.json"),
+            "--out", str(out), "--rollouts", "auto", "--json"]
+    assert cli_main(argv, render=pillow_render) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rollouts_used"] == {"mean_k_used": k_used, "k_max": 8, "cost_share": k_used / 8,
+                                        "stop_reasons": {reason: len(LABELS)}}
+    for s in summary["tasks"].values():
+        assert s["rollouts_used"]["stop_reasons"] == {reason: s["n"]}
+    items = list(csv.DictReader((out / "items.csv").open(encoding="utf-8")))
+    assert {(r["rollouts"], r["k_max"], r["stop_reason"]) for r in items} == {(str(k_used), "8", reason)}
+    with VettingStore(out / "run.sqlite", readonly=True) as store:
+        assert all(len(store.rollouts(v.id)) == k_used for v in store.model_verdicts())
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert f"<b>{k_used:.2f}</b>\nper item on average of a budget of 8" in html and f"{reason} {len(LABELS)}" in html
+    # the same command again: every item is done with this budget, whatever number of rollouts it used
+    assert cli_main([a for a in argv if a != "--json"], render=pillow_render) == 0
+    text = capsys.readouterr().out
+    assert f"{k_used:.2f} of up to 8 rollouts per item ({reason} {len(LABELS)})" in text
+    assert json.loads((out / "summary.json").read_text())["run"]["skipped"] == len(LABELS)
+
+
+def test_evaluate_auto_follows_each_item(bench_path, tmp_path, render):
+    """Scripts picked per spectrum: a clear item stops at two sure rollouts, one whose rollouts never answer runs
+    as the rule asks; each item's row carries its own k_used and reason, and the summary's mean is theirs."""
+    items = bench_items(BenchFile(bench_path).items())
+    engine = ScriptedEngine(scripts=[[YES_OUT], ["??"]], alternatives=SURE, settings=EngineSettings(top_logprobs=4))
+    with VettingStore(tmp_path / "r.sqlite") as store:
+        res = evaluate_items(items, store, engine, render, plan=RolloutSettings(8, auto=True).plan())
+        rows = results(store)
+        stored = {v.spectrum_key: len(store.rollouts(v.id)) for v in store.model_verdicts()}
+    assert res.done == len(LABELS)
+    by = {(r["rollouts"], r["stop_reason"]) for r in rows}
+    assert (2, "agreed") in by and len(by) == 2  # both kinds of spectrum are in the bench
+    (other,) = by - {(2, "agreed")}
+    assert other[0] > 2 and other[1] in ("certain", "settled", "budget")
+    assert all(stored[r["key"]] == r["rollouts"] for r in rows)
+    use = summarize(rows)["rollouts_used"]
+    assert use["mean_k_used"] == pytest.approx(sum(r["rollouts"] for r in rows) / len(rows))
+    assert sum(use["stop_reasons"].values()) == len(rows) and use["k_max"] == 8
+
+
+def test_greedy_runs_report_no_rollout_use():
+    rows = [{"task": "cv", "truth": "YES", "verdict": "YES", "outcome": "YES", "rollouts": 1, "k_max": 1}]
+    assert "rollouts_used" not in summarize(rows)
+    fixed = [{**rows[0], "rollouts": 4, "k_max": 4, "stop_reason": "fixed"}, {**rows[0], "rollouts": 4}]
+    assert summarize(fixed)["rollouts_used"] == {"mean_k_used": 4, "k_max": 4, "cost_share": 1.0,
+                                                 "stop_reasons": {"fixed": 1, "unknown": 1}}

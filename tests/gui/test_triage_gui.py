@@ -127,12 +127,11 @@ def test_interactive_run_with_rollouts_shows_the_fold(qtbot, make_window, demo_a
 
 def test_an_abstention_without_any_answer_is_shown_not_left_blank():
     """No rollout answered: the p(YES) cell says 'abstained' (the delegate frames it) and the tooltip says why."""
-    from types import SimpleNamespace
-
     from speco3.gui.archive_model import ArchiveTableModel
+    from speco3.vetting import ModelVerdict
 
-    mv = SimpleNamespace(p_yes=None, abstained=True, rollouts=3, outcomes=["format_error"] * 3, agreement=None,
-                         p_yes_token=None, format_failures=3)
+    mv = ModelVerdict("a#0", "cv", None, "format_error", p_yes=None, abstained=True, rollouts=3,
+                      outcomes=["format_error"] * 3, agreement=None, p_yes_token=None, format_failures=3)
     data = ArchiveTableModel._confidence_data
     assert data(mv, Qt.ItemDataRole.DisplayRole) == "abstained"
     assert data(mv, ABSTAINED_ROLE) is True and data(mv, P_YES_ROLE) is None

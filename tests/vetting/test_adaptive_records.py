@@ -9,6 +9,7 @@ import sqlite3
 from contextlib import nullcontext
 
 import pytest
+from astropy.table import Table
 from vetting_helpers import NO, YES, items, pillow_render
 
 from speco3.agent import get_task
@@ -95,6 +96,10 @@ def test_vet_auto_stores_and_exports_the_stop_and_resumes(tmp_path, capsys):
     with open(tmp_path / "e.csv", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     assert [(r["k_used"], r["k_max"], r["stop_reason"]) for r in rows] == [("2", "8", "agreed")] * 2
+    for ext in ("vot", "fits"):  # the same table in every format
+        assert main(["export", str(db), f"--{'votable' if ext == 'vot' else ext}", str(tmp_path / f"e.{ext}")]) == 0
+        t = Table.read(tmp_path / f"e.{ext}")
+        assert [(int(r["k_used"]), int(r["k_max"]), str(r["stop_reason"])) for r in t] == [(2, 8, "agreed")] * 2
 
 
 def test_fixed_runs_record_fixed(tmp_path, capsys):

@@ -28,7 +28,11 @@ round, asks how likely the rollouts still to come could change the decision the 
   least ``min_token``, or no rollout recorded one (the vote stands alone). An abstention needs no token check.
 - **budget**: ``k_max`` rollouts ran.
 
-Otherwise ``step`` more rollouts are added (never beyond ``k_max``). `next_round` returns that decision; the runner
+Otherwise ``step`` more rollouts are added (never beyond ``k_max``). With ``k_min`` 1 (not the default: a first
+round of one rollout, measured in ``benchmarks/bench_adaptive.py``), a lone rollout stops as *agreed* only at the
+stricter bar ``min_token_alone`` (`DEFAULT_MIN_TOKEN_ALONE`), and otherwise gets one more, so the group goes 1, 2,
+4, 6, 8: one rollout's sure token is the whole evidence then, and a spectrum whose rollouts disagree while each is
+sure of itself stops at one. `next_round` returns that decision; the runner
 (`speco3.agent.rollouts.iter_rollouts`) extends the group on the same engine sequences and shared prefix.
 """
 
@@ -47,6 +51,7 @@ DEFAULT_K_MAX = 8
 DEFAULT_STEP = 2
 DEFAULT_MAX_CHANGE = 0.05
 DEFAULT_MIN_TOKEN = 0.9
+DEFAULT_MIN_TOKEN_ALONE = 0.99  # a lone rollout (k_min 1; bench_adaptive.py, the README's table)
 DEFAULT_PRIOR = 0.5
 
 STOP_CERTAIN = "certain"
@@ -56,6 +61,16 @@ STOP_BUDGET = "budget"
 STOP_FIXED = "fixed"  # a fixed-K plan: all K ran by design
 STOP_CANCELLED = "cancelled"
 STOP_REASONS = (STOP_CERTAIN, STOP_AGREED, STOP_SETTLED, STOP_BUDGET, STOP_FIXED, STOP_CANCELLED)
+
+#: Each stop reason in words (the app's tooltips and verdict line; `describe_use`).
+STOP_WORDS = {
+    STOP_CERTAIN: "stopped: no remaining rollout could change the decision",
+    STOP_AGREED: "stopped: unanimous, each rollout sure at its answer token",
+    STOP_SETTLED: "stopped: a change by the remaining rollouts was unlikely",
+    STOP_BUDGET: "the whole budget ran: the answer was not settled",
+    STOP_FIXED: "a fixed number of rollouts",
+    STOP_CANCELLED: "cancelled before the rule decided",
+}
 
 ABSTAIN = "abstain"
 Decision = str  # "YES", "NO" or ABSTAIN: what the vetter acts on
@@ -71,6 +86,7 @@ class AdaptiveRule:
     max_change: float = DEFAULT_MAX_CHANGE
     min_token: float = DEFAULT_MIN_TOKEN
     prior: float = DEFAULT_PRIOR
+    min_token_alone: float = DEFAULT_MIN_TOKEN_ALONE  # the agreed bar for a group of one (k_min 1)
 
     def __post_init__(self):
         for name in ("k_min", "k_max", "step"):
@@ -79,7 +95,7 @@ class AdaptiveRule:
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
         if self.k_min > self.k_max:
             raise ValueError(f"k_min ({self.k_min}) must not exceed k_max ({self.k_max})")
-        for name in ("max_change", "min_token"):
+        for name in ("max_change", "min_token", "min_token_alone"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
                 raise ValueError(f"{name} must be a number from 0 to 1, got {value!r}")
@@ -99,6 +115,15 @@ class Round:
     @property
     def stop(self) -> bool:
         return bool(self.stop_reason)
+
+
+def describe_use(k_used: int, k_max: int | None, stop_reason: str | None) -> str:
+    """How many rollouts a run used and why no more ran, in words: ``K=4`` for a fixed K (or a row stored before
+    the stop reason was), ``2 of up to 8 rollouts (stopped: unanimous, …)`` for ``--rollouts auto``."""
+    if not stop_reason or stop_reason == STOP_FIXED:
+        return f"K={k_used}"
+    words = STOP_WORDS.get(stop_reason, stop_reason)
+    return f"{k_used} of up to {k_max if k_max is not None else '?'} rollouts ({words})"
 
 
 def decision(yes: int, no: int, other: int, thresholds: Thresholds | None = None) -> Decision:
@@ -189,15 +214,16 @@ def next_round(outcomes: Sequence[str], p_tokens: Sequence[float | None] | None 
     p, can_change = change_probability(conf.yes, conf.no, other, rule.k_max - k, rule.prior, th)
     if not can_change:
         return Round(k, STOP_CERTAIN, 0, 0.0)
-    if agreed(outcomes, p_tokens, rule.min_token):
+    if agreed(outcomes, p_tokens, rule.min_token_alone if k == 1 else rule.min_token):
         return Round(k, STOP_AGREED, 0, p)
     support = token_support(conf)
     if p <= rule.max_change and (of_confidence(conf) == ABSTAIN or support is None or support >= rule.min_token):
         return Round(k, STOP_SETTLED, 0, p)
-    return Round(k, "", min(rule.step, rule.k_max - k), p)
+    return Round(k, "", min(1 if k == 1 else rule.step, rule.k_max - k), p)  # a lone rollout gets a second first
 
 
-__all__ = ["ABSTAIN", "DEFAULT_K_MAX", "DEFAULT_K_MIN", "DEFAULT_MAX_CHANGE", "DEFAULT_MIN_TOKEN", "DEFAULT_PRIOR",
+__all__ = ["ABSTAIN", "DEFAULT_K_MAX", "DEFAULT_K_MIN", "DEFAULT_MAX_CHANGE", "DEFAULT_MIN_TOKEN",
+           "DEFAULT_MIN_TOKEN_ALONE", "DEFAULT_PRIOR",
            "DEFAULT_STEP", "STOP_AGREED", "STOP_BUDGET", "STOP_CANCELLED", "STOP_CERTAIN", "STOP_FIXED",
-           "STOP_REASONS", "STOP_SETTLED", "AdaptiveRule", "Decision", "Round", "agreed", "change_probability",
-           "decision", "next_round", "of_confidence", "token_support"]
+           "STOP_REASONS", "STOP_SETTLED", "STOP_WORDS", "AdaptiveRule", "Decision", "Round", "agreed",
+           "change_probability", "decision", "describe_use", "next_round", "of_confidence", "token_support"]

@@ -68,6 +68,11 @@ class RolloutPlan:
         rule = rule or AdaptiveRule()
         return cls(rule.k_max, temperature, top_p, top_k, seed, rule)
 
+    @property
+    def first_round(self) -> int:
+        """The rollouts that start together: all K of a fixed plan, ``k_min`` of an adaptive one."""
+        return self.k if self.adaptive is None else self.adaptive.k_min
+
     def samplings(self) -> list[Sampling]:
         if self.k < 1:
             raise ValueError(f"the number of rollouts must be at least 1, got {self.k}")
@@ -86,6 +91,7 @@ class RolloutGroup:
     steps: list[list[Step]]
     k_max: int
     stop_reason: str
+    rounds: int = 0  # rounds that ran (1 for a fixed K; each adds rollouts the rule asked for)
 
     @property
     def k_used(self) -> int:
@@ -117,16 +123,17 @@ def iter_rollouts(
     rule = plan.adaptive
     group = group if group is not None else RolloutGroup([], len(samplings), STOP_FIXED)
     group.steps.clear()
-    group.k_max, group.stop_reason = len(samplings), STOP_FIXED
+    group.k_max, group.stop_reason, group.rounds = len(samplings), STOP_FIXED, 0
     results = group.steps
     hits0 = _cache_hits(engine)
     width = len(samplings) if rule is None else max(rule.k_min, rule.step)
     slots = open_slots(engine, width)
     try:
-        want = len(samplings) if rule is None else rule.k_min
+        want = plan.first_round
         while want:
             first = len(results)
             batch = samplings[first:first + want]
+            group.rounds += 1
             results.extend([] for _ in batch)
             episodes = (episode_run(engine, spectrum, task, render, cancel=cancel, sampling=s,
                                     **_token_sink(episode_kwargs, on_rollout_token, first + j))

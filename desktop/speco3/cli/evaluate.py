@@ -7,6 +7,9 @@
 - ``evaluate BENCH.parquet --compare A B …`` runs the same items with several builds (model names, or
   ``TEXT.gguf,MMPROJ.gguf`` pairs) and reports agreement, F1 deltas and a first-turn KL / top-1 check against
   the most precise build (``DIR/<build>/`` holds each build's run).
+- ``--rollouts K`` samples K rollouts per item (calibration figures); ``--rollouts auto [--max-rollouts N]`` runs them
+  in rounds while the decision is not settled (`speco3.agent.adaptive`), and the summary gives the mean rollouts
+  per item and why they stopped (``rollouts_used``).
 
 Outputs in ``--out``: ``summary.json``, ``items.csv``, ``report.html``; ``--json`` prints the summary on stdout.
 """
@@ -77,7 +80,10 @@ def _emit(args, summary: dict, rows: list[dict], out: Path | None, title: str, e
         print(json.dumps({**summary, **({"compare": extra} if extra else {})}, indent=1, sort_keys=True))
     else:
         tasks = " ".join(f"{t} F1 {100 * s['f1']:.1f} (n={s['n']})" for t, s in summary["tasks"].items())
-        print(f"{summary['n']} items · macro-F1 {100 * summary['macro_f1']:.1f} · {tasks}")
+        use = summary.get("rollouts_used")
+        rollouts = (f" · {use['mean_k_used']:.2f} of up to {use['k_max']} rollouts per item ("
+                    + ", ".join(f"{r} {n}" for r, n in use["stop_reasons"].items()) + ")") if use else ""
+        print(f"{summary['n']} items · macro-F1 {100 * summary['macro_f1']:.1f} · {tasks}{rollouts}")
 
 
 def cmd_evaluate(args) -> int:

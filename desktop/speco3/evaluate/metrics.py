@@ -6,7 +6,8 @@ value); ``verdict`` is YES/NO or None. The positive class is YES (the rare objec
 precision/recall/F1 (it did not find the object), as the benchmark's reward does; its rate is reported beside.
 Optional per row: ``turns``, ``zooms``, ``seconds``, ``tokens``, and with K rollouts ``p_yes`` (share of YES among
 the answered rollouts) for the calibration figures and ``abstained`` for the operating point of the abstention
-thresholds (`selective`).
+thresholds (`selective`); ``rollouts`` (that ran), ``k_max`` and ``stop_reason`` for the rollouts' use
+(`rollout_use`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def task_summary(rows: Sequence[dict]) -> dict:
     for key in ("turns", "zooms", "seconds", "tokens"):
         out[f"mean_{key}"] = _mean(r.get(key) for r in rows)
     out.update(calibration(rows, figures=False))
+    out.update(rollout_use(rows))
     return out
 
 
@@ -73,7 +75,26 @@ def summarize(rows: Sequence[dict]) -> dict:
     for key in ("mean_turns", "mean_zooms", "mean_seconds", "mean_tokens"):
         out[key] = _mean(r.get(key.removeprefix("mean_")) for r in rows)
     out.update(calibration(rows))
+    out.update(rollout_use(rows))
     return out
+
+
+def rollout_use(rows: Sequence[dict]) -> dict:
+    """With rollouts (K > 1 or ``--rollouts auto``): ``rollouts_used`` — ``mean_k_used`` (rollouts that ran per item),
+    ``k_max`` (the largest budget), ``cost_share`` (``mean_k_used / k_max``: 1 for a fixed K) and ``stop_reasons``
+    (items per `speco3.agent.adaptive` stop reason; ``fixed`` for a fixed K, ``unknown`` for rows stored before
+    the reason was). Empty when every item ran one rollout of a budget of one."""
+    used = [int(r.get("rollouts") or 1) for r in rows]
+    budgets = [int(r.get("k_max") or k) for r, k in zip(rows, used, strict=True)]
+    if not rows or max(budgets) <= 1:
+        return {}
+    reasons: dict[str, int] = {}
+    for r in rows:
+        reason = r.get("stop_reason") or "unknown"
+        reasons[reason] = reasons.get(reason, 0) + 1
+    mean = float(np.mean(used))
+    return {"rollouts_used": {"mean_k_used": mean, "k_max": max(budgets), "cost_share": mean / max(budgets),
+                              "stop_reasons": dict(sorted(reasons.items()))}}
 
 
 def calibration(rows: Sequence[dict], figures: bool = True) -> dict:

@@ -9,7 +9,9 @@ cancelled runs and engine errors are retried). Setting ``cancel`` stops between 
 recorded. The full view the model saw is compared with the benchmark's shipped image when there is one
 (`speco3.evaluate.similarity`); the figures go to the store's state table under ``render:<key>``.
 With K rollouts per item (``--rollouts K``) each item's verdict row carries the fold of its rollouts and every
-rollout is stored with its trace, as ``spec-o3 vet --rollouts K`` does.
+rollout is stored with its trace, as ``spec-o3 vet --rollouts K`` does; with ``--rollouts auto`` (an adaptive
+plan, `speco3.agent.adaptive`) as many as the stopping rule asked for, with the budget and the stop reason, and a
+resumed run counts an item as done by its budget.
 """
 
 from __future__ import annotations
@@ -162,16 +164,18 @@ def evaluate_items(
 RESULT_FIELDS = ("key", "task", "truth", "verdict", "outcome", "correct", "turns", "zooms", "seconds", "tokens",
                  "model_id", "quant", "detail", "render_width", "render_height", "shipped_width", "shipped_height",
                  "same_size_class", "render_similarity", "render_error", "rollouts", "p_yes", "p_yes_token",
-                 "agreement", "abstained", "format_failures", "outcomes")
+                 "agreement", "abstained", "format_failures", "outcomes", "k_max", "stop_reason")
 _COST = ("turns", "zooms", "seconds", "tokens")
 
 
 def _fold(store: VettingStore, vs: list[ModelVerdict], thresholds: Thresholds | None) -> dict:
     """verdict, outcome, cost means and confidence of one item's model run(s).
 
-    A run stored with its rollouts (K > 1) carries its fold; the cost is the mean over its rollouts. Stores written
-    by earlier versions hold one row per rollout under ``KEY~rK``: those are folded here by the same function
-    (`speco3.agent.confidence.aggregate_outcomes`). A single run (K=1) has no ``p_yes`` (the calibration figures
+    A run stored with its rollouts (K > 1) carries its fold; the cost is the mean over its rollouts.
+    ``rollouts`` is the number that ran (``k_used``: fewer than the budget ``k_max`` when ``--rollouts auto``
+    stopped early, for ``stop_reason``; `speco3.agent.adaptive`); rows stored before the budget was have
+    ``k_max`` = ``rollouts``. Stores written by earlier versions hold one row per rollout under ``KEY~rK``: those
+    are folded here by the same function (`speco3.agent.confidence.aggregate_outcomes`). A single run (K=1) has no ``p_yes`` (the calibration figures
     need K > 1).
     """
     v = vs[-1]
@@ -183,18 +187,20 @@ def _fold(store: VettingStore, vs: list[ModelVerdict], thresholds: Thresholds | 
                 cost = {a: sum(getattr(r, a) or 0 for r in rs) / len(rs) for a in _COST}
             conf = {"rollouts": v.rollouts, "p_yes": v.p_yes, "p_yes_token": v.p_yes_token,
                     "agreement": v.agreement, "abstained": v.abstained, "format_failures": v.format_failures,
-                    "outcomes": ",".join(v.outcomes or [])}
+                    "outcomes": ",".join(v.outcomes or []), "k_max": v.k_max or v.rollouts,
+                    "stop_reason": v.stop_reason}
         else:
             conf = {"rollouts": 1, "p_yes": None, "p_yes_token": None, "agreement": None,
                     "abstained": v.verdict is None, "format_failures": int(v.outcome == "format_error"),
-                    "outcomes": v.outcome}
+                    "outcomes": v.outcome, "k_max": v.k_max or 1, "stop_reason": v.stop_reason}
         return {"verdict": v.verdict, "outcome": v.outcome, **cost, **conf}
     c = aggregate_outcomes([r.outcome for r in vs], thresholds=thresholds)
     outcome = c.verdict or max(set(c.outcomes), key=c.outcomes.count)
     return {"verdict": c.verdict, "outcome": outcome,
             **{a: sum(getattr(r, a) or 0 for r in vs) / len(vs) for a in _COST},
             "rollouts": c.k, "p_yes": c.p_yes, "p_yes_token": c.p_yes_token, "agreement": c.agreement,
-            "abstained": c.abstained, "format_failures": c.format_failures, "outcomes": ",".join(c.outcomes)}
+            "abstained": c.abstained, "format_failures": c.format_failures, "outcomes": ",".join(c.outcomes),
+            "k_max": c.k, "stop_reason": None}
 
 
 def results(store: VettingStore, tasks: list[str] | None = None, model_id: str | None = None,
@@ -203,7 +209,7 @@ def results(store: VettingStore, tasks: list[str] | None = None, model_id: str |
     model verdict (of ``model_id`` when given), with the model's turns, zooms, time and tokens, the render
     comparison when there is one, and with K rollouts the confidence: the majority verdict (none on a tie),
     ``p_yes`` (share of YES among the answered rollouts), ``p_yes_token``, agreement, abstained, format failures
-    and the K outcomes (see `_fold`)."""
+    and the K outcomes, with the rollouts' budget ``k_max`` and ``stop_reason`` (see `_fold`)."""
     truths = {(d.spectrum_key, d.task): d.decision for d in store.decisions() if d.decision in ("YES", "NO")}
     groups: dict[tuple[str, str], list[ModelVerdict]] = {}
     for v in store.model_verdicts():

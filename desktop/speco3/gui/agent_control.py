@@ -18,6 +18,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QProgressBar, QPushButton
 
+from speco3.agent.adaptive import describe_use
 from speco3.agent.eta import format_eta
 from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectrum
 from speco3.gui.settings import SERVER_MODEL_ID
@@ -147,7 +148,7 @@ class AgentController(QObject):
         self.interactive_job = job_id
         self._jobs[job_id] = (entry, task)
         title = f"{spectrum.name} · task {task.id} · {model_id}"
-        self.panel.begin(job_id, title, scripted=job.scripted, rollouts=job.k)
+        self.panel.begin(job_id, title, scripted=job.scripted, rollouts=job.first_round)
         if self.batch_in_flight > 1:
             self.message.emit(f"batch pre-screen pauses for this run, which starts when the {self.batch_in_flight} "
                               "spectra in flight are done")
@@ -228,12 +229,13 @@ class AgentController(QObject):
                 self.message.emit(f"agent run on {entry.key} cancelled; nothing stored")
             return
         conf = info.get("confidence")
-        if conf is not None and conf.k > 1:
+        if conf is not None and (conf.k > 1 or verdict.k_max not in (None, 1)):
             p = "—" if conf.p_yes is None else f"{conf.p_yes:.2f}"
-            self.message.emit(f"{entry.key}: p_yes {p} over {conf.k} rollouts"
+            self.message.emit(f"{entry.key}: p_yes {p}, {describe_use(conf.k, verdict.k_max, verdict.stop_reason)}"
                               + (f" — abstained ({conf.abstain_reason})" if conf.abstained else ""))
             if interactive:
-                self.panel.show_confidence(conf, SCRIPTED_LABEL if info.get("scripted") else f"model {info.get('model')}")
+                self.panel.show_confidence(conf, SCRIPTED_LABEL if info.get("scripted") else f"model {info.get('model')}",
+                                           verdict.k_max, verdict.stop_reason)
         self.verdictRecorded.emit(entry.key)
 
 

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from speco3.agent.adaptive import STOP_FIXED, describe_use
 from speco3.agent.eta import format_eta
 from speco3.agent.steps import AssistantStep, Step, ToolStep, VerdictStep
 from speco3.agent.tasks import Task
@@ -231,19 +232,27 @@ class AgentPanel(QWidget):
         self.verdict.setText("")
 
     def _set_rollouts(self, k: int) -> None:
-        """One tab per rollout beyond the first (streamed text), none for K = 1."""
+        """One tab per rollout beyond the first (streamed text), none for K = 1; ``--rollouts auto`` starts with
+        its first round's and adds one as each later rollout starts."""
         while self.rollout_tabs.count() > 1:
             view = self.rollout_tabs.widget(self.rollout_tabs.count() - 1)
             self.rollout_tabs.removeTab(self.rollout_tabs.count() - 1)
             view.deleteLater()
         self._rollout_views = []
-        for i in range(1, k):
-            view = QPlainTextEdit(objectName=f"rollout{i + 1}", readOnly=True)
-            self._rollout_views.append(view)
-            self.rollout_tabs.addTab(view, f"Rollout {i + 1}")
+        for _ in range(1, k):
+            self._add_rollout_tab()
         self.rollout_tabs.setTabText(0, "Rollout 1 (steps, zooms)" if k > 1 else "Rollout 1")
         self.rollout_tabs.tabBar().setVisible(k > 1)
         self.rollout_tabs.setCurrentIndex(0)
+
+    def _add_rollout_tab(self) -> None:
+        """A tab for the next rollout (the first round's at `begin`, a later round's as its text arrives)."""
+        i = len(self._rollout_views) + 1
+        view = QPlainTextEdit(objectName=f"rollout{i + 1}", readOnly=True)
+        self._rollout_views.append(view)
+        self.rollout_tabs.addTab(view, f"Rollout {i + 1}")
+        self.rollout_tabs.setTabText(0, "Rollout 1 (steps, zooms)")
+        self.rollout_tabs.tabBar().setVisible(True)
 
     def begin(self, job_id: int, title: str, scripted: bool, rollouts: int = 1) -> None:
         self.clear()
@@ -271,6 +280,8 @@ class AgentPanel(QWidget):
         if job_id != self._job:
             return
         if rollout > 0:
+            while rollout > len(self._rollout_views):  # a later round of --rollouts auto started
+                self._add_rollout_tab()
             if rollout <= len(self._rollout_views):
                 view = self._rollout_views[rollout - 1]
                 view.moveCursor(QTextCursor.MoveOperation.End)
@@ -342,13 +353,16 @@ class AgentPanel(QWidget):
         self.verdict.setText(f"{head} — {html.escape(who)}<br><small>Evidence: {html.escape(evidence)}</small>"
                              + (f"<br><small>{answer}</small>" if answer else "") + _accept_hint(step.verdict))
 
-    def show_confidence(self, conf, who: str) -> None:
-        """The fold of K rollouts (`speco3.agent.confidence.Confidence`) in place of a single verdict."""
+    def show_confidence(self, conf, who: str, k_max: int | None = None, stop_reason: str | None = None) -> None:
+        """The fold of K rollouts (`speco3.agent.confidence.Confidence`) in place of a single verdict; with
+        ``--rollouts auto`` (``stop_reason`` other than ``fixed``) how many of the budget ``k_max`` ran and why."""
         if conf.verdict:
             head = f"<span style='{_VERDICT_STYLE.get(conf.verdict, '')};font-size:16pt'><b>{conf.verdict}</b></span>"
         else:
             head = "<b>no verdict</b> (a tie or no answer)"
-        votes = f"{conf.yes} YES / {conf.no} NO of {conf.k} rollouts"
+        adaptive = bool(stop_reason) and stop_reason != STOP_FIXED
+        votes = f"{conf.yes} YES / {conf.no} NO " + (f"· {describe_use(conf.k, k_max, stop_reason)}" if adaptive
+                                                      else f"of {conf.k} rollouts")
         if conf.p_yes is not None:
             votes += f" · p_yes {conf.p_yes:.2f} · agreement {conf.agreement:.2f}"
         if conf.p_yes_token is not None:

@@ -17,8 +17,10 @@ from typing import Any
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor
 
+from speco3.agent.adaptive import describe_use
 from speco3.agent.confidence import abstain_reason
 from speco3.spectra.index import IndexEntry
+from speco3.vetting.records import ModelVerdict
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,7 @@ ABSTAINED_ROLE = Qt.ItemDataRole.UserRole + 2
 _COLOURS = {"YES": QColor(40, 150, 60), "NO": QColor(190, 50, 50), "UNSURE": QColor(200, 140, 0)}
 
 StateFn = Callable[[IndexEntry], tuple[str | None, str | None]]  # entry -> (model verdict, human decision)
-ConfidenceFn = Callable[[IndexEntry], Any]  # entry -> its latest model verdict (p_yes, abstained, …) or None
+ConfidenceFn = Callable[[IndexEntry], ModelVerdict | None]  # entry -> its latest model verdict or None
 
 
 @dataclass
@@ -107,7 +109,7 @@ class ArchiveTableModel(QAbstractTableModel):
         self.state_fn: StateFn = state_fn or (lambda entry: (None, None))
         self.confidence_fn: ConfidenceFn = lambda entry: None
         self.triage_order = "queue"  # `speco3.vetting.triage.ORDERS`: "queue", "p_yes" or "uncertainty"
-        self._conf_cache: dict[str, Any] = {}
+        self._conf_cache: dict[str, ModelVerdict | None] = {}
         self._src = _Source()
         self._rows: list[IndexEntry] = []
         self._state_cache: dict[str, tuple[str | None, str | None]] = {}
@@ -256,7 +258,7 @@ class ArchiveTableModel(QAbstractTableModel):
                 self._state_cache[key] = (None, None)
         return self._state_cache[key]
 
-    def confidence(self, entry: IndexEntry) -> Any:
+    def confidence(self, entry: IndexEntry) -> ModelVerdict | None:
         """The latest model verdict of an entry (with ``p_yes``, ``abstained`` …) or None, cached by entry key."""
         key = entry.key
         if key not in self._conf_cache:
@@ -272,7 +274,8 @@ class ArchiveTableModel(QAbstractTableModel):
         if want == "any":
             return True
         if want == "model abstained":
-            return bool(getattr(self.confidence(entry), "abstained", False))
+            mv = self.confidence(entry)
+            return bool(mv is not None and mv.abstained)
         model, human = self.state(entry)
         model = model.split(" ", 1)[0] if model else None  # "YES (demo)": the scripted demo's answer counts too
         return {
@@ -342,9 +345,9 @@ class ArchiveTableModel(QAbstractTableModel):
         return None
 
     @staticmethod
-    def _confidence_data(mv: Any, role):
-        p = getattr(mv, "p_yes", None)
-        abstained = bool(getattr(mv, "abstained", False))
+    def _confidence_data(mv: ModelVerdict | None, role):
+        p = None if mv is None else mv.p_yes
+        abstained = bool(mv is not None and mv.abstained)
         if role == P_YES_ROLE:
             return p
         if role == ABSTAINED_ROLE:
@@ -354,16 +357,17 @@ class ArchiveTableModel(QAbstractTableModel):
                 return "abstained" if abstained else ""
             return f"{p:.2f}" + (" ?" if abstained else "")
         if role == Qt.ItemDataRole.ToolTipRole and mv is not None:
-            outcomes = getattr(mv, "outcomes", None) or []
-            k = getattr(mv, "rollouts", None) or 1
-            text = (f"p_yes {p:.2f}" if p is not None else "no answer") + f" · K={k}"
+            outcomes = mv.outcomes or []
+            k = mv.rollouts or 1
+            text = (f"p_yes {p:.2f}" if p is not None else "no answer") + " · " + describe_use(k, mv.k_max,
+                                                                                              mv.stop_reason)
             if outcomes:
                 text += f" · {outcomes.count('YES')} YES / {outcomes.count('NO')} NO"
-            if getattr(mv, "agreement", None) is not None:
+            if mv.agreement is not None:
                 text += f" · agreement {mv.agreement:.2f}"
-            if getattr(mv, "p_yes_token", None) is not None:
+            if mv.p_yes_token is not None:
                 text += f" · P(YES) at the answer token {mv.p_yes_token:.2f}"
-            if getattr(mv, "format_failures", None):
+            if mv.format_failures:
                 text += f" · {mv.format_failures} format failures"
             if abstained:
                 text += " · abstained: " + abstain_reason(k, outcomes.count("YES"), outcomes.count("NO"))

@@ -325,8 +325,21 @@ class SettingsDialog(QDialog):
         self.min_agreement = QDoubleSpinBox(objectName="minAgreement", minimum=0.5, maximum=1.0, singleStep=0.05,
                                             decimals=2, value=settings.min_agreement,
                                             toolTip="abstain when fewer of the answered rollouts back the majority")
+        self.rollout_mode = QComboBox(objectName="rolloutMode",
+                                      toolTip="fixed: K rollouts for every spectrum; auto: 2 first, then 2 more at a "
+                                      "time only while the decision is not settled, up to the maximum (README: "
+                                      "Adaptive rollouts)")
+        self.rollout_mode.addItem("fixed K", False)
+        self.rollout_mode.addItem("auto: stop when the answer is settled", True)
+        self.rollout_mode.setCurrentIndex(1 if settings.rollouts_auto else 0)
+        self.max_rollouts = QSpinBox(objectName="maxRollouts", minimum=1, maximum=16, value=settings.max_rollouts,
+                                     toolTip="the most rollouts auto runs on a spectrum (8: the training group size)")
+        self.rollout_mode.currentIndexChanged.connect(self._rollout_mode_changed)
+        self._rollout_mode_changed()
+        form.addRow("Rollouts", self.rollout_mode)
         form.addRow("Rollouts per spectrum (K)", self.rollouts)
-        form.addRow("Rollout temperature (K > 1)", self.rollout_temp)
+        form.addRow("Max rollouts (auto)", self.max_rollouts)
+        form.addRow("Rollout temperature (K > 1, auto)", self.rollout_temp)
         form.addRow("Abstain below agreement", self.min_agreement)
         self.samp = QCheckBox("Connect to a SAMP hub (TOPCAT, Aladin, SPLAT-VO on this machine)", objectName="sampOn",
                               checked=settings.samp_enabled)
@@ -365,6 +378,11 @@ class SettingsDialog(QDialog):
         layout.addWidget(self.error)
         layout.addWidget(box)
 
+    def _rollout_mode_changed(self) -> None:
+        auto = bool(self.rollout_mode.currentData())
+        self.rollouts.setEnabled(not auto)
+        self.max_rollouts.setEnabled(auto)
+
     def accept(self) -> None:
         overrides = {name: edit.text().strip() for name, edit in self.key_edits.items()}
         bad = [n for n, k in overrides.items() if not normalize(k)]
@@ -397,6 +415,8 @@ class SettingsDialog(QDialog):
         s.kv_type = self.kv_type.currentText()
         s.parallel = self.parallel.value()
         s.rollouts = self.rollouts.value()
+        s.rollouts_auto = bool(self.rollout_mode.currentData())
+        s.max_rollouts = self.max_rollouts.value()
         s.rollout_temperature = self.rollout_temp.value()
         s.min_agreement = self.min_agreement.value()
         s.samp_enabled = self.samp.isChecked()

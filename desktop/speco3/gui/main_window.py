@@ -403,8 +403,9 @@ class MainWindow(QMainWindow):
         name = self.vetting.spectrum.name if self.vetting.spectrum is not None else ""
         self.agent_panel.show_trace(trace, f"{name} · task {mv.task} · {mv.model_id}", self._other_rollouts(mv))
         conf = mv.confidence()
-        if conf is not None and conf.k > 1:  # K rollouts: their fold, not the one rollout the transcript replays
-            self.agent_panel.show_confidence(conf, f"model {mv.model_id}")
+        # K rollouts (or auto): their fold, not the one rollout the transcript replays
+        if conf is not None and (conf.k > 1 or mv.k_max not in (None, 1)):
+            self.agent_panel.show_confidence(conf, f"model {mv.model_id}", mv.k_max, mv.stop_reason)
 
     def _other_rollouts(self, mv: ModelVerdict) -> list[Trace | str]:
         """The stored traces of rollouts 2…K of a run (a sentence in place of one that cannot be read)."""

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from speco3.agent.adaptive import DEFAULT_K_MAX
 from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED, Thresholds
 from speco3.agent.rollouts import ROLLOUT_TEMPERATURE, RolloutPlan
 from speco3.agent.settings import RolloutSettings, RunSettings
@@ -61,8 +62,13 @@ class AppSettings:
     rollouts : int
         Sampled agent runs per spectrum (K); 1 is the paper's greedy run. K > 1 gives ``p_yes``, agreement and
         abstention (`speco3.agent.confidence`) for the confidence column and the triage orders.
+    rollouts_auto : bool
+        ``--rollouts auto``: run the rollouts in rounds (2 first, then more only while the decision is not settled;
+        `speco3.agent.adaptive`) up to ``max_rollouts``, instead of a fixed ``rollouts``.
+    max_rollouts : int
+        The budget of ``rollouts_auto`` (default 8, the training group size).
     rollout_temperature : float
-        Sampling temperature of the rollouts when K > 1.
+        Sampling temperature of the rollouts when K > 1 or auto.
     min_agreement, min_answered : float
         Abstention thresholds (`speco3.agent.confidence.Thresholds`).
     server_url, server_model, server_api_key_env : str
@@ -87,6 +93,8 @@ class AppSettings:
     samp_enabled: bool = False
     samp_match_arcsec: int = 5
     rollouts: int = 1
+    rollouts_auto: bool = False
+    max_rollouts: int = DEFAULT_K_MAX
     rollout_temperature: float = ROLLOUT_TEMPERATURE
     min_agreement: float = DEFAULT_MIN_AGREEMENT
     min_answered: float = DEFAULT_MIN_ANSWERED
@@ -160,18 +168,20 @@ class AppSettings:
     def run_settings(self) -> RunSettings:
         """The one settings object of a model run (`speco3.agent.settings.RunSettings`, as the command line builds
         it): the user's engine choices (other fields keep the engine defaults) and rollouts (the rollout
-        temperature counts for K > 1; K = 1 is the greedy run)."""
+        temperature counts for K > 1 and auto; K = 1 is the greedy run; auto: up to ``max_rollouts``)."""
         engine = EngineSettings(n_ctx=self.n_ctx, n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
                                 image_max_tokens=self.image_max_tokens, kv_type=self.kv_type, n_seq=self.parallel)
-        rollouts = RolloutSettings(self.rollouts, self.rollout_temperature if self.rollouts > 1 else None,
-                                   min_agreement=self.min_agreement, min_answered=self.min_answered)
+        k = self.max_rollouts if self.rollouts_auto else self.rollouts
+        rollouts = RolloutSettings(k, self.rollout_temperature if k > 1 or self.rollouts_auto else None,
+                                   min_agreement=self.min_agreement, min_answered=self.min_answered,
+                                   auto=self.rollouts_auto)
         return RunSettings.of(engine, rollouts)
 
     def engine_settings(self) -> EngineSettings:
         return self.run_settings().engine
 
     def rollout_plan(self) -> RolloutPlan | None:
-        """K sampled rollouts per spectrum, or None for the single greedy run."""
+        """K sampled rollouts per spectrum (auto: an adaptive plan), or None for the single greedy run."""
         return self.run_settings().plan()
 
     def thresholds(self) -> Thresholds:

@@ -25,7 +25,7 @@ from speco3.gui.demo_session import SCRIPTED_LABEL
 from speco3.gui.prefetch import SpectrumCache
 from speco3.spectra.index import IndexEntry
 from speco3.spectra.model import Spectrum
-from speco3.vetting.records import Decision, Evidence, Notes, SpectrumInfo, model_evidence
+from speco3.vetting.records import Decision, Evidence, ModelVerdict, Notes, SpectrumInfo, model_evidence
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class VettingController(QObject):
             verdict = f"{verdict} (demo)"  # the scripted demo: its answers are the catalogue's, not a model's
         return verdict, (dec.decision if dec else None)
 
-    def confidence_of(self, entry: Any):
+    def confidence_of(self, entry: Any) -> ModelVerdict | None:
         """The latest model verdict of an entry for the current task (its ``p_yes``, ``abstained`` … feed the
         confidence column and the triage); None without one, and for the scripted demo (not a model)."""
         if self.store is None:

@@ -183,7 +183,14 @@ class AgentJob:
 
     @property
     def k(self) -> int:
+        """The rollouts' budget (K; the most ``--rollouts auto`` runs)."""
         return self.screening.rollouts
+
+    @property
+    def first_round(self) -> int:
+        """The rollouts that start together (K; ``--rollouts auto``: its first round)."""
+        plan = self.screening.plan
+        return 1 if plan is None else plan.first_round
 
 
 @dataclass
