@@ -57,9 +57,10 @@ def lines_for_task(task: Task | None) -> tuple[Line, ...]:
 
 
 def known_lines(tasks: dict[str, Task] | None = None) -> tuple[Line, ...]:
-    """The lines a task editor offers: `GENERIC` and every line of ``tasks``, one per name, by wavelength."""
+    """The lines a task editor offers: every line of ``tasks`` and `GENERIC`, one per name (a task's first: its
+    kind says more than the generic list's), by wavelength."""
     seen: dict[str, Line] = {}
-    for ln in (*GENERIC, *(ln for t in (tasks or {}).values() for ln in t.lines)):
+    for ln in (*(ln for t in (tasks or {}).values() for ln in t.lines), *GENERIC):
         seen.setdefault(ln.name, ln)
     return tuple(sorted(seen.values(), key=lambda ln: ln.wavelength))
 

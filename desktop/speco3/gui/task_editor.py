@@ -84,6 +84,7 @@ class TaskEditor(QDialog):
         self.lines = QTableWidget(0, 3, objectName="taskLines")
         self.lines.setHorizontalHeaderLabels(["Line", "Rest λ (vacuum Å)", "Kind"])
         self.lines.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.lines.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         self.lines.verticalHeader().setDefaultSectionSize(24)
         self.lines.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.lines.setMinimumHeight(150)
@@ -143,8 +144,8 @@ class TaskEditor(QDialog):
                                             "lora": self.adapter, "output_format": self.preview}
         if task is not None:
             self._fill(task)
-        self._auto_question = self.question.toPlainText() == question_for(self.class_edit.text())
-        self.class_edit.textEdited.connect(self._class_edited)
+        self._auto_question = task is None or self.question.toPlainText() == question_for(self.class_edit.text())
+        self.class_edit.textChanged.connect(self._class_edited)
         self.question.textChanged.connect(self._question_edited)
         self.reset_question.clicked.connect(self._reset_question)
         self.add_known.clicked.connect(lambda: self.add_line(self.known_box.currentData()))
@@ -201,7 +202,8 @@ class TaskEditor(QDialog):
             self.update_preview()
 
     def _question_edited(self) -> None:
-        self._auto_question = self.question.toPlainText() == question_for(self.class_edit.text())
+        text = self.question.toPlainText()
+        self._auto_question = not text.strip() or text == question_for(self.class_edit.text())
 
     def _reset_question(self) -> None:
         self.question.setPlainText(question_for(self.class_edit.text()))
