@@ -8,9 +8,13 @@ override tasks with files in ``config_dir()/tasks/*.json`` of the same form::
      "primary_indicators": ["..."], "secondary_indicators": ["..."],
      "output_format": "**Required Output Format:** ...",          (optional: the standard one)
      "text": "...",                                                (optional: the whole task text, verbatim)
-     "lines": [{"name": "Hα", "wavelength": 6564.61, "kind": "emission"}]}   (rest wavelengths, vacuum, Å)
+     "lines": [{"name": "Hα", "wavelength": 6564.61, "kind": "emission"}],  (rest wavelengths, vacuum, Å)
+     "lora": "cv-lora.gguf:1.0"}                                    (optional: the task's LoRA adapter, FILE[:SCALE])
 
-A bad file raises `speco3.errors.TaskError` naming the file and the field.
+A bad file raises `speco3.errors.TaskError` naming the file and the field. ``lora`` has the syntax of the command
+line's ``--lora`` (`speco3.engine.base.LoraAdapter.parse`); a relative path is relative to the task file's folder.
+`new_task_dict` writes a new task in the phrasing the model was trained with (`question_for`), `save_task_file`
+validates and writes one (``spec-o3 tasks new`` and the app's task editor).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -26,7 +31,11 @@ from typing import Any
 
 from speco3.agent.protocol import protocol_fingerprint
 from speco3.config import config_dir
+from speco3.engine.base import LoraAdapter
 from speco3.errors import TaskError
+from speco3.fileio import write_text_atomic
+from speco3_base.errors import ModelFileError
+from speco3_models.adapters import AdapterInfo, read_adapter
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +47,8 @@ DEFAULT_OUTPUT_FORMAT = (
     "<answer>\\boxed{YES}</answer> or <answer>\\boxed{NO}</answer>, followed by a brief justification based on the "
     "features you observed."
 )
+#: The question sentence of the trained phrasing (every built-in task asks it so; `question_for`).
+QUESTION_TEMPLATE = "Analyze the provided spectrum to determine if it is a **{target_class}**."
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,7 @@ class Task:
     lines: tuple[Line, ...] = ()
     verbatim_text: str | None = None
     source: str = "builtin"
+    lora: LoraAdapter | None = None  # the task's adapter (path resolved against the task file's folder)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -114,8 +126,27 @@ def _strings(d: dict, key: str, where: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-def task_from_dict(d: Any, where: str) -> Task:
-    """Validate a task mapping; ``where`` names its origin in error messages."""
+def _lora(d: dict, where: str, base_dir: Path | None) -> LoraAdapter | None:
+    spec = _req(d, "lora", str, where, optional=True)
+    if spec is None:
+        return None
+    adapter = LoraAdapter.parse(spec.strip())
+    if not math.isfinite(adapter.scale):
+        raise TaskError(f"{where}: field 'lora' must be FILE or FILE:SCALE with a finite scale, got {spec!r}")
+    path = Path(adapter.path).expanduser()
+    if not path.is_absolute():
+        path = (base_dir or Path.cwd()) / path
+    if path.suffix.lower() != ".gguf":
+        raise TaskError(f"{where}: field 'lora' must name a LoRA adapter .gguf file (spec-o3 convert-lora), "
+                        f"got {spec!r}")
+    if not path.is_file():
+        raise TaskError(f"{where}: field 'lora': no adapter file {path}")
+    return replace(adapter, path=str(path))
+
+
+def task_from_dict(d: Any, where: str, base_dir: str | Path | None = None) -> Task:
+    """Validate a task mapping; ``where`` names its origin in error messages, ``base_dir`` is the folder a relative
+    ``lora`` path is relative to (the task file's; default: the working folder)."""
     if not isinstance(d, dict):
         raise TaskError(f"{where}: a task file must hold a JSON object")
     tid = _req(d, "id", str, where)
@@ -146,13 +177,13 @@ def task_from_dict(d: Any, where: str) -> Task:
             raise TaskError(f"{at}.kind' must be one of {', '.join(LINE_KINDS)}, got {kind!r}")
         lines.append(Line(name, float(wl), kind))
     known = {"id", "target_class", "question", "primary_indicators", "secondary_indicators", "output_format",
-             "text", "lines"}
+             "text", "lines", "lora"}
     return Task(
         id=tid, target_class=target, question=question,
         primary_indicators=_strings(d, "primary_indicators", where),
         secondary_indicators=_strings(d, "secondary_indicators", where),
         output_format=output_format, lines=tuple(lines), verbatim_text=text, source=where,
-        extra={k: v for k, v in d.items() if k not in known},
+        lora=_lora(d, where, Path(base_dir) if base_dir is not None else None), extra={k: v for k, v in d.items() if k not in known},
     )
 
 
@@ -165,7 +196,7 @@ def load_task_file(path: str | Path) -> Task:
         raise TaskError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     except (UnicodeDecodeError, ValueError) as exc:
         raise TaskError(f"{path}: not valid JSON ({exc})") from exc
-    task = task_from_dict(data, str(path))
+    task = task_from_dict(data, str(path), path.parent)
     if task.id != path.stem:
         logger.info("task file %s defines task id %r", path, task.id)
     return task
@@ -211,6 +242,68 @@ def load_tasks(user_dir: str | Path | None = None, *, errors: list[TaskError] | 
                 continue
             tasks[task.id] = task
     return tasks
+
+
+def check_task_adapter(task: Task) -> AdapterInfo | None:
+    """Read the header of a task's adapter (None without one): a `TaskError` naming the field ``lora`` when the file
+    is not a LoRA adapter GGUF for Qwen2.5-VL. Which base it fits is checked when a model loads it."""
+    if task.lora is None:
+        return None
+    try:
+        return read_adapter(task.lora.path)
+    except ModelFileError as exc:
+        raise TaskError(f"{task.source}: field 'lora': {exc}") from exc
+
+
+def question_for(target_class: str) -> str:
+    """The question sentence of the trained phrasing for a class name (as the built-in tasks ask it)."""
+    return QUESTION_TEMPLATE.format(target_class=target_class.strip())
+
+
+def task_to_dict(task: Task) -> dict[str, Any]:
+    """A task as its file holds it (``lora`` as the resolved path, a scale other than 1 appended)."""
+    out: dict[str, Any] = {"id": task.id, "target_class": task.target_class, "question": task.question,
+                           "primary_indicators": list(task.primary_indicators),
+                           "secondary_indicators": list(task.secondary_indicators),
+                           "output_format": task.output_format,
+                           "lines": [{"name": ln.name, "wavelength": ln.wavelength, "kind": ln.kind}
+                                     for ln in task.lines]}
+    if task.verbatim_text is not None:
+        out["text"] = task.verbatim_text
+    if task.lora is not None:
+        out["lora"] = task.lora.path + (f":{task.lora.scale:g}" if task.lora.scale != 1 else "")
+    return {**out, **task.extra}
+
+
+def new_task_dict(task_id: str, target_class: str, like: Task | None = None) -> dict[str, Any]:
+    """A new task in the trained phrasing: the question sentence for ``target_class``, indicator lists to fill, the
+    standard output format, and the lines of ``like`` (none without it)."""
+    return {"id": task_id, "target_class": target_class.strip(), "question": question_for(target_class),
+            "primary_indicators": [], "secondary_indicators": [], "output_format": DEFAULT_OUTPUT_FORMAT,
+            "lines": [{"name": ln.name, "wavelength": ln.wavelength, "kind": ln.kind}
+                      for ln in (like.lines if like is not None else ())]}
+
+
+def save_task_file(data: dict[str, Any], folder: str | Path | None = None, *, force: bool = False) -> tuple[Path, Task]:
+    """Validate a task mapping and write it as ``FOLDER/<id>.json`` (default: the user task folder).
+
+    Raises
+    ------
+    TaskError
+        A bad field (named), or the file exists and ``force`` is not set; nothing is written then.
+    """
+    folder = Path(folder) if folder is not None else user_task_dir()
+    tid = data.get("id") if isinstance(data, dict) else None
+    path = folder / f"{tid}.json"
+    task = task_from_dict(data, str(path), folder)
+    if path.exists() and not force:
+        raise TaskError(f"{path}: a task file of that name exists (overwrite it with --force, or choose another id)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    except OSError as exc:
+        raise TaskError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+    return path, replace(task, source=str(path))
 
 
 def get_task(task_id: str, user_dir: str | Path | None = None) -> Task:

@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 
 from speco3.agent.settings import RunSettings
+from speco3.agent.tasks import Task, load_tasks
 from speco3.cli.options import (
     EXIT_INTERRUPTED,
     fill_model_digests,
@@ -101,8 +102,9 @@ def cmd_evaluate(args) -> int:
     if not items:
         raise Speco3Error(f"{source}: no items for tasks {args.tasks or 'any'}")
     out = Path(args.out) if args.out else Path.cwd() / f"spec-o3-eval-{source.stem}"
-    if args.compare:
+    if args.compare:  # each build with its own adapter only (BUILD+ADAPTER.gguf): a task's is for one base
         return _compare(args, items, out, source)
+    settings = run_settings(args, _adapter_task(args, items))
     engine = _open_engine(args, settings)
     try:
         fill_model_digests(engine.info)
@@ -118,6 +120,22 @@ def cmd_evaluate(args) -> int:
         print("stopped; run the same command again to continue", file=sys.stderr)
         return EXIT_INTERRUPTED
     return 0
+
+
+def _adapter_task(args, items) -> Task | None:
+    """The task whose adapter (its file's ``lora``) the run uses when no ``--lora`` is given; one engine runs all
+    items, so the tasks evaluated must share their adapter (or all have none)."""
+    if args.lora:
+        return None
+    tasks = load_tasks()
+    used = [tasks[t] for t in sorted({i.task for i in items}) if t in tasks]
+    adapters = {t.lora for t in used}
+    if len(adapters) > 1:
+        which = ", ".join(f"{t.id} ({Path(t.lora.path).name if t.lora else 'no adapter'})" for t in used)
+        raise Speco3Error(f"the tasks evaluated use different LoRA adapters: {which}; one model runs a whole "
+                          "evaluation: evaluate them in separate runs (--tasks, --out) or give --lora (none: the "
+                          "base model for all)")
+    return next((t for t in used if t.lora is not None), None)
 
 
 def _run(args, settings: RunSettings, items, engine, store_path: Path):

@@ -82,7 +82,7 @@ def _safe_name(text: str) -> str:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     task = get_task(args.task)
-    settings = run_settings(args)
+    settings = run_settings(args, task)
     plan = settings.plan()
     spectrum = read_spectrum(args.address)
     render = renderer(args)

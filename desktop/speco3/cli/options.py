@@ -19,6 +19,7 @@ from pathlib import Path
 from speco3.agent.adaptive import DEFAULT_K_MAX
 from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED
 from speco3.agent.settings import DEFAULT_TOP_LOGPROBS, RolloutSettings, RunSettings
+from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn
 from speco3.cli.server import open_server_engines, server_options
 from speco3.engine.base import Engine, EngineSettings, LoraAdapter, ModelInfo
@@ -49,7 +50,8 @@ def model_options(p: argparse.ArgumentParser) -> None:
                    "spectra of `vet --slots`) sharing the context's KV cells (default: 4; 1: one at a time)")
     g.add_argument("--lora", action="append", metavar="FILE[:SCALE]", default=[],
                    help="apply a LoRA adapter GGUF (spec-o3 convert-lora) at SCALE (default 1); repeatable; refused "
-                   "when it was made for another base model")
+                   "when it was made for another base model. Default: the task's own adapter (its file's \"lora\" "
+                   "field); --lora none runs the base model")
     g.add_argument("--max-turns", type=int, help="assistant-turn budget (default: the budget the model was trained with)")
     g.add_argument("--max-tokens-per-turn", type=int, help="generation cap per assistant turn (default: the engine's)")
     server_options(p)
@@ -101,8 +103,25 @@ def rollout_settings(args: argparse.Namespace) -> RolloutSettings:
                            args.min_answered)
 
 
-def engine_settings(args: argparse.Namespace) -> EngineSettings:
-    """The engine's part of `run_settings` (no rollout options needed: ``server check`` and the like)."""
+NO_LORA = "none"
+
+
+def lora_adapters(args: argparse.Namespace, task: Task | None = None) -> tuple[LoraAdapter, ...]:
+    """The adapters of a run: ``--lora``'s; without one, the task's own (its file's ``lora``); ``--lora none``:
+    none, the base model."""
+    specs = list(args.lora)
+    if any(s.strip().lower() == NO_LORA for s in specs):
+        if len(specs) > 1:
+            raise Speco3Error("--lora none runs the base model: give it alone, without adapter files")
+        return ()
+    if specs:
+        return tuple(LoraAdapter.parse(spec) for spec in specs)
+    return (task.lora,) if task is not None and task.lora is not None else ()
+
+
+def engine_settings(args: argparse.Namespace, task: Task | None = None) -> EngineSettings:
+    """The engine's part of `run_settings` (no rollout options needed: ``server check`` and the like); ``task``:
+    the task whose adapter runs when no ``--lora`` is given (`lora_adapters`)."""
     settings = EngineSettings(n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
                               image_max_tokens=args.image_max_tokens, kv_type=args.kv_type, use_mmap=args.use_mmap)
     if args.n_ctx is not None:
@@ -114,18 +133,21 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
         settings.n_seq = slots
     if args.max_tokens_per_turn:
         settings.max_tokens_per_turn = args.max_tokens_per_turn
-    settings.lora = tuple(LoraAdapter.parse(spec) for spec in args.lora)
+    settings.lora = lora_adapters(args, task)
     if settings.lora and args.server:
-        raise Speco3Error("--lora applies adapters in the local llama.cpp engine; a chat server (--server) loads "
-                          "its adapters itself (llama-server --lora, vLLM --lora-modules)")
+        which = "--lora" if args.lora else f"task {task.id if task else '?'}'s adapter (its \"lora\" field)"
+        raise Speco3Error(f"{which} applies adapters in the local llama.cpp engine; a chat server (--server) loads "
+                          "its adapters itself (llama-server --lora, vLLM --lora-modules); --lora none runs "
+                          "without")
     return settings
 
 
-def run_settings(args: argparse.Namespace) -> RunSettings:
-    """The one settings object of the options (`speco3.agent.settings.RunSettings`); bad values: `Speco3Error`."""
+def run_settings(args: argparse.Namespace, task: Task | None = None) -> RunSettings:
+    """The one settings object of the options (`speco3.agent.settings.RunSettings`); bad values: `Speco3Error`.
+    ``task``: the task run (its adapter applies when no ``--lora`` is given)."""
     rollouts = rollout_settings(args)
     try:
-        settings = RunSettings.of(engine_settings(args), rollouts, args.top_logprobs)
+        settings = RunSettings.of(engine_settings(args, task), rollouts, args.top_logprobs)
         settings.plan()  # checks K and the temperature
         settings.thresholds()
     except ValueError as exc:

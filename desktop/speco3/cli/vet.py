@@ -122,7 +122,7 @@ def _remove_new_store(store_path: Path) -> None:
 
 def cmd_vet(args: argparse.Namespace) -> int:
     task = get_task(args.task)
-    settings = run_settings(args)
+    settings = run_settings(args, task)
     plan = settings.plan()
     entries, index_root = _archive_entries(args)
     items = [VetItem.of_entry(e) for e in entries]

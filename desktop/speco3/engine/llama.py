@@ -85,6 +85,7 @@ class LlamaMtmdEngine(Engine):
         self.info = info or ModelInfo()
         if self.info.text_path is None or self.info.mmproj_path is None:
             self.info = replace(self.info, text_path=str(self.text_path), mmproj_path=str(self.mmproj_path))
+        self._base_model_id = self.info.model_id  # the installed name an adapter's refusal names
         if self.settings.lora:  # verdicts, resumption and comparisons tell base+adapter from the base
             self.info = replace(self.info, model_id=self.info.model_id + "".join(
                 f"+lora:{Path(a.path).stem}" + (f"x{a.scale:g}" if a.scale != 1 else "") for a in self.settings.lora))
@@ -110,7 +111,7 @@ class LlamaMtmdEngine(Engine):
         if s.kv_type == "q8_0" and not s.flash_attn:
             raise EngineError("a q8_0 KV cache needs flash attention (llama.cpp cannot quantize V without it)")
         native.check_model_files(self.text_path, self.mmproj_path)
-        native.check_adapters(s.lora, self.info.text_sha256, self.info.model_id)
+        native.check_adapters(s.lora, self.info.text_sha256, self._base_model_id)
         native.ensure_backend()
         llama, mtmd = native.import_llama()
         gpu = bool(llama.llama_supports_gpu_offload())

@@ -29,15 +29,20 @@ from speco3.vetting.screening import DoneCheck, Screening, VetItem
 log = logging.getLogger(__name__)
 
 
-def installed_models() -> list[tuple[str, str]]:
-    """(name, display text) of the installed models; empty when none (or the store is unreadable)."""
+def installed_models() -> list[tuple[str, ...]]:
+    """(name, display text) of the installed models, each followed by (name, text, adapter path) of the store's
+    LoRA adapters made for it (its base digest: `ModelStore.adapters`); empty when none (or the store is
+    unreadable)."""
     try:
         from speco3_models.store import ModelStore
 
-        out = []
-        for m in ModelStore().list():
+        store = ModelStore()
+        out: list[tuple[str, ...]] = []
+        for m in store.list():
             quant = getattr(m, "quant", None)
-            out.append((m.name, f"{m.name}" + (f" ({quant})" if quant else "")))
+            text = f"{m.name}" + (f" ({quant})" if quant else "")
+            out.append((m.name, text))
+            out += [(m.name, f"{text} + {a.name} (scale 1.0)", str(a.path)) for a in store.adapters(m.name)]
         return out
     except Exception as exc:
         log.warning("model store unavailable: %s", exc)
@@ -82,6 +87,11 @@ class AgentController(QObject):
         inference.failed_job.connect(self._failed)
         inference.engine_status.connect(self.message)
         inference.batch_follow.connect(self._follow)
+        panel.model_box.currentIndexChanged.connect(self._model_chosen)
+
+    def _model_chosen(self, _index: int) -> None:
+        """The model box's adapter (none for a plain model) goes into the settings every run is built from."""
+        self.settings.lora = self.panel.lora()
 
     @staticmethod
     def _open_engine(model_id: str, engine_settings: Any):

@@ -41,6 +41,8 @@ from speco3.gui.demo_session import SCRIPTED_LABEL
 
 log = logging.getLogger(__name__)
 
+#: Item-data role of the model box holding an entry's LoRA adapter ("" for the model alone).
+LORA_ROLE = Qt.ItemDataRole.UserRole + 1
 NO_MODEL_HELP = (
     "<b>No Spec-o3 model installed</b> — everything else works. Get one: <code>spec-o3 models pull spec-o3-7b</code> "
     "on a connected machine (then copy the data folder), <code>spec-o3 models import TEXT.gguf MMPROJ.gguf</code>, "
@@ -178,16 +180,26 @@ class AgentPanel(QWidget):
     def task_id(self) -> str:
         return self.task_box.currentData() or ""
 
-    def set_models(self, models: list[tuple[str, str]], scripted_available: bool, current: str = "") -> None:
-        """``models``: (model id, display text). The scripted demo entry is added when ``scripted_available``."""
+    def set_models(self, models: Sequence[tuple[str, ...]], scripted_available: bool, current: str = "",
+                   current_lora: str | None = None) -> None:
+        """``models``: (model id, display text) or (model id, display text, LoRA adapter spec) — a model with one
+        of its adapters (`installed_models`). The scripted demo entry is added when ``scripted_available``.
+        ``current``/``current_lora``: the entry to select (default: the one selected now)."""
         previous = current or self.model_id()
+        previous_lora = self.lora() if current_lora is None else current_lora
+        self.model_box.blockSignals(True)
         self.model_box.clear()
-        for model_id, text in models:
+        for model_id, text, *lora in models:
             self.model_box.addItem(text, model_id)
+            self.model_box.setItemData(self.model_box.count() - 1, lora[0] if lora else "", LORA_ROLE)
         if scripted_available:
             self.model_box.addItem(f"⚠ {SCRIPTED_LABEL}", SCRIPTED_LABEL)
-        if (i := self.model_box.findData(previous)) >= 0:
-            self.model_box.setCurrentIndex(i)
+        chosen = next((i for i in range(self.model_box.count()) if self.model_box.itemData(i) == previous
+                       and (self.model_box.itemData(i, LORA_ROLE) or "") == previous_lora),
+                      self.model_box.findData(previous))
+        self.model_box.setCurrentIndex(max(chosen, 0) if self.model_box.count() else -1)
+        self.model_box.blockSignals(False)
+        self.model_box.currentIndexChanged.emit(self.model_box.currentIndex())
         has_any = self.model_box.count() > 0
         self.notice.setText("" if models else NO_MODEL_HELP + (
             f" The demo archive offers a <b>{SCRIPTED_LABEL}</b> session to show the workflow."
@@ -198,6 +210,10 @@ class AgentPanel(QWidget):
 
     def model_id(self) -> str:
         return self.model_box.currentData() or ""
+
+    def lora(self) -> str:
+        """The LoRA adapter (``FILE[:SCALE]``) of the chosen model entry; "" for a model without one."""
+        return self.model_box.currentData(LORA_ROLE) or ""
 
     @property
     def running(self) -> bool:

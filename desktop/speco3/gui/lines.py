@@ -56,6 +56,15 @@ def lines_for_task(task: Task | None) -> tuple[Line, ...]:
     return task.lines if task is not None and task.lines else GENERIC
 
 
+def known_lines(tasks: dict[str, Task] | None = None) -> tuple[Line, ...]:
+    """The lines a task editor offers: every line of ``tasks`` and `GENERIC`, one per name (a task's first: its
+    kind says more than the generic list's), by wavelength."""
+    seen: dict[str, Line] = {}
+    for ln in (*(ln for t in (tasks or {}).values() for ln in t.lines), *GENERIC):
+        seen.setdefault(ln.name, ln)
+    return tuple(sorted(seen.values(), key=lambda ln: ln.wavelength))
+
+
 def label_rows(positions: list[float], widths: list[float], n_rows: int = 3, gap: float = 6.0) -> list[int | None]:
     """Rows for line labels so that none overlap: 0 is the top row, None hides the label.
 

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from speco3 import __version__
+from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
 from speco3.gui.agent_panel import AgentPanel
@@ -35,9 +36,11 @@ from speco3.gui.decision_panel import DecisionPanel
 from speco3.gui.demo_session import SCRIPTED_LABEL, is_demo_spectrum
 from speco3.gui.keymap import FLAG_ACTIONS, KeyFilter, Keymap
 from speco3.gui.labels import WrapLabel
+from speco3.gui.lines import known_lines
 from speco3.gui.menus import build_menus
 from speco3.gui.samp_panel import SampPanel
 from speco3.gui.settings import AppSettings
+from speco3.gui.task_editor import TaskEditor
 from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
 from speco3.gui.workers import IndexWorker, InferenceThread, render_png
@@ -441,7 +444,8 @@ class MainWindow(QMainWindow):
             server = None
         if server is not None:  # Settings → Model server: offered first, and chosen
             models, current = [server, *models], server[0]
-        self.agent_panel.set_models(models, is_demo_spectrum(self.vetting.spectrum), current)
+        self.agent_panel.set_models(models, is_demo_spectrum(self.vetting.spectrum), current,
+                                    "" if server is not None else self.settings.lora)
 
     # -- decisions -----------------------------------------------------------------------------------------------
     def decide(self, decision: str) -> None:
@@ -568,6 +572,28 @@ class MainWindow(QMainWindow):
             self.samp.toggle.setChecked(self.settings.samp_enabled)  # connects or disconnects as chosen
             self.refresh_models()  # the model server entry comes and goes with its URL
             self._save_settings()
+
+    def new_task(self) -> None:
+        self.open_task_editor(None)
+
+    def edit_task(self) -> None:
+        self.open_task_editor(self.tasks.get(self.agent_panel.task_id()))
+
+    def open_task_editor(self, task=None) -> TaskEditor:
+        """Tasks → New/Edit task…: the editor (`speco3.gui.task_editor`); a saved task joins the task box at once."""
+        dlg = TaskEditor(known_lines(self.tasks), task, parent=self)
+        dlg.saved.connect(self._task_saved)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.open()
+        return dlg
+
+    def _task_saved(self, task) -> None:
+        errors: list = []
+        self.tasks.clear()  # in place: the agent controller holds the same mapping
+        self.tasks.update(load_task_library(errors=errors))
+        self.agent_panel.set_tasks(self.tasks, task.id)
+        self._on_task(self.agent_panel.task_id())
+        self.show_message(f"task {task.id} saved: {task.source}")
 
     # -- misc ----------------------------------------------------------------------------------------------------
     def show_message(self, text: str) -> None:

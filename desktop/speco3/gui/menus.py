@@ -23,7 +23,7 @@ def add_action(window, menu, text: str, slot, shortcut: str | None = None) -> QA
 
 
 def build_menus(w) -> None:
-    """File, Export, Agent, Models, Settings and Help menus of the main window ``w``."""
+    """File, Export, Agent, Tasks, Models, Settings and Help menus of the main window ``w``."""
     mb = w.menuBar()
     f = mb.addMenu("&File")
     add_action(w, f, "Open archive folder…", w.choose_archive, "Ctrl+O")
@@ -43,6 +43,9 @@ def build_menus(w) -> None:
     add_action(w, a, "Batch pre-screen the queue", w.start_batch)
     add_action(w, a, "Pause / resume batch", w.toggle_batch_pause)
     add_action(w, a, "Cancel batch", w.inference.cancel_batch)
+    t = mb.addMenu("&Tasks")
+    add_action(w, t, "New task…", w.new_task)
+    add_action(w, t, "Edit task…", w.edit_task)
     m = mb.addMenu("&Models")
     add_action(w, m, "Model manager…", w.open_model_manager)
     s = mb.addMenu("&Settings")

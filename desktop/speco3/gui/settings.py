@@ -19,7 +19,7 @@ from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED,
 from speco3.agent.rollouts import ROLLOUT_TEMPERATURE, RolloutPlan
 from speco3.agent.settings import RolloutSettings, RunSettings
 from speco3.config import config_dir, data_dir
-from speco3.engine.base import DEFAULT_N_CTX, EngineSettings
+from speco3.engine.base import DEFAULT_N_CTX, EngineSettings, LoraAdapter
 from speco3.fileio import write_text_atomic
 from speco3.vetting.records import login_vetter
 
@@ -47,6 +47,9 @@ class AppSettings:
         the spectra of a batch pre-screen screened at once; 1: one at a time.
     model_id : str
         Model to run ("" = the first installed one).
+    lora : str
+        LoRA adapter run with it (``FILE[:SCALE]``, as ``--lora``; "" = the model alone): the model box's
+        adapter entries (the store's adapters made for the model, `speco3.gui.agent_control.installed_models`).
     task : str
         Task the agent panel and line markers start with.
     keymap : dict
@@ -86,6 +89,7 @@ class AppSettings:
     kv_type: str = "f16"
     parallel: int = EngineSettings.n_seq
     model_id: str = ""
+    lora: str = ""
     task: str = "cv"
     keymap: dict[str, str] = field(default_factory=dict)
     auto_advance: bool = True
@@ -170,7 +174,8 @@ class AppSettings:
         it): the user's engine choices (other fields keep the engine defaults) and rollouts (the rollout
         temperature counts for K > 1 and auto; K = 1 is the greedy run; auto: up to ``max_rollouts``)."""
         engine = EngineSettings(n_ctx=self.n_ctx, n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
-                                image_max_tokens=self.image_max_tokens, kv_type=self.kv_type, n_seq=self.parallel)
+                                image_max_tokens=self.image_max_tokens, kv_type=self.kv_type, n_seq=self.parallel,
+                                lora=(LoraAdapter.parse(self.lora),) if self.lora.strip() else ())
         k = self.max_rollouts if self.rollouts_auto else self.rollouts
         rollouts = RolloutSettings(k, self.rollout_temperature if k > 1 or self.rollouts_auto else None,
                                    min_agreement=self.min_agreement, min_answered=self.min_answered,
