@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from astropy.table import Table
@@ -138,6 +140,23 @@ def test_export_html_report(qtbot, make_window, demo_archive, tmp_path, open_and
     out = w.export(tmp_path / "report.html", "html")
     text = out.read_text(encoding="utf-8")
     assert "YES" in text and "spec-60001-SPECO3DEMO_sp01-001" in text
+
+
+def test_export_dialog_starts_in_documents_then_the_last_export_folder(qtbot, make_window, demo_archive, tmp_path,
+                                                                       open_and_wait, monkeypatch):
+    docs = tmp_path / "Documents"
+    monkeypatch.setattr("platformdirs.user_documents_dir", lambda: str(docs))
+    w = make_window()
+    assert w.export_suggestion("csv") == docs / "vetting.csv"  # not the working folder, whatever it is
+    open_and_wait(w, demo_archive)
+    assert w.export_suggestion("vot") == docs / f"{Path(demo_archive).name}-vetting.vot"
+    chosen = tmp_path / "exports" / "mine.csv"
+    chosen.parent.mkdir()
+    monkeypatch.setattr("speco3.gui.main_window.QFileDialog.getSaveFileName",
+                        lambda *a: (str(chosen), "*.csv"))
+    w.choose_export("csv", "csv")
+    assert chosen.is_file()
+    assert w.export_suggestion("html") == chosen.parent / f"{Path(demo_archive).name}-vetting.html"
 
 
 def test_export_without_archive_is_a_message_not_a_crash(make_window, tmp_path):

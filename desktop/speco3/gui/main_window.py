@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import platformdirs
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QApplication,
@@ -87,6 +88,7 @@ class MainWindow(QMainWindow):
         self.tasks = load_tasks(errors=task_errors)
         self.index: Any = None
         self.archive_root: str | None = None
+        self._last_export_dir: Path | None = None
         self._index_worker: IndexWorker | None = None
         self.setWindowTitle(f"Spec-o3 Desktop {__version__}")
 
@@ -530,9 +532,17 @@ class MainWindow(QMainWindow):
         self.batch.toggle_pause()
 
     # -- dialogs and exports -------------------------------------------------------------------------------------
+    def export_suggestion(self, ext: str) -> Path:
+        """Where the export dialog starts: the folder of this session's last export, else the user's documents
+        folder (an archive folder may be read-only), and a file named after the archive."""
+        folder = self._last_export_dir or Path(platformdirs.user_documents_dir())
+        name = Path(self.archive_root).name if self.archive_root else ""
+        return folder / f"{name + '-' if name else ''}vetting.{ext}"
+
     def choose_export(self, fmt: str, ext: str) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, f"Export ({fmt})", f"vetting.{ext}", f"*.{ext}")
+        path, _ = QFileDialog.getSaveFileName(self, f"Export ({fmt})", str(self.export_suggestion(ext)), f"*.{ext}")
         if path:
+            self._last_export_dir = Path(path).parent
             self.export(path, fmt)
 
     def export(self, path: str | Path, fmt: str) -> Path | None:
