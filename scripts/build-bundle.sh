@@ -46,10 +46,12 @@ while [ $# -gt 0 ]; do
     *) echo "build-bundle: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-if [ "$want_cuda" = 1 ] && ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+# nvcc: $CUDACXX, else the toolkit's usual place, else PATH (the same path every run: CMake keeps it per build folder)
+NVCC=${CUDACXX:-}
+[ -n "$NVCC" ] || { [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc; } || NVCC=$(command -v nvcc || true)
+if [ "$want_cuda" = 1 ] && [ -z "$NVCC" ]; then
   echo "build-bundle: no nvcc (the CUDA toolkit): install it or pass --no-cuda" >&2; exit 1
 fi
-NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 
 PY=""
 for cand in ${PYTHON:-python3 python3.13 python3.12 python3.11 python3.10}; do
