@@ -86,7 +86,7 @@ fi
 ggml_src=$src/vendor/llama.cpp
 include=$(scripts/vulkan-headers.sh "$root/vulkan-headers")
 spirv=$include/../share/cmake/SPIRV-Headers
-common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF)
+common=(-Wno-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF)
 no_llama=(-DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF
           -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_CURL=OFF)
 
