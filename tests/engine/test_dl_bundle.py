@@ -205,21 +205,39 @@ def test_the_tiny_pair_runs_on_vulkan0_and_on_the_cpu(vulkan_device, tiny_pair):
         dev.close()
 
 
-def test_the_engine_falls_back_to_the_cpu_with_the_notice_in_its_stats(tiny_pair):
-    code = (
-        "import json, sys\n"
-        "from speco3.engine.base import EngineSettings\n"
-        "from speco3.engine.llama import LlamaMtmdEngine\n"
-        "e = LlamaMtmdEngine(sys.argv[1], sys.argv[2], EngineSettings(n_ctx=1024, flash_attn=False, kv_type='f32',"
-        " n_threads=2), warmup=False, n_batch=128)\n"
-        "e.load()\n"
-        "e.extend(['<|im_start|>user\\nIs this a quasar?<|im_end|>\\n<|im_start|>assistant\\n'])\n"
-        "n = e.generate(max_tokens=4).n_tokens\n"
-        "st = e.stats()\n"
-        "print(json.dumps({'backend': st.backend, 'notice': st.extra['backend_notice'], 'tokens': n}))\n")
-    proc = subprocess.run([sys.executable, "-c", code, *tiny_pair], capture_output=True, text=True,
-                          env=_env(GGML_VK_VISIBLE_DEVICES="0", **NO_DRIVER), timeout=300)
+FALLBACK = """
+import json, sys
+from PySide6.QtWidgets import QApplication
+from speco3.engine.base import EngineSettings
+from speco3.engine.llama import LlamaMtmdEngine
+from speco3.gui.workers import AgentJob, InferenceThread
+
+app = QApplication([])
+make = lambda: LlamaMtmdEngine(sys.argv[1], sys.argv[2], EngineSettings(n_ctx=1024, flash_attn=False, kv_type="f32",
+                               n_threads=2), warmup=False, n_batch=128)
+e = make()
+e.load()
+e.extend(["<|im_start|>user\\nIs this a quasar?<|im_end|>\\n<|im_start|>assistant\\n"])
+n = e.generate(max_tokens=4).n_tokens
+st = e.stats()
+e.close()
+thread = InferenceThread()  # what the status bar shows (the main window shows engine_status there)
+shown = []
+thread.engine_status.connect(shown.append)
+thread._engine_for(AgentJob(key="s", item=None, screening=None, engine_key="tiny-f32|cpu", engine_factory=make))
+thread._close_engine()
+print(json.dumps({"backend": st.backend, "notice": st.extra["backend_notice"], "tokens": n, "status": shown[-1]}))
+"""
+
+
+def test_the_engine_falls_back_to_the_cpu_with_the_notice_in_its_stats_and_the_status_bar(tiny_pair):
+    proc = subprocess.run([sys.executable, "-c", FALLBACK, *tiny_pair], capture_output=True, text=True,
+                          env=_env(GGML_VK_VISIBLE_DEVICES="0", QT_QPA_PLATFORM="offscreen", **NO_DRIVER),
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["backend"] == "CPU" and out["tokens"] > 0
     assert out["notice"].startswith("no GPU device initialised, running on the CPU")
+    print(out["status"])
+    assert out["status"].startswith("tiny-f32 loaded in ") and " s on CPU" in out["status"]
+    assert out["status"].endswith(f" — {out['notice']}")
