@@ -4,8 +4,9 @@ Loads a model pair twice in one process, with ``n_gpu_layers=0`` (the CPU alone)
 projector on the first GPU device ggml lists (`--gpu-layers`), and measures for each: load seconds, image
 encode seconds, prefill tokens/s (a prompt of ``--prompt-tokens`` text tokens after the image) and decode tokens/s
 (``--max-tokens`` greedy tokens). The backend is what llama-cpp-python was compiled with: run it with the Vulkan
-venv (``scripts/setup-vulkan.sh``); on lavapipe set ``GGML_VK_VISIBLE_DEVICES=0`` (ggml skips CPU-type Vulkan
-devices otherwise). Without ``--text``/``--mmproj`` the tiny test pair (``--quant``, default F32) is built into
+venv (``scripts/setup-vulkan.sh``) or the bundle with dynamically loaded backends (``scripts/build-bundle.sh``,
+``.venv-bundle/bin/python``: the backend modules it loaded, and its CPU variant, are in ``backend_modules``); on
+lavapipe set ``GGML_VK_VISIBLE_DEVICES=0`` (ggml skips CPU-type Vulkan devices otherwise). Without ``--text``/``--mmproj`` the tiny test pair (``--quant``, default F32) is built into
 ``SPECO3_TEST_CACHE`` when set, else a temporary folder. Prints JSON.
 
 Run: ``GGML_VK_VISIBLE_DEVICES=0 .venv-vulkan/bin/python benchmarks/bench_backends.py``; ``--quick``: a short
@@ -102,7 +103,11 @@ def main(argv=None) -> int:
         text, mmproj, model = _kit.model_pair(args, tmp)
         native.ensure_backend()
         gpus = [d for d in native.list_devices() if d.kind in ("GPU", "IGPU", "ACCEL")]
+        modules = native.backend_modules()
         report = {"model": model, "devices": [f"{d.backend}:{d.name} ({d.description})" for d in native.list_devices()],
+                  "backend_modules": None if modules is None or not modules.dynamic else {
+                      "cpu_variant": modules.cpu_variant, "notice": native.backend_notice(),
+                      "gpu": {m.name: m.devices if m.loaded else m.reason for m in modules.modules}},
                   "cpu": measure(text, mmproj, 0, args)}
         report["gpu"] = measure(text, mmproj, args.gpu_layers, args) if gpus else "no GPU device in ggml's registry"
     if isinstance(report["gpu"], dict):

@@ -4,6 +4,8 @@
 #   bash packaging/build-linux.sh                      # bundle with the llama.cpp build already in .venv
 #   bash packaging/build-linux.sh --backend cuda --rebuild-llama   # recompile llama-cpp-python for CUDA first
 #   bash packaging/build-linux.sh --appimage           # also lay out an AppDir and run appimagetool if present
+#   PYTHON=.venv-bundle/bin/python bash packaging/build-linux.sh   # the one bundle with every backend as a module
+#                                                      (scripts/build-bundle.sh first; tarball ...-linux-x86_64-dl)
 #
 # Output (dist/):
 #   spec-o3/                                   the bundle: spec-o3-desktop, spec-o3 (link), _internal/, share/,
@@ -32,7 +34,7 @@ while [ $# -gt 0 ]; do
     --rebuild-llama) REBUILD_LLAMA=1; shift ;;
     --skip-test) RUN_TEST=0; shift ;;
     --appimage) APPIMAGE=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -71,6 +73,10 @@ EOF
 )
 label=${built%%,*}
 label=${label//\//-}
+# A build with dynamically loaded backends (scripts/build-bundle.sh: PYTHON=.venv-bundle/bin/python) carries them all
+# and picks one at start: its tarball says "dl".
+if "$PY" -c 'import pathlib, sys, llama_cpp; sys.exit(not list((pathlib.Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu-*")))'
+then label=dl; fi
 if [ -n "$BACKEND" ] && [[ ",$built," != *",$BACKEND,"* ]]; then
   echo "llama-cpp-python in $PY provides '$built', not '$BACKEND': add --rebuild-llama" >&2
   exit 1

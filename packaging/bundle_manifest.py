@@ -253,11 +253,12 @@ def llama_tools() -> list[tuple[str, str]]:
 
 
 def ggml_backends(names: Iterable[str]) -> list[str]:
-    """Backends provided by a set of library file names (``libggml-cuda.so`` → ``CUDA``), CPU last."""
+    """Backends provided by a set of library file names (``libggml-cuda.so`` → ``CUDA``; a CPU variant module of a
+    build with dynamically loaded backends, ``libggml-cpu-haswell.so``, → ``CPU``), CPU last."""
     files = [Path(n).name for n in names]
     found: list[str] = []
     for lib, backend in GGML_BACKENDS.items():
-        if any(re.match(rf"^(lib)?{re.escape(lib)}(\.|$)", n) for n in files):
+        if any(re.match(rf"^(lib)?{re.escape(lib)}(\.|-|$)", n) for n in files):
             found.append(backend)
     return sorted(found, key=lambda b: (b == "CPU", b))
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv and install Spec-o3 with what the app (and, with --tests, its test suite) needs. Idempotent.
-# Usage: scripts/setup.sh [--tests] [--vulkan]
+# Usage: scripts/setup.sh [--tests] [--vulkan] [--bundle]
 #
 # First the virtual environment (pip), then the system step, only on Linux: the libraries that the installed Qt
 # really lacks, asked of the dynamic linker (`python -m speco3.syslibs`: ldd on Qt's X11 plugin, and on Wayland
@@ -94,3 +94,7 @@ fi
 # Opt-in, in any position: --vulkan also builds .venv-vulkan, llama-cpp-python with llama.cpp's Vulkan backend
 # (scripts/setup-vulkan.sh: Vulkan packages and newer headers; 15+ minutes on 2 cores; the wheel is cached).
 case " $* " in *" --vulkan "*) scripts/setup-vulkan.sh ;; esac
+
+# Opt-in, in any position: --bundle also builds .venv-bundle, one llama.cpp with dynamically loaded backends (every CPU
+# variant, Vulkan and CUDA modules; scripts/build-bundle.sh, which takes --no-cuda when run itself; long: see README).
+case " $* " in *" --bundle "*) scripts/build-bundle.sh ;; esac

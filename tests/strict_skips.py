@@ -3,11 +3,12 @@
 A skip caused by a missing dependency, a missing tool (Xvfb, strace) or missing data means the suite did not run
 what it claims to run, so in strict mode it is reported as a failure with the original reason. Only an opt-in test
 may skip: one marked ``@pytest.mark.optin("ENV_VAR")`` may skip while ``ENV_VAR`` is not ``1`` (the bundle build
-under ``SPECO3_BUILD_BUNDLE``, the one-node Slurm cluster of ``tests/vetting/test_slurm.py`` under ``SPECO3_SLURM``,
-the vLLM tests under ``SPECO3_VLLM``, the clean-Debian check under ``SPECO3_FRESH_SYSTEM``, the engine on a Vulkan
-device, ``tests/engine/test_vulkan.py``, under ``SPECO3_VULKAN`` with ``.venv-vulkan``'s python); once the variable
-is ``1`` its skips fail as well. A module that skips while being collected (a module-level ``importorskip``) becomes
-a collection error. ``xfail`` results are left alone.
+under ``SPECO3_BUILD_BUNDLE``, the one-node Slurm cluster of ``tests/vetting/test_slurm.py`` under
+``SPECO3_SLURM``, the vLLM tests under ``SPECO3_VLLM``, the clean-Debian check under ``SPECO3_FRESH_SYSTEM``, the
+engine on a Vulkan device, ``tests/engine/test_vulkan.py``, under ``SPECO3_VULKAN`` with ``.venv-vulkan``'s python,
+the bundle with dynamically loaded backends, ``tests/engine/test_dl_bundle.py``, under ``SPECO3_DL_BUNDLE`` with
+``.venv-bundle``'s python); once the variable is ``1`` its skips fail as well. A module that skips while being
+collected (a module-level ``importorskip``) becomes a collection error. ``xfail`` results are left alone.
 
 Loaded from ``tests/conftest.py`` (``pytest_plugins``); ``tests/test_strict_skips.py`` runs it under pytester.
 """

@@ -247,19 +247,28 @@ def check_llama(require_gpu: bool = False) -> tuple[str, dict[str, Any]]:
     devices = native.list_devices()
     lib_dir = Path(llama_cpp.__file__).parent / "lib"
     stems = {p.name.split(".")[0].removeprefix("lib") for p in lib_dir.iterdir()} if lib_dir.is_dir() else set()
-    built = [name for stem, name in GGML_BACKEND_LIBS.items() if stem in stems]
+    # a module of a build with dynamically loaded backends may be a variant: libggml-cpu-haswell.so
+    built = [name for stem, name in GGML_BACKEND_LIBS.items() if any(s == stem or s.startswith(f"{stem}-")
+                                                                    for s in stems)]
     system = (llama.llama_print_system_info() or b"").decode(errors="replace").strip()
+    modules = native.backend_modules()
+    notice = native.backend_notice()
     info = {"llama_cpp_python": llama_cpp.__version__, "gpu_offload": gpu, "system_info": system,
             "devices": [asdict(d) for d in devices], "backend": native.backend_label(-1, devices),
-            "lib_dir": str(lib_dir), "backends_built": built}
+            "lib_dir": str(lib_dir), "backends_built": built, "backend_notice": notice,
+            "backend_modules": None if modules is None or not modules.dynamic else {
+                "folder": str(modules.folder), "cpu_variant": modules.cpu_variant,
+                "gpu_modules": [asdict(m) for m in modules.modules], "registered": list(modules.registered)}}
     if not devices:
         raise SelfTestError("the ggml backend registry lists no device (broken llama.cpp build?)")
     if require_gpu and not gpu:
-        raise SelfTestError("GPU offload required (--require-gpu) but this llama.cpp build is CPU-only")
+        raise SelfTestError("GPU offload required (--require-gpu) but " + (
+            notice or "this llama.cpp build is CPU-only"))
     names = ", ".join(f"{d.backend}:{d.name} ({d.description})" for d in devices)
     gpu_text = "supported" if gpu else ("no GPU device found" if set(built) - {"CPU", "BLAS"} else "not built in")
     return (f"llama-cpp-python {llama_cpp.__version__}, backends built: {', '.join(built) or 'unknown'}; "
-            f"runs on {info['backend']}; GPU offload {gpu_text}; devices: {names}"), info
+            f"runs on {info['backend']}; GPU offload {gpu_text}; devices: {names}"
+            + (f"; NOTICE: {notice}" if notice else "")), info
 
 
 # -- runner -------------------------------------------------------------------------------------------------

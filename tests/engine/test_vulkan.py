@@ -213,7 +213,7 @@ def test_status_bar_names_the_device(vulkan_device, tiny_pair, qtbot):
     thread = InferenceThread()
     shown: list[str] = []
     thread.engine_status.connect(shown.append)
-    job = AgentJob(key="spectrum", task=None, engine_key="tiny-f32|vulkan",
+    job = AgentJob(key="spectrum", item=None, screening=None, engine_key="tiny-f32|vulkan",
                    engine_factory=lambda: LlamaMtmdEngine(*tiny_pair, EngineSettings(**TIGHT, n_gpu_layers=-1),
                                                           warmup=False))
     try:

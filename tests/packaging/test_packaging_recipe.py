@@ -83,6 +83,14 @@ def test_llama_cpp_libraries_are_found(manifest):
     assert "CPU" in manifest.ggml_backends(names)
 
 
+def test_the_modules_of_a_build_with_loadable_backends_are_named(manifest):
+    """scripts/build-bundle.sh's llama_cpp/lib: the registry, CPU variant modules, Vulkan and CUDA modules."""
+    names = ["libggml.so", "libggml-base.so.0", "libggml-cpu-x64.so", "libggml-cpu-zen4.so", "libggml-vulkan.so",
+             "libggml-cuda.so", "libllama.so"]
+    assert manifest.ggml_backends(names) == ["CUDA", "Vulkan", "CPU"]
+    assert manifest.ggml_backends(["libggml.so", "libggml-base.so"]) == []
+
+
 def test_llama_cpp_without_libraries_is_a_clear_error(manifest, tmp_path):
     with pytest.raises(manifest.BundleError, match="no lib folder"):
         manifest.llama_cpp_files(tmp_path / "missing")

@@ -129,7 +129,8 @@ class LlamaMtmdEngine(Engine):
         st.extra.update(n_gpu_layers=self._n_gpu_layers, flash_attn=s.flash_attn, kv_type=s.kv_type,
                         use_mmap=plan.use_mmap, mmproj_backend=native.backend_label(1 if self._mmproj_gpu else 0),
                         fit=chosen, fit_notes=list(plan.notes), estimated_bytes=plan.estimate.total_bytes,
-                        lora=[{"path": a.path, "scale": a.scale} for a in s.lora])
+                        lora=[{"path": a.path, "scale": a.scale} for a in s.lora],
+                        backend_notice=native.backend_notice())
         logger.info("loaded %s + %s on %s in %.1f s (n_ctx %d): %s; settings %s", self.text_path, self.mmproj_path,
                     st.backend, st.load_seconds, ctx.n_ctx, chosen, s.to_dict())
 

@@ -5,6 +5,9 @@ change), so it is installed once, under a lock, and never swapped back.
 
 llama-cpp-python 0.3.36 binds neither the ggml device registry nor the ggml logger directly; the few device
 functions needed to name the backend are bound here with ctypes from the ``libggml`` that llama-cpp-python ships.
+A build with dynamically loaded backends (the Linux bundle, ``scripts/build-bundle.sh``) gets its backend modules
+loaded here too, once, before the first model (`speco3.engine.backends`); `backend_notice` is then the one line
+that says the model runs on the CPU and why no GPU device initialised.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from speco3.engine import backends
 from speco3.engine.base import LoraAdapter
 from speco3.errors import EngineError, ModelFileError
 
@@ -29,6 +33,7 @@ _initialised = False
 _log_callback = None  # keeps the ctypes callback alive for the life of the process
 _partial: list[str] = []
 _recent_problems: deque[str] = deque(maxlen=20)
+_modules: backends.ModuleLoad | None = None  # what ensure_backend loaded (None before it ran)
 
 # ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
 _WARN, _ERROR, _CONT = 3, 4, 5
@@ -65,8 +70,9 @@ def _on_native_log(level: int, text: bytes | None, _user_data) -> None:
 
 
 def ensure_backend() -> None:
-    """Initialise llama.cpp once per process and route its native logging to Python at debug level."""
-    global _initialised, _log_callback
+    """Initialise llama.cpp once per process and route its native logging to Python at debug level; in a build with
+    dynamically loaded backends, load its modules (`speco3.engine.backends`) and log the CPU fallback notice."""
+    global _initialised, _log_callback, _modules
     with _lock:
         if _initialised:
             return
@@ -76,13 +82,39 @@ def ensure_backend() -> None:
         for setter in (getattr(mtmd, "mtmd_log_set", None), getattr(mtmd, "mtmd_helper_log_set", None)):
             if setter is not None:
                 setter(_log_callback, ctypes.c_void_p(0))
+        _modules = _load_backend_modules()
         llama.llama_backend_init()
         _initialised = True
     devices = ", ".join(f"{d.backend}/{d.name} ({d.kind}, {d.description}, {d.free_bytes / 2**30:.1f} of "
                         f"{d.total_bytes / 2**30:.1f} GiB free)" for d in list_devices())
+    if _modules.dynamic:
+        logger.info("ggml backend modules loaded from %s: %s; CPU variant %s", _modules.folder,
+                    ", ".join(f"{m.name} ({m.devices} devices)" if m.loaded else f"{m.name} (not loaded)"
+                              for m in _modules.modules) or "no GPU module", _modules.cpu_variant or "unknown")
+    notice = backend_notice()
+    if notice:
+        logger.warning("%s", notice)
     logger.info("llama.cpp backend ready: GPU offload %s; devices: %s; %s",
                 "supported" if llama.llama_supports_gpu_offload() else "not supported", devices or "unknown",
                 (llama.llama_print_system_info() or b"").decode(errors="replace").strip())
+
+
+def _load_backend_modules() -> backends.ModuleLoad:
+    from llama_cpp import _ggml
+
+    return backends.load_modules(_ggml.libggml, Path(_ggml.libggml_base_path), recent_native_problems)
+
+
+def backend_modules() -> backends.ModuleLoad | None:
+    """What `ensure_backend` loaded (None before it ran): the GPU modules, with why each is unused, and the CPU
+    variant; ``dynamic`` is False for a build with linked-in backends."""
+    return _modules
+
+
+def backend_notice() -> str | None:
+    """The one-line CPU fallback notice of a build with dynamically loaded backends when no GPU device
+    initialised (None otherwise, and before `ensure_backend`)."""
+    return _modules.notice() if _modules is not None else None
 
 
 def recent_native_problems(clear: bool = True) -> str:

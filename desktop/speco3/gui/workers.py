@@ -423,10 +423,12 @@ class InferenceThread(BackgroundTask):
             engine = job.engine_factory()
             engine.load()
             self._engine, self._engine_key = engine, job.engine_key
-            extra = engine.stats().extra
+            stats = engine.stats()
+            extra = stats.extra
             fit = "; ".join([extra.get("fit", ""), *extra.get("fit_notes", ())]).strip("; ")
-            self.engine_status.emit(f"{name} loaded in {time.perf_counter() - t0:.1f} s"
-                                    + (f": {fit}" if fit else ""))
+            notice = extra.get("backend_notice")  # the CPU fallback of a build with loadable backends
+            self.engine_status.emit(f"{name} loaded in {time.perf_counter() - t0:.1f} s on {stats.backend}"
+                                    + (f": {fit}" if fit else "") + (f" — {notice}" if notice else ""))
         return self._engine
 
     @staticmethod
