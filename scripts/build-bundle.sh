@@ -53,11 +53,7 @@ if [ "$want_cuda" = 1 ] && [ -z "$NVCC" ]; then
   echo "build-bundle: no nvcc (the CUDA toolkit): install it or pass --no-cuda" >&2; exit 1
 fi
 
-PY=""
-for cand in ${PYTHON:-python3 python3.13 python3.12 python3.11 python3.10}; do
-  if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null
-  then PY=$cand; break; fi
-done
+. scripts/find-python.sh  # the script runs from the repository root
 [ -n "$PY" ] || { echo "build-bundle: Python 3.10 or newer is needed; set PYTHON=/path/to/python3" >&2; exit 1; }
 mkdir -p $venv
 root=$PWD/$venv

@@ -17,11 +17,7 @@ LLAMA_VERSION=0.3.36
 venv=.venv-vulkan
 headers_dir=$PWD/$venv/vulkan-headers
 
-PY=""
-for cand in ${PYTHON:-python3 python3.13 python3.12 python3.11 python3.10}; do
-  if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null
-  then PY=$cand; break; fi
-done
+. scripts/find-python.sh  # the script runs from the repository root
 [ -n "$PY" ] || { echo "setup-vulkan: Python 3.10 or newer is needed; set PYTHON=/path/to/python3" >&2; exit 1; }
 
 # The Vulkan packages and the trixie headers (or SPECO3_VULKAN_INCLUDE): scripts/vulkan-headers.sh.

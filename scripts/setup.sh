@@ -13,11 +13,7 @@ want_tests=0
 [ "${1:-}" = "--tests" ] && want_tests=1
 
 # Python 3.10+: $PYTHON, else the first of python3, python3.13 ... python3.10 that is new enough.
-PY=""
-for cand in ${PYTHON:-python3 python3.13 python3.12 python3.11 python3.10}; do
-  if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null
-  then PY=$cand; break; fi
-done
+. scripts/find-python.sh  # the script runs from the repository root
 if [ -z "$PY" ]; then
   echo "setup: Python 3.10 or newer is needed (python.org, Homebrew or your distribution); set PYTHON=/path/to/python3" >&2
   exit 1
