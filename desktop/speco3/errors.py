@@ -41,7 +41,9 @@ class ContextFullError(EngineError):
 
 
 class TaskError(Speco3Error):
-    """A task definition file is invalid."""
+    """A task definition file is invalid (``path``: the file, when the error came from one of the task folder's)."""
+
+    path: Path | None = None
 
 
 class StoreError(Speco3Error):

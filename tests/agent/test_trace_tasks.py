@@ -184,3 +184,17 @@ def test_record_adds_a_collected_list(spectrum, render):
     steps = list(run_episode(ScriptedEngine([YES]), spectrum, "t", render))
     trace = Trace().record(steps)
     assert trace.steps == steps and trace.verdict == "YES" and trace.task_id == "custom"
+
+
+def test_a_bad_task_file_does_not_stop_the_other_tasks(tmp_path, caplog):
+    _write(tmp_path, "bad1.json", {"id": "bad1", "target_class": "X", "question": "Q?", "primary_indicators": "no"})
+    _write(tmp_path, "be.json", {"id": "be", "target_class": "Be Star", "question": "Is it a **Be Star**?"})
+    assert get_task("cv", tmp_path).id == "cv" and get_task("be", tmp_path).target_class == "Be Star"
+    assert "bad1.json" in caplog.text  # skipped with a warning
+    with pytest.raises(TaskError, match=r"bad1\.json: field 'primary_indicators'"):  # its own error, when asked for
+        get_task("bad1", tmp_path)
+    with pytest.raises(TaskError, match=r"unknown task 'nope'.*1 task file\(s\) could not be read, first: .*bad1"):
+        get_task("nope", tmp_path)
+    _write(tmp_path, "cv.json", {"id": "cv", "target_class": 3})  # a broken override never falls back to the built-in
+    with pytest.raises(TaskError, match=r"cv\.json: field 'target_class'"):
+        get_task("cv", tmp_path)

@@ -235,6 +235,7 @@ def load_tasks(user_dir: str | Path | None = None, *, errors: list[TaskError] | 
             try:
                 task = load_task_file(path)
             except TaskError as exc:
+                exc.path = path
                 if errors is None:
                     raise
                 logger.warning("%s", exc)
@@ -307,8 +308,14 @@ def save_task_file(data: dict[str, Any], folder: str | Path | None = None, *, fo
 
 
 def get_task(task_id: str, user_dir: str | Path | None = None) -> Task:
-    """One task by id (user files included). Raises `TaskError` naming the known ids."""
-    tasks = load_tasks(user_dir)
+    """One task by id (user files included). Raises `TaskError` naming the known ids; a bad user file is skipped
+    with a warning unless it is the file of the task asked for, whose error is raised."""
+    errors: list[TaskError] = []  # another task's bad file does not stop this one (it is logged)
+    tasks = load_tasks(user_dir, errors=errors)
+    for exc in errors:
+        if exc.path is not None and exc.path.stem == task_id:
+            raise exc  # the user's own file for this task is broken: never fall back to another definition
     if task_id not in tasks:
-        raise TaskError(f"unknown task {task_id!r}; known tasks: {', '.join(sorted(tasks))}")
+        unread = f"; {len(errors)} task file(s) could not be read, first: {errors[0]}" if errors else ""
+        raise TaskError(f"unknown task {task_id!r}; known tasks: {', '.join(sorted(tasks))}{unread}")
     return tasks[task_id]

@@ -231,7 +231,7 @@ def select_spectrum(spectra: list[Spectrum], selector: str, display: str) -> Spe
             return spec
     raise SpectrumReadError(
         f"{display}#{selector}",
-        f"no spectrum '{selector}': the file holds {len(spectra)} spectra (#0..#{len(spectra) - 1})",
+        f"no spectrum '{selector}': the file holds {len(spectra)} spectr{'um' if len(spectra) == 1 else 'a'} (#0..#{len(spectra) - 1})",
     )
 
 
