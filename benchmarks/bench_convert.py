@@ -214,7 +214,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quantize", default=None, help="also quantize the converted text GGUF to this type (Q4_K_M ...)")
     ap.add_argument("--quant-buffers", default="256,0",
                     help="llama.cpp slab sizes in MiB for --quantize (0: its default); the first is what we ship")
+    ap.add_argument("--keep", default=None, metavar="DIR",
+                    help="keep the converted pair in DIR (the text GGUF quantized with the first slab size when "
+                         "--quantize is given, else the bf16 one, and the F16 projector), e.g. for bench_parallel.py; "
+                         "everything else is removed as usual")
     args = ap.parse_args(argv)
+    keep = Path(args.keep) if args.keep else None
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
     if args.quick:
         args.shape, args.layers = "quick", 2
     elif args.shape == "7b" and args.layers == 16:
@@ -246,8 +253,14 @@ def main(argv: list[str] | None = None) -> int:
                 if i and not filecmp.cmp(dst, work / "q0.gguf", shallow=False):  # streamed, not read whole
                     raise SystemExit("the slab size changed the quantized file")
             quant = {"type": args.quantize, "runs": quant, "same_file_every_slab_size": True} if quant else None
+            if keep is not None and quant:
+                shutil.move(work / "q0.gguf", keep / f"bench-{args.quantize}.gguf")
             for p in work.glob("q*.gguf"):
                 p.unlink()
+        if keep is not None:
+            for p in (work / "gguf").glob("*.gguf"):
+                if p.name.startswith("mmproj") or not quant:
+                    shutil.move(p, keep / p.name)
         shutil.rmtree(work / "gguf")
         os.sync()
         t0 = time.perf_counter()

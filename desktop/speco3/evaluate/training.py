@@ -65,7 +65,7 @@ from speco3.errors import Speco3Error, SpectrumReadError, StoreError
 from speco3.evaluate.benchwrite import bench_row, write_bench
 from speco3.fileio import sha256_file, write_text_atomic
 from speco3.imaging import DEFAULT_MAX_TOKENS, HasPixels, PreparedImage, png_bytes
-from speco3.spectra import Spectrum, View, read_spectrum
+from speco3.spectra import Spectrum, View, read_spectrum, to_frame
 from speco3.vetting.records import Decision, Evidence, ModelVerdict
 from speco3.vetting.store import VettingStore
 
@@ -118,7 +118,7 @@ SNAP_A = 0.1
 def rest_window(e: Evidence, z: float) -> tuple[int, int]:
     """An observed-frame evidence window as the tool's rest-frame range in whole Å: widened outwards, unless an edge
     is within `SNAP_A` of a whole Å."""
-    lo, hi = e.lo / (1.0 + z), e.hi / (1.0 + z)
+    lo, hi = to_frame(e.lo, z, "observed", "rest"), to_frame(e.hi, z, "observed", "rest")
     a = round(lo) if abs(lo - round(lo)) < SNAP_A else math.floor(lo)
     b = round(hi) if abs(hi - round(hi)) < SNAP_A else math.ceil(hi)
     return (a, b) if a < b else (math.floor(lo), math.ceil(hi))

@@ -37,7 +37,7 @@ from speco3.gui.lines import (
     mask_runs,
     vac_to_air,
 )
-from speco3.spectra.model import ERROR_SPECTRUM_NOTE, Spectrum
+from speco3.spectra.model import ERROR_SPECTRUM_NOTE, Frame, Spectrum, to_frame
 from speco3.vetting.records import Evidence
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class SpectrumViewer(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.spectrum: Spectrum | None = None
-        self.frame = "observed"
+        self.frame: Frame = "observed"
         self.smooth_index = 0
         self.show_lines = True
         self.show_sigma = True
@@ -203,18 +203,17 @@ class SpectrumViewer(QWidget):
         self._lines = lines_for_task(task)
         self._draw_lines()
 
-    def set_frame(self, frame: str) -> None:
+    def set_frame(self, frame: Frame) -> None:
         """Switch between ``"rest"`` and ``"observed"`` wavelengths, keeping the same physical window."""
         if frame not in ("rest", "observed") or frame == self.frame:
             return
         lo, hi = self.vb.viewRange()[0]
-        factor = 1.0 + (self.spectrum.z if self.spectrum else 0.0)
+        lo, hi = self._in_frame(lo, hi, self.frame, frame)
         self.frame = frame
         self._redraw(reset_x=False)
         self._draw_evidence()
-        scale = 1 / factor if frame == "rest" else factor
         if self.spectrum is not None:
-            self.vb.setXRange(lo * scale, hi * scale, padding=0)
+            self.vb.setXRange(lo, hi, padding=0)
 
     def toggle_frame(self) -> None:
         self.set_frame("rest" if self.frame == "observed" else "observed")
@@ -264,26 +263,25 @@ class SpectrumViewer(QWidget):
         if s is None or not self._x.size:
             return None
         lo, hi = self.x_range()
-        if self.frame == "rest":
-            lo, hi = lo * (1.0 + s.z), hi * (1.0 + s.z)
+        lo, hi = to_frame(lo, s.z, self.frame, "observed"), to_frame(hi, s.z, self.frame, "observed")
         wl = s.wavelength[np.isfinite(s.wavelength)]
         lo, hi = round(max(lo, float(wl.min())), 1), round(min(hi, float(wl.max())), 1)
         return Evidence(lo, hi) if lo < hi else None
 
-    def _in_frame(self, lo: float, hi: float, frame: str) -> tuple[float, float]:
-        """``[lo, hi]`` given in ``frame`` as wavelengths of the frame shown."""
-        if self.spectrum is not None and frame != self.frame:
-            f = 1.0 + self.spectrum.z
-            lo, hi = (lo * f, hi * f) if frame == "rest" else (lo / f, hi / f)
-        return lo, hi
+    def _in_frame(self, lo: float, hi: float, frame: Frame, shown: Frame | None = None) -> tuple[float, float]:
+        """``[lo, hi]`` given in ``frame`` as wavelengths of the frame shown (or of ``shown``)."""
+        if self.spectrum is None:
+            return lo, hi
+        z, dst = self.spectrum.z, shown or self.frame
+        return to_frame(lo, z, frame, dst), to_frame(hi, z, frame, dst)
 
-    def zoom_to(self, lo: float, hi: float, frame: str = "observed") -> None:
+    def zoom_to(self, lo: float, hi: float, frame: Frame = "observed") -> None:
         """Show the window ``[lo, hi]`` (Å in ``frame``) with a margin of 15 % each side."""
         lo, hi = self._in_frame(lo, hi, frame)
         pad = 0.15 * (hi - lo)
         self.vb.setXRange(lo - pad, hi + pad, padding=0)
 
-    def show_window(self, lo: float, hi: float, frame: str = "rest", label: str = "") -> None:
+    def show_window(self, lo: float, hi: float, frame: Frame = "rest", label: str = "") -> None:
         """Show the window ``[lo, hi]`` (Å in ``frame``) with the region highlighted (agent zooms are rest frame)."""
         self._clear_highlight()
         self.highlight = pg.LinearRegionItem(self._in_frame(lo, hi, frame), movable=False, brush=HIGHLIGHT_BRUSH)
@@ -384,16 +382,18 @@ class SpectrumViewer(QWidget):
                 label.setParentItem(self.vb)
                 self._telluric_labels.append(label)
         s = self.spectrum
-        factor = (1 + s.z) if s is not None and self.frame == "rest" else 1.0
-        key = (s is not None, factor, s is not None and s.medium == "vacuum")
+        key = (s is not None, s.z if s is not None and self.frame == "rest" else 0.0,
+               s is not None and s.medium == "vacuum")
         if key == self._telluric_key:  # the same bands as for the previous spectrum: nothing to move
             return
         self._telluric_key = key
         bands = np.array([(lo, hi) for lo, hi, _name in TELLURIC_BANDS], dtype=float)
         if s is not None and s.medium == "vacuum":
             bands = np.asarray(air_to_vac(bands), dtype=float)
-        self._telluric_x = bands / factor if s is not None else np.empty((0, 2))
-        for label, (lo, hi) in zip(self._telluric_labels, bands / factor, strict=True):
+        if s is not None:
+            bands = to_frame(bands, s.z, "observed", self.frame)
+        self._telluric_x = bands if s is not None else np.empty((0, 2))
+        for label, (lo, hi) in zip(self._telluric_labels, bands, strict=True):
             label.anchor, label.anchor_end = float(lo), float(hi)
             label.setVisible(s is not None)
 
@@ -405,20 +405,20 @@ class SpectrumViewer(QWidget):
             item = self._line_items.pop()
             self.plot.removeItem(item)
             self.vb.scene().removeItem(item.label)
-        factor = 1.0 if s is None or self.frame == "rest" else 1.0 + s.z
         for i, line in enumerate(wanted):
-            w = float(vac_to_air(line.wavelength)) if s.medium == "air" else line.wavelength
+            w = to_frame(float(vac_to_air(line.wavelength)) if s.medium == "air" else line.wavelength, s.z, "rest",
+                         self.frame)
             if i < len(self._line_items):
                 item = self._line_items[i]
                 if item.label.format != line.name:
                     item.label.setFormat(line.name)
                     item.setToolTip(line.name)
-                if item.value() != w * factor:
-                    item.setValue(w * factor)
-                item.label.anchor = w * factor
+                if item.value() != w:
+                    item.setValue(w)
+                item.label.anchor = w
                 continue
-            item = pg.InfiniteLine(w * factor, angle=90, pen=LINE_PEN, movable=False)
-            item.label = MarkerLabel(line.name, (20, 120, 50), w * factor, LABEL_FILL)  # referenced, see show_window
+            item = pg.InfiniteLine(w, angle=90, pen=LINE_PEN, movable=False)
+            item.label = MarkerLabel(line.name, (20, 120, 50), w, LABEL_FILL)  # referenced, see show_window
             item.label.setParentItem(self.vb)
             item.setZValue(-2)
             item.setToolTip(line.name)

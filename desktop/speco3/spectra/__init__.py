@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from speco3.errors import SpectrumReadError
 from speco3.spectra.index import ArchiveIndex, ArchiveIndexError, IndexEntry, ScanSummary
-from speco3.spectra.model import Spectrum, SpectrumMeta
+from speco3.spectra.model import Frame, Spectrum, SpectrumMeta, to_frame
 from speco3.spectra.registry import (
     CompanionFileError,
     FileContents,
@@ -37,6 +37,7 @@ __all__ = [
     "IndexEntry",
     "ScanSummary",
     "FileContents",
+    "Frame",
     "NoSpectraError",
     "Source",
     "Spectrum",
@@ -48,6 +49,7 @@ __all__ = [
     "parse_address",
     "read_file",
     "read_spectra",
+    "to_frame",
     "read_spectrum",
     "register_format",
 ]

@@ -12,6 +12,8 @@ from typing import Any, Generic, Literal, TypeVar, overload
 import numpy as np
 
 Medium = Literal["air", "vacuum", "unknown"]
+#: Which wavelengths: as observed, or in the rest frame ``λ / (1 + z)`` of the catalogue redshift.
+Frame = Literal["rest", "observed"]
 
 #: `SpectrumMeta.note` of a DESI sky fibre (the index keeps such entries out of the vetting queue by default).
 SKY_FIBRE_NOTE = "sky fibre"
@@ -20,6 +22,17 @@ ERROR_SPECTRUM_NOTE = "error spectrum"
 
 
 T = TypeVar("T")
+W = TypeVar("W", float, np.ndarray)
+
+
+def to_frame(wavelength: W, z: float, src: Frame, dst: Frame) -> W:
+    """Wavelengths given in frame ``src`` as wavelengths in ``dst``: observed = rest × (1 + z).
+
+    The one home of the shift between frames (the renderer's rest frame, the viewer's axes, the evidence windows
+    kept in the observed frame, the tool's rest-frame ranges)."""
+    if src == dst:
+        return wavelength
+    return wavelength * (1.0 + z) if dst == "observed" else wavelength / (1.0 + z)
 
 
 class Deferred(Generic[T]):
@@ -171,7 +184,7 @@ class Spectrum:
 
     def rest_wavelength(self) -> np.ndarray:
         """Wavelength divided by (1 + z) with the catalogue redshift."""
-        return self.wavelength / (1.0 + self.z)
+        return to_frame(self.wavelength, self.z, "observed", "rest")
 
     @property
     def sigma(self) -> np.ndarray | None:

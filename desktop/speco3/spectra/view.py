@@ -9,13 +9,10 @@ the requested range (partial overlap is fine).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
-from speco3.spectra.model import Spectrum
-
-Frame = Literal["rest", "observed"]
+from speco3.spectra.model import Frame, Spectrum
 
 
 @dataclass(frozen=True, eq=False)

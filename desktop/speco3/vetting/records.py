@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from speco3 import __version__
 from speco3.agent.confidence import Confidence
+from speco3.spectra.model import to_frame
 
 DECISIONS = ("YES", "NO", "UNSURE")
 VERDICTS = ("YES", "NO")
@@ -200,7 +201,7 @@ def model_evidence(rollouts: Sequence[RolloutRecord], z: float) -> list[Evidence
             lo, hi, *rest = [*window, None, None][:3]
             if not all(isinstance(v, int | float) and math.isfinite(v) for v in (lo, hi)) or not lo < hi:
                 continue
-            rng = (round(lo * (1 + z), 1), round(hi * (1 + z), 1))
+            rng = (round(to_frame(lo, z, "rest", "observed"), 1), round(to_frame(hi, z, "rest", "observed"), 1))
             if rng in seen or not rng[0] < rng[1]:
                 continue
             seen.add(rng)
