@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from speco3.vetting import SCHEMA_VERSION, Decision, Evidence, VettingStore
-from speco3.vetting.schema import _ANNOTATIONS_3, MIGRATIONS
+from speco3.vetting.schema import _ANNOTATIONS_3, ADDITIVE, MIGRATIONS
 
 
 def test_evidence_parses_and_validates():
@@ -73,3 +73,15 @@ def test_schema3_store_migrates_to_4_keeping_every_row(tmp_path, with_notes_tabl
     with VettingStore(path) as s:
         assert [d.evidence for d in s.decision_history("a#0", "cv")] == [[], [Evidence(1, 2, "x")]]
         assert s.annotation("b#0", "cv").evidence == [Evidence(3, 4)]
+
+
+def test_notes_table_is_the_same_created_new_or_migrated(tmp_path):
+    """`ADDITIVE["annotations"]` (a store that lacks the table) and schema 3's table plus migration 4 agree."""
+    def shape(con):
+        return [(r[1], r[2], r[3], r[5]) for r in con.execute("PRAGMA table_info(annotations)")]
+
+    new, old = sqlite3.connect(tmp_path / "new.sqlite"), sqlite3.connect(tmp_path / "old.sqlite")
+    new.execute(ADDITIVE["annotations"])
+    old.execute(_ANNOTATIONS_3)
+    old.execute(next(s for s in MIGRATIONS[4] if s.startswith("ALTER TABLE annotations")))
+    assert shape(new) == shape(old) and ("evidence", "TEXT", 0, 0) in shape(new)

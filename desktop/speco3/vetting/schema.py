@@ -53,8 +53,11 @@ _ANNOTATIONS_3 = """CREATE TABLE IF NOT EXISTS annotations (
 #: Added after schema 1 without a version bump: tables that older versions never read, created on open (the notes
 #: table in its current shape, for a store that lacks it whatever its version).
 ADDITIVE = {
-    "annotations": _ANNOTATIONS_3.replace("CREATE TABLE IF NOT EXISTS", "CREATE TABLE").replace(
-        "app_version TEXT,", "app_version TEXT, evidence TEXT,"),
+    # _ANNOTATIONS_3 with migration 4's column (tests/vetting: both ways give the same table)
+    "annotations": """CREATE TABLE annotations (
+        spectrum_key TEXT NOT NULL, task TEXT NOT NULL, flags TEXT NOT NULL, comment TEXT NOT NULL,
+        vetter TEXT NOT NULL, updated_at TEXT NOT NULL, app_version TEXT, evidence TEXT,
+        PRIMARY KEY (spectrum_key, task))""",
     # what a file's sha256 was when it had this size and mtime (a resumed batch hashes only files that changed)
     "file_stamps": """CREATE TABLE file_stamps (
         path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL,
