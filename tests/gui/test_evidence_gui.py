@@ -143,3 +143,45 @@ def test_start_from_the_model_windows(qtbot, make_window, demo_archive, open_and
     qtbot.keyClick(label, Qt.Key.Key_Return)
     key(w, Qt.Key.Key_N)
     assert store.decision(k, task).evidence[1] == Evidence(model.lo, model.hi, "Hbeta broad emission")
+
+
+def _evidence_label_rects(viewer):
+    return [(item.label, item.label.sceneBoundingRect()) for item in viewer._evidence_items]
+
+
+def test_overlapping_windows_keep_every_label_readable_through_zoom_and_pan(qtbot):
+    """Two overlapping windows: both labels shown, in separate rows, never covering each other, inside the plot
+    also when the view starts inside a window (its left edge out of view)."""
+    import numpy as np
+
+    from speco3.gui.labels import MarkerLabel
+    from speco3.gui.viewer import SpectrumViewer
+    from speco3.spectra.model import Spectrum, SpectrumMeta
+
+    viewer = SpectrumViewer()
+    qtbot.addWidget(viewer)
+    viewer.resize(700, 400)
+    viewer.show()
+    w = np.linspace(3700, 9100, 3909)
+    viewer.set_spectrum(Spectrum(w, 100 + np.sin(w / 50), np.ones(w.size), meta=SpectrumMeta(redshift=0.02)))
+    qtbot.waitExposed(viewer)
+    viewer.set_evidence([Evidence(6500, 6620, "Hα emission"), Evidence(6540, 6700, "[N II] 6583"),
+                         Evidence(8000, 8100, "far")])
+    box = viewer.vb.sceneBoundingRect()
+    for lo, hi in ((3700, 9100), (6450, 6750), (6560, 6800), (6300, 6600)):  # whole, zoomed, panned right, left
+        viewer.vb.setXRange(lo, hi, padding=0)
+        shown = [(label, r) for label, r in _evidence_label_rects(viewer) if label.isVisible()]
+        assert [label.format for label, _r in shown][:2] == ["1 Hα emission", "2 [N II] 6583"], (lo, hi)
+        (_a, ra), (_b, rb) = shown[:2]
+        assert not ra.intersects(rb), (lo, hi)
+        for label, r in shown:
+            assert box.contains(r), (label.format, lo, hi)
+    viewer.vb.setXRange(4000, 5000, padding=0)  # no window in view: no label
+    assert not any(label.isVisible() for label, _r in _evidence_label_rects(viewer))
+    viewer.set_frame("rest")  # the labels follow the frame
+    viewer.zoom_to(6500, 6700, "observed")
+    (_a, ra), (_b, rb), _far = _evidence_label_rects(viewer)
+    assert _a.isVisible() and _b.isVisible() and not ra.intersects(rb)
+    viewer.set_evidence([])
+    assert viewer._evidence_items == []
+    assert not [i for i in viewer.vb.childItems() if isinstance(i, MarkerLabel) and i.format.startswith("1 Hα")]

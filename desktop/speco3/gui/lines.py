@@ -66,9 +66,10 @@ def known_lines(tasks: dict[str, Task] | None = None) -> tuple[Line, ...]:
 
 
 def label_rows(positions: list[float], widths: list[float], n_rows: int = 3, gap: float = 6.0) -> list[int | None]:
-    """Rows for line labels so that none overlap: 0 is the top row, None hides the label.
+    """Rows for labels so that none overlap: 0 is the first row, None hides the label.
 
-    Each label starts at its line's pixel position and extends ``widths[i]`` pixels to the right. Labels are
+    The viewer lays out its line, telluric band and evidence window labels with it (an ``n_rows`` as large as the
+    number of labels hides none). Each label starts at its line's pixel position and extends ``widths[i]`` pixels to the right. Labels are
     placed in the order given (earlier lines win: task line lists put the defining features first), each in the
     first row where it keeps ``gap`` pixels from the labels already there; a label that fits in no row is hidden
     (its line stays drawn). Non-finite positions (lines outside the view) get None and take no room.

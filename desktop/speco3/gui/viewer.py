@@ -12,7 +12,8 @@ What it draws, for the human (the model's images come from `speco3.render`, unch
   never squash the plot; mouse drag/wheel pan and zoom in wavelength;
 * a header stating object, class, z, S/N, frame and the wavelength medium (air / vacuum);
 * the evidence windows the vetter marked (`set_evidence`; kept in the observed frame, drawn in the frame shown),
-  shaded green and numbered with their labels.
+  shaded green and numbered with their labels, laid out in rows so that overlapping windows' labels never cover
+  each other, and kept inside the plot while any part of the window is in view.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ TELLURIC_BRUSH = pg.mkBrush(120, 120, 120, 35)
 HIGHLIGHT_BRUSH = pg.mkBrush(255, 190, 0, 70)
 EVIDENCE_BRUSH = pg.mkBrush(40, 170, 90, 45)
 EVIDENCE_PEN = pg.mkPen(30, 130, 70, 160, width=1)
-EVIDENCE_LABEL_AT = 0.24  # height of the evidence labels, as a share of the view's height from the bottom
+EVIDENCE_LABEL_AT = 0.2  # rows of evidence labels, stacked up from here (the bottom of row 0, a share of the view
+# height from the bottom): above the telluric band labels
 LINE_PEN = pg.mkPen((20, 140, 60), width=1, style=pg.QtCore.Qt.PenStyle.DashLine)
 LABEL_ROWS = 3  # rows of line labels, stacked down from the top (row 0 at LABEL_TOP of the view height)
 LABEL_TOP = 0.97
@@ -303,20 +305,24 @@ class SpectrumViewer(QWidget):
     def _draw_evidence(self) -> None:
         for item in self._evidence_items:
             self.plot.removeItem(item)
+            self.vb.scene().removeItem(item.label)
         self._evidence_items = []
         if self.spectrum is None:
             return
         for i, e in enumerate(self.evidence):
-            item = pg.LinearRegionItem(self._in_frame(e.lo, e.hi, "observed"), movable=False, brush=EVIDENCE_BRUSH,
-                                       pen=EVIDENCE_PEN)
+            lo, hi = self._in_frame(e.lo, e.hi, "observed")
+            item = pg.LinearRegionItem((lo, hi), movable=False, brush=EVIDENCE_BRUSH, pen=EVIDENCE_PEN)
             item.setZValue(-6)
             text = f"{i + 1}" + (f" {e.label}" if e.label else "")
-            # referenced, see show_window; labels in the lower part of the plot, above the telluric band labels and
-            # clear of the line labels at its top, on a white ground where they cross the spectrum
-            item.label = pg.InfLineLabel(item.lines[0], text, position=EVIDENCE_LABEL_AT, anchors=[(0, 0), (0, 0)],
-                                         color=(20, 100, 50), fill=LABEL_FILL)
+            # referenced, see show_window; laid out with the other labels (`_layout_labels`): in rows in the lower
+            # part of the plot, above the telluric band labels and clear of the line labels at its top, on a white
+            # ground where they cross the spectrum
+            item.label = MarkerLabel(text, (20, 100, 50), lo, LABEL_FILL)
+            item.label.anchor_end = hi
+            item.label.setParentItem(self.vb)
             self.plot.addItem(item)
             self._evidence_items.append(item)
+        self._layout_labels()
 
     # -- drawing -------------------------------------------------------------------------------------------------
     def _clear_highlight(self) -> None:
@@ -428,20 +434,28 @@ class SpectrumViewer(QWidget):
             self._layout_labels()
 
     def _layout_labels(self, *args) -> None:
-        """Put each line label in the first free row at the current zoom (`label_rows`); hide what fits nowhere."""
+        """Put each label in the first free row of its group at the current zoom (`label_rows`): line labels from
+        the top (what fits nowhere is hidden), telluric band labels from the bottom, evidence labels above those
+        (as many rows as windows: every one is shown). A band's or window's label stays inside the plot wherever
+        the visible part of its range is."""
         if self._quiet:
             return
         (lo, hi), width, height = self.vb.viewRange()[0], float(self.vb.width()), float(self.vb.height())
         if hi <= lo or width <= 0 or height <= 0:
             return
         tellurics = [label for label in self._telluric_labels if self.spectrum is not None]
-        for labels, n_rows, from_top in (([i.label for i in self._line_items], LABEL_ROWS, True),
-                                         (tellurics, TELLURIC_ROWS, False)):
+        evidence = [item.label for item in self._evidence_items]
+        # (labels, rows, base): base None stacks rows down from LABEL_TOP, a number stacks them up from that height
+        for labels, n_rows, base in (([i.label for i in self._line_items], LABEL_ROWS, None),
+                                     (tellurics, TELLURIC_ROWS, TELLURIC_BOTTOM),
+                                     (evidence, len(evidence), EVIDENCE_LABEL_AT)):
+            if not labels:
+                continue
             xs = [(label.anchor - lo) / (hi - lo) * width for label in labels]
             widths = [label.boundingRect().width() for label in labels]
-            if from_top:  # a line's label starts at its line
+            if base is None:  # a line's label starts at its line
                 xs = [x if -1.0 <= x <= width else float("nan") for x in xs]
-            else:  # a band's label stays inside the plot wherever the visible part of the band is
+            else:  # a range's label stays inside the plot wherever the visible part of the range is
                 ends = [(label.anchor_end - lo) / (hi - lo) * width for label in labels]
                 xs = [min(max(x, 0.0), width - w - 4) if x <= width and end >= 0 else float("nan")
                       for x, end, w in zip(xs, ends, widths, strict=True)]
@@ -450,12 +464,12 @@ class SpectrumViewer(QWidget):
                 if row is None:
                     continue
                 h = label.boundingRect().height()  # rows are one label high apart: rows never overlap
-                if from_top:
+                if base is None:
                     y = (1 - LABEL_TOP) * height + row * h
                     label.orthoPos = LABEL_TOP if row == 0 else 1 - y / height
                 else:
-                    y = TELLURIC_BOTTOM * height + (row + 1) * h  # the label's top; it sits above its anchor
-                    label.orthoPos = TELLURIC_BOTTOM if row == 0 else (y - h) / height
+                    y = base * height + (row + 1) * h  # the label's top; it sits above its anchor
+                    label.orthoPos = base if row == 0 else (y - h) / height
                     y = height - y
                 label.setPos(x + 2, y)
 
