@@ -11,7 +11,8 @@ import json
 import pytest
 from PySide6.QtWidgets import QApplication
 
-from speco3.agent.tasks import load_task_file, question_for, task_from_dict, user_task_dir
+from speco3.agent.tasks import load_task_file, load_tasks, question_for, task_from_dict, user_task_dir
+from speco3.cli import main
 from speco3.engine.base import LoraAdapter
 from speco3.gui.lines import GENERIC, known_lines
 from speco3.gui.settings import AppSettings
@@ -103,6 +104,77 @@ def test_edit_keeps_an_edited_question_names_bad_fields_and_overwrites_its_own_f
     assert dlg2.isVisible() and "exists" in dlg2.error.text()
     assert load_task_file(folder / "be.json").target_class == "Be Star (classical)"
     dlg2.reject()
+
+
+def _outlined(dlg) -> set[str]:
+    return {name for name, widget in dlg._fields.items() if widget.styleSheet()}
+
+
+def test_a_new_task_shows_no_error_until_a_field_is_edited_or_save_is_pressed(qtbot, make_window):
+    _w, dlg = _editor(qtbot, make_window)
+    assert dlg.error.text() == "" and _outlined(dlg) == set()  # nothing typed yet: nothing is wrong
+    qtbot.keyClicks(dlg.id_edit, "Be")  # upper case: the id is bad, and edited
+    assert dlg.error_field() == "id" and _outlined(dlg) == {"id"}  # the class name, still empty, is not marked
+    dlg.id_edit.clear()
+    qtbot.keyClicks(dlg.id_edit, "be")
+    assert dlg.error.text() == "" and _outlined(dlg) == set()
+    qtbot.keyClicks(dlg.class_edit, "X")
+    dlg.class_edit.clear()  # edited, then emptied: marked
+    assert dlg.error_field() == "target_class" and _outlined(dlg) == {"target_class"}
+    dlg.reject()
+
+    dlg = make_window().open_task_editor(None)  # Save on the empty form: every bad field marked, nothing written
+    qtbot.waitUntil(dlg.isVisible)
+    dlg.lines.setRowCount(0)
+    dlg.add_line(None)  # an empty row (as New row adds): a third bad field
+    assert dlg.error.text() == "" and _outlined(dlg) == set()
+    dlg.buttons.button(dlg.buttons.StandardButton.Save).click()
+    assert dlg.isVisible() and not list(user_task_dir().glob("*.json"))
+    assert _outlined(dlg) == {"id", "target_class", "question", "lines"}  # the question follows the empty class
+    assert dlg.error_field() == "id" and len(dlg.error.text().splitlines()) == 4
+    assert "'target_class'" in dlg.error.text() and "'lines[0].name'" in dlg.error.text()
+    qtbot.keyClicks(dlg.id_edit, "be")  # fixed one by one: its mark goes, the others stay
+    assert _outlined(dlg) == {"target_class", "question", "lines"}
+    qtbot.keyClicks(dlg.class_edit, "Be Star")
+    assert _outlined(dlg) == {"lines"} and dlg.error_field() == "lines"
+    dlg.lines.setCurrentCell(0, 0)
+    dlg.remove_line.click()
+    assert dlg.error.text() == "" and _outlined(dlg) == set()
+    dlg.save()
+    assert not dlg.isVisible() and load_task_file(user_task_dir() / "be.json").target_class == "Be Star"
+
+
+def test_a_verbatim_text_task_is_edited_as_its_text_and_saved_so(qtbot, make_window, store_with_adapter):
+    _store, adapter = store_with_adapter
+    folder = user_task_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    text = ("Is this spectrum a **symbiotic star**?\n\nLook for a cool giant's TiO bands with He II 4686 and "
+            "Raman O VI 6825 emission.\n\nAnswer <answer>\\boxed{YES}</answer> or <answer>\\boxed{NO}</answer>.")
+    original = {"id": "symb", "target_class": "Symbiotic star", "question": "Symbiotic?", "text": text,
+                "lines": [{"name": "He II 4686", "wavelength": 4687.02, "kind": "emission"}],
+                "lora": f"{adapter.path}:0.5", "reviewed_by": "lsm"}
+    (folder / "symb.json").write_text(json.dumps(original), encoding="utf-8")
+    w, dlg = _editor(qtbot, make_window, "symb")
+    dlg.save()  # saved unchanged: the same file, in the text form
+    assert not dlg.isVisible() and json.loads((folder / "symb.json").read_text(encoding="utf-8")) == original
+    assert load_task_file(folder / "symb.json").text == text
+    dlg = w.open_task_editor(w.tasks["symb"])
+    assert dlg.verbatim and dlg.text_edit.isVisible() and dlg.text_edit.toPlainText() == text
+    assert not dlg.question.isVisible() and not dlg.primary.isVisible()  # its text stands in for these
+    assert dlg.preview.toPlainText() == text and dlg.error.text() == ""
+    dlg.text_edit.setPlainText("  \n")
+    assert dlg.error_field() == "text" and _outlined(dlg) == {"text"}
+    dlg.save()
+    assert dlg.isVisible() and json.loads((folder / "symb.json").read_text(encoding="utf-8")) == original
+    edited = text.replace("emission.", "emission, and Hα.\n")  # the user's text, trailing newline included
+    dlg.text_edit.setPlainText(edited)
+    dlg.save()
+    assert not dlg.isVisible()
+    raw = json.loads((folder / "symb.json").read_text(encoding="utf-8"))
+    assert raw == {**original, "text": edited}  # the text form, and every other field as the file had it
+    assert load_task_file(folder / "symb.json").text == edited
+    assert load_tasks()["symb"].text == edited == w.tasks["symb"].text
+    assert main(["tasks", "validate", str(folder / "symb.json")]) == 0
 
 
 @pytest.fixture
