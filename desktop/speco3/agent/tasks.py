@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any
 from speco3.agent.protocol import protocol_fingerprint
 from speco3.config import config_dir
 from speco3.engine.base import LoraAdapter
-from speco3.errors import TaskError
+from speco3.errors import Speco3Error, TaskError
 from speco3.fileio import write_text_atomic
 from speco3_base.errors import ModelFileError
 from speco3_models.adapters import AdapterInfo, read_adapter
@@ -254,6 +255,38 @@ def check_task_adapter(task: Task) -> AdapterInfo | None:
         return read_adapter(task.lora.path)
     except ModelFileError as exc:
         raise TaskError(f"{task.source}: field 'lora': {exc}") from exc
+
+
+#: The adapter choice that runs the base model alone, a task's own adapter off (``--lora none``; in the app the
+#: model box's "base only" entry).
+NO_LORA = "none"
+
+
+def run_adapters(chosen: Sequence[str], task: Task | None, *, server: bool = False) -> tuple[LoraAdapter, ...]:
+    """The LoRA adapters a run of ``task`` applies, for the command line and the app alike.
+
+    ``chosen``: the adapters the user chose (``--lora``'s ``FILE[:SCALE]`` specs; the app's model box entry): with
+    none chosen, the task's own (its file's ``lora``), else none; ``[NO_LORA]``: none, the base model. ``server``:
+    the model runs on a chat server, which loads its adapters itself — any adapter is refused then.
+
+    Raises
+    ------
+    Speco3Error
+        ``none`` given with adapter files, or adapters for a chat server.
+    """
+    specs = [s for s in chosen if s.strip()]
+    if any(s.strip().lower() == NO_LORA for s in specs):
+        if len(specs) > 1:
+            raise Speco3Error("--lora none runs the base model: give it alone, without adapter files")
+        return ()
+    adapters = tuple(LoraAdapter.parse(s) for s in specs) if specs else (
+        (task.lora,) if task is not None and task.lora is not None else ())
+    if adapters and server:
+        which = "--lora" if specs else f"task {task.id if task else '?'}'s adapter (its \"lora\" field)"
+        raise Speco3Error(f"{which} applies adapters in the local llama.cpp engine; a chat server (--server, the app's "
+                          "Model server) loads its adapters itself (llama-server --lora, vLLM --lora-modules); "
+                          "--lora none (the app: the model box's \"base only\" entry) runs without")
+    return adapters
 
 
 def question_for(target_class: str) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from speco3.agent.adaptive import DEFAULT_K_MAX
 from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED
 from speco3.agent.settings import DEFAULT_TOP_LOGPROBS, RolloutSettings, RunSettings
-from speco3.agent.tasks import Task
+from speco3.agent.tasks import Task, run_adapters
 from speco3.agent.tool import RenderFn
 from speco3.cli.server import open_server_engines, server_options
 from speco3.engine.base import Engine, EngineSettings, LoraAdapter, ModelInfo
@@ -103,20 +103,10 @@ def rollout_settings(args: argparse.Namespace) -> RolloutSettings:
                            args.min_answered)
 
 
-NO_LORA = "none"
-
-
 def lora_adapters(args: argparse.Namespace, task: Task | None = None) -> tuple[LoraAdapter, ...]:
-    """The adapters of a run: ``--lora``'s; without one, the task's own (its file's ``lora``); ``--lora none``:
-    none, the base model."""
-    specs = list(args.lora)
-    if any(s.strip().lower() == NO_LORA for s in specs):
-        if len(specs) > 1:
-            raise Speco3Error("--lora none runs the base model: give it alone, without adapter files")
-        return ()
-    if specs:
-        return tuple(LoraAdapter.parse(spec) for spec in specs)
-    return (task.lora,) if task is not None and task.lora is not None else ()
+    """The adapters of a run (`speco3.agent.tasks.run_adapters`): ``--lora``'s; without one, the task's own (its
+    file's ``lora``); ``--lora none``: none, the base model; refused with ``--server``."""
+    return run_adapters(args.lora, task, server=bool(args.server))
 
 
 def engine_settings(args: argparse.Namespace, task: Task | None = None) -> EngineSettings:
@@ -134,11 +124,6 @@ def engine_settings(args: argparse.Namespace, task: Task | None = None) -> Engin
     if args.max_tokens_per_turn:
         settings.max_tokens_per_turn = args.max_tokens_per_turn
     settings.lora = lora_adapters(args, task)
-    if settings.lora and args.server:
-        which = "--lora" if args.lora else f"task {task.id if task else '?'}'s adapter (its \"lora\" field)"
-        raise Speco3Error(f"{which} applies adapters in the local llama.cpp engine; a chat server (--server) loads "
-                          "its adapters itself (llama-server --lora, vLLM --lora-modules); --lora none runs "
-                          "without")
     return settings
 
 

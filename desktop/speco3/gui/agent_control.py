@@ -20,6 +20,10 @@ from PySide6.QtWidgets import QProgressBar, QPushButton
 
 from speco3.agent.adaptive import describe_use
 from speco3.agent.eta import format_eta
+from speco3.agent.tasks import NO_LORA, Task
+from speco3.engine.base import EngineSettings, LoraAdapter
+from speco3.engine.native import check_adapters
+from speco3.errors import Speco3Error
 from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectrum
 from speco3.gui.settings import SERVER_MODEL_ID
 from speco3.gui.vetting import VettingController, store_key
@@ -47,6 +51,19 @@ def installed_models() -> list[tuple[str, ...]]:
     except Exception as exc:
         log.warning("model store unavailable: %s", exc)
         return []
+
+
+def check_installed_adapters(model_id: str, adapters: tuple[LoraAdapter, ...]) -> None:
+    """Refuse adapters made for another base than the installed model ``model_id`` before a job is queued: the
+    check (and message) the engine makes when it loads them (`speco3.engine.native.check_adapters`, with the
+    store's digest of the model's text GGUF); nothing is checked for a model the store does not list."""
+    if not adapters:
+        return
+    from speco3_models.store import ModelStore
+
+    model = ModelStore().find(model_id)
+    if model is not None:
+        check_adapters(adapters, model.text.sha256, model.name)
 
 
 def _open_remote_engine(server: Any, engine_settings: Any):
@@ -90,8 +107,51 @@ class AgentController(QObject):
         panel.model_box.currentIndexChanged.connect(self._model_chosen)
 
     def _model_chosen(self, _index: int) -> None:
-        """The model box's adapter (none for a plain model) goes into the settings every run is built from."""
-        self.settings.lora = self.panel.lora()
+        """The model box's adapter choice goes into the settings every run is built from ("": none chosen, the
+        task's own; "none": the base only). A "base only" chosen for a task with an adapter is kept while a task
+        without one is shown (its box offers no such entry: the plain model is the same run)."""
+        chosen = self.panel.lora()
+        if chosen or self.settings.lora.strip().lower() != NO_LORA or self.panel.offers_base_only():
+            self.settings.lora = chosen
+        self.show_adapter()
+
+    def current_task(self) -> Task | None:
+        return self.tasks.get(self.panel.task_id())
+
+    def run_engine_settings(self, task: Task, model_id: str) -> EngineSettings:
+        """The engine settings of a run of ``task`` on ``model_id``, adapters resolved as the command line resolves
+        them (the model box's choice, else the task's own; `speco3.agent.tasks.run_adapters`) and checked against
+        the installed base. Raises `Speco3Error` with the command line's message (another base, a chat server)."""
+        es = self.settings.engine_settings(task, server=model_id == SERVER_MODEL_ID)
+        if model_id not in (SCRIPTED_LABEL, SERVER_MODEL_ID):
+            check_installed_adapters(model_id, es.lora)
+        return es
+
+    def show_adapter(self) -> None:
+        """Say in the agent panel which adapter the next run applies and where it comes from, or why it is
+        refused (an adapter made for another base, one for a chat server)."""
+        task, model_id = self.current_task(), self.panel.model_id()
+        if task is None or not model_id or model_id == SCRIPTED_LABEL:
+            self.panel.show_adapter("")
+            return
+        try:
+            adapters = self.run_engine_settings(task, model_id).lora
+        except Speco3Error as exc:
+            self.panel.show_adapter(f"⚠ not run: {exc}", refused=True)
+            return
+        names = ", ".join(Path(a.path).name + (f" (scale {a.scale:g})" if a.scale != 1 else "") for a in adapters)
+        own = task.lora is not None and adapters == (task.lora,) and not self.panel.lora()
+        if own:
+            text = (f"LoRA adapter {names} from task {task.id}'s file ({task.source}); "
+                    "“base only” in the model box runs without it")
+        elif adapters:
+            text = f"LoRA adapter {names}, chosen in the model box" + (
+                f" (task {task.id}'s own {Path(task.lora.path).name} is not used)" if task.lora is not None else "")
+        elif task.lora is not None:
+            text = f"base model only: task {task.id}'s adapter {Path(task.lora.path).name} is off"
+        else:
+            text = ""
+        self.panel.show_adapter(text)
 
     @staticmethod
     def _open_engine(model_id: str, engine_settings: Any):
@@ -111,21 +171,22 @@ class AgentController(QObject):
         store = self.vetting.store
         if store is None:
             return None
-        run = self.settings.run_settings()
+        run = self.settings.run_settings(task, server=model_id == SERVER_MODEL_ID)
         return Screening(store, task, self.inference.render,
                          trace_root=Path(self.settings.resolved_data_folder()) / "traces",
                          plan=None if model_id == SCRIPTED_LABEL else run.plan(), thresholds=run.thresholds(),
                          resume=resume)
 
-    def _job(self, entry: Any, screening: Screening, model_id: str, spectrum=None, batch: bool = False) -> AgentJob:
-        """A job of plain data: its engine factory binds the opener and values, never this controller or a widget
-        (the worker thread drops the job; a widget reachable from it would be destroyed there)."""
+    def _job(self, entry: Any, screening: Screening, model_id: str, es: EngineSettings, spectrum=None,
+             batch: bool = False) -> AgentJob:
+        """A job of plain data: its engine factory binds the opener and values (``es``: `run_engine_settings`),
+        never this controller or a widget (the worker thread drops the job; a widget reachable from it would be
+        destroyed there)."""
         item = VetItem.of_entry(entry, spectrum)
         task = screening.task
         if model_id == SCRIPTED_LABEL:  # the canned demo: one run, whatever K is set (its script never varies)
             return AgentJob(entry.key, item, screening, SCRIPTED_LABEL, partial(_demo_engine_for, spectrum, entry, task),
                             batch=batch, scripted=True)
-        es = self.settings.engine_settings()
         if model_id == SERVER_MODEL_ID:  # Settings → Model server: the model runs there
             server = self.settings.server_config()
             key = f"server|{server.url}|{server.model}|{sorted(es.to_dict().items())}"
@@ -149,11 +210,14 @@ class AgentController(QObject):
             self.message.emit("the agent is already running; cancel it first (Esc)")
             return None
         task = self._task(task_id)
+        es = self._checked_settings(task, model_id)
+        if es is None:
+            return None
         screening = self.screening(task, model_id, resume=False)  # asked for: run again even when done
         if screening is None:
             self.message.emit("open an archive first: runs are recorded in its vetting store")
             return None
-        job = self._job(entry, screening, model_id, spectrum=spectrum)
+        job = self._job(entry, screening, model_id, es, spectrum=spectrum)
         job_id = self.inference.submit(job)
         self.interactive_job = job_id
         self._jobs[job_id] = (entry, task)
@@ -166,6 +230,15 @@ class AgentController(QObject):
             self.message.emit("batch pre-screen pauses for this run and continues after it")
         return job_id
 
+    def _checked_settings(self, task: Task, model_id: str) -> EngineSettings | None:
+        """`run_engine_settings`, or None with the refusal said in the status bar and the agent panel."""
+        try:
+            return self.run_engine_settings(task, model_id)
+        except Speco3Error as exc:
+            self.message.emit(f"task {task.id} not run: {exc}")
+            self.panel.show_adapter(f"⚠ not run: {exc}", refused=True)
+            return None
+
     def cancel(self) -> None:
         if self.inference.cancel_current():
             self.message.emit("cancelling the agent run …")
@@ -177,6 +250,9 @@ class AgentController(QObject):
             self.message.emit("no model installed — batch pre-screen needs one")
             return 0
         task = self._task(task_id)
+        es = self._checked_settings(task, model_id)
+        if es is None:
+            return 0
         screening = self.screening(task, model_id, resume=skip_done)
         if screening is None:
             self.message.emit("open an archive first: the pre-screen is recorded in its vetting store")
@@ -192,7 +268,7 @@ class AgentController(QObject):
                 continue
             if check.state(store_key(entry), entry.path) == "done":
                 continue
-            jobs.append((self._job(entry, screening, model_id, batch=True), entry))
+            jobs.append((self._job(entry, screening, model_id, es, batch=True), entry))
         if not jobs:  # a batch of nothing never reported an end: its bar stayed at "0 / 1" with Pause and Cancel
             self.message.emit(f"nothing to pre-screen: every spectrum in the table (task {task.id}) is done, "
                               "unreadable or empty — change the filters or the task")

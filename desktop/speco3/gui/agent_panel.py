@@ -13,6 +13,7 @@ import html
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QIcon, QImage, QPixmap, QTextCursor
@@ -35,14 +36,20 @@ from PySide6.QtWidgets import (
 from speco3.agent.adaptive import STOP_FIXED, describe_use
 from speco3.agent.eta import format_eta
 from speco3.agent.steps import AssistantStep, Step, ToolStep, VerdictStep
-from speco3.agent.tasks import Task
+from speco3.agent.tasks import NO_LORA, Task
 from speco3.agent.trace import Trace
+from speco3.engine.base import LoraAdapter
+from speco3.errors import TaskError
 from speco3.gui.demo_session import SCRIPTED_LABEL
 
 log = logging.getLogger(__name__)
 
-#: Item-data role of the model box holding an entry's LoRA adapter ("" for the model alone).
+#: Item-data role of the model box holding an entry's adapter choice (`AppSettings.lora`): "" for a plain model
+#: entry (the task's own adapter when it has one, else none), "none" for "base only", else the adapter's path.
 LORA_ROLE = Qt.ItemDataRole.UserRole + 1
+#: What a model box entry adds when the task has an adapter of its own: it runs with it, or explicitly without.
+FROM_TASK = " + {name} (from the task)"
+BASE_ONLY = ", base only (without the task's adapter)"
 NO_MODEL_HELP = (
     "<b>No Spec-o3 model installed</b> — everything else works. Get one: <code>spec-o3 models pull spec-o3-7b</code> "
     "on a connected machine (then copy the data folder), <code>spec-o3 models import TEXT.gguf MMPROJ.gguf</code>, "
@@ -95,6 +102,12 @@ class AgentPanel(QWidget):
         self.notice = QLabel(objectName="agentNotice", wordWrap=True, textFormat=Qt.TextFormat.RichText)
         self.notice.setStyleSheet("font-size: 9pt; color: #444")
         self.status = QLabel("idle", objectName="agentStatus")
+        # which adapter the next run applies and where it comes from (the task file, the model box), or why the
+        # run is refused (an adapter made for another base): said before Run is pressed
+        self.adapter_note = QLabel(objectName="adapterNote", wordWrap=True, visible=False)
+        # user task files that could not be read: said where tasks are picked (their task is missing from the box)
+        self.task_warning = QLabel(objectName="taskWarning", visible=False)
+        self.task_warning.setStyleSheet("color: #a15c00; font-weight: bold")
         self.transcript = QTextBrowser(objectName="transcript", openLinks=False)
         self.zooms = QListWidget(objectName="zoomStrip")
         self.zooms.setViewMode(QListWidget.ViewMode.IconMode)
@@ -111,6 +124,7 @@ class AgentPanel(QWidget):
         row = QHBoxLayout()
         row.addWidget(QLabel("Task"))
         row.addWidget(self.task_box, 1)
+        row.addWidget(self.task_warning)
         row.addWidget(QLabel("Model"))
         row.addWidget(self.model_box, 2)
         buttons = QHBoxLayout()
@@ -119,6 +133,7 @@ class AgentPanel(QWidget):
         buttons.addWidget(self.status, 1)
         layout = QVBoxLayout(self)
         layout.addLayout(row)
+        layout.addWidget(self.adapter_note)
         layout.addLayout(buttons)
         layout.addWidget(self.notice)
         self.zooms_label = QLabel("Zooms (click: on the plot)")
@@ -168,34 +183,71 @@ class AgentPanel(QWidget):
         self._timer.timeout.connect(self._update_status)
 
     # -- configuration -------------------------------------------------------------------------------------------
-    def set_tasks(self, tasks: dict[str, Task], current: str | None = None) -> None:
+    def set_tasks(self, tasks: dict[str, Task], current: str | None = None,
+                  errors: Sequence[TaskError] = ()) -> None:
+        """The task box: the tasks, then, for each user task file that could not be read (``errors``), a disabled
+        entry naming the file (its reason in the tooltip, and in the ⚠ beside the box) — its task is missing."""
         self.task_box.blockSignals(True)
         self.task_box.clear()
         for task_id, task in tasks.items():
             self.task_box.addItem(f"{task_id} — {task.target_class}", task_id)
+        if errors:
+            self.task_box.insertSeparator(self.task_box.count())
+        model = self.task_box.model()
+        for exc in errors:
+            name = exc.path.name if exc.path is not None else "task file"
+            self.task_box.addItem(f"⚠ {name}: not read (hover for why)")
+            i = self.task_box.count() - 1
+            self.task_box.setItemData(i, str(exc), Qt.ItemDataRole.ToolTipRole)
+            item = model.item(i)  # a QStandardItemModel, the combo box's own
+            item.setEnabled(False)
         if current is not None and (i := self.task_box.findData(current)) >= 0:
             self.task_box.setCurrentIndex(i)
         self.task_box.blockSignals(False)
+        files = "file" if len(errors) == 1 else "files"
+        self.task_warning.setText(f"⚠ {len(errors)} task {files} not read" if errors else "")
+        self.task_warning.setToolTip("\n\n".join(
+            ["These user task files could not be read; their tasks are not in the box (spec-o3 tasks validate "
+             "says the same):"] + [str(exc) for exc in errors]))
+        self.task_warning.setVisible(bool(errors))
 
     def task_id(self) -> str:
         return self.task_box.currentData() or ""
 
     def set_models(self, models: Sequence[tuple[str, ...]], scripted_available: bool, current: str = "",
-                   current_lora: str | None = None) -> None:
+                   current_lora: str | None = None, task_lora: LoraAdapter | None = None) -> None:
         """``models``: (model id, display text) or (model id, display text, LoRA adapter spec) — a model with one
-        of its adapters (`installed_models`). The scripted demo entry is added when ``scripted_available``.
-        ``current``/``current_lora``: the entry to select (default: the one selected now)."""
+        of its adapters (`installed_models`). With ``task_lora`` (the current task's own adapter) a plain model's
+        entry says that it runs it ("+ cv-lora (from the task)") and a "base only" entry follows it (the choice
+        ``none``). The scripted demo entry is added when ``scripted_available``. ``current``/``current_lora``: the
+        entry to select (default: the one selected now; "base only" where none is offered: the plain model)."""
         previous = current or self.model_id()
         previous_lora = self.lora() if current_lora is None else current_lora
         self.model_box.blockSignals(True)
         self.model_box.clear()
-        for model_id, text, *lora in models:
+
+        def add(model_id: str, text: str, lora: str, tip: str = "") -> None:
             self.model_box.addItem(text, model_id)
-            self.model_box.setItemData(self.model_box.count() - 1, lora[0] if lora else "", LORA_ROLE)
+            self.model_box.setItemData(self.model_box.count() - 1, lora, LORA_ROLE)
+            if tip:
+                self.model_box.setItemData(self.model_box.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+
+        own = Path(task_lora.path).stem if task_lora is not None else ""
+        for model_id, text, *lora in models:
+            if lora:
+                add(model_id, text, lora[0], f"runs with the adapter {lora[0]}, whatever the task")
+            elif task_lora is not None:
+                add(model_id, text + FROM_TASK.format(name=own),
+                    "", f"runs with the task's own adapter {task_lora.path} (its file's \"lora\")")
+                add(model_id, text + BASE_ONLY, NO_LORA, "runs the model alone (as --lora none)")
+            else:
+                add(model_id, text, "")
         if scripted_available:
             self.model_box.addItem(f"⚠ {SCRIPTED_LABEL}", SCRIPTED_LABEL)
+        wanted = previous_lora.strip()
+        wanted = NO_LORA if wanted.lower() == NO_LORA else wanted
         chosen = next((i for i in range(self.model_box.count()) if self.model_box.itemData(i) == previous
-                       and (self.model_box.itemData(i, LORA_ROLE) or "") == previous_lora),
+                       and (self.model_box.itemData(i, LORA_ROLE) or "") == wanted),
                       self.model_box.findData(previous))
         self.model_box.setCurrentIndex(max(chosen, 0) if self.model_box.count() else -1)
         self.model_box.blockSignals(False)
@@ -212,8 +264,20 @@ class AgentPanel(QWidget):
         return self.model_box.currentData() or ""
 
     def lora(self) -> str:
-        """The LoRA adapter (``FILE[:SCALE]``) of the chosen model entry; "" for a model without one."""
+        """The adapter choice of the selected model entry (`LORA_ROLE`): "", "none" or an adapter's path."""
         return self.model_box.currentData(LORA_ROLE) or ""
+
+    def offers_base_only(self) -> bool:
+        """Whether the box has "base only" entries (the task has an adapter of its own)."""
+        return any(self.model_box.itemData(i, LORA_ROLE) == NO_LORA for i in range(self.model_box.count()))
+
+    def show_adapter(self, text: str, refused: bool = False) -> None:
+        """The line under the task and model boxes: which adapter the next run applies and where it comes from,
+        or (``refused``, in red) why it cannot run; hidden when empty."""
+        self.adapter_note.setText(text)
+        self.adapter_note.setStyleSheet("color: #b32d2d; font-weight: bold" if refused else "color: #1d5a8a")
+        self.adapter_note.setVisible(bool(text))
+        self._fit_height()
 
     @property
     def running(self) -> bool:

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from speco3 import __version__
 from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
+from speco3.errors import TaskError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
 from speco3.gui.agent_panel import AgentPanel
 from speco3.gui.archive_model import ArchiveTableModel
@@ -84,8 +85,8 @@ class MainWindow(QMainWindow):
 
         self.settings = settings or AppSettings.load()
         self.keymap = Keymap.from_settings(self.settings.keymap)  # conflicting/unknown keys -> defaults, warned
-        task_errors: list = []
-        self.tasks = load_tasks(errors=task_errors)
+        self.task_errors: list[TaskError] = []  # user task files not read: shown in the task box
+        self.tasks = load_tasks(errors=self.task_errors)
         self.index: Any = None
         self.archive_root: str | None = None
         self._last_export_dir: Path | None = None
@@ -138,14 +139,15 @@ class MainWindow(QMainWindow):
         self.mark_action.setToolTip("Mark the visible wavelength window as evidence (its label is typed in the "
                                     "decision panel)")
         self.addToolBar(self.evidence_toolbar)
-        self.agent_panel.set_tasks(self.tasks, self.settings.task if self.settings.task in self.tasks else None)
+        self.agent_panel.set_tasks(self.tasks, self.settings.task if self.settings.task in self.tasks else None,
+                                   self.task_errors)
         self.vetting.set_task(self.agent_panel.task_id())
         self.viewer.set_task(self.tasks.get(self.agent_panel.task_id()))
         self.refresh_models()
         self.key_filter = KeyFilter(self, self.keymap)
         self.key_filter.triggered.connect(self.trigger)
         QApplication.instance().installEventFilter(self.key_filter)
-        for err in task_errors:
+        for err in self.task_errors:
             self.show_message(f"task file skipped: {err}")
         if self.keymap.problems:
             self.show_message(f"keymap in {AppSettings.path()}: " + "; ".join(self.keymap.problems))
@@ -428,6 +430,7 @@ class MainWindow(QMainWindow):
         self.settings.task = task_id
         self.vetting.set_task(task_id)
         self.viewer.set_task(self.tasks.get(task_id))
+        self.refresh_models()  # the model box says whether the task's own adapter runs
 
     def _on_verdict(self, key: str) -> None:
         self.table_model.invalidate_states([key])
@@ -446,8 +449,9 @@ class MainWindow(QMainWindow):
             server = None
         if server is not None:  # Settings → Model server: offered first, and chosen
             models, current = [server, *models], server[0]
-        self.agent_panel.set_models(models, is_demo_spectrum(self.vetting.spectrum), current,
-                                    "" if server is not None else self.settings.lora)
+        task = self.tasks.get(self.agent_panel.task_id())
+        self.agent_panel.set_models(models, is_demo_spectrum(self.vetting.spectrum), current, self.settings.lora,
+                                    task.lora if task is not None else None)
 
     # -- decisions -----------------------------------------------------------------------------------------------
     def decide(self, decision: str) -> None:
@@ -598,10 +602,10 @@ class MainWindow(QMainWindow):
         return dlg
 
     def _task_saved(self, task) -> None:
-        errors: list = []
+        self.task_errors[:] = []
         self.tasks.clear()  # in place: the agent controller holds the same mapping
-        self.tasks.update(load_task_library(errors=errors))
-        self.agent_panel.set_tasks(self.tasks, task.id)
+        self.tasks.update(load_task_library(errors=self.task_errors))
+        self.agent_panel.set_tasks(self.tasks, task.id, self.task_errors)
         self._on_task(self.agent_panel.task_id())
         self.show_message(f"task {task.id} saved: {task.source}")
 

@@ -18,8 +18,9 @@ from speco3.agent.adaptive import DEFAULT_K_MAX
 from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED, Thresholds
 from speco3.agent.rollouts import ROLLOUT_TEMPERATURE, RolloutPlan
 from speco3.agent.settings import RolloutSettings, RunSettings
+from speco3.agent.tasks import Task, run_adapters
 from speco3.config import config_dir, data_dir
-from speco3.engine.base import DEFAULT_N_CTX, EngineSettings, LoraAdapter
+from speco3.engine.base import DEFAULT_N_CTX, EngineSettings
 from speco3.fileio import write_text_atomic
 from speco3.vetting.records import login_vetter
 
@@ -48,8 +49,12 @@ class AppSettings:
     model_id : str
         Model to run ("" = the first installed one).
     lora : str
-        LoRA adapter run with it (``FILE[:SCALE]``, as ``--lora``; "" = the model alone): the model box's
-        adapter entries (the store's adapters made for the model, `speco3.gui.agent_control.installed_models`).
+        The adapter the user chose in the model box, as ``--lora`` takes it: "" = none chosen (the task's own
+        adapter, its file's ``lora``, when it has one, else the model alone — as the command line without
+        ``--lora``); ``"none"`` (`speco3.agent.tasks.NO_LORA`) = the base model alone, a task's adapter off (the
+        "base only" entry); ``FILE[:SCALE]`` = that adapter (the store's adapters made for the model,
+        `speco3.gui.agent_control.installed_models`). `speco3.agent.tasks.run_adapters` resolves it, as for
+        the command line.
     task : str
         Task the agent panel and line markers start with.
     keymap : dict
@@ -169,21 +174,23 @@ class AppSettings:
     def resolved_data_folder(self) -> Path:
         return Path(self.data_folder).expanduser() if self.data_folder else data_dir()
 
-    def run_settings(self) -> RunSettings:
-        """The one settings object of a model run (`speco3.agent.settings.RunSettings`, as the command line builds
-        it): the user's engine choices (other fields keep the engine defaults) and rollouts (the rollout
-        temperature counts for K > 1 and auto; K = 1 is the greedy run; auto: up to ``max_rollouts``)."""
+    def run_settings(self, task: Task | None = None, *, server: bool = False) -> RunSettings:
+        """The one settings object of a model run of ``task`` (`speco3.agent.settings.RunSettings`, as the command
+        line builds it): the user's engine choices (other fields keep the engine defaults), the adapters
+        (`run_adapters`: the chosen one, else the task's own; ``server``: the Model server runs it, which takes
+        none) and rollouts (the rollout temperature counts for K > 1 and auto; K = 1 is the greedy run; auto: up
+        to ``max_rollouts``). A bad adapter choice raises `Speco3Error`."""
         engine = EngineSettings(n_ctx=self.n_ctx, n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
                                 image_max_tokens=self.image_max_tokens, kv_type=self.kv_type, n_seq=self.parallel,
-                                lora=(LoraAdapter.parse(self.lora),) if self.lora.strip() else ())
+                                lora=run_adapters([self.lora], task, server=server))
         k = self.max_rollouts if self.rollouts_auto else self.rollouts
         rollouts = RolloutSettings(k, self.rollout_temperature if k > 1 or self.rollouts_auto else None,
                                    min_agreement=self.min_agreement, min_answered=self.min_answered,
                                    auto=self.rollouts_auto)
         return RunSettings.of(engine, rollouts)
 
-    def engine_settings(self) -> EngineSettings:
-        return self.run_settings().engine
+    def engine_settings(self, task: Task | None = None, *, server: bool = False) -> EngineSettings:
+        return self.run_settings(task, server=server).engine
 
     def rollout_plan(self) -> RolloutPlan | None:
         """K sampled rollouts per spectrum (auto: an adaptive plan), or None for the single greedy run."""
