@@ -177,23 +177,6 @@ def test_a_verbatim_text_task_is_edited_as_its_text_and_saved_so(qtbot, make_win
     assert main(["tasks", "validate", str(folder / "symb.json")]) == 0
 
 
-@pytest.fixture
-def store_with_adapter(tiny_gguf, tmp_path):
-    """The model store (the test's data folder) with the tiny F32 and F16 pairs and an adapter made for F32."""
-    from speco3_base.fileio import sha256_file
-    from speco3_converters.lora import convert_lora
-    from speco3_models.store import ModelStore
-    from speco3_testkit.tinylora import make_random_lora
-
-    text, mmproj = tiny_gguf("F32")
-    store = ModelStore()
-    store.import_pair(text, mmproj, "tiny-f32", copy=False)
-    store.import_pair(*tiny_gguf("F16"), "tiny-f16", copy=False)
-    res = convert_lora(make_random_lora(tmp_path / "peft"), text, tmp_path / "cv-lora.gguf",
-                       base_sha256=sha256_file(text), base_name="tiny-f32")
-    return store, store.add_adapter(res.path)
-
-
 def test_model_box_lists_adapters_of_their_base_and_runs_the_chosen_one(qtbot, make_window, demo_archive,
                                                                         open_and_wait, engine_factory,
                                                                         store_with_adapter):
