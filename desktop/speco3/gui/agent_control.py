@@ -142,8 +142,7 @@ class AgentController(QObject):
         names = ", ".join(Path(a.path).name + (f" (scale {a.scale:g})" if a.scale != 1 else "") for a in adapters)
         own = task.lora is not None and adapters == (task.lora,) and not self.panel.lora()
         if own:
-            text = (f"LoRA adapter {names} from task {task.id}'s file ({task.source}); "
-                    "“base only” in the model box runs without it")
+            text = f"LoRA adapter {names} from task {task.id}'s file; “base only” in the model box runs without it"
         elif adapters:
             text = f"LoRA adapter {names}, chosen in the model box" + (
                 f" (task {task.id}'s own {Path(task.lora.path).name} is not used)" if task.lora is not None else "")
@@ -151,7 +150,8 @@ class AgentController(QObject):
             text = f"base model only: task {task.id}'s adapter {Path(task.lora.path).name} is off"
         else:
             text = ""
-        self.panel.show_adapter(text)
+        self.panel.show_adapter(text, tip="\n".join([f"task file: {task.source}", *(f"adapter: {a.path}" for a in adapters)])
+                                if text else "")
 
     @staticmethod
     def _open_engine(model_id: str, engine_settings: Any):

@@ -104,7 +104,8 @@ class AgentPanel(QWidget):
         self.status = QLabel("idle", objectName="agentStatus")
         # which adapter the next run applies and where it comes from (the task file, the model box), or why the
         # run is refused (an adapter made for another base): said before Run is pressed
-        self.adapter_note = QLabel(objectName="adapterNote", wordWrap=True, visible=False)
+        self.adapter_note = QLabel(objectName="adapterNote", wordWrap=True, visible=False,
+                                   textFormat=Qt.TextFormat.PlainText)
         # user task files that could not be read: said where tasks are picked (their task is missing from the box)
         self.task_warning = QLabel(objectName="taskWarning", visible=False)
         self.task_warning.setStyleSheet("color: #a15c00; font-weight: bold")
@@ -271,10 +272,11 @@ class AgentPanel(QWidget):
         """Whether the box has "base only" entries (the task has an adapter of its own)."""
         return any(self.model_box.itemData(i, LORA_ROLE) == NO_LORA for i in range(self.model_box.count()))
 
-    def show_adapter(self, text: str, refused: bool = False) -> None:
+    def show_adapter(self, text: str, refused: bool = False, tip: str = "") -> None:
         """The line under the task and model boxes: which adapter the next run applies and where it comes from,
         or (``refused``, in red) why it cannot run; hidden when empty."""
         self.adapter_note.setText(text)
+        self.adapter_note.setToolTip(tip)
         self.adapter_note.setStyleSheet("color: #b32d2d; font-weight: bold" if refused else "color: #1d5a8a")
         self.adapter_note.setVisible(bool(text))
         self._fit_height()
@@ -302,8 +304,19 @@ class AgentPanel(QWidget):
         self.compactChanged.emit(compact)
 
     def _fit_height(self) -> None:
-        """Folded, the panel is no higher than its controls and notes need; unfolded, as high as it is given."""
-        self.setMaximumHeight(self.sizeHint().height() if self.compact else 16777215)
+        """Folded, the panel is no higher than its controls and notes need at its width (a wrapped note, such as
+        an adapter's refusal, takes more lines when narrow); unfolded, as high as it is given."""
+        if not self.compact:
+            self.setMaximumHeight(16777215)
+            return
+        layout = self.layout()
+        at_width = layout.totalHeightForWidth(self.width()) if self.width() > 0 and layout.hasHeightForWidth() else -1
+        self.setMaximumHeight(max(at_width, self.sizeHint().height()))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        if self.compact and event.size().width() != event.oldSize().width():
+            self._fit_height()
 
     def clear(self) -> None:
         self.transcript.clear()
