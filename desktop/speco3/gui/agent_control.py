@@ -95,6 +95,7 @@ class AgentController(QObject):
         self.engine_opener = engine_opener or self._open_engine
         self.interactive_job: int | None = None
         self._jobs: dict[int, tuple[Any, Any]] = {}  # job id -> (entry, task)
+        self._adapter_checks: dict[tuple, str | None] = {}  # see `_check_adapters`
         self.batch_in_flight = 0  # batch items running together in slots
         inference.started_job.connect(self._started)
         inference.tokens.connect(panel.append_tokens)
@@ -123,9 +124,28 @@ class AgentController(QObject):
         them (the model box's choice, else the task's own; `speco3.agent.tasks.run_adapters`) and checked against
         the installed base. Raises `Speco3Error` with the command line's message (another base, a chat server)."""
         es = self.settings.engine_settings(task, server=model_id == SERVER_MODEL_ID)
-        if model_id not in (SCRIPTED_LABEL, SERVER_MODEL_ID):
-            check_installed_adapters(model_id, es.lora)
+        if model_id not in (SCRIPTED_LABEL, SERVER_MODEL_ID) and es.lora:
+            self._check_adapters(model_id, es.lora)
         return es
+
+    def _check_adapters(self, model_id: str, adapters: tuple[LoraAdapter, ...]) -> None:
+        """`check_installed_adapters`, its answer kept per model and adapter files as they are on disk (the model
+        box asks again at every spectrum; an adapter's header is read once, again when its file changes)."""
+        try:
+            stats = tuple((a.path, a.scale, st.st_size, st.st_mtime_ns)
+                          for a in adapters for st in (Path(a.path).stat(),))
+        except OSError:
+            check_installed_adapters(model_id, adapters)  # names the missing file
+            return
+        key = (model_id, stats)
+        if key not in self._adapter_checks:
+            try:
+                check_installed_adapters(model_id, adapters)
+                self._adapter_checks[key] = None
+            except Speco3Error as exc:
+                self._adapter_checks[key] = str(exc)
+        if (refusal := self._adapter_checks[key]) is not None:
+            raise Speco3Error(refusal)  # the check's message (a fresh error: no traceback kept growing)
 
     def show_adapter(self) -> None:
         """Say in the agent panel which adapter the next run applies and where it comes from, or why it is
