@@ -65,6 +65,7 @@ def test_the_task_adapter_runs_by_default_base_only_runs_without_and_the_choice_
     assert panel.task_id() == "be" and panel.model_id() == "tiny-f32" and panel.lora() == ""
     texts = [panel.model_box.itemText(i) for i in range(panel.model_box.count())]
     assert panel.model_box.currentText() == "tiny-f32 (F32) + be-lora (from the task)", texts
+    assert panel.model_box.toolTip().startswith("tiny-f32 (F32) + be-lora (from the task)\nruns with the task's own")
     assert "tiny-f32 (F32), base only (without the task's adapter)" in texts
     assert "tiny-f32 (F32) + cv-lora (scale 1.0)" in texts  # the store's adapter: still offered, explicitly
     assert panel.adapter_note.isVisibleTo(panel) and "be-lora.gguf from task be's file" in panel.adapter_note.text()

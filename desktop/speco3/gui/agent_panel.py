@@ -171,6 +171,10 @@ class AgentPanel(QWidget):
         self.zooms.itemClicked.connect(self._zoom_item_clicked)
         self.transcript.anchorClicked.connect(self._anchor_clicked)
         self.task_box.currentIndexChanged.connect(lambda _i: self.taskChanged.emit(self.task_id()))
+        # the box is narrower than "MODEL (QUANT) + ADAPTER (from the task)": its whole text on hover
+        self.model_box.currentIndexChanged.connect(lambda _i: self.model_box.setToolTip(
+            "\n".join(t for t in (self.model_box.currentText(),
+                                   self.model_box.currentData(Qt.ItemDataRole.ToolTipRole)) if t)))
         self._job: int | None = None
         self._zoom_windows: list[tuple[float, float, str]] = []
         self._t0 = 0.0
