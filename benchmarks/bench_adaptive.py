@@ -37,7 +37,9 @@ import random
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import _kit  # noqa: F401 - puts the test kit on sys.path
 from PIL import Image
@@ -62,6 +64,29 @@ NO_ANSWER = "<think>I cannot tell what this is"
 
 def cost(k: int, rounds: int) -> float:
     return 1.0 + EXTRA_ROLLOUT * (k - 1) + EXTRA_ROUND * (rounds - 1)
+
+
+PlanCost = Callable[[int, int], float]
+
+
+def measured_cost(check: list[dict]) -> PlanCost:
+    """A plan's cost (k rollouts in ``rounds`` rounds, in K=1 wall times) from measured runs: ``check`` is
+    `bench_parallel.py --auto --sections rollouts`'s ``cost_model_check`` (each run's k, rounds and wall_over_k1).
+    A measured plan costs what it measured; any other plan the model's cost times the measured/model ratio,
+    interpolated linearly in k between the measured plans (1 at k = 1) and held beyond the last."""
+    exact = {(r["k"], r["rounds"]): r["wall_over_k1"] for r in check}
+    ratio = sorted({1: 1.0, **{r["k"]: r["wall_over_k1"] / r["model"] for r in check
+                               if r["rounds"] == max(1, r["k"] // 2)}}.items())  # the default rule's plans
+
+    def plan_cost(k: int, rounds: int) -> float:
+        if (k, rounds) in exact or k == 1 and rounds == 1:
+            return exact.get((k, rounds), 1.0)
+        ks, fs = [a for a, _ in ratio], [b for _, b in ratio]
+        f = fs[-1] if k >= ks[-1] else next(fs[i] + (fs[i + 1] - fs[i]) * (k - ks[i]) / (ks[i + 1] - ks[i])
+                                             for i in range(len(ks) - 1) if ks[i] <= k <= ks[i + 1])
+        return cost(k, rounds) * f
+
+    return plan_cost
 
 
 @dataclass(frozen=True)
@@ -102,7 +127,8 @@ def engine_for(rollouts, logprobs: bool) -> ScriptedEngine:
                           settings=EngineSettings(top_logprobs=2 if logprobs else 0))
 
 
-def run_population(pop: Population, n: int, rule: AdaptiveRule, seed: int, checks: int) -> dict:
+def run_population(pop: Population, n: int, rule: AdaptiveRule, seed: int, checks: int,
+                   plan_cost: PlanCost = cost) -> dict:
     rng = random.Random(seed)
     png = io.BytesIO()
     Image.new("RGB", (112, 112), "white").save(png, "PNG")
@@ -110,6 +136,7 @@ def run_population(pop: Population, n: int, rule: AdaptiveRule, seed: int, check
     spectrum = make_spectrum()
     stats = Counter()
     stops: Counter = Counter()
+    plans: Counter = Counter()
     ks, costs = [], []
     kind_cost = {"clear": 0.0, "hard": 0.0}
     t0 = time.perf_counter()
@@ -128,7 +155,8 @@ def run_population(pop: Population, n: int, rule: AdaptiveRule, seed: int, check
                               RolloutPlan(k=K_FIXED))
             assert aggregate([s[-1] for s in fixed.steps]).outcomes == full.outcomes
         ks.append(group.k_used)
-        costs.append(cost(group.k_used, group.rounds))
+        costs.append(plan_cost(group.k_used, group.rounds))
+        plans[f"{group.k_used}/{group.rounds}"] += 1
         stops[group.stop_reason] += 1
         kind = "clear" if clear else "hard"
         stats[kind] += 1
@@ -147,7 +175,7 @@ def run_population(pop: Population, n: int, rule: AdaptiveRule, seed: int, check
         "clear_share": pop.clear_share, "clear_agreement": pop.clear_agreement, "hard_agreement": pop.hard_agreement,
         "kappa": pop.kappa, "failures": pop.failures, "logprobs": pop.logprobs, "spectra": n,
         "rollouts_mean": round(sum(ks) / n, 3), "cost_mean": round(sum(costs) / n, 3),
-        "cost_k8": round(cost(K_FIXED, 1), 3),
+        "cost_k8": round(plan_cost(K_FIXED, 1), 3),
         "cost_clear": round(kind_cost["clear"] / max(1, stats["clear"]), 3),
         "cost_hard": round(kind_cost["hard"] / max(1, stats["hard"]), 3),
         "stopped_at_one": round(stats["alone"] / n, 4),
@@ -156,7 +184,7 @@ def run_population(pop: Population, n: int, rule: AdaptiveRule, seed: int, check
         "clear": stats["clear"], "hard": stats["hard"],
         "abstained_auto": round(stats["auto_abstained"] / n, 4), "abstained_k8": round(stats["k8_abstained"] / n, 4),
         "wrong_auto": round(stats["auto_wrong"] / n, 4), "wrong_k8": round(stats["k8_wrong"] / n, 4),
-        "stops": dict(sorted(stops.items())), "seconds": round(time.perf_counter() - t0, 2),
+        "stops": dict(sorted(stops.items())), "plans": dict(sorted(plans.items())), "seconds": round(time.perf_counter() - t0, 2),
     }
 
 
@@ -180,7 +208,8 @@ GOAL_SHARE, GOAL_COST, GOAL_DIFFERS = 0.7, 1.5, 0.02
 
 
 def population_report(n: int, clear_agreement: float = 0.97, hard_agreements=(0.7, 0.85), kappas=(20.0, 2.0),
-                      failures: float = 0.02, seed: int = 0, lone_bars=LONE_BARS) -> dict:
+                      failures: float = 0.02, seed: int = 0, lone_bars=LONE_BARS,
+                      plan_cost: PlanCost = cost, measured: list[dict] | None = None) -> dict:
     """The benchmark's figures (also ``bench_parallel.py --auto``): ``populations`` under the default rule,
     ``lone`` (a first round of one rollout, `AdaptiveRule` ``k_min`` 1, at each bar in ``lone_bars``), ``tradeoff``
     (other settings at 70 % clear), ``goal`` (which rows meet it, and its ``floor``: the cost if every clear spectrum
@@ -191,12 +220,12 @@ def population_report(n: int, clear_agreement: float = 0.97, hard_agreements=(0.
         for hard in hard_agreements:
             for kappa in kappas:
                 pop = Population(share, clear_agreement, hard, kappa, failures)
-                rows.append(run_population(pop, n, rule, seed, checks=3))
+                rows.append(run_population(pop, n, rule, seed, checks=3, plan_cost=plan_cost))
                 for bar in lone_bars:
                     lone.append({"rule": f"k_min 1, alone {bar:g}",
-                                 **run_population(pop, n, AdaptiveRule(k_min=1, min_token_alone=bar), seed, checks=0)})
+                                 **run_population(pop, n, AdaptiveRule(k_min=1, min_token_alone=bar), seed, checks=0, plan_cost=plan_cost)})
         rows.append(run_population(Population(share, clear_agreement, hard_agreements[0], kappas[0], failures,
-                                              logprobs=False), n, rule, seed, checks=0))
+                                              logprobs=False), n, rule, seed, checks=0, plan_cost=plan_cost))
         print(f"{time.strftime('%H:%M:%S')} clear share {share:.0%} done", file=sys.stderr, flush=True)
     base = Population(GOAL_SHARE, clear_agreement, hard_agreements[0], kappas[0], failures)
     tradeoff = []
@@ -204,7 +233,7 @@ def population_report(n: int, clear_agreement: float = 0.97, hard_agreements=(0.
                      ("max_change 0.2", AdaptiveRule(max_change=0.2)), ("min_token 0.99", AdaptiveRule(min_token=0.99)),
                      ("k_min 1, alone 0.9", AdaptiveRule(k_min=1, min_token_alone=0.9)),
                      ("k_min 1, step 1", AdaptiveRule(k_min=1, step=1))):
-        tradeoff.append({"rule": label, **run_population(base, n, r, seed, checks=0)})
+        tradeoff.append({"rule": label, **run_population(base, n, r, seed, checks=0, plan_cost=plan_cost)})
     keys = ("hard_agreement", "kappa", "cost_mean", "differs_share")
     at_goal = [r for r in rows + lone if r["clear_share"] == GOAL_SHARE and r["logprobs"]]
     goal = {"target": "70 % clear: mean cost <= 1.5 x one greedy verdict, <= 2 % of decisions different from K=8",
@@ -221,9 +250,13 @@ def population_report(n: int, clear_agreement: float = 0.97, hard_agreements=(0.
               "goal floor at 70 % clear (every clear spectrum at cost 1, the hard ones as the default rule spends): "
               + ", ".join(f"a_hard {f['hard_agreement']:.2f} kappa {f['kappa']:g}: {f['floor']:.2f}"
                           for f in goal["floor"])]
-    return {"cost_model": {"extra_rollout": EXTRA_ROLLOUT, "extra_round": EXTRA_ROUND, "k8": cost(K_FIXED, 1),
-                           "k2_one_round": cost(2, 1), "k1_then_k2": cost(2, 2),
-                           "unit": "one greedy verdict (K=1) at 7B on the 2-core CPU of docs/design.md"},
+    model = {"extra_rollout": EXTRA_ROLLOUT, "extra_round": EXTRA_ROUND,
+             "unit": "one greedy verdict (K=1) at 7B on the 2-core CPU of docs/design.md"}
+    if measured is not None:
+        model = {"measured": measured, "unit": "one greedy verdict (K=1), wall times of the bench_parallel.py run given "
+                 "(other plans: the model's cost times the measured/model ratio interpolated in k)"}
+    return {"cost_model": {**model, "k8": round(plan_cost(K_FIXED, 1), 3), "k2_one_round": round(plan_cost(2, 1), 3),
+                           "k1_then_k2": round(plan_cost(2, 2), 3)},
             "populations": rows, "lone": lone, "tradeoff": tradeoff, "goal": goal, "tables": tables}
 
 
@@ -238,9 +271,14 @@ def main(argv=None) -> int:
     p.add_argument("--lone-bars", type=float, nargs="*", default=list(LONE_BARS),
                    help="token bars of a lone first rollout to try (k_min 1)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--measured", metavar="JSON",
+                   help="cost each plan from measured wall times instead of the cost model: the JSON report of "
+                        "bench_parallel.py --auto --sections rollouts (its auto.cost_model_check)")
     args = p.parse_args(argv)
+    measured = json.loads(Path(args.measured).read_text())["auto"]["cost_model_check"] if args.measured else None
     report = population_report(12 if args.quick else args.spectra, args.clear_agreement, args.hard_agreement,
-                               args.kappa, args.failures, args.seed, args.lone_bars)
+                               args.kappa, args.failures, args.seed, args.lone_bars,
+                               plan_cost=measured_cost(measured) if measured else cost, measured=measured)
     for table in report.pop("tables"):
         print(table, file=sys.stderr)
     print(json.dumps(report, indent=1))

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 import _kit  # puts the test kit on sys.path; model_pair
-from bench_adaptive import population_report
+from bench_adaptive import cost, population_report
 from bench_engine import QUICK_SIZES, SIZES, SYSTEM, TASK, make_images, tool_turn
 
 from speco3.engine.base import EngineSettings, Sampling
@@ -135,6 +135,20 @@ def rollouts_parallel(engine, images, k: int, max_tokens: int, window=None, roun
 #: ``--auto``: the rounds of ``--rollouts auto`` timed beside the fixed K (a random checkpoint cannot agree with
 #: itself, so the stop is scripted: the rounds are run as the rule would run them when it stops there).
 AUTO_RUNS = {"auto_stop_2": [2], "auto_stop_4": [2, 2], "auto_budget_8": [2, 2, 2, 2]}
+
+
+def cost_model_check(rollouts: dict) -> list[dict]:
+    """The measured wall (and CPU) time of each fixed K > 1 and each of auto's round plans, in units of K=1, beside
+    what `bench_adaptive.cost` (the population tables' cost model) says it costs: how far those tables' costs are
+    from this run's hardware."""
+    out = []
+    for name, row in rollouts.items():
+        part = row["parallel"]
+        k, n_rounds = sum(part["rounds"]), len(part["rounds"])
+        if k > 1:
+            out.append({"run": name, "k": k, "rounds": n_rounds, "model": round(cost(k, n_rounds), 3),
+                        "wall_over_k1": part["wall_over_k1"], "cpu_over_k1": part["cpu_over_k1"]})
+    return out
 
 
 def rollouts_sequential(engine, images, k: int, max_tokens: int) -> dict:
@@ -292,6 +306,8 @@ def main(argv=None) -> int:
                 for part in (row[key] for key in ("parallel", "parallel_distinct") if key in row):
                     part["wall_over_k1"] = round(part["wall_s"] / k1["wall_s"], 3) if k1 else None
                     part["cpu_over_k1"] = round(part["cpu_s"] / k1["cpu_s"], 3) if k1 else None
+            if auto is not None and k1:
+                auto["cost_model_check"] = cost_model_check(rollouts)
             decode = [_progress(f"decode n={n}", decode_rate(engine, images, n, max(args.max_tokens, 16)))
                       for n in (1, 2, 4, 8) if n <= n_seq and "decode" in sections]
             logprobs = (_progress("logprobs", logprob_cost(engine, images, max(args.max_tokens, 16)))

@@ -21,14 +21,18 @@ from PySide6.QtWidgets import QProgressBar, QPushButton
 from speco3.agent.adaptive import describe_use
 from speco3.agent.eta import format_eta
 from speco3.agent.tasks import NO_LORA, Task
+from speco3.engine import open_engine
 from speco3.engine.base import EngineSettings, LoraAdapter
 from speco3.engine.native import check_adapters
+from speco3.engine.remote import RemoteEngine
 from speco3.errors import Speco3Error
 from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectrum
 from speco3.gui.settings import SERVER_MODEL_ID
 from speco3.gui.vetting import VettingController, store_key
 from speco3.gui.workers import AgentJob, InferenceThread
 from speco3.vetting.screening import DoneCheck, Screening, VetItem
+from speco3_models.errors import ModelStoreError
+from speco3_models.store import ModelStore
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +42,14 @@ def installed_models() -> list[tuple[str, ...]]:
     LoRA adapters made for it (its base digest: `ModelStore.adapters`); empty when none (or the store is
     unreadable)."""
     try:
-        from speco3_models.store import ModelStore
-
         store = ModelStore()
         out: list[tuple[str, ...]] = []
         for m in store.list():
-            quant = getattr(m, "quant", None)
-            text = f"{m.name}" + (f" ({quant})" if quant else "")
+            text = f"{m.name}" + (f" ({m.quant})" if m.quant else "")
             out.append((m.name, text))
             out += [(m.name, f"{text} + {a.name} (scale 1.0)", str(a.path)) for a in store.adapters(m.name)]
         return out
-    except Exception as exc:
+    except (ModelStoreError, OSError) as exc:
         log.warning("model store unavailable: %s", exc)
         return []
 
@@ -59,8 +60,6 @@ def check_installed_adapters(model_id: str, adapters: tuple[LoraAdapter, ...]) -
     store's digest of the model's text GGUF); nothing is checked for a model the store does not list."""
     if not adapters:
         return
-    from speco3_models.store import ModelStore
-
     model = ModelStore().find(model_id)
     if model is not None:
         check_adapters(adapters, model.text.sha256, model.name)
@@ -68,8 +67,6 @@ def check_installed_adapters(model_id: str, adapters: tuple[LoraAdapter, ...]) -
 
 def _open_remote_engine(server: Any, engine_settings: Any):
     """The engine for the settings' "Model server" (loaded by the inference worker, like a local model)."""
-    from speco3.engine.remote import RemoteEngine
-
     return RemoteEngine(server, engine_settings)
 
 
@@ -175,8 +172,6 @@ class AgentController(QObject):
 
     @staticmethod
     def _open_engine(model_id: str, engine_settings: Any):
-        from speco3.engine import open_engine
-
         return open_engine(model_id, engine_settings, threaded=False, load=False)
 
     def _task(self, task_id: str):
