@@ -151,3 +151,24 @@ def store_with_adapter(tiny_gguf, tmp_path):
     res = convert_lora(make_random_lora(tmp_path / "peft"), text, tmp_path / "cv-lora.gguf",
                        base_sha256=sha256_file(text), base_name="tiny-f32")
     return store, store.add_adapter(res.path)
+
+
+@pytest.fixture
+def shown_viewer(qtbot):
+    """``shown_viewer(redshift)``: a 700×400 `SpectrumViewer` on screen with a smooth 3700–9100 Å spectrum."""
+    import numpy as np
+
+    from speco3.gui.viewer import SpectrumViewer
+    from speco3.spectra.model import Spectrum, SpectrumMeta
+
+    def make(redshift: float = 0.0) -> SpectrumViewer:
+        viewer = SpectrumViewer()
+        qtbot.addWidget(viewer)
+        viewer.resize(700, 400)
+        viewer.show()
+        w = np.linspace(3700, 9100, 3909)
+        viewer.set_spectrum(Spectrum(w, 100 + np.sin(w / 50), np.ones(w.size), meta=SpectrumMeta(redshift=redshift)))
+        qtbot.waitExposed(viewer)
+        return viewer
+
+    return make

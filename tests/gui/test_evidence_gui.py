@@ -149,22 +149,12 @@ def _evidence_label_rects(viewer):
     return [(item.label, item.label.sceneBoundingRect()) for item in viewer._evidence_items]
 
 
-def test_overlapping_windows_keep_every_label_readable_through_zoom_and_pan(qtbot):
+def test_overlapping_windows_keep_every_label_readable_through_zoom_and_pan(qtbot, shown_viewer):
     """Two overlapping windows: both labels shown, in separate rows, never covering each other, inside the plot
     also when the view starts inside a window (its left edge out of view)."""
-    import numpy as np
-
     from speco3.gui.labels import MarkerLabel
-    from speco3.gui.viewer import SpectrumViewer
-    from speco3.spectra.model import Spectrum, SpectrumMeta
 
-    viewer = SpectrumViewer()
-    qtbot.addWidget(viewer)
-    viewer.resize(700, 400)
-    viewer.show()
-    w = np.linspace(3700, 9100, 3909)
-    viewer.set_spectrum(Spectrum(w, 100 + np.sin(w / 50), np.ones(w.size), meta=SpectrumMeta(redshift=0.02)))
-    qtbot.waitExposed(viewer)
+    viewer = shown_viewer(0.02)
     viewer.set_evidence([Evidence(6500, 6620, "Hα emission"), Evidence(6540, 6700, "[N II] 6583"),
                          Evidence(8000, 8100, "far")])
     box = viewer.vb.sceneBoundingRect()

@@ -53,20 +53,9 @@ def test_cv_labels_do_not_collide_and_relayout_on_zoom(qtbot, demo_master):
     assert names == [ln.name for ln in builtin_tasks()["cv"].lines]
 
 
-def test_telluric_labels_stay_inside_the_plot(qtbot):
+def test_telluric_labels_stay_inside_the_plot(qtbot, shown_viewer):
     """The H₂O band from 8950 Å starts 150 Å before a LAMOST spectrum ends: its label must not run off the right."""
-    import numpy as np
-
-    from speco3.gui.viewer import SpectrumViewer
-    from speco3.spectra.model import Spectrum, SpectrumMeta
-
-    viewer = SpectrumViewer()
-    qtbot.addWidget(viewer)
-    viewer.resize(700, 400)
-    viewer.show()
-    w = np.linspace(3700, 9100, 3909)
-    viewer.set_spectrum(Spectrum(w, 100 + np.sin(w / 50), np.ones(w.size), meta=SpectrumMeta(redshift=0.0)))
-    qtbot.waitExposed(viewer)
+    viewer = shown_viewer(0.0)
     box = viewer.vb.sceneBoundingRect()
     last = viewer._telluric_labels[-1]
     assert last.isVisible() and last.format == "⊕ H₂O"
