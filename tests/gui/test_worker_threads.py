@@ -37,7 +37,8 @@ def test_agent_jobs_carry_no_qt_objects(qtbot, make_window, demo_archive, open_a
     task = w.agent._task("cv")
     for model_id in ("test-model", SCRIPTED_LABEL):
         screening = w.agent.screening(task, model_id, resume=False)
-        job = w.agent._job(w.vetting.entry, screening, model_id, spectrum=w.vetting.spectrum)
+        es = w.agent.run_engine_settings(task, model_id)  # as `run` and the batch build them
+        job = w.agent._job(w.vetting.entry, screening, model_id, es, spectrum=w.vetting.spectrum)
         assert qt_objects_reachable(job) == [], model_id
         assert job.engine_factory() is not None  # the factory still opens an engine
 
