@@ -7,11 +7,20 @@ store, the tiny model pair and an adapter converted for one of them); choosing o
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from PySide6.QtWidgets import QApplication
 
-from speco3.agent.tasks import load_task_file, load_tasks, question_for, task_from_dict, user_task_dir
+from speco3.agent.tasks import (
+    DEFAULT_OUTPUT_FORMAT,
+    load_task_file,
+    load_tasks,
+    question_for,
+    task_from_dict,
+    task_to_dict,
+    user_task_dir,
+)
 from speco3.cli import main
 from speco3.engine.base import LoraAdapter
 from speco3.gui.lines import GENERIC, known_lines
@@ -203,3 +212,24 @@ def test_model_box_lists_adapters_of_their_base_and_runs_the_chosen_one(qtbot, m
     w2.agent_panel.model_box.setCurrentIndex(1)
     assert w2.settings.lora == "" and w2.settings.run_settings().engine.lora == ()
     QApplication.processEvents()
+
+
+def test_saving_keeps_a_relative_adapter_path_as_the_file_wrote_it(qtbot, make_window, store_with_adapter):
+    """``"lora": "be-lora.gguf:1.0"`` (relative to the task's folder) survives an unchanged save as written: the
+    task folder can move or be shared and still find its adapter."""
+    _store, adapter = store_with_adapter
+    folder = user_task_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(adapter.path, folder / "be-lora.gguf")
+    original = {"id": "be", "target_class": "Be star", "question": "Is this spectrum a **Be star**?",
+                "primary_indicators": ["Hα emission"], "secondary_indicators": [],
+                "output_format": DEFAULT_OUTPUT_FORMAT, "lines": [], "lora": "be-lora.gguf:1.0"}
+    (folder / "be.json").write_text(json.dumps(original), encoding="utf-8")
+    w, dlg = _editor(qtbot, make_window, "be")
+    assert dlg.adapter.text() == "be-lora.gguf:1.0"
+    dlg.save()
+    assert not dlg.isVisible() and json.loads((folder / "be.json").read_text(encoding="utf-8")) == original
+    assert load_task_file(folder / "be.json").lora.path == str(folder / "be-lora.gguf")
+    # copied to another folder (tasks new --from, a built-in's copy), the resolved path goes with it
+    other = task_to_dict(load_task_file(folder / "be.json"), folder / "elsewhere")
+    assert other["lora"] == str(folder / "be-lora.gguf")

@@ -80,6 +80,7 @@ class Task:
     verbatim_text: str | None = None
     source: str = "builtin"
     lora: LoraAdapter | None = None  # the task's adapter (path resolved against the task file's folder)
+    lora_spec: str | None = field(default=None, compare=False, hash=False)  # its ``lora`` as the file wrote it
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -184,7 +185,9 @@ def task_from_dict(d: Any, where: str, base_dir: str | Path | None = None) -> Ta
         primary_indicators=_strings(d, "primary_indicators", where),
         secondary_indicators=_strings(d, "secondary_indicators", where),
         output_format=output_format, lines=tuple(lines), verbatim_text=text, source=where,
-        lora=_lora(d, where, Path(base_dir) if base_dir is not None else None), extra={k: v for k, v in d.items() if k not in known},
+        lora=_lora(d, where, Path(base_dir) if base_dir is not None else None),
+        lora_spec=d["lora"] if isinstance(d.get("lora"), str) else None,
+        extra={k: v for k, v in d.items() if k not in known},
     )
 
 
@@ -294,8 +297,10 @@ def question_for(target_class: str) -> str:
     return QUESTION_TEMPLATE.format(target_class=target_class.strip())
 
 
-def task_to_dict(task: Task) -> dict[str, Any]:
-    """A task as its file holds it (``lora`` as the resolved path, a scale other than 1 appended)."""
+def task_to_dict(task: Task, folder: str | Path | None = None) -> dict[str, Any]:
+    """A task as its file holds it. ``lora``: as the file wrote it when the task is to be written in ``folder`` and
+    that is its file's folder (a relative path stays relative to it); else the resolved path, a scale other than 1
+    appended."""
     out: dict[str, Any] = {"id": task.id, "target_class": task.target_class, "question": task.question,
                            "primary_indicators": list(task.primary_indicators),
                            "secondary_indicators": list(task.secondary_indicators),
@@ -305,7 +310,10 @@ def task_to_dict(task: Task) -> dict[str, Any]:
     if task.verbatim_text is not None:
         out["text"] = task.verbatim_text
     if task.lora is not None:
-        out["lora"] = task.lora.path + (f":{task.lora.scale:g}" if task.lora.scale != 1 else "")
+        same_folder = folder is not None and task.source != "builtin" and \
+            Path(task.source).parent.resolve() == Path(folder).resolve()
+        out["lora"] = task.lora_spec if same_folder and task.lora_spec is not None else \
+            task.lora.path + (f":{task.lora.scale:g}" if task.lora.scale != 1 else "")
     return {**out, **task.extra}
 
 

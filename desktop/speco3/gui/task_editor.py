@@ -196,7 +196,7 @@ class TaskEditor(QDialog):
 
     # -- content -------------------------------------------------------------------------------------------------
     def _fill(self, task: Task) -> None:
-        d = task_to_dict(task)
+        d = task_to_dict(task, self.folder)
         self.id_edit.setText(task.id)
         self.class_edit.setText(task.target_class)
         self.question.setPlainText(task.question)

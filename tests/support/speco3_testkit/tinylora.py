@@ -9,6 +9,7 @@ mapping bug).
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -69,3 +70,19 @@ def make_random_lora(out_dir: str | Path, *, r: int = 8, alpha: float = 16.0, ta
 
 def _matches(pattern: str, key: str) -> bool:
     return re.match(rf"(.*\.)?({pattern})$", key) is not None
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """``python -m speco3_testkit.tinylora DIR``: write a random PEFT LoRA folder for the tiny checkpoint of
+    ``speco3_testkit.tinymodel`` (its effect is noise: it tries the adapter path — convert-lora, a task's "lora",
+    the app's model box — without a trained adapter)."""
+    parser = argparse.ArgumentParser(prog="python -m speco3_testkit.tinylora", description=_main.__doc__)
+    parser.add_argument("out", help="PEFT folder to write")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    print(make_random_lora(args.out, seed=args.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
