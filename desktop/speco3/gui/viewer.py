@@ -38,7 +38,8 @@ from speco3.gui.lines import (
     mask_runs,
     vac_to_air,
 )
-from speco3.spectra.model import ERROR_SPECTRUM_NOTE, Frame, Spectrum, to_frame
+from speco3.render.layout import nonsingular
+from speco3.spectra.model import ERROR_SPECTRUM_NOTE, Frame, Spectrum, to_frame, within_limits
 from speco3.vetting.records import Evidence
 
 log = logging.getLogger(__name__)
@@ -236,8 +237,9 @@ class SpectrumViewer(QWidget):
 
     def reset_zoom(self) -> None:
         self._clear_highlight()
-        if self._x.size:
-            self.vb.setXRange(float(np.nanmin(self._x)), float(np.nanmax(self._x)), padding=0.01)
+        x = self._x[within_limits(self._x)]
+        if x.size:  # a single wavelength, or one repeated, gets matplotlib's widening instead of a zero-width range
+            self.vb.setXRange(*nonsingular(float(x.min()), float(x.max())), padding=0.01)
 
     def zoom(self, factor: float) -> None:
         """Zoom in (factor < 1) or out (factor > 1) about the centre of the visible range."""
@@ -344,8 +346,9 @@ class SpectrumViewer(QWidget):
             self._draw_masks()
             return
         x = s.rest_wavelength() if self.frame == "rest" else s.wavelength
-        good = s.good
+        good = s.good & within_limits(x, s.flux)  # beyond ±1e150 (a spectrum not from a reader) counts as bad
         y, sig = boxcar(s.flux, good, self.smoothing, s.ivar)
+        x = np.where(within_limits(x), x, np.nan)
         self._x, self._y = x, y
         self._sig = sig if sig is not None else np.empty(0)
         self.curve.setData(x, y, connect="finite")
