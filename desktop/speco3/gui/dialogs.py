@@ -44,14 +44,16 @@ log = logging.getLogger(__name__)
 
 
 def run_export(store, path: str | Path, fmt: str, task: str | None = None) -> Path:
-    """Write ``store`` as CSV / VOTable / FITS table or the HTML audit report (atomic writes)."""
+    """Write ``store`` as CSV / VOTable / FITS table or the HTML audit report (atomic writes).
+
+    The save dialog has asked before an existing file is replaced; the store itself is refused all the same."""
     if fmt == "html":
         from speco3.vetting.report import write_report
 
-        return write_report(store, path, task=task)
+        return write_report(store, path, task=task, overwrite=True)
     from speco3.vetting.export import export
 
-    return export(store, path, fmt=fmt, task=task)
+    return export(store, path, fmt=fmt, task=task, overwrite=True)
 
 
 class _Job(BackgroundTask):

@@ -14,6 +14,7 @@ Every file is written atomically: to a temporary file beside the target, then ``
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -158,9 +159,42 @@ def rows_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str,
     return table
 
 
-def export(store: VettingStore, path: str | Path, fmt: str | None = None, task: str | None = None) -> Path:
-    """Write the export table as ``csv``, ``votable`` or ``fits`` (default: from the file extension)."""
-    path = Path(path)
+def check_target(store: VettingStore, path: str | Path, *, overwrite: bool = False) -> Path:
+    """Refuse to write an export where it would destroy something: the store being read (the same file by inode,
+    however it is spelled, or its ``-wal``/``-shm``/``-journal`` companions) always, any other existing file unless
+    ``overwrite`` (the CLI's ``--force``; the app asks first). Returns ``path``.
+
+    Raises
+    ------
+    StoreError
+        Naming the target and what it is.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        return path
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        own = Path(f"{store.path}{suffix}")
+        try:
+            same = own.exists() and os.path.samefile(path, own)
+        except OSError:
+            same = False
+        if same:
+            raise StoreError(f"{path}: is the vetting store being exported{' (' + suffix[1:] + ' file)' if suffix else ''}; "
+                             "refusing to overwrite it (choose another output file)")
+    if path.is_dir():
+        raise StoreError(f"{path}: is a folder; give a file name")
+    if not overwrite:
+        raise StoreError(f"{path}: already exists; give --force to replace it")
+    return path
+
+
+def export(store: VettingStore, path: str | Path, fmt: str | None = None, task: str | None = None, *,
+           overwrite: bool = False) -> Path:
+    """Write the export table as ``csv``, ``votable`` or ``fits`` (default: from the file extension), atomically.
+
+    An existing file is replaced only with ``overwrite``, and never when it is the store itself (`check_target`).
+    """
+    path = check_target(store, path, overwrite=overwrite)
     if fmt is None:
         ext = path.suffix.lower().lstrip(".")
         fmt = {"csv": "csv", "xml": "votable", "vot": "votable", "votable": "votable", "fits": "fits",

@@ -24,7 +24,7 @@ from speco3 import __version__
 from speco3.agent.steps import AssistantStep, PromptStep, ToolStep
 from speco3.agent.trace import Trace, TraceError
 from speco3.errors import StoreError
-from speco3.vetting.export import export_rows, write_atomic
+from speco3.vetting.export import check_target, export_rows, write_atomic
 from speco3.vetting.records import flag_words, now_iso
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 
@@ -222,9 +222,13 @@ def write_report(
     task: str | None = None,
     embed_images: bool = True,
     title: str | None = None,
+    overwrite: bool = False,
 ) -> Path:
-    """Write the HTML audit report of ``store`` (atomically) to :func:`report_path` of ``path``; return where it went."""
-    path = report_path(path)
+    """Write the HTML audit report of ``store`` (atomically) to :func:`report_path` of ``path``; return where it went.
+
+    An existing report is replaced only with ``overwrite``, and never when it is the store itself (`check_target`).
+    """
+    path = check_target(store, report_path(path), overwrite=overwrite)
     images = _Images(path, embed_images)
     rows = export_rows(store, task)
     entries = [_entry(r, images, store) for r in rows]
