@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from speco3 import __version__
 from speco3.agent.confidence import Confidence
+from speco3.errors import StoreError
 from speco3.spectra.model import to_frame
 
 DECISIONS = ("YES", "NO", "UNSURE")
@@ -223,9 +224,31 @@ def evidence_json(evidence: Sequence[Evidence]) -> str:
     return json.dumps([e.to_list() for e in evidence], ensure_ascii=False)
 
 
-def evidence_from_json(text: str | None) -> list[Evidence]:
+def stored_json(text: str | None, default: Any, where: str) -> Any:
+    """A JSON column as stored (``default`` for NULL or ''); damaged JSON, or a value of another JSON type than
+    ``default``'s (when that is a list or an object), raises `StoreError` naming ``where`` (store, table, row and
+    column), so that a command says it in one line instead of a traceback."""
+    if not text:
+        return default
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser recurses
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise StoreError(f"{where}: damaged store: not valid JSON ({why})") from exc
+    if isinstance(default, list | dict) and not isinstance(value, type(default)):
+        raise StoreError(f"{where}: damaged store: expected a JSON {'list' if isinstance(default, list) else 'object'},"
+                         f" got {type(value).__name__}")
+    return value
+
+
+def evidence_from_json(text: str | None, where: str = "evidence") -> list[Evidence]:
     """Stored evidence (JSON list of ``[lo, hi, label]``); NULL (rows written before schema 4) reads as none."""
-    return [Evidence.from_list(item) for item in json.loads(text)] if text else []
+    items = stored_json(text, [], where)
+    try:
+        out = [Evidence.from_list(item) for item in items]
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"{where}: damaged store: not a list of [lo, hi, label] windows ({exc})") from exc
+    return out
 
 
 @dataclass
