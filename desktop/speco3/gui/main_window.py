@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QInputDialog,
+    QLabel,
     QMainWindow,
     QMessageBox,
     QPushButton,
@@ -28,7 +29,7 @@ from PySide6.QtWidgets import (
 from speco3 import __version__
 from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
-from speco3.errors import TaskError
+from speco3.errors import Speco3Error, TaskError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
 from speco3.gui.agent_panel import AgentPanel
 from speco3.gui.archive_model import ArchiveTableModel
@@ -206,6 +207,10 @@ class MainWindow(QMainWindow):
         self.batch_bar = self.batch.bar
         for w in (self.batch.bar, self.batch.pause, self.batch.cancel):
             self.statusBar().addPermanentWidget(w)
+        self.unsaved_label = QLabel("Decisions are not saved: the data folder is read-only (Settings)", self)
+        self.unsaved_label.setStyleSheet("color: #b00020; font-weight: bold")
+        self.unsaved_label.setVisible(False)
+        self.statusBar().addPermanentWidget(self.unsaved_label)
 
     def _connect(self) -> None:
         self.archive.openRequested.connect(self.choose_archive)
@@ -327,7 +332,7 @@ class MainWindow(QMainWindow):
         self.index = ArchiveIndex.for_root(root)
         self.archive_root = root
         try:
-            self.vetting.open_store(store_path_for(root, self.settings.resolved_data_folder()), root)
+            unsaved = self.vetting.open_store(store_path_for(root, self.settings.resolved_data_folder()), root)
         except Exception as exc:
             self.show_error(f"cannot open the vetting store: {exc}")
             return
@@ -337,6 +342,7 @@ class MainWindow(QMainWindow):
         self.stack.setCurrentWidget(self.viewer)
         n = self.index.count()
         self.show_message(archive_summary(self.index.summary(), self.index.count(usable=False), root))
+        self._show_unsaved(unsaved)  # after the summary: the warning is what the status bar shows
         self.settings.last_archive = root
         self._save_settings()
         if n:
@@ -586,6 +592,7 @@ class MainWindow(QMainWindow):
             self.samp.toggle.setChecked(self.settings.samp_enabled)  # connects or disconnects as chosen
             self.refresh_models()  # the model server entry comes and goes with its URL
             self._save_settings()
+            self._store_place_changed()
 
     def new_task(self) -> None:
         self.open_task_editor(None)
@@ -608,6 +615,29 @@ class MainWindow(QMainWindow):
         self.agent_panel.set_tasks(self.tasks, task.id, self.task_errors)
         self._on_task(self.agent_panel.task_id())
         self.show_message(f"task {task.id} saved: {task.source}")
+
+    def _show_unsaved(self, reason: str | None) -> None:
+        """Say, and keep saying in the status bar, that decisions live in memory only (`VettingController.open_store`
+        fell back to it because the data folder is read-only); nothing when ``reason`` is None."""
+        self.unsaved_label.setVisible(reason is not None)
+        if reason is not None:
+            self.show_error(f"{reason}.\n\nYou can browse and vet, but decisions are kept in memory only and are lost "
+                            "when the app closes, until you choose a data folder you can write to (Settings).")
+
+    def _store_place_changed(self) -> None:
+        """After Settings: a session kept in memory moves to the newly chosen data folder (its decisions with it)."""
+        store = self.vetting.store
+        if store is None or not store.is_in_memory or not self.archive_root:
+            return
+        try:
+            unsaved = self.vetting.move_store(store_path_for(self.archive_root, self.settings.resolved_data_folder()),
+                                              self.archive_root)
+        except Speco3Error as exc:
+            self.show_error(str(exc))
+            return
+        self._show_unsaved(unsaved)
+        if unsaved is None:
+            self.show_message(f"decisions are now saved in {self.vetting.store.path}")
 
     # -- misc ----------------------------------------------------------------------------------------------------
     def show_message(self, text: str) -> None:

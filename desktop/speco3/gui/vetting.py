@@ -19,14 +19,14 @@ from typing import Any
 
 from PySide6.QtCore import QItemSelectionModel, QObject, QTimer, Signal
 
-from speco3.errors import Speco3Error, SpectrumReadError
+from speco3.errors import Speco3Error, SpectrumReadError, StoreError
 from speco3.gui.archive_model import ArchiveTableModel
 from speco3.gui.demo_session import SCRIPTED_LABEL
 from speco3.gui.prefetch import SpectrumCache
 from speco3.spectra.index import IndexEntry
 from speco3.spectra.model import Spectrum
 from speco3.vetting.records import Decision, Evidence, ModelVerdict, Notes, SpectrumInfo, model_evidence
-from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
+from speco3.vetting.store import ARCHIVE_ROOT_STATE, ReadOnlyStoreError, VettingStore
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +88,39 @@ class VettingController(QObject):
         model.modelReset.connect(self._follow_current)
 
     # -- store ---------------------------------------------------------------------------------------------------
-    def open_store(self, path: Path, archive_root: str | None = None) -> None:
+    def open_store(self, path: Path, archive_root: str | None = None) -> str | None:
+        """Open the store of this session at ``path``.
 
+        When that place is read-only (`ReadOnlyStoreError`), the session goes on with a store kept in memory, so
+        that the archive can still be browsed and vetted, and the reason is returned (the window says that decisions
+        are not kept until another data folder is chosen; `move_store` then writes them there). Else None.
+        """
         self.close_store()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.store = VettingStore(path)
-        log.info("vetting store %s", path)
+        unsaved = None
+        try:
+            self.store = VettingStore(path)
+        except ReadOnlyStoreError as exc:
+            log.warning("%s; keeping decisions in memory", exc)
+            unsaved = str(exc)
+            self.store = VettingStore.in_memory()
+        log.info("vetting store %s", self.store.path)
         if archive_root is not None:
             self.store.set_state(ARCHIVE_ROOT_STATE, str(archive_root))  # reports are titled by it
+        return unsaved
+
+    def move_store(self, path: Path, archive_root: str | None = None) -> str | None:
+        """Leave a store kept in memory for the file ``path``: what it holds is written there when ``path`` does not
+        exist yet. When it does, and the memory holds decisions or notes, `StoreError` says so and the memory store
+        stays open (nothing is lost unseen). Returns what `open_store` returns."""
+        store = self.store
+        if store is not None and store.is_in_memory:
+            self.leaving.emit()  # the decision panel's pending notes go into the store first
+            if not path.exists():
+                store.copy_to(path)
+            elif store.decisions() or store.annotations():
+                raise StoreError(f"{path}: a store exists there already; the decisions made since the app started "
+                                 "are kept in memory only (choose a data folder without a store for this archive)")
+        return self.open_store(path, archive_root)
 
     def bind_notes(self, panel: Any) -> None:
         """Store the decision panel's flags, comment and evidence as they change, and flush its pending edit on

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -33,6 +34,7 @@ from speco3.vetting.records import (
     evidence_from_json,
     evidence_json,
     now_iso,
+    stored_json,
 )
 from speco3.vetting.schema import (
     SCHEMA_VERSION,
@@ -50,6 +52,31 @@ RETRY_OUTCOMES = ("cancelled", "engine_error")
 
 #: State key naming the archive folder a store vets (set by the app and `spec-o3 vet`; reports are titled by it).
 ARCHIVE_ROOT_STATE = "archive_root"
+
+
+class ReadOnlyStoreError(StoreError):
+    """The store cannot be written where it is: its file or its folder is read-only (the app then keeps the session
+    in memory until the user chooses another place)."""
+
+
+def read_only_place(path: Path) -> str | None:
+    """Why a store at ``path`` cannot be written (the file, or the nearest existing folder above it, is read-only,
+    or on a read-only file system), else None. A store needs its folder writable too: SQLite keeps its journal
+    files beside the store."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        ro_fs = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        ro_fs = False
+    if ro_fs:
+        return f"{folder} is on a read-only file system; choose a folder you can write to"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "the store file is read-only; choose a file you can write to"
+    if not os.access(folder, os.W_OK):
+        return f"the folder {folder} is read-only; choose a folder you can write to"
+    return None
 
 
 class VettingStore:
@@ -72,6 +99,13 @@ class VettingStore:
                 if not self.path.is_file():
                     raise StoreError(f"{self.path}: no such vetting store")
                 uri = f"file:{self.path.resolve().as_posix()}?mode=ro"
+                if read_only_place(self.path):  # SQLite cannot make its shared-memory file beside it
+                    wal = Path(f"{self.path}-wal")
+                    if wal.exists() and wal.stat().st_size:
+                        raise StoreError(f"{self.path}: is in a read-only place with unmerged changes in {wal.name} "
+                                         "(it was not closed); copy the store and its -wal file to a folder you "
+                                         "can write to and read the copy")
+                    uri += "&immutable=1"  # nothing can change it there, and it holds everything (no -wal)
                 self._db = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False, isolation_level=None)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,8 +113,14 @@ class VettingStore:
             self._db.row_factory = sqlite3.Row
             self._init()
         except sqlite3.DatabaseError as exc:
+            why = None if readonly else read_only_place(self.path)
+            if why:
+                raise ReadOnlyStoreError(f"{self.path}: cannot write the vetting store there: {why}") from exc
             raise StoreError(f"{self.path}: not a usable vetting store ({exc})") from exc
         except OSError as exc:
+            why = None if readonly else read_only_place(self.path)
+            if why:
+                raise ReadOnlyStoreError(f"{self.path}: cannot write the vetting store there: {why}") from exc
             raise StoreError(f"{self.path}: cannot open ({exc.strerror or exc})") from exc
 
     def _init(self) -> None:
@@ -207,18 +247,22 @@ class VettingStore:
         out = []
         for row in rows:
             d = dict(row)
-            d["windows"] = json.loads(d["windows"] or "[]")
+            d["windows"] = stored_json(d["windows"], [], self._where("rollouts", d, "windows"))
             out.append(RolloutRecord(**d))
         return out
 
-    @staticmethod
-    def _verdict(row: sqlite3.Row) -> ModelVerdict:
+    def _where(self, table: str, d: dict[str, Any], column: str) -> str:
+        """What a message about a damaged value names: the store, the table, the row and the column."""
+        row = d["id"] if d.get("id") is not None else repr(d.get("spectrum_key", "?"))
+        return f"{self.path}: {table} row {row}, column {column}"
+
+    def _verdict(self, row: sqlite3.Row) -> ModelVerdict:
         d = dict(row)
-        d["engine_settings"] = json.loads(d["engine_settings"] or "{}")
+        d["engine_settings"] = stored_json(d["engine_settings"], {}, self._where("model_verdicts", d, "engine_settings"))
         if d.get("abstained") is not None:
             d["abstained"] = bool(d["abstained"])
         if d.get("outcomes") is not None:
-            d["outcomes"] = json.loads(d["outcomes"])
+            d["outcomes"] = stored_json(d["outcomes"], None, self._where("model_verdicts", d, "outcomes"))
         return ModelVerdict(**d)
 
     def latest_model_verdict(self, key: str, task: str) -> ModelVerdict | None:
@@ -299,11 +343,11 @@ class VettingStore:
         )
         return d.id
 
-    @staticmethod
-    def _decision(row: sqlite3.Row) -> Decision:
+    def _decision(self, row: sqlite3.Row) -> Decision:
         d = dict(row)
-        d["flags"] = json.loads(d["flags"] or "[]")
-        d["evidence"] = evidence_from_json(d.get("evidence"))  # absent in a read-only store of an older schema
+        d["flags"] = stored_json(d["flags"], [], self._where("decisions", d, "flags"))
+        # absent in a read-only store of an older schema
+        d["evidence"] = evidence_from_json(d.get("evidence"), self._where("decisions", d, "evidence"))
         return Decision(**d)
 
     def decision(self, key: str, task: str) -> Decision | None:
@@ -358,11 +402,10 @@ class VettingStore:
                 return []
             raise
 
-    @staticmethod
-    def _annotation(row: sqlite3.Row) -> Annotation:
+    def _annotation(self, row: sqlite3.Row) -> Annotation:
         d = dict(row)
-        d["flags"] = json.loads(d["flags"] or "[]")
-        d["evidence"] = evidence_from_json(d.get("evidence"))
+        d["flags"] = stored_json(d["flags"], [], self._where("annotations", d, "flags"))
+        d["evidence"] = evidence_from_json(d.get("evidence"), self._where("annotations", d, "evidence"))
         return Annotation(**d)
 
     def annotation(self, key: str, task: str) -> Annotation | None:
@@ -396,7 +439,7 @@ class VettingStore:
 
     def get_state(self, key: str, default: Any = None) -> Any:
         rows = self._query("SELECT value FROM state WHERE key=?", (key,))
-        return json.loads(rows[0][0]) if rows else default
+        return stored_json(rows[0][0], None, f"{self.path}: state {key!r}") if rows and rows[0][0] else default
 
     # -- overview ----------------------------------------------------------------------------------
     def tasks(self) -> list[str]:
@@ -425,6 +468,35 @@ class VettingStore:
                 "seconds": round(sum(v.seconds or 0.0 for v in verdicts), 3),
             }
         return out
+
+    #: `path` of a store kept in memory (`in_memory`): nothing of it is on disk until `copy_to` puts it there.
+    MEMORY = ":memory:"
+
+    @classmethod
+    def in_memory(cls) -> VettingStore:
+        """A store that lives in memory only (the app's fallback when its data folder is read-only)."""
+        return cls(cls.MEMORY)
+
+    @property
+    def is_in_memory(self) -> bool:
+        return str(self.path) == self.MEMORY
+
+    def copy_to(self, path: str | Path) -> None:
+        """Write this whole store to a new file ``path`` (SQLite's online backup); refuses an existing file."""
+        target = Path(path)
+        if target.exists():
+            raise StoreError(f"{target}: exists already; not replaced by the store kept in memory")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            dest = sqlite3.connect(target)
+            try:
+                with self._lock:
+                    self._db.backup(dest)
+            finally:
+                dest.close()
+        except (sqlite3.Error, OSError) as exc:
+            target.unlink(missing_ok=True)
+            raise StoreError(f"{target}: cannot write the store there ({exc})") from exc
 
     def close(self) -> None:
         with self._lock:
