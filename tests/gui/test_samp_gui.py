@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -135,6 +136,8 @@ def test_a_table_from_a_peer_asks_before_it_replaces_the_queue(qtbot, hub, recor
     try:
         box = offer(hostile)
         assert box.textFormat() == Qt.TextFormat.PlainText and "“<b style='font-size:40pt'>TOPCAT</b>”" in box.text()
+        if os.environ.get("SPECO3_SHOT_DIR"):  # for people to look at
+            box.grab().save(os.path.join(os.environ["SPECO3_SHOT_DIR"], "samp-table-question.png"))
         box.button(QMessageBox.StandardButton.No).click()
         qtbot.waitUntil(lambda: "not loaded" in w.statusBar().currentMessage(), timeout=5000)
         assert not w.table_model.is_candidate_list and w.samp.asking is None
@@ -157,3 +160,19 @@ def test_a_table_from_a_peer_asks_before_it_replaces_the_queue(qtbot, hub, recor
     finally:
         app.setProperty("speco3_no_dialogs", True)
         hostile.close()
+
+
+def test_remembered_answers_are_read_back_with_their_types_checked(tmp_path):
+    from speco3.gui.settings import AppSettings
+    from speco3.interop.consent import QueueConsent
+
+    raw = {"samp_table_peers": {"topcat": True, "Aladin": False, "odd": "yes"}, "samp_max_table_mb": -3}
+    s = AppSettings.from_dict(raw)
+    assert s.samp_table_peers == {"topcat": True, "Aladin": False} and s.samp_max_table_mb == 64
+    consent = QueueConsent(s.samp_table_peers)
+    assert consent.known("topcat") is True and consent.known("Aladin") is False and consent.known("x") is None
+    assert consent.answer("  new\npeer ", True, remember=False) and consent.known("new peer") is None
+    consent.answer("  new\npeer ", False, remember=True)
+    assert s.samp_table_peers["new peer"] is False  # the settings' own dict: saved with them
+    s.save(tmp_path / "desktop.json")
+    assert AppSettings.load(tmp_path / "desktop.json").samp_table_peers == s.samp_table_peers

@@ -271,7 +271,7 @@ class SampPanel(QObject):
         box.setObjectName("sampTableQuestion")
         box.setStandardButtons(QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No)
         box.setDefaultButton(QMessageBox.StandardButton.No)
-        remember = QCheckBox(f"Always answer this way for “{peer}”", objectName="sampRemember")
+        remember = QCheckBox(f"Always answer this way for “{peer.replace('&', '&&')}”", objectName="sampRemember")
         remember.setToolTip("SAMP applications name themselves: any application on this desktop could use this name")
         box.setCheckBox(remember)
         box.finished.connect(lambda result: self._answered(item, peer, result == QMessageBox.StandardButton.Yes,
