@@ -7,8 +7,8 @@ holds, touches or releases a Qt object. Received messages act on the window: TOP
 nearest archive spectrum within ``AppSettings.samp_match_arcsec``, and ``table.load.votable`` opens the table as
 the vetting queue through the candidate-list loader once the user has said yes (a dialog naming the peer; the
 answer may be remembered per peer name: `speco3.interop.consent.QueueConsent`, ``AppSettings.samp_table_peers``).
-What a peer may make the app read at all is `speco3.interop.fetch`'s to decide. `shutdown` stops the link (joining its threads) and is called
-from the window's ``closeEvent`` before any widget goes away.
+What a peer may make the app read at all is `speco3.interop.fetch`'s to decide. `shutdown` stops the link (joining
+its threads) and is called from the window's ``closeEvent`` before any widget goes away.
 """
 
 from __future__ import annotations
