@@ -100,3 +100,20 @@ def test_window_with_a_hostile_file_keeps_its_size(qtbot, make_window, demo_arch
     shots = Path(os.environ.get("SPECO3_SHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     assert w.grab().save(str(shots / "hostile-file-1366x768.png"))
+
+
+def test_a_stored_trace_from_elsewhere_replays_as_text(qtbot):
+    """A trace received from a colleague or a cluster run (untrusted JSON): its verdict, answer and model id are
+    shown as their characters in the verdict line."""
+    from speco3.agent.steps import Outcome, VerdictStep
+    from speco3.agent.trace import Trace
+    from speco3.gui.agent_panel import AgentPanel
+
+    panel = AgentPanel()
+    qtbot.addWidget(panel)
+    trace = Trace(model={"model_id": BANNER})
+    trace.add(VerdictStep(turn=1, outcome=Outcome.YES, verdict=BANNER, answer=WIDE + " & more"))
+    panel.show_trace(trace, HIDE)
+    shown = rendered(panel.verdict.text())
+    assert shown.startswith(BANNER + " — model " + BANNER) and WIDE + " & more" in shown, shown
+    assert rendered(panel.transcript.toHtml()).startswith(HIDE)

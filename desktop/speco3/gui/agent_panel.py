@@ -41,7 +41,7 @@ from speco3.agent.trace import Trace
 from speco3.engine.base import LoraAdapter
 from speco3.errors import TaskError
 from speco3.gui.demo_session import SCRIPTED_LABEL
-from speco3.gui.text import tooltip
+from speco3.gui.text import esc, tooltip
 
 log = logging.getLogger(__name__)
 
@@ -445,11 +445,11 @@ class AgentPanel(QWidget):
         scripted = self._info.get("scripted")
         who = SCRIPTED_LABEL if scripted else f"model {self._info.get('model', '?')}"
         if step.verdict:
-            head = f"<span style='{_VERDICT_STYLE.get(step.verdict, '')};font-size:16pt'><b>{step.verdict}</b></span>"
+            head = f"<span style='{_VERDICT_STYLE.get(step.verdict, '')};font-size:16pt'><b>{esc(step.verdict)}</b></span>"
         else:
             head = f"<b>no verdict</b> ({html.escape(outcome)}: {html.escape(step.detail)})"
         evidence = "; ".join(f"{lab} {lo:g}–{hi:g} Å" for lo, hi, lab in self._zoom_windows) or "no zooms"
-        answer = html.escape(step.answer.strip())[:600] if step.answer else ""
+        answer = esc(step.answer.strip()[:600]) if step.answer else ""  # cut, then escaped: no half entity
         self.verdict.setText(f"{head} — {html.escape(who)}<br><small>Evidence: {html.escape(evidence)}</small>"
                              + (f"<br><small>{answer}</small>" if answer else "") + _accept_hint(step.verdict))
 
@@ -457,7 +457,7 @@ class AgentPanel(QWidget):
         """The fold of K rollouts (`speco3.agent.confidence.Confidence`) in place of a single verdict; with
         ``--rollouts auto`` (``stop_reason`` other than ``fixed``) how many of the budget ``k_max`` ran and why."""
         if conf.verdict:
-            head = f"<span style='{_VERDICT_STYLE.get(conf.verdict, '')};font-size:16pt'><b>{conf.verdict}</b></span>"
+            head = f"<span style='{_VERDICT_STYLE.get(conf.verdict, '')};font-size:16pt'><b>{esc(conf.verdict)}</b></span>"
         else:
             head = "<b>no verdict</b> (a tie or no answer)"
         adaptive = bool(stop_reason) and stop_reason != STOP_FIXED
