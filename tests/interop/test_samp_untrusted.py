@@ -112,7 +112,8 @@ def web():
 
 
 @pytest.mark.parametrize("url,ok", [
-    ("file:///tmp/t.vot", True), ("file://localhost/tmp/t.vot", True), ("http://127.0.0.1:9/t.vot", True),
+    ("file:///tmp/t.vot", True), ("file:/tmp/t.vot", True), ("file://localhost/tmp/t.vot", True),
+    ("http://127.0.0.1:9/t.vot", True),
     ("http://127.7.0.1/t", True), ("http://[::1]:8/t", True), ("https://localhost/t", True),
     ("file://otherhost/t.vot", False), ("http://192.0.2.7/t.vot", False), ("http://localhost.example.org/t", False),
     ("http://127.0.0.1.nip.io/t", False), ("ftp://127.0.0.1/t.vot", False), ("http://0.0.0.0/t", False),
