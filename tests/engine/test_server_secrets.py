@@ -26,7 +26,7 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
     auth: list[str | None] = []
 
     def log_message(self, *args) -> None:
-        pass
+        """Quiet: no line on stderr per request."""
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's API
         type(self).auth.append(self.headers.get("Authorization"))

@@ -44,7 +44,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     sent: dict[str, int] = {}
 
     def log_message(self, *args) -> None:
-        pass
+        """Quiet: no line on stderr per request."""
 
     def _redirect(self, where: str) -> None:
         self.send_response(302)
@@ -78,7 +78,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     self.wfile.write(chunk)
                     sent += len(chunk)
             except OSError:  # the client hung up, as it should
-                pass
+                type(self).sent["hung up"] = sent
             type(self).sent["huge"] = sent
         elif self.path == "/lies":
             self.send_response(200)
