@@ -19,6 +19,7 @@ from PySide6.QtGui import QBrush, QColor
 
 from speco3.agent.adaptive import describe_use
 from speco3.agent.confidence import abstain_reason
+from speco3.gui.text import tooltip
 from speco3.spectra.index import IndexEntry
 from speco3.vetting.records import ModelVerdict
 
@@ -339,7 +340,7 @@ class ArchiveTableModel(QAbstractTableModel):
                 return f"{float(value):.1f}"
             return str(value)
         if role == Qt.ItemDataRole.ToolTipRole:  # the full path, and which spectrum of a multi-spectrum file
-            return (entry.path or entry.key) + (f" #{entry.index}" if entry.path and entry.index else "")
+            return tooltip((entry.path or entry.key) + (f" #{entry.index}" if entry.path and entry.index else ""))
         if role == Qt.ItemDataRole.TextAlignmentRole and name in ("redshift", "snr"):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None

@@ -98,7 +98,7 @@ class DecisionPanel(QWidget):
     def __init__(self, keymap: Keymap, parent: QWidget | None = None):
         super().__init__(parent)
         self.keymap = keymap
-        self.position = QLabel("No queue", objectName="queuePosition")
+        self.position = QLabel("No queue", objectName="queuePosition", textFormat=Qt.TextFormat.PlainText)
         self.suggestion = QLabel("Model: —", objectName="modelSuggestion", textFormat=Qt.TextFormat.RichText,
                                  wordWrap=True)  # unwrapped, a long suggestion pushed the panel past the screen
         self.accept_button = QPushButton("Accept model (Enter)", objectName="acceptButton", enabled=False)
@@ -145,7 +145,7 @@ class DecisionPanel(QWidget):
         ev_layout.addLayout(self.evidence_list)
         ev_layout.addWidget(self.mark_button)
         ev_layout.addWidget(self.model_windows_button)
-        self.saved = QLabel("", objectName="savedStatus", wordWrap=True)
+        self.saved = QLabel("", objectName="savedStatus", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         nav = QHBoxLayout()
         prev_b = QPushButton(f"◀ Previous ({self._key('previous')})", objectName="prevButton")
         next_b = QPushButton(f"Next ({self._key('next')}) ▶", objectName="nextButton")

@@ -144,7 +144,7 @@ class ModelManagerDialog(QDialog):
         row.addWidget(QLabel("Pull:"))
         row.addWidget(self.pull_name, 1)
         layout.addLayout(row)
-        self.fit_label = QLabel(objectName="pullFit", wordWrap=True)
+        self.fit_label = QLabel(objectName="pullFit", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         layout.addWidget(self.fit_label)
         self.pull_name.currentTextChanged.connect(self._show_pull_fit)
         layout.addLayout(buttons)
@@ -371,7 +371,7 @@ class SettingsDialog(QDialog):
             self.key_edits[a.name] = edit
             kform.addRow(a.text, edit)
         tabs.addTab(_scrolling(keys), "Keymap")
-        self.error = QLabel("", objectName="settingsError", styleSheet="color:#b32d2d")
+        self.error = QLabel("", objectName="settingsError", styleSheet="color:#b32d2d", textFormat=Qt.TextFormat.PlainText)
         box = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         box.accepted.connect(self.accept)
         box.rejected.connect(self.reject)

@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (
     QInputDialog,
     QLabel,
     QMainWindow,
-    QMessageBox,
     QPushButton,
     QScrollArea,
     QSplitter,
@@ -44,6 +43,7 @@ from speco3.gui.menus import build_menus
 from speco3.gui.samp_panel import SampPanel
 from speco3.gui.settings import AppSettings
 from speco3.gui.task_editor import TaskEditor
+from speco3.gui.text import message
 from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
 from speco3.gui.workers import IndexWorker, InferenceThread, render_png
@@ -648,7 +648,7 @@ class MainWindow(QMainWindow):
         log.warning("%s", text)
         self.statusBar().showMessage(text, 15000)
         if not QApplication.instance().property("speco3_no_dialogs"):
-            QMessageBox.warning(self, "Spec-o3 Desktop", text)
+            message(self, "Spec-o3 Desktop", text).exec()  # plain text: errors quote file names and values
 
     def _save_settings(self) -> None:
         self.settings.model_id = self.agent_panel.model_id() if self.agent_panel.model_id() != SCRIPTED_LABEL else ""

@@ -67,6 +67,11 @@ class AppSettings:
         Connect to a SAMP hub (TOPCAT, SPLAT-VO, Aladin) at start; off by default (no socket is opened then).
     samp_match_arcsec : int
         Tolerance for selecting the archive spectrum nearest a position sent over SAMP.
+    samp_table_peers : dict
+        SAMP application name → whether a table it sends may replace the vetting queue without asking (the
+        user's remembered answers, `speco3.interop.consent.QueueConsent`); other applications are asked.
+    samp_max_table_mb : int
+        The largest table a SAMP peer may make the app read or download (`speco3.interop.fetch`).
     rollouts : int
         Sampled agent runs per spectrum (K); 1 is the paper's greedy run. K > 1 gives ``p_yes``, agreement and
         abstention (`speco3.agent.confidence`) for the confidence column and the triage orders.
@@ -101,6 +106,8 @@ class AppSettings:
     last_archive: str = ""
     samp_enabled: bool = False
     samp_match_arcsec: int = 5
+    samp_table_peers: dict[str, bool] = field(default_factory=dict)
+    samp_max_table_mb: int = 64
     rollouts: int = 1
     rollouts_auto: bool = False
     max_rollouts: int = DEFAULT_K_MAX
@@ -146,6 +153,10 @@ class AppSettings:
             if f.name == "keymap":
                 if isinstance(value, dict):
                     out.keymap = {str(k): str(v) for k, v in value.items()}
+                continue
+            if f.name == "samp_table_peers":
+                if isinstance(value, dict):
+                    out.samp_table_peers = {str(k): v for k, v in value.items() if isinstance(v, bool)}
                 continue
             if f.name == "kv_type":
                 ok = value in ("f16", "f32", "q8_0")
