@@ -24,8 +24,8 @@ from speco3.engine.scripted import ScriptedEngine
 from speco3.vetting import VettingStore
 from speco3.vetting.claims import RunClaims
 from speco3.vetting.records import ClaimHolder, ModelVerdict, Work
-from speco3.vetting.schedulers import one_at_a_time, vet_batch
-from speco3.vetting.screening import Screening, screen
+from speco3.vetting.schedulers import on_slots, on_threads, one_at_a_time, vet_batch
+from speco3.vetting.screening import Screening, screen, vet
 from speco3.vetting.store import CLAIMED, DONE_ELSEWHERE, HELD
 
 WORK = Work("cv", "scripted", get_task("cv").prompt_version, 1)
@@ -122,6 +122,37 @@ def test_two_screenings_in_one_process_divide_the_items(tmp_path, render):
         assert len(rows) == 12 and len({r.spectrum_key for r in rows}) == 12 and store.claims() == []
     assert sum(r.done for r in results) == 12 and all(r.done + r.skipped == 12 for r in results)
     assert sum(r.dropped for r in results) == 0
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "slots"])
+def test_the_threads_and_slots_schedulers_share_too(tmp_path, render, scheduler):
+    """`on_threads` (a model server's conversations, claimed from worker threads) and `on_slots` beside a run one
+    at a time: each spectrum once."""
+    path = tmp_path / "s.sqlite"
+    task = get_task("cv")
+    results = []
+
+    def run(kind):
+        store = VettingStore(path)
+        scr = Screening(store, task, render)
+        if kind == "threads":
+            sched = on_threads([ScriptedEngine([NO], delay_s=0.002) for _ in range(3)])
+        elif kind == "slots":
+            sched = on_slots(ScriptedEngine([NO], delay_s=0.002), 3)
+        else:
+            sched = one_at_a_time(ScriptedEngine([NO], delay_s=0.002))
+        results.append(vet(scr, items(15), sched, "scripted"))
+        store.close()
+
+    threads = [threading.Thread(target=run, args=(kind,)) for kind in (scheduler, "one")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with VettingStore(path, readonly=True) as store:
+        rows = store.model_verdicts("cv", latest=False)
+        assert len(rows) == 15 and len({r.spectrum_key for r in rows}) == 15 and store.claims() == []
+    assert sum(r.done for r in results) == 15 and sum(r.dropped for r in results) == 0
 
 
 def test_a_single_run_asked_for_goes_ahead_beside_a_held_claim(tmp_path, render):
@@ -229,8 +260,9 @@ def test_concurrent_vet_processes_on_the_tiny_model(tiny_gguf, tmp_path, runs):
     n = 8
     arch = _archive(tmp_path / "arch", n)
     store = tmp_path / "results.sqlite"
+    slots = "2" if runs == 2 else "1"  # two spectra at once on the parallel sequences (`on_slots`), or one
     cmd = _vet_cmd(arch, store, "--text", str(text), "--mmproj", str(mmproj), "--n-ctx", "4096", "--threads", "1",
-                   "--n-gpu-layers", "0", "--image-max-tokens", "120", "--max-turns", "2", "--slots", "1")
+                   "--n-gpu-layers", "0", "--image-max-tokens", "120", "--max-turns", "2", "--slots", slots)
     procs = [_start(cmd) for _ in range(runs)]
     summaries = [_summary(p, timeout=600) for p in procs]
     _check_once_each(store, n, summaries)

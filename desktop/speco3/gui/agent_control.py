@@ -183,8 +183,9 @@ class AgentController(QObject):
     def screening(self, task, model_id: str, *, resume: bool, share: bool = True) -> Screening | None:
         """Where runs of ``task`` are recorded: the current store, the traces under the data folder, the rollout
         plan and thresholds of the settings (the canned demo: one run, whatever K is set); None without a store.
-        ``share``: leave spectra that another run on the store (a ``spec-o3 vet``) screens to it (the pre-screen);
-        False for a run asked for, which goes ahead (`speco3.vetting.screening`)."""
+        ``share``: leave spectra that another run on the store (a ``spec-o3 vet``) screens to it, without waiting
+        for them (the pre-screen takes its spectra one by one); False for a run asked for, which goes ahead
+        (`speco3.vetting.screening`)."""
         store = self.vetting.store
         if store is None:
             return None
@@ -192,7 +193,7 @@ class AgentController(QObject):
         return Screening(store, task, self.inference.render,
                          trace_root=Path(self.settings.resolved_data_folder()) / "traces",
                          plan=None if model_id == SCRIPTED_LABEL else run.plan(), thresholds=run.thresholds(),
-                         resume=resume, share=share)
+                         resume=resume, share=share, wait=False)
 
     def _job(self, entry: Any, screening: Screening, model_id: str, es: EngineSettings, spectrum=None,
              batch: bool = False) -> AgentJob:

@@ -457,7 +457,7 @@ class InferenceThread(BackgroundTask):
             run = event.started.run
             final = next((f for f in run.finals if f is None or f.outcome.value == "cancelled"), run.finals[0])
             info.update(run=run, steps=run.traces[0].steps, spectrum=event.started.spectrum)
-        if isinstance(event, Skipped) and event.elsewhere:  # another run on the store screened it: its row changed
+        if isinstance(event, Skipped) and event.elsewhere and not event.held:  # another run on the store did it
             info["elsewhere"] = True
         if isinstance(event, Recorded):
             info.update(verdict=event.verdict, confidence=event.confidence)

@@ -237,6 +237,7 @@ class Skipped:
     item: VetItem
     elsewhere: bool = False
     started: ItemRun | None = None
+    held: bool = False  # left to another live run that holds it now (``Screening.wait`` False): not done yet
 
 
 @dataclass(frozen=True)
@@ -297,9 +298,10 @@ class BatchResult:
     abstained: int = 0  # spectra whose rollouts left the model undecided (K > 1)
     elsewhere: int = 0  # of the skipped: screened by another run on the same store meanwhile
     dropped: int = 0  # of those: screened here too (past a lost lease), the other run's verdict recorded first
+    held: int = 0  # of those: left to another live run that holds it (``Screening.wait`` False)
 
     def to_dict(self) -> dict:
-        keys = ("total", "done", "skipped", "elsewhere", "dropped", "changed", "failed", "abstained", "cancelled", "seconds",
+        keys = ("total", "done", "skipped", "elsewhere", "dropped", "held", "changed", "failed", "abstained", "cancelled", "seconds",
                 "outcomes")
         return {k: getattr(self, k) for k in keys}
 
@@ -309,6 +311,7 @@ class BatchResult:
             self.skipped += 1
             self.elsewhere += event.elsewhere
             self.dropped += event.started is not None
+            self.held += event.held
         elif isinstance(event, Cancelled):
             self.cancelled = True
         elif isinstance(event, Recorded):
@@ -333,6 +336,7 @@ class ScreeningOptions(TypedDict, total=False):
     resume: bool
     cancel: threading.Event | None
     share: bool
+    wait: bool
     lease_s: float
 
 
@@ -343,13 +347,16 @@ class Screening:
     ``trace_root``: the traces go to `trace_folder` under it (None: not saved); ``plan``: K rollouts (None: one,
     sampled as the engine's settings say); ``thresholds``: abstention of the fold; ``resume``: apply the done rule
     (False: screen everything); ``cancel``: set it to stop between tokens; ``share``: leave spectra other runs on
-    the store claimed to them (False: a run asked for explicitly, see module doc); ``lease_s``: how long a claim
+    the store claimed to them (False: a run asked for explicitly, see module doc); ``wait``: once the rest is done,
+    wait for the spectra other runs hold and screen those whose run is gone (False: report them `Skipped` with
+    ``held`` at once; the app's pre-screen, which may take one spectrum per call); ``lease_s``: how long a claim
     holds unrenewed.
     """
 
     def __init__(self, store: VettingStore, task: Task, render: RenderFn, *, trace_root: str | Path | None = None,
                  plan: RolloutPlan | None = None, thresholds: Thresholds | None = None, resume: bool = True,
-                 cancel: threading.Event | None = None, share: bool = True, lease_s: float = LEASE_S):
+                 cancel: threading.Event | None = None, share: bool = True, wait: bool = True,
+                 lease_s: float = LEASE_S):
         self.store = store
         self.task = task
         self.render = render
@@ -359,6 +366,7 @@ class Screening:
         self.resume = resume
         self.cancel = cancel if cancel is not None else threading.Event()
         self.share = share
+        self.wait = wait
         self.lease_s = lease_s
         self._check: DoneCheck | None = None
         self._claims: RunClaims | None = None
@@ -476,7 +484,11 @@ def screen(screening: Screening, items: Iterable[VetItem], scheduler: Scheduler,
             skipped.append(Skipped(item, elsewhere=True))
             return False
         if screening.share and got.state == HELD:
-            held.append((item, changed, got.holder))
+            if screening.wait:
+                held.append((item, changed, got.holder))
+            else:
+                logger.info("%s: left to another run on the store (%s)", item.key, got.holder)
+                skipped.append(Skipped(item, elsewhere=True, held=True))
             return False
         return True
 
