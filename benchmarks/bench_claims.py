@@ -113,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mmproj", help="projector GGUF")
     ap.add_argument("--quant", default="Q8_0", help="quantization of the tiny pair (default Q8_0)")
     ap.add_argument("--delay", type=float, default=0.01, help="scripted engine: seconds per generated piece")
+    ap.add_argument("--spectra", type=int, help="scripted spectra (default 24)")
+    ap.add_argument("--model-spectra", type=int, help="spectra on the model (default 8)")
     args = ap.parse_args(argv)
     n_scripted, n_model, n_claims = (6, 2, 50) if args.quick else (24, 8, 300)
+    n_scripted, n_model = args.spectra or n_scripted, args.model_spectra or n_model
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         report: dict = {"machine": f"{os.cpu_count()} CPUs; shared and loaded machines give noisy figures"}
