@@ -91,10 +91,10 @@ def test_the_verdict_releases_its_claim_and_the_first_verdict_counts(tmp_path):
 
 def test_leases_are_renewed_while_a_run_holds_claims(tmp_path):
     store = VettingStore(tmp_path / "s.sqlite")
-    claims = RunClaims(store, WORK, since_id=0, lease_s=0.6)
+    claims = RunClaims(store, WORK, since_id=0, lease_s=1.5)
     with claims.kept():
         assert claims.take("/a#0").state == CLAIMED
-        time.sleep(1.5)  # more than twice the lease: renewed every 0.2 s
+        time.sleep(3.5)  # more than twice the lease: renewed every 0.5 s
         assert store.claim("/a#0", WORK, ClaimHolder("x", "another-host.example", 1), since_id=0).state == HELD
     assert store.claims() == []  # released at the end of the run
     store.close()
