@@ -28,11 +28,14 @@ class ProgressBar:
         if not isinstance(event, Skipped | Recorded):
             return
         self.reported += 1
-        self.item(event.item.key, self.reported, event.verdict if isinstance(event, Recorded) else None)
+        skipped = "skipped (done before)"
+        if isinstance(event, Skipped) and event.elsewhere:
+            skipped = "left to another run" if event.held else "screened by another run"
+        self.item(event.item.key, self.reported, event.verdict if isinstance(event, Recorded) else None, skipped)
 
-    def item(self, key: str, i: int, verdict: ModelVerdict | None) -> None:
-        """Item ``i`` ended with ``verdict`` (None: skipped, done before): tally it and redraw."""
-        self.last = "skipped (done before)"
+    def item(self, key: str, i: int, verdict: ModelVerdict | None, skipped: str = "skipped (done before)") -> None:
+        """Item ``i`` ended with ``verdict`` (None: skipped, as ``skipped`` says): tally it and redraw."""
+        self.last = skipped
         if verdict is not None:
             self.last = verdict.outcome
             self.ran += 1

@@ -5,6 +5,9 @@ from __future__ import annotations
 import getpass
 import json
 import math
+import os
+import socket
+import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -319,6 +322,51 @@ class SpectrumInfo:
         m = spectrum.meta
         return cls(key, spectrum.name, m.path, m.index, m.survey, m.object_id, m.ra, m.dec, m.redshift, m.snr,
                    file_sha256)
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a claim covers besides the spectrum: one task screened with one model, prompt version and number of
+    rollouts (the done rule's terms, `speco3.vetting.screening.DoneCheck`)."""
+
+    task: str
+    model_id: str
+    prompt_version: str
+    rollouts: int = 1
+
+
+@dataclass(frozen=True)
+class ClaimHolder:
+    """Who holds a claim on a spectrum: a screening run (``run_id``, new per run) in process ``pid`` on ``host``."""
+
+    run_id: str
+    host: str
+    pid: int
+
+    @classmethod
+    def here(cls) -> ClaimHolder:
+        """A new run of this process."""
+        return cls(uuid.uuid4().hex, socket.gethostname(), os.getpid())
+
+    def gone(self) -> bool:
+        """True when the holder ran on this host and its process is no more (killed, crashed; a zombie waiting to
+        be reaped counts as gone). A holder on another host is never known to be gone: its lease decides."""
+        if self.host != socket.gethostname() or self.pid <= 0:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # another user's live process
+            return False
+        try:  # Linux: a killed process stays in the table as a zombie until its parent reaps it
+            with open(f"/proc/{self.pid}/stat", encoding="ascii", errors="replace") as f:
+                return f.read().rpartition(")")[2].split()[:1] == ["Z"]
+        except OSError:
+            return False
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} on {self.host}"
 
 
 def spectrum_key(spectrum) -> str:

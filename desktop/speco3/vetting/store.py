@@ -5,6 +5,12 @@ disk when `record_decision` returns; a crash or ``kill -9`` loses at most the wr
 versioned with ``PRAGMA user_version``; a file from a newer version is refused rather than damaged. Decisions are
 append-only (the latest one per spectrum and task counts; the history stays for the audit). One store may be shared
 by threads (a lock serialises access) and by processes (SQLite locking with a busy timeout).
+
+Several writers on one store (one machine, a local disk): screening runs claim each spectrum before they screen it
+(`claim`, one ``BEGIN IMMEDIATE`` transaction) and the verdict releases it in the transaction that writes it
+(`record_claimed_verdict`); a claim held by a live run is left to it, one whose lease ran out or whose process is
+gone on this host is taken over. Every write is a short transaction; a writer waits for the others (busy timeout,
+then a few retries) rather than fail, so a decision is never lost to a screening run writing beside it.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +33,14 @@ from speco3.vetting.records import (
     DECISIONS,
     VERDICTS,
     Annotation,
+    ClaimHolder,
     Decision,
     Evidence,
     ModelVerdict,
     Notes,
     RolloutRecord,
     SpectrumInfo,
+    Work,
     evidence_from_json,
     evidence_json,
     now_iso,
@@ -48,6 +58,60 @@ logger = logging.getLogger(__name__)
 
 # Outcomes that a later run should retry rather than count as done.
 RETRY_OUTCOMES = ("cancelled", "engine_error")
+
+
+#: Seconds a claim holds without being renewed (a run renews its claims every third of it while it screens them).
+LEASE_S = 60.0
+#: Seconds a writer waits for another one's write lock (SQLite's busy timeout), and how many times it waits again.
+BUSY_TIMEOUT_S = 30.0
+BUSY_RETRIES = 3
+
+#: What `VettingStore.claim` found: the spectrum is now this run's (``claimed``), another live run screens it
+#: (``held``), or another run finished it since this one began (``done``).
+CLAIMED, HELD, DONE_ELSEWHERE = "claimed", "held", "done"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer of `VettingStore.claim`: ``state`` and the other run concerned (``held``: the one screening it;
+    ``claimed``: the run whose expired or orphaned claim was taken over, None when the spectrum was free)."""
+
+    state: str
+    holder: ClaimHolder | None = None
+
+
+def _sqlite_reason(exc: sqlite3.Error) -> str:
+    """The SQLite error in words a user can act on (read-only place, full disk, a lock held too long)."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11; the message's words before that
+    if code is None:
+        text = str(exc).lower()
+        code = (sqlite3.SQLITE_READONLY if "readonly" in text else sqlite3.SQLITE_FULL if "is full" in text
+                else sqlite3.SQLITE_BUSY if "locked" in text else None)
+    if code is not None:
+        primary = code & 0xFF
+        if primary == sqlite3.SQLITE_READONLY:
+            return f"the store cannot be written: its file, folder or file system is read-only ({exc})"
+        if primary == sqlite3.SQLITE_FULL:
+            return f"the disk holding the store is full ({exc})"
+        if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return (f"another process kept the store locked for more than "
+                    f"{BUSY_TIMEOUT_S * (BUSY_RETRIES + 1):.0f} s ({exc})")
+        if primary in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN):
+            return f"the file system refused a read or write ({exc})"
+    return str(exc)
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return "locked" in str(exc).lower()
+    return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+#: A run of this work on this spectrum recorded after the verdict id given (input errors count for any K).
+_SCREENED_SINCE = ("SELECT 1 FROM model_verdicts WHERE spectrum_key=? AND task=? AND model_id=? AND prompt_version=? "
+                   "AND (COALESCE(k_max, rollouts, 1)=? OR outcome='input_error') AND id>? LIMIT 1")
+_CLAIM_WHERE = "spectrum_key=? AND task=? AND model_id=? AND prompt_version=? AND rollouts=?"
 
 
 #: State key naming the archive folder a store vets (set by the app and `spec-o3 vet`; reports are titled by it).
@@ -106,12 +170,22 @@ class VettingStore:
                                          "(it was not closed); copy the store and its -wal file to a folder you "
                                          "can write to and read the copy")
                     uri += "&immutable=1"  # nothing can change it there, and it holds everything (no -wal)
-                self._db = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False, isolation_level=None)
+                self._db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False,
+                                           isolation_level=None)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
+                self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False,
+                                           isolation_level=None)
             self._db.row_factory = sqlite3.Row
             self._init()
+        except sqlite3.OperationalError as exc:  # a read-only place, a full disk, a lock held too long
+            why = None if readonly else read_only_place(self.path)
+            if why:
+                raise ReadOnlyStoreError(f"{self.path}: cannot write the vetting store there: {why}") from exc
+            reason = _sqlite_reason(exc)
+            if not readonly and not os.access(self.path.parent, os.W_OK):
+                reason = f"its folder {self.path.parent} is not writable (a read-only file system?) ({exc})"
+            raise StoreError(f"{self.path}: cannot open: {reason}") from exc
         except sqlite3.DatabaseError as exc:
             why = None if readonly else read_only_place(self.path)
             if why:
@@ -146,7 +220,8 @@ class VettingStore:
                 logger.info("%s: vetting store migrated from schema %d to %d", self.path, version, SCHEMA_VERSION)
         have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if additive(have):
-            with self._tx() as cur:
+            with self._tx() as cur:  # read again under the write lock: another process may have just made them
+                have = {r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE type='table'")}
                 for stmt in additive(have):
                     cur.execute(stmt)
 
@@ -158,7 +233,15 @@ class VettingStore:
         with self._lock:
             cur = self._db.cursor()
             try:
-                cur.execute("BEGIN IMMEDIATE")
+                for attempt in range(BUSY_RETRIES + 1):  # each BEGIN waits up to the busy timeout for the lock
+                    try:
+                        cur.execute("BEGIN IMMEDIATE")
+                        break
+                    except sqlite3.OperationalError as exc:
+                        if not _busy(exc) or attempt == BUSY_RETRIES:
+                            raise
+                        logger.warning("%s: still locked by another writer after %.0f s; waiting again", self.path,
+                                       BUSY_TIMEOUT_S * (attempt + 1))
                 yield cur
                 cur.execute("COMMIT")
             except BaseException:
@@ -173,7 +256,7 @@ class VettingStore:
             try:
                 return self._db.execute(sql, tuple(storable_text(a) for a in args)).fetchall()
             except sqlite3.DatabaseError as exc:
-                raise StoreError(f"{self.path}: read failed ({exc})") from exc
+                raise StoreError(f"{self.path}: read failed: {_sqlite_reason(exc)}") from exc
 
     def _write(self, sql: str, args: tuple) -> int:
         try:
@@ -181,7 +264,7 @@ class VettingStore:
                 cur.execute(sql, tuple(storable_text(a) for a in args))
                 return int(cur.lastrowid or 0)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: write failed ({exc})") from exc
+            raise StoreError(f"{self.path}: write failed: {_sqlite_reason(exc)}") from exc
 
     # -- spectra -----------------------------------------------------------------------------------
     def record_spectrum(self, info: SpectrumInfo) -> None:
@@ -205,8 +288,8 @@ class VettingStore:
         return SpectrumInfo(**r)
 
     # -- model verdicts ----------------------------------------------------------------------------
-    def record_model_verdict(self, v: ModelVerdict, rollouts: list[RolloutRecord] | tuple = ()) -> int:
-        """Store one model run and its rollouts (one transaction); returns its id."""
+    @staticmethod
+    def _check_verdict(v: ModelVerdict, rollouts: Sequence[RolloutRecord]) -> None:
         if v.verdict is not None and v.verdict not in VERDICTS:
             raise StoreError(f"model verdict must be YES, NO or None, got {v.verdict!r}")
         if not v.spectrum_key or not v.task:
@@ -214,27 +297,135 @@ class VettingStore:
         for r in rollouts:
             if r.verdict is not None and r.verdict not in VERDICTS:
                 raise StoreError(f"rollout verdict must be YES, NO or None, got {r.verdict!r}")
+
+    @staticmethod
+    def _insert_verdict(cur: sqlite3.Cursor, v: ModelVerdict, rollouts: Sequence[RolloutRecord]) -> int:
+        """Insert the verdict row and its rollouts' rows in the caller's transaction; set and return its id."""
         row = (v.spectrum_key, v.task, v.verdict, v.outcome, v.model_id, v.quant, v.text_sha256, v.mmproj_sha256,
                v.prompt_version, v.file_sha256, json.dumps(v.engine_settings, sort_keys=True), v.turns, v.tokens,
                v.seconds, v.zooms, v.detail, v.answer, v.trace_dir, v.created_at, v.app_version, v.rollouts, v.p_yes,
                v.p_yes_token, v.agreement, None if v.abstained is None else int(v.abstained), v.format_failures,
                None if v.outcomes is None else json.dumps(v.outcomes), v.k_max, v.stop_reason)
+        cur.execute(f"INSERT INTO model_verdicts ({', '.join(VERDICT_COLUMNS)}) "
+                    f"VALUES ({','.join('?' * len(VERDICT_COLUMNS))})", tuple(storable_text(a) for a in row))
+        v.id = int(cur.lastrowid or 0)
+        for r in rollouts:
+            r.verdict_id = v.id
+            cur.execute("INSERT INTO rollouts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", tuple(
+                storable_text(a) for a in (
+                    v.id, r.idx, r.outcome, r.verdict, r.p_yes_token, r.seed, r.temperature, r.top_p, r.top_k,
+                    r.turns, r.tokens, r.zooms, r.seconds, r.detail, r.answer, r.trace_dir,
+                    json.dumps(r.windows))))
+        return v.id
+
+    def record_model_verdict(self, v: ModelVerdict, rollouts: Sequence[RolloutRecord] = ()) -> int:
+        """Store one model run and its rollouts (one transaction); returns its id."""
+        self._check_verdict(v, rollouts)
         try:
             with self._tx() as cur:
-                cur.execute(
-                    f"INSERT INTO model_verdicts ({', '.join(VERDICT_COLUMNS)}) "
-                    f"VALUES ({','.join('?' * len(VERDICT_COLUMNS))})", tuple(storable_text(a) for a in row))
-                v.id = int(cur.lastrowid or 0)
-                for r in rollouts:
-                    r.verdict_id = v.id
-                    cur.execute("INSERT INTO rollouts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", tuple(
-                        storable_text(a) for a in (
-                            v.id, r.idx, r.outcome, r.verdict, r.p_yes_token, r.seed, r.temperature, r.top_p, r.top_k,
-                            r.turns, r.tokens, r.zooms, r.seconds, r.detail, r.answer, r.trace_dir,
-                            json.dumps(r.windows))))
+                return self._insert_verdict(cur, v, rollouts)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: write failed ({exc})") from exc
-        return v.id
+            raise StoreError(f"{self.path}: write failed: {_sqlite_reason(exc)}") from exc
+
+    def record_claimed_verdict(self, v: ModelVerdict, rollouts: Sequence[RolloutRecord], work: Work,
+                               holder: ClaimHolder, *, since_id: int | None) -> int | None:
+        """Store a verdict of a run that claimed its spectrum (`claim`) and release the claim, in one transaction.
+
+        ``since_id``: the last verdict id when the run began; when another run recorded this work on this spectrum
+        after it (this run was stopped past its lease and its claim taken over), nothing is written and None is
+        returned: the first verdict to finish counts. ``since_id`` None (a run asked for explicitly, e.g. the app's
+        single-spectrum run) always writes. Any claim on the spectrum for this work is released: the taker of an
+        expired claim finds this verdict when it ends.
+        """
+        self._check_verdict(v, rollouts)
+        key = storable_text(v.spectrum_key)
+        where = (key, work.task, work.model_id, work.prompt_version, work.rollouts)
+        try:
+            with self._tx() as cur:
+                if since_id is not None and cur.execute(_SCREENED_SINCE, (*where, since_id)).fetchone():
+                    cur.execute(f"DELETE FROM claims WHERE {_CLAIM_WHERE} AND run_id=?", (*where, holder.run_id))
+                    return None
+                vid = self._insert_verdict(cur, v, rollouts)
+                if since_id is None:  # a run asked for: it leaves another run's claim alone
+                    cur.execute(f"DELETE FROM claims WHERE {_CLAIM_WHERE} AND run_id=?", (*where, holder.run_id))
+                else:
+                    cur.execute(f"DELETE FROM claims WHERE {_CLAIM_WHERE}", where)
+                return vid
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: write failed: {_sqlite_reason(exc)}") from exc
+
+    # -- claims: several runs sharing one store ---------------------------------------------------------------------
+    def last_verdict_id(self) -> int:
+        """The id of the newest verdict row (0 when none): a run's start mark for `claim`."""
+        return int(self._query("SELECT COALESCE(MAX(id), 0) FROM model_verdicts")[0][0])
+
+    def claim(self, key: str, work: Work, holder: ClaimHolder, *, since_id: int, lease_s: float = LEASE_S) -> Claim:
+        """Claim spectrum ``key`` for ``work`` by ``holder`` for ``lease_s`` seconds, in one ``BEGIN IMMEDIATE``
+        transaction (see module doc).
+
+        ``DONE_ELSEWHERE`` when a verdict of this work on it was recorded after ``since_id``; ``HELD`` when another
+        run holds a claim on it that is alive (its lease runs and its process, on this host, exists); else the claim
+        is written (a dead run's claim is taken over) and the answer is ``CLAIMED``.
+        """
+        key = storable_text(key)
+        where = (key, work.task, work.model_id, work.prompt_version, work.rollouts)
+        try:
+            with self._tx() as cur:
+                if cur.execute(_SCREENED_SINCE, (*where, since_id)).fetchone():
+                    return Claim(DONE_ELSEWHERE)
+                row = cur.execute(f"SELECT run_id, host, pid, expires_at FROM claims WHERE {_CLAIM_WHERE}",
+                                  where).fetchone()
+                now = time.time()
+                previous = None
+                if row is not None and row[0] != holder.run_id:
+                    previous = ClaimHolder(row[0], row[1], int(row[2]))
+                    if row[3] > now and not previous.gone():
+                        return Claim(HELD, previous)
+                cur.execute("INSERT INTO claims VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(spectrum_key, task, model_id, "
+                            "prompt_version, rollouts) DO UPDATE SET "
+                            "run_id=excluded.run_id, host=excluded.host, pid=excluded.pid, "
+                            "claimed_at=excluded.claimed_at, expires_at=excluded.expires_at",
+                            (*where, holder.run_id, holder.host, holder.pid, now_iso(), now + lease_s))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: claim failed: {_sqlite_reason(exc)}") from exc
+        if previous is not None:
+            logger.warning("%s: taking over the claim of a run that is gone (%s)", key, previous)
+        return Claim(CLAIMED, previous)
+
+    def renew_claims(self, holder: ClaimHolder, lease_s: float = LEASE_S) -> int:
+        """Extend every claim of ``holder`` by ``lease_s`` from now; returns how many it still holds."""
+        try:
+            with self._tx() as cur:
+                cur.execute("UPDATE claims SET expires_at=? WHERE run_id=?", (time.time() + lease_s, holder.run_id))
+                return int(cur.rowcount)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: renewing claims failed: {_sqlite_reason(exc)}") from exc
+
+    def release_claims(self, holder: ClaimHolder, keys: Iterable[str] | None = None, work: Work | None = None
+                       ) -> None:
+        """Drop the claims of ``holder`` (only those on ``keys`` for ``work`` when given): spectra it will not end."""
+        try:
+            with self._tx() as cur:
+                if keys is None or work is None:
+                    cur.execute("DELETE FROM claims WHERE run_id=?", (holder.run_id,))
+                    return
+                for key in keys:
+                    cur.execute(f"DELETE FROM claims WHERE {_CLAIM_WHERE} AND run_id=?",
+                                (storable_text(key), work.task, work.model_id, work.prompt_version, work.rollouts,
+                                 holder.run_id))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: releasing claims failed: {_sqlite_reason(exc)}") from exc
+
+    def claims(self) -> list[tuple[str, Work, ClaimHolder, float]]:
+        """Every claim in the store: (spectrum key, work, holder, expiry as a Unix time)."""
+        try:
+            rows = self._query("SELECT * FROM claims ORDER BY claimed_at")
+        except StoreError:  # a read-only store never opened by a version with claims has no such table
+            if self.readonly:
+                return []
+            raise
+        return [(r["spectrum_key"], Work(r["task"], r["model_id"], r["prompt_version"], r["rollouts"]),
+                 ClaimHolder(r["run_id"], r["host"], r["pid"]), r["expires_at"]) for r in rows]
 
     def rollouts(self, verdict_id: int) -> list[RolloutRecord]:
         """The rollouts of one model run, in order (none for runs stored before rollouts were)."""
