@@ -18,7 +18,6 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QBrush, QColor
 
 from speco3.agent.adaptive import describe_use
-from speco3.agent.confidence import abstain_reason
 from speco3.spectra.index import IndexEntry
 from speco3.vetting.records import ModelVerdict
 
@@ -370,7 +369,7 @@ class ArchiveTableModel(QAbstractTableModel):
             if mv.format_failures:
                 text += f" · {mv.format_failures} format failures"
             if abstained:
-                text += " · abstained: " + abstain_reason(k, outcomes.count("YES"), outcomes.count("NO"))
+                text += " · " + (mv.headline if k > 1 else f"no answer ({mv.outcome})")
             return text
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
