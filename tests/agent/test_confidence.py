@@ -180,7 +180,7 @@ def test_one_outcome_vocabulary_names_what_a_run_came_to():
     assert head("YES", "YES", "YES") == ("YES", "YES")
     assert head("format_error", "YES") == ("YES", "YES")  # half answered, all agree: trusted
     assert head("YES", "NO") == ("tie", "tie: 1 YES / 1 NO")  # once headed "format_error" or by rollout 1
-    assert head("format_error", "YES", "NO", "format_error") == ("tie", "tie: 1 YES / 1 NO")
+    assert head("format_error", "YES", "NO", "format_error") == ("tie", "tie: 1 YES / 1 NO, 2 of 4 without an answer")
     assert head("format_error", "budget_exhausted") == (
         "no_answer", "no_answer: no rollout of 2 answered (1 format_error, 1 budget_exhausted)")
     assert head("YES", "YES", "NO") == ("abstained", "abstained: split evidence, 2 YES / 1 NO")

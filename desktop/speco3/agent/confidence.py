@@ -181,9 +181,9 @@ def abstain_reason(k: int, yes: int, no: int, outcomes: Sequence[str] = ()) -> s
         if k == 1:
             return "the run gave no answer" + (f" ({ended})" if ended else "")
         return f"no rollout of {k} answered" + (f" ({ended})" if ended else "")
-    if yes == no:
-        return f"a tie, {yes} YES / {no} NO"
     missing = k - yes - no
+    if yes == no:
+        return f"a tie, {yes} YES / {no} NO" + (f", {missing} of {k} without an answer" if missing else "")
     if missing and (yes == 0 or no == 0):
         return f"too few answers: {yes + no} of {k} rollouts answered ({yes} YES / {no} NO)"
     return f"split evidence, {yes} YES / {no} NO" + (f", {missing} of {k} without an answer" if missing else "")
