@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
+from speco3.gui.archive_model import COL
 from speco3.vetting.records import ModelVerdict
 
 pytestmark = pytest.mark.gui
@@ -153,8 +154,10 @@ def test_an_abstention_is_shown_where_the_suggestion_is_and_enter_does_not_take_
         p_yes=0.6, agreement=0.6, abstained=True, format_failures=0, outcomes=outcomes, k_max=5, stop_reason="fixed"))
     w.vetting.recordChanged.emit()
     text = w.decision.suggestion.text()
-    assert "Model abstained" in text and "abstained: split evidence, 3 YES / 2 NO" in text
+    assert "Model abstained" in text and "split evidence, 3 YES / 2 NO" in text and "abstained: split" not in text
     assert "suggests" not in text and not w.decision.accept_button.isEnabled()
+    w.table_model.invalidate_states()  # as a finished run does: the table's Model column names the abstention
+    assert w.table_model.data(w.table_model.index(w.vetting.row, COL["model"])) == "abstained"
     key(w, Qt.Key.Key_Return)
     assert w.vetting.store.decision(shown, task) is None and w.vetting._current_key() == shown
     assert "the model abstained" in w.statusBar().currentMessage()
@@ -165,7 +168,6 @@ def test_an_abstention_is_shown_where_the_suggestion_is_and_enter_does_not_take_
 def test_the_table_follows_decisions_written_by_another_process(qtbot, make_window, demo_archive, open_and_wait):
     """A decision written by another connection (`spec-o3 decide` while the app is open) reaches the table's
     Decision column within the poll, without a restart."""
-    from speco3.gui.archive_model import COL
     from speco3.vetting import Decision, VettingStore
 
     w = make_window()

@@ -280,7 +280,8 @@ class ArchiveTableModel(QAbstractTableModel):
         return {
             "undecided": human is None, "decided": human is not None,
             "YES": human == "YES", "NO": human == "NO", "UNSURE": human == "UNSURE",
-            "model YES": model == "YES", "model NO": model == "NO", "no model verdict": model is None,
+            "model YES": model == "YES", "model NO": model == "NO",
+            "no model verdict": model not in ("YES", "NO"),  # not run, or a run without a verdict to accept
         }.get(want, True)
 
     def _state_sort(self) -> bool:

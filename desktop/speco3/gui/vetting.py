@@ -153,13 +153,15 @@ class VettingController(QObject):
         self.store = None
 
     def state_of(self, entry: Any) -> tuple[str | None, str | None]:
-        """(latest model verdict, human decision) of an index entry for the current task."""
+        """(latest model verdict, human decision) of an index entry for the current task; a run without a verdict
+        to accept shows what it came to (``abstained``, ``tie``, ``no_answer``, ``format_error`` …), never the
+        majority it abstained on."""
         if self.store is None:
             return None, None
         key = store_key(entry)
         mv = self.store.latest_model_verdict(key, self.task_id)
         dec = self.store.decision(key, self.task_id)
-        verdict = mv.verdict if mv else None
+        verdict = (mv.suggestion or mv.outcome) if mv else None
         if verdict and mv.model_id == SCRIPTED_LABEL:  # never shown (or filtered) as a model's verdict
             verdict = f"{verdict} (demo)"  # the scripted demo: its answers are the catalogue's, not a model's
         return verdict, (dec.decision if dec else None)
