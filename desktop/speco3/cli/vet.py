@@ -155,6 +155,11 @@ def cmd_vet(args: argparse.Namespace) -> int:
             raise Speco3Error("--concurrency needs --server URL (a model server batches the episodes)")
         if args.server:
             engines = open_server_engines(args, settings.engine, max(1, args.concurrency), check=True)
+            served = engines[0].recorded_settings().get("server_reports") or {}
+            print(f"server model {engines[0].info.model_id}: recorded as the server reports it (context "
+                  f"{served.get('n_ctx') or 'unreported'} per conversation, {served.get('slots') or 'unreported'} "
+                  f"slots, file type {served.get('quant') or 'unreported'}); file digests: unknown, not verified",
+                  file=sys.stderr)
         else:
             engines = [open_cli_engine(args, settings, load=False)]
             if store is not None and not args.no_resume and _all_done(

@@ -203,6 +203,19 @@ def _fold(store: VettingStore, vs: list[ModelVerdict], thresholds: Thresholds | 
             "k_max": c.k, "stop_reason": None}
 
 
+def left_out(store: VettingStore, rows: list[dict], tasks: list[str] | None = None) -> dict[str, int]:
+    """What `results` leaves out of a store's evaluation, counted: spectra decided UNSURE (no label), spectra
+    decided YES/NO but not scored (the model has not run on them, or ``--limit`` cut them), and spectra the model
+    ran on that nobody decided (no label). Only the non-zero counts."""
+    scored = {(r["key"], r["task"]) for r in rows}
+    decided = {(d.spectrum_key, d.task): d.decision for d in store.decisions() if not tasks or d.task in tasks}
+    runs = {(v.spectrum_key, v.task) for v in store.model_verdicts() if not tasks or v.task in tasks}
+    counts = {"UNSURE_decisions": sum(d == "UNSURE" for d in decided.values()),
+              "decided_but_not_scored": sum(k not in scored for k, d in decided.items() if d != "UNSURE"),
+              "model_verdicts_without_a_decision": sum(k not in decided for k in runs)}
+    return {k: n for k, n in counts.items() if n}
+
+
 def results(store: VettingStore, tasks: list[str] | None = None, model_id: str | None = None,
             thresholds: Thresholds | None = None) -> list[dict]:
     """Per-item rows: the latest decision (YES/NO; UNSURE and undecided items are left out) against the latest

@@ -338,7 +338,7 @@ class AgentController(QObject):
         if conf is not None and (conf.k > 1 or verdict.k_max not in (None, 1)):
             p = "—" if conf.p_yes is None else f"{conf.p_yes:.2f}"
             self.message.emit(f"{entry.key}: p_yes {p}, {describe_use(conf.k, verdict.k_max, verdict.stop_reason)}"
-                              + (f" — abstained ({conf.abstain_reason})" if conf.abstained else ""))
+                              + (f" — {conf.headline}" if conf.abstained else ""))
             if interactive:
                 self.panel.show_confidence(conf, SCRIPTED_LABEL if info.get("scripted") else f"model {info.get('model')}",
                                            verdict.k_max, verdict.stop_reason)

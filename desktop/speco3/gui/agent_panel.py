@@ -456,10 +456,10 @@ class AgentPanel(QWidget):
     def show_confidence(self, conf, who: str, k_max: int | None = None, stop_reason: str | None = None) -> None:
         """The fold of K rollouts (`speco3.agent.confidence.Confidence`) in place of a single verdict; with
         ``--rollouts auto`` (``stop_reason`` other than ``fixed``) how many of the budget ``k_max`` ran and why."""
-        if conf.verdict:
+        if conf.verdict and not conf.abstained:
             head = f"<span style='{_VERDICT_STYLE.get(conf.verdict, '')};font-size:16pt'><b>{esc(conf.verdict)}</b></span>"
-        else:
-            head = "<b>no verdict</b> (a tie or no answer)"
+        else:  # what the run came to, named as everywhere: "tie: 1 YES / 1 NO", "abstained: split evidence, …"
+            head = f"<b>no verdict to accept</b> ({esc(conf.headline)})"
         adaptive = bool(stop_reason) and stop_reason != STOP_FIXED
         votes = f"{conf.yes} YES / {conf.no} NO " + (f"· {describe_use(conf.k, k_max, stop_reason)}" if adaptive
                                                       else f"of {conf.k} rollouts")
@@ -469,11 +469,11 @@ class AgentPanel(QWidget):
             votes += f" · P(YES) at the answer token {conf.p_yes_token:.2f}"
         if conf.format_failures:
             votes += f" · {conf.format_failures} format failures"
-        warn = (f"<br><span style='color:#8a6d00'><b>Abstained: {html.escape(conf.abstain_reason)}.</b></span>"
-                if conf.abstained else "")
+        warn = (f"<br><span style='color:#8a6d00'><b>Abstained: {html.escape(conf.reason or conf.abstain_reason)}."
+                "</b></span>" if conf.abstained else "")
         self.verdict.setText(f"{head} — {html.escape(str(who))}<br><small>{html.escape(votes)}</small>{warn}"
                              "<br><small>The transcript shows one rollout; all are stored and side by side in the "
-                             "HTML report.</small>" + _accept_hint(conf.verdict))
+                             "HTML report.</small>" + _accept_hint(None if conf.abstained else conf.verdict))
 
     def show_trace(self, trace: Trace, heading: str, others: Sequence[Trace | str] = ()) -> None:
         """Replay a stored trace (after a batch run or on revisit): transcript, clickable zooms, verdict; with

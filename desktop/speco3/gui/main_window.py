@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from speco3 import __version__
+from speco3.agent.confidence import ABSTAINED
 from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
 from speco3.errors import Speco3Error, TaskError
@@ -395,9 +396,11 @@ class MainWindow(QMainWindow):
         self.viewer.set_evidence(notes.evidence)
         self.decision.show_model_windows(mv is not None and mv.model_id != SCRIPTED_LABEL
                                          and bool(mv.zooms or (mv.rollouts or 1) > 1))
-        if mv is not None:
+        if mv is not None:  # an abstention is shown where the suggestion is, with its reason, and not accepted
             who = "(scripted demo — not a model)" if mv.model_id == SCRIPTED_LABEL else f"({mv.model_id})"
-            self.decision.show_suggestion(mv.verdict, who if mv.verdict else f"{mv.outcome} {who}")
+            self.decision.show_suggestion(mv.suggestion, who if mv.suggestion else
+                                          f"{mv.headline.removeprefix(ABSTAINED + ': ')} {who}",
+                                          abstained=bool(mv.abstained and (mv.rollouts or 1) > 1))
         else:
             self.decision.show_suggestion(None)
         self._show_stored_trace(mv)
@@ -480,10 +483,13 @@ class MainWindow(QMainWindow):
 
     def accept_model(self) -> None:
         mv = self.vetting.model_suggestion()
-        if mv is None or mv.verdict is None:
+        if mv is not None and mv.verdict is not None and mv.suggestion is None:  # Enter never takes an abstention
+            self.show_message(f"the model abstained ({mv.reason}): nothing to accept; decide yourself (Y / N / U)")
+            return
+        if mv is None or mv.suggestion is None:
             self.show_message("no model verdict to accept for this spectrum")
             return
-        self.decide(mv.verdict)
+        self.decide(mv.suggestion)
 
     def escape(self) -> None:
         """Escape: in a text field of the decision panel it leaves the field (the edit kept); elsewhere it cancels

@@ -22,11 +22,11 @@ from speco3.agent.tasks import Task, run_adapters
 from speco3.config import config_dir, data_dir
 from speco3.engine.base import DEFAULT_N_CTX, EngineSettings
 from speco3.fileio import write_text_atomic
-from speco3.vetting.records import login_vetter
+from speco3.vetting.records import SETTINGS_FILE, vetter_name
 
 log = logging.getLogger(__name__)
 
-FILE_NAME = "desktop.json"
+FILE_NAME = SETTINGS_FILE  # its "vetter" is also read by `spec-o3 decide` (`speco3.vetting.records.vetter_name`)
 #: The agent panel's model entry for the settings' "Model server" (shown when a server URL is set).
 SERVER_MODEL_ID = "model-server"
 
@@ -224,5 +224,5 @@ class AppSettings:
         return None if cfg is None else (SERVER_MODEL_ID, f"{cfg.model or 'served model'} @ {cfg.url}")
 
     def vetter_name(self) -> str:
-        """The vetter's name, falling back to the login name."""
-        return login_vetter(self.vetter)
+        """The vetter's name (`speco3.vetting.records.vetter_name`: this setting, else the login name)."""
+        return vetter_name(self.vetter, configured="")

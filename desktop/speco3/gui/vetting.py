@@ -19,13 +19,22 @@ from typing import Any
 
 from PySide6.QtCore import QItemSelectionModel, QObject, QTimer, Signal
 
-from speco3.errors import Speco3Error, SpectrumReadError, StoreError
+from speco3.agent.tasks import get_task
+from speco3.errors import Speco3Error, SpectrumReadError, StoreError, TaskError
 from speco3.gui.archive_model import ArchiveTableModel
 from speco3.gui.demo_session import SCRIPTED_LABEL
 from speco3.gui.prefetch import SpectrumCache
 from speco3.spectra.index import IndexEntry
 from speco3.spectra.model import Spectrum
-from speco3.vetting.records import Decision, Evidence, ModelVerdict, Notes, SpectrumInfo, model_evidence
+from speco3.vetting.records import (
+    Decision,
+    Evidence,
+    ModelVerdict,
+    Notes,
+    SpectrumInfo,
+    label_warnings,
+    model_evidence,
+)
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, ReadOnlyStoreError, VettingStore
 
 log = logging.getLogger(__name__)
@@ -33,6 +42,7 @@ log = logging.getLogger(__name__)
 PREFETCH_AHEAD = 3
 PREFETCH_BEHIND = 1
 FOLLOWERS = 256  # rows after the current one remembered across a re-query of the table
+WATCH_MS = 2000  # how often the table looks for writes of other processes to the store (`follow_store`)
 
 
 def store_key(entry: IndexEntry) -> str:
@@ -81,6 +91,11 @@ class VettingController(QObject):
         # never a decision) is saved 0.5 s after the last switch, and at once when the store closes
         self._position_save = QTimer(self, singleShot=True, interval=500)
         self._position_save.timeout.connect(self.save_position)
+        # decisions and verdicts written by other processes (`spec-o3 decide`, `vet` on the same store) reach the
+        # table's columns: one cheap `data_version` read every 2 s (it changes only for other connections' commits)
+        self._watch = QTimer(self, interval=WATCH_MS)
+        self._watch.timeout.connect(self.follow_store)
+        self._data_version: int | None = None
         model.state_fn = self.state_of
         model.confidence_fn = self.confidence_of
         self._followers: list[str] = []  # keys after the current row before a re-query (`_follow_current`)
@@ -103,6 +118,8 @@ class VettingController(QObject):
             log.warning("%s; keeping decisions in memory", exc)
             unsaved = str(exc)
             self.store = VettingStore.in_memory()
+        self._data_version = self.store.data_version()
+        self._watch.start()
         log.info("vetting store %s", self.store.path)
         if archive_root is not None:
             self.store.set_state(ARCHIVE_ROOT_STATE, str(archive_root))  # reports are titled by it
@@ -137,7 +154,22 @@ class VettingController(QObject):
         if self.store is not None and self.entry is not None:
             self.store.set_state("current_key", self.entry.key)
 
+    def follow_store(self) -> None:
+        """Repaint the table's model and decision columns when another process wrote to the store since the last
+        look (the decision panel keeps what it shows: an edit in progress is never replaced under the vetter)."""
+        if self.store is None:
+            return
+        try:
+            version = self.store.data_version()
+        except Speco3Error as exc:  # a store gone or locked for long: said once per change, tried again later
+            log.warning("cannot read the store's version: %s", exc)
+            return
+        if version != self._data_version:
+            self._data_version = version
+            self.model.invalidate_states()
+
     def close_store(self) -> None:
+        self._watch.stop()
         if self.store is not None:
             self.leaving.emit()
             if self._position_save.isActive():
@@ -146,13 +178,15 @@ class VettingController(QObject):
         self.store = None
 
     def state_of(self, entry: Any) -> tuple[str | None, str | None]:
-        """(latest model verdict, human decision) of an index entry for the current task."""
+        """(latest model verdict, human decision) of an index entry for the current task; a run without a verdict
+        to accept shows what it came to (``abstained``, ``tie``, ``no_answer``, ``format_error`` …), never the
+        majority it abstained on."""
         if self.store is None:
             return None, None
         key = store_key(entry)
         mv = self.store.latest_model_verdict(key, self.task_id)
         dec = self.store.decision(key, self.task_id)
-        verdict = mv.verdict if mv else None
+        verdict = (mv.suggestion or mv.outcome) if mv else None
         if verdict and mv.model_id == SCRIPTED_LABEL:  # never shown (or filtered) as a model's verdict
             verdict = f"{verdict} (demo)"  # the scripted demo: its answers are the catalogue's, not a model's
         return verdict, (dec.decision if dec else None)
@@ -341,7 +375,21 @@ class VettingController(QObject):
         except Speco3Error as exc:
             self.error.emit(f"flags/comment/evidence not saved: {exc}")
             return False
+        self._warn_labels(evidence)
         return True
+
+    def _warn_labels(self, evidence: list[Evidence]) -> None:
+        """A label naming a line of the task's list that lies outside its window at the spectrum's z (windows are
+        observed-frame; `speco3.vetting.records.label_warnings`, as ``spec-o3 decide`` warns) goes to the status bar."""
+        if self.spectrum is None or not evidence:
+            return
+        try:
+            lines = get_task(self.task_id).lines
+        except TaskError:  # a task file gone since: nothing to check against
+            return
+        warnings = label_warnings(evidence, lines, self.spectrum.z)
+        if warnings:
+            self.message.emit("warning: " + warnings[0])
 
     def current_notes(self) -> Notes:
         """(flags, comment, evidence) of the current spectrum as last left (notes or the decision, whichever is

@@ -409,7 +409,7 @@ class Screening:
         base = RowBase(spectrum_key=item.key, task=self.task.id, model_id=info.model_id, quant=info.quant,
                        text_sha256=info.text_sha256, mmproj_sha256=info.mmproj_sha256,
                        prompt_version=self.task.prompt_version, file_sha256=sha,
-                       engine_settings=engine.settings.to_dict())
+                       engine_settings=engine.recorded_settings())
         t0 = time.perf_counter()
         spectrum = item.spectrum
         error = item.error if spectrum is None else None

@@ -454,7 +454,11 @@ class VettingStore:
             d["abstained"] = bool(d["abstained"])
         if d.get("outcomes") is not None:
             d["outcomes"] = stored_json(d["outcomes"], None, self._where("model_verdicts", d, "outcomes"))
-        return ModelVerdict(**d)
+        v = ModelVerdict(**d)
+        conf = v.confidence()
+        if conf is not None:  # rows written before the group outcomes were headed a tie by its first rollout
+            v.outcome = conf.outcome
+        return v
 
     def latest_model_verdict(self, key: str, task: str) -> ModelVerdict | None:
         rows = self._query("SELECT * FROM model_verdicts WHERE spectrum_key=? AND task=? ORDER BY id DESC LIMIT 1",
@@ -631,6 +635,12 @@ class VettingStore:
     def get_state(self, key: str, default: Any = None) -> Any:
         rows = self._query("SELECT value FROM state WHERE key=?", (key,))
         return stored_json(rows[0][0], None, f"{self.path}: state {key!r}") if rows and rows[0][0] else default
+
+    def data_version(self) -> int:
+        """A number that changes when another connection (another process: ``spec-o3 decide``, ``vet``, a second
+        window) commits to the store, and not for this connection's own writes (SQLite's ``PRAGMA data_version``;
+        one cheap read, for views that follow the store)."""
+        return int(self._query("PRAGMA data_version")[0][0])
 
     # -- overview ----------------------------------------------------------------------------------
     def tasks(self) -> list[str]:
