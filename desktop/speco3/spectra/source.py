@@ -505,7 +505,9 @@ def _from_stream(fh: IO[bytes], head: bytes, display: str, path: Path | None) ->
             raise SpectrumReadError(display, f"FITS stream larger than the {_mb(read_limits().ceiling)} read limit")
         return _open_fits(io.BytesIO(raw), display, path)
     limit = read_limits().text_ceiling
-    raw = fh.read(limit + 1)
+    raw = fh.read(min(limit + 1, 1 << 16))
+    if len(raw) == 1 << 16 and _sniff_text(raw) is not None:  # text so far (binary junk is refused unread)
+        raw += fh.read(limit + 1 - len(raw))
     if len(raw) > limit:
         raise SpectrumReadError(display, f"not a FITS file, and larger than the {_mb(limit)} read limit of a text "
                                          f"file (starts with {raw[:16]!r})")
