@@ -21,7 +21,7 @@ from vetting_helpers import NO, YES, ZOOM, items
 from speco3.agent import get_task
 from speco3.cli import main as cli_main
 from speco3.engine.scripted import ScriptedEngine
-from speco3.vetting import VettingStore
+from speco3.vetting import Decision, VettingStore
 from speco3.vetting.claims import RunClaims
 from speco3.vetting.records import ClaimHolder, ModelVerdict, Work
 from speco3.vetting.schedulers import on_slots, on_threads, one_at_a_time, vet_batch
@@ -168,6 +168,29 @@ def test_a_single_run_asked_for_goes_ahead_beside_a_held_claim(tmp_path, render)
     assert type(events[-1]).__name__ == "Recorded"
     assert [(k, h.run_id) for k, _, h, _ in store.claims()] == [(item.key, "vet-run")]  # the vet's claim stays
     store.close()
+
+
+def test_a_benchmark_truth_is_recorded_once_by_concurrent_evaluations(tmp_path):
+    """`evaluate` records each item's ground truth as a decision when none is there: checked in the transaction
+    that writes it, so two runs on one store (two connections, two threads) write it once."""
+    path = tmp_path / "s.sqlite"
+    VettingStore(path).close()
+    ids: list[int] = []
+
+    def run():
+        with VettingStore(path) as store:
+            ids.extend(store.record_decision(Decision(f"/k{i}#0", "cv", "YES", vetter="benchmark"),
+                                             if_undecided=True) for i in range(40))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with VettingStore(path, readonly=True) as store:
+        assert len(store.decisions("cv")) == 40
+        assert sum(len(store.decision_history(f"/k{i}#0", "cv")) for i in range(40)) == 40
+    assert sum(1 for i in ids if i) == 40 and ids.count(0) == 40
 
 
 # -- real processes ------------------------------------------------------------------------------------------------

@@ -131,8 +131,8 @@ def evaluate_items(
             result.invalid += 1
             continue
         key = storable_text(item.key)
-        if item.truth in ("YES", "NO") and store.decision(key, item.task) is None:
-            store.record_decision(Decision(key, item.task, item.truth, vetter=TRUTH_VETTER))
+        if item.truth in ("YES", "NO") and store.decision(key, item.task) is None:  # once, however many runs
+            store.record_decision(Decision(key, item.task, item.truth, vetter=TRUTH_VETTER), if_undecided=True)
         scr = screenings.get(task.id)
         if scr is None:
             scr = screenings[task.id] = Screening(store, task, tap, trace_root=trace_root, plan=plan,

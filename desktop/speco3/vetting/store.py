@@ -259,10 +259,11 @@ class VettingStore:
                 raise StoreError(f"{self.path}: read failed: {_sqlite_reason(exc)}") from exc
 
     def _write(self, sql: str, args: tuple) -> int:
+        """One statement in its own transaction; the id of the row it inserted (0 when it inserted none)."""
         try:
             with self._tx() as cur:
                 cur.execute(sql, tuple(storable_text(a) for a in args))
-                return int(cur.lastrowid or 0)
+                return int(cur.lastrowid or 0) if cur.rowcount > 0 else 0
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: write failed: {_sqlite_reason(exc)}") from exc
 
@@ -523,18 +524,24 @@ class VettingStore:
         return [self._verdict(r) for r in self._query(sql, args)]
 
     # -- human decisions ---------------------------------------------------------------------------
-    def record_decision(self, d: Decision) -> int:
-        """Store a human decision durably (committed with ``synchronous=FULL`` before returning)."""
+    def record_decision(self, d: Decision, *, if_undecided: bool = False) -> int:
+        """Store a human decision durably (committed with ``synchronous=FULL`` before returning).
+
+        ``if_undecided``: only when the spectrum has no decision for the task yet, checked in the same transaction
+        (several processes recording a benchmark's ground truth write it once); returns 0 when one was there.
+        """
         if d.decision not in DECISIONS:
             raise StoreError(f"decision must be one of {', '.join(DECISIONS)}, got {d.decision!r}")
         if not d.spectrum_key or not d.task:
             raise StoreError("a decision needs a spectrum key and a task")
         flags = [str(f).strip() for f in d.flags if str(f).strip()]
+        unless = " WHERE NOT EXISTS (SELECT 1 FROM decisions WHERE spectrum_key=? AND task=?)" if if_undecided else ""
         d.id = self._write(
             "INSERT INTO decisions (spectrum_key, task, decision, flags, comment, vetter, model_verdict_seen, "
-            "model_verdict_id, decided_at, app_version, evidence) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            f"model_verdict_id, decided_at, app_version, evidence) SELECT ?,?,?,?,?,?,?,?,?,?,?{unless}",
             (d.spectrum_key, d.task, d.decision, json.dumps(flags), d.comment or "", d.vetter or "",
-             d.model_verdict_seen, d.model_verdict_id, d.decided_at, d.app_version, evidence_json(d.evidence)),
+             d.model_verdict_seen, d.model_verdict_id, d.decided_at, d.app_version, evidence_json(d.evidence),
+             *((d.spectrum_key, d.task) if if_undecided else ())),
         )
         return d.id
 
