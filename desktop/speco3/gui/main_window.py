@@ -243,7 +243,9 @@ class MainWindow(QMainWindow):
             "toggle_frame": self.viewer.toggle_frame, "toggle_lines": self.viewer.toggle_lines,
             "zoom_in": lambda: self.viewer.zoom(0.5), "zoom_out": lambda: self.viewer.zoom(2.0),
             "pan_left": lambda: self.viewer.pan(-0.25), "pan_right": lambda: self.viewer.pan(0.25),
-            "reset_zoom": self.viewer.reset_zoom, "run_agent": self.run_agent, "cancel_agent": self.escape,
+            "reset_zoom": self.viewer.reset_zoom, "y_zoom_in": lambda: self.viewer.zoom_y(0.5),
+            "y_zoom_out": lambda: self.viewer.zoom_y(2.0), "y_up": lambda: self.viewer.pan_y(0.25),
+            "y_down": lambda: self.viewer.pan_y(-0.25), "y_auto": self.viewer.auto_y_range, "run_agent": self.run_agent, "cancel_agent": self.escape,
             "cheat_sheet": self.decision.toggle_cheat_sheet, "mark_evidence": self.mark_evidence,
         }
         for action, flag in FLAG_ACTIONS.items():

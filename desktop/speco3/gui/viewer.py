@@ -89,6 +89,20 @@ class PlotBars(pg.BarGraphItem):
         self.setOpacity(alpha)
 
 
+class SpectrumViewBox(pg.ViewBox):
+    """The plot's view box: dragging and the wheel in the plot move the wavelength axis only (the flux axis follows
+    the data, `display_range`); Shift+drag in the plot, or dragging / the wheel over the flux axis, moves the
+    y-range by hand (`SpectrumViewer.y_manual`)."""
+
+    def mouseDragEvent(self, ev, axis=None) -> None:  # noqa: N802 - pyqtgraph's API
+        if axis is None and not ev.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+            axis = 0
+        super().mouseDragEvent(ev, axis)
+
+    def wheelEvent(self, ev, axis=None) -> None:  # noqa: N802
+        super().wheelEvent(ev, 0 if axis is None else axis)
+
+
 class SpectrumViewer(QWidget):
     """Plot of one spectrum with smoothing, error band, masks, telluric bands and line markers.
 
@@ -125,7 +139,7 @@ class SpectrumViewer(QWidget):
         self.header.setWordWrap(True)
         # room for two lines whatever the spectrum: a header that changes height would resize the plot on every switch
         self.header.setMinimumHeight(2 * self.header.fontMetrics().lineSpacing() + 4)
-        self.plot = pg.PlotWidget(background="w")
+        self.plot = pg.PlotWidget(background="w", viewBox=SpectrumViewBox())
         self.plot.setObjectName("spectrumPlot")
         pi = self.plot.getPlotItem()
         pi.showGrid(x=True, y=True, alpha=0.15)
@@ -141,9 +155,14 @@ class SpectrumViewer(QWidget):
         # spectrum's labels re-lays out the plot (resizing the view and everything in it) on many switches
         pi.getAxis("left").setStyle(autoReduceTextSpace=False)
         self.vb = pi.getViewBox()
-        self.vb.setMouseEnabled(x=True, y=False)
+        self.vb.setMouseEnabled(x=True, y=True)  # y by Shift+drag or over the flux axis only (SpectrumViewBox)
         self.vb.enableAutoRange(x=False, y=False)
+        #: The y-range the vetter set by hand (keys, dragging), kept across zooms and pans until
+        #: `auto_y_range`, `reset_zoom` or another spectrum; None: the automatic range of the visible data (`display_range`).
+        self.y_manual: tuple[float, float] | None = None
+        self._setting_y = False  # set while the viewer itself sets the y-range
         self.vb.sigXRangeChanged.connect(self._update_y_range)
+        self.vb.sigYRangeChanged.connect(self._y_range_changed)
         self.vb.sigXRangeChanged.connect(self._layout_labels)
         self.vb.sigResized.connect(self._layout_labels)
         self.sigma = pg.PlotDataItem(pen=SIGMA_PEN)
@@ -235,9 +254,43 @@ class SpectrumViewer(QWidget):
         self._draw_lines()
 
     def reset_zoom(self) -> None:
+        """The whole spectrum, with the automatic y-range."""
         self._clear_highlight()
+        self.y_manual = None
         if self._x.size:
             self.vb.setXRange(float(np.nanmin(self._x)), float(np.nanmax(self._x)), padding=0.01)
+        self._update_y_range()
+
+    def auto_y_range(self) -> None:
+        """Back to the automatic y-range (the x-range stays)."""
+        self.y_manual = None
+        self._update_y_range()
+        self.viewChanged.emit(self.describe())
+
+    def zoom_y(self, factor: float) -> None:
+        """A manual y-range ``factor`` times the visible one (< 1 zooms in), about its centre."""
+        lo, hi = self.y_range()
+        mid, half = (lo + hi) / 2, (hi - lo) / 2 * factor
+        self._set_manual_y(mid - half, mid + half)
+
+    def pan_y(self, fraction: float) -> None:
+        """A manual y-range moved up (> 0) or down by ``fraction`` of its height."""
+        lo, hi = self.y_range()
+        step = (hi - lo) * fraction
+        self._set_manual_y(lo + step, hi + step)
+
+    def _set_manual_y(self, lo: float, hi: float) -> None:
+        if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
+            return
+        self.vb.setYRange(lo, hi, padding=0)  # `_y_range_changed` records it as the manual range
+        self.viewChanged.emit(self.describe())
+
+    def _y_range_changed(self, *args) -> None:
+        """A y-range the viewer did not set (keys, Shift+drag, the flux axis) is the vetter's: kept until reset."""
+        if self._setting_y:
+            return
+        self.y_manual = self.y_range()
+        self._draw_masks()
 
     def zoom(self, factor: float) -> None:
         """Zoom in (factor < 1) or out (factor > 1) about the centre of the visible range."""
@@ -476,12 +529,18 @@ class SpectrumViewer(QWidget):
     def _update_y_range(self, *args) -> None:
         if not self._x.size or self._quiet:
             return
-        lo, hi = self.vb.viewRange()[0]
-        sel = (self._x >= lo) & (self._x <= hi)
-        values = self._y[sel] if sel.any() else self._y
-        rng = display_range(values)
-        if rng is not None:
-            self.vb.setYRange(*rng, padding=0)
+        if self.y_manual is not None:
+            rng: tuple[float, float] | None = self.y_manual
+        else:
+            lo, hi = self.vb.viewRange()[0]
+            sel = (self._x >= lo) & (self._x <= hi)
+            rng = display_range(self._y[sel] if sel.any() else self._y)
+        if rng is not None and rng != self.y_range():
+            self._setting_y = True
+            try:
+                self.vb.setYRange(*rng, padding=0)
+            finally:
+                self._setting_y = False
         self._draw_masks()
 
     def _update_header(self) -> None:
@@ -520,4 +579,5 @@ class SpectrumViewer(QWidget):
 
     def describe(self) -> str:
         medium = self.spectrum.medium if self.spectrum is not None else "unknown"
-        return f"{self.frame} frame · smoothing {self.smoothing} px · {medium}"
+        y = " · y-range set by hand" if self.y_manual is not None else ""
+        return f"{self.frame} frame · smoothing {self.smoothing} px · {medium}{y}"
