@@ -13,6 +13,8 @@ import logging
 import numpy as np
 
 from speco3.agent.tasks import Line, Task
+from speco3.spectra.linelists import air_to_vac as air_to_vac  # noqa: I001 - re-exported (home: speco3.spectra.linelists)
+from speco3.spectra.linelists import vac_to_air as vac_to_air
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +23,7 @@ log = logging.getLogger(__name__)
 GENERIC: tuple[Line, ...] = (
     Line("Hα", 6564.61), Line("Hβ", 4862.68), Line("Hγ", 4341.68), Line("Hδ", 4102.89), Line("Hε", 3971.20),
     Line("Ca II K", 3934.78, "absorption"), Line("Ca II H", 3969.59, "absorption"),
-    Line("G band", 4305.0, "absorption"), Line("Mg b", 5176.7, "absorption"), Line("Na D", 5894.57, "absorption"),
+    Line("G band", 4305.61, "absorption"), Line("Mg b", 5176.7, "absorption"), Line("Na D", 5894.57, "absorption"),
     Line("Ca II 8542", 8544.44, "absorption"), Line("[O II]", 3728.48, "emission"),
     Line("[O III] 5007", 5008.24, "emission"), Line("[N II] 6583", 6585.27, "emission"),
     Line("[S II] 6716", 6718.29, "emission"),
@@ -31,24 +33,6 @@ TELLURIC_BANDS: tuple[tuple[float, float, str], ...] = (
     (6860.0, 6925.0, "O₂ B"), (7150.0, 7350.0, "H₂O"), (7590.0, 7700.0, "O₂ A"), (8120.0, 8350.0, "H₂O"),
     (8950.0, 9800.0, "H₂O"),
 )
-
-
-def vac_to_air(wavelength: np.ndarray | float) -> np.ndarray | float:
-    """Vacuum → air wavelength (Å), IAU standard (Morton 2000), valid above 2000 Å."""
-    w = np.asarray(wavelength, dtype=float)
-    s2 = (1e4 / w) ** 2
-    n = 1 + 0.0000834254 + 0.02406147 / (130 - s2) + 0.00015998 / (38.9 - s2)
-    out = np.where(w > 2000, w / n, w)
-    return float(out) if np.ndim(out) == 0 else out
-
-
-def air_to_vac(wavelength: np.ndarray | float) -> np.ndarray | float:
-    """Air → vacuum wavelength (Å), inverse of `vac_to_air` by fixed-point iteration."""
-    w_air = np.asarray(wavelength, dtype=float)
-    w = w_air.copy()
-    for _ in range(3):
-        w = w + (w_air - np.asarray(vac_to_air(w)))
-    return float(w) if np.ndim(w) == 0 else w
 
 
 def lines_for_task(task: Task | None) -> tuple[Line, ...]:
