@@ -20,6 +20,7 @@ from PySide6.QtGui import QBrush, QColor
 from speco3.agent.adaptive import describe_use
 from speco3.agent.confidence import abstain_reason
 from speco3.spectra.index import IndexEntry
+from speco3.spectra.model import SNR_DEFINITION, SNR_LABEL
 from speco3.vetting.records import ModelVerdict
 
 log = logging.getLogger(__name__)
@@ -35,9 +36,14 @@ COLUMNS: tuple[tuple[str, str, str | None], ...] = (
     ("cls", "Class", "cls"),
     ("subclass", "Subclass", "subclass"),
     ("redshift", "z", "redshift"),
-    ("snr", "S/N", "snr"),
+    ("snr", SNR_LABEL, "snr"),
     ("object_id", "Object ID", "object_id"),
+    ("survey_snr", "Survey S/N", "survey_snr"),
 )
+#: Header tooltips: what a column holds where its header cannot say it all.
+HEADER_TIPS = {"snr": f"{SNR_LABEL}: {SNR_DEFINITION}",
+               "survey_snr": "The S/N the survey's own file states (LAMOST: SNRG, g band; SDSS: SN_MEDIAN_ALL; DESI: "
+                             "MEDIAN_COADD_SNR_R …): a different definition per survey, for reference"}
 COL = {name: i for i, (name, _h, _s) in enumerate(COLUMNS)}
 VERDICT_STATES = ("any", "undecided", "decided", "YES", "NO", "UNSURE", "model YES", "model NO", "no model verdict",
                   "model abstained")
@@ -311,8 +317,12 @@ class ArchiveTableModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+        if orientation != Qt.Orientation.Horizontal:
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
             return COLUMNS[section][1]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return HEADER_TIPS.get(COLUMNS[section][0])
         return None
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
@@ -335,12 +345,12 @@ class ArchiveTableModel(QAbstractTableModel):
                 return ""
             if name == "redshift":
                 return f"{float(value):.5f}"
-            if name == "snr":
+            if name in ("snr", "survey_snr"):
                 return f"{float(value):.1f}"
             return str(value)
         if role == Qt.ItemDataRole.ToolTipRole:  # the full path, and which spectrum of a multi-spectrum file
             return (entry.path or entry.key) + (f" #{entry.index}" if entry.path and entry.index else "")
-        if role == Qt.ItemDataRole.TextAlignmentRole and name in ("redshift", "snr"):
+        if role == Qt.ItemDataRole.TextAlignmentRole and name in ("redshift", "snr", "survey_snr"):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 

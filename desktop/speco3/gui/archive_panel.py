@@ -38,6 +38,7 @@ from speco3.gui.archive_model import (
     ArchiveTableModel,
     Filters,
 )
+from speco3.spectra.model import SNR_DEFINITION, SNR_LABEL
 from speco3.vetting.triage import ORDER_LABELS, ORDERS
 
 ANY_SURVEY = "any survey"
@@ -120,7 +121,8 @@ class ArchivePanel(QWidget):
         self.cls = QLineEdit(objectName="classFilter", placeholderText="class (STAR, GALAXY, QSO…)")
         self.z_min = QLineEdit(objectName="zMin", placeholderText="z ≥")
         self.z_max = QLineEdit(objectName="zMax", placeholderText="z ≤")
-        self.snr_min = QLineEdit(objectName="snrMin", placeholderText="S/N ≥")
+        self.snr_min = QLineEdit(objectName="snrMin", placeholderText=f"{SNR_LABEL} ≥",
+                                 toolTip=f"Minimum {SNR_LABEL}: {SNR_DEFINITION}")
         for w in (self.z_min, self.z_max, self.snr_min):
             w.setValidator(QDoubleValidator())
         self.state = QComboBox(objectName="stateFilter")
@@ -162,7 +164,8 @@ class ArchivePanel(QWidget):
         fm = self.table.fontMetrics()
         widest = {"model": "YES (demo)", "confidence": "abstained", "decision": "UNSURE"}  # never elided
         for name, width in (("model", 60), ("confidence", 64), ("decision", 62), ("survey", 62), ("cls", 60),
-                            ("subclass", 60), ("redshift", 70), ("snr", 50)):
+                            ("subclass", 60), ("redshift", 70), ("snr", fm.horizontalAdvance(SNR_LABEL) + 14),
+                            ("survey_snr", fm.horizontalAdvance("Survey S/N") + 14)):
             text = widest.get(name)
             self.table.setColumnWidth(COL[name], max(width, fm.horizontalAdvance(text) + 14) if text else width)
         self.confidence_delegate = ConfidenceDelegate(self.table)

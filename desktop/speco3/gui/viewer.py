@@ -61,7 +61,7 @@ from speco3.spectra.linelists import (
     marker_position,
     read_line_list,
 )
-from speco3.spectra.model import ERROR_SPECTRUM_NOTE, Frame, Spectrum, to_frame
+from speco3.spectra.model import ERROR_SPECTRUM_NOTE, SNR_LABEL, Frame, Spectrum, to_frame
 from speco3.vetting.records import Evidence
 
 log = logging.getLogger(__name__)
@@ -738,8 +738,8 @@ class SpectrumViewer(QWidget):
             parts.append("z unknown (lines at z = 0)")
         else:
             parts.append(f"z = {s.z:.5f}" + (f" ({m.redshift_source})" if m.redshift_source else ""))
-        if m.snr is not None:
-            parts.append(f"S/N {m.snr:.1f}")
+        if m.snr is not None:  # one definition for every survey (SNR_DEFINITION), named
+            parts.append(f"{SNR_LABEL} {m.snr:.1f}")
         medium = {"air": "air", "vacuum": "vacuum"}.get(s.medium, "medium unknown (lines in vacuum)")
         parts.append(f"{self.frame} frame · wavelengths in {medium}")
         if s.masked_fraction > 0:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from speco3.errors import SpectrumReadError
-from speco3.spectra.model import Deferred, Spectrum, SpectrumMeta
+from speco3.spectra.model import SNR_BAND, SNR_MIN_PIXELS, Deferred, Spectrum, SpectrumMeta
 from speco3.spectra.source import Source
 
 log = logging.getLogger(__name__)
@@ -210,17 +210,19 @@ def ivar_from_variance(var: np.ndarray) -> np.ndarray:
     return out
 
 
-def median_snr(flux: np.ndarray, ivar: np.ndarray | None, mask: np.ndarray) -> float | None:
-    """Median of |flux|·sqrt(ivar) over good pixels (an estimate when the file states no S/N)."""
+def median_snr(wave: np.ndarray, flux: np.ndarray, ivar: np.ndarray | None, mask: np.ndarray) -> float | None:
+    """The S/N of `SNR_DEFINITION` (None without ivar or good pixels)."""
     if ivar is None:
         return None
     good = ivar > 0
     good &= ~mask
     good &= np.isfinite(flux)
+    band = good & (wave >= SNR_BAND[0]) & (wave <= SNR_BAND[1])
+    if np.count_nonzero(band) >= SNR_MIN_PIXELS:
+        good = band
     values = flux[good]  # two selections, then in place: each new array of a long spectrum costs page faults
     if not values.size:
         return None
-    np.abs(values, out=values)
     root = ivar[good]
     values *= np.sqrt(root, out=root)
     return float(np.median(values, overwrite_input=True))
@@ -267,16 +269,15 @@ def make_spectrum(
     wave, flux, ivar, bad = ascending(wave, flux, ivar, bad)
     meta = meta or SpectrumMeta()
     spec = Spectrum(wave, flux, ivar, bad, flux_unit=flux_unit or "", medium=medium, meta=meta)  # type: ignore[arg-type]
-    if meta.snr is None and ivar is not None:  # estimated on first access of meta.snr (viewers, the index)
-        meta.snr = Deferred(lambda: _estimated_snr(spec))
+    survey_snr = meta.snr  # a reader's value is the survey's own figure: kept beside ours, under its name
+    name = meta.extra.pop("snr_source", None)
+    if survey_snr is not None:
+        meta.extra["survey_snr"] = survey_snr
+        meta.extra["survey_snr_name"] = name or "the file's S/N"
+    # ours, on first access of meta.snr (viewers, the index)
+    meta.snr = Deferred(lambda: median_snr(spec.wavelength, spec.flux, spec.ivar, spec.mask)) if ivar is not None \
+        else None
     return spec
-
-
-def _estimated_snr(spec: Spectrum) -> float | None:
-    snr = median_snr(spec.flux, spec.ivar, spec.mask)
-    if snr is not None:
-        spec.meta.extra.setdefault("snr_source", "median flux*sqrt(ivar)")
-    return snr
 
 
 def col(data: Any, *names: str) -> np.ndarray | None:

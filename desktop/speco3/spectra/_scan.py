@@ -81,6 +81,7 @@ def scan_file(args: tuple[str, str]) -> dict[str, Any]:
             idx=m.index,
             format=contents.format,
             ra=_num(m.ra), dec=_num(m.dec), redshift=_num(m.redshift), snr=_num(m.snr),
+            survey_snr=_num(m.extra.get("survey_snr")),
             hdu=None if m.hdu is None else str(m.hdu),
             object_id=None if m.object_id is None else str(m.object_id),
             n_pixels=spec.n_pixels,

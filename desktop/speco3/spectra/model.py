@@ -20,6 +20,17 @@ SKY_FIBRE_NOTE = "sky fibre"
 #: Start of `SpectrumMeta.note` of a file that holds the errors of another spectrum (the viewer labels its axis so).
 ERROR_SPECTRUM_NOTE = "error spectrum"
 
+#: The one S/N of every spectrum (`SpectrumMeta.snr`), computed by us for every survey and file: the median S/N
+#: per pixel, flux·√ivar, over the good pixels (unmasked, finite, ivar > 0) whose observed wavelength lies in
+#: `SNR_BAND`; over all good pixels when fewer than `SNR_MIN_PIXELS` lie there (a spectrum outside the optical).
+#: None without an error column. The survey's own figure (LAMOST's g-band SNRG, SDSS's SN_MEDIAN_ALL, DESI's
+#: MEDIAN_COADD_SNR_R …) is kept beside it as ``extra["survey_snr"]``, named by ``extra["survey_snr_name"]``.
+SNR_BAND = (4000.0, 8000.0)
+SNR_MIN_PIXELS = 50
+SNR_LABEL = "S/N 4000–8000 Å"
+SNR_DEFINITION = ("median S/N per pixel (flux·√ivar) over the good pixels at 4000–8000 Å observed, computed by "
+                  "Spec-o3 for every survey (over all good pixels when fewer than 50 lie there)")
+
 
 T = TypeVar("T")
 W = TypeVar("W", float, np.ndarray)
@@ -85,7 +96,7 @@ class SpectrumMeta:
     redshift_source: str | None = None  # e.g. "LAMOST pipeline", "SPECOBJ", "redrock"
     cls: str | None = None  # STAR / GALAXY / QSO ...
     subclass: str | None = None
-    snr: LazyField[float] = LazyField()  # None by default; may be estimated on first read
+    snr: LazyField[float] = LazyField()  # SNR_DEFINITION, computed on first read (the survey's: extra["survey_snr"])
     file_name: str | None = None
     path: str | None = None
     hdu: str | int | None = None

@@ -24,6 +24,7 @@ from astropy.table import MaskedColumn, Table
 from speco3 import __version__
 from speco3.errors import StoreError
 from speco3.fileio import write_atomic
+from speco3.spectra.model import SNR_DEFINITION, SNR_LABEL
 from speco3.vetting.records import evidence_text
 from speco3.vetting.store import VettingStore
 from speco3.votable import write_votable
@@ -41,7 +42,7 @@ COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("ra", "float", "deg", "Right ascension"),
     ("dec", "float", "deg", "Declination"),
     ("redshift", "float", None, "Catalogue redshift used for the rest frame"),
-    ("snr", "float", None, "Signal-to-noise ratio from the file"),
+    ("snr", "float", None, f"{SNR_LABEL}: {SNR_DEFINITION}"),
     ("file_sha256", "str", None, "SHA-256 of the spectrum file"),
     ("task", "str", None, "Task id"),
     ("model_verdict", "str", None, "Model verdict YES/NO (empty: none)"),

@@ -78,6 +78,7 @@ def read_spec(src: Source) -> list[Spectrum]:
         meta.redshift_source = cat_name if meta.redshift is not None else None
         meta.ra, meta.dec = finite_or_none(get("PLUG_RA")), finite_or_none(get("PLUG_DEC"))
         meta.snr = finite_or_none(get("SN_MEDIAN_ALL"))
+        meta.extra["snr_source"] = "SN_MEDIAN_ALL"
         run2d = clean_str(get("RUN2D")) or hstr(h, "RUN2D")
         meta.data_release = f"run2d {run2d}" if run2d else None
         for k in ("Z_ERR", "ZWARNING", "SPECOBJID", "SOURCETYPE", "OBJTYPE", "SURVEY", "RUN1D"):
@@ -133,8 +134,8 @@ def read_spspec(src: Source) -> list[Spectrum]:
         subclass=sub,
         snr=hfloat(h, "SN_G"),
         hdu=0,
-        extra={k.lower(): h.get(k) for k in ("SPEC_CLN", "OBJTYPE", "Z_ERR", "Z_CONF", "Z_STATUS", "Z_WARNIN")
-               if h.get(k) is not None},
+        extra={"snr_source": "SN_G", **{k.lower(): h.get(k) for k in ("SPEC_CLN", "OBJTYPE", "Z_ERR", "Z_CONF",
+                                                                      "Z_STATUS", "Z_WARNIN") if h.get(k) is not None}},
     )
     return [make_spectrum(log_linear(n, c0, c1), data[0], ivar, bad, flux_unit=hstr(h, "BUNIT") or "",
                           medium=medium_from(h, "vacuum"), meta=meta, src=src)]
