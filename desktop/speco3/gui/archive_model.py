@@ -39,11 +39,20 @@ COLUMNS: tuple[tuple[str, str, str | None], ...] = (
     ("snr", SNR_LABEL, "snr"),
     ("object_id", "Object ID", "object_id"),
     ("survey_snr", "Survey S/N", "survey_snr"),
+    ("z_err", "z err", "z_err"),
+    ("zwarn", "z warn", "zwarn"),
+    ("deltachi2", "Δχ²", "deltachi2"),
 )
 #: Header tooltips: what a column holds where its header cannot say it all.
 HEADER_TIPS = {"snr": f"{SNR_LABEL}: {SNR_DEFINITION}",
                "survey_snr": "The S/N the survey's own file states (LAMOST: SNRG, g band; SDSS: SN_MEDIAN_ALL; DESI: "
-                             "MEDIAN_COADD_SNR_R …): a different definition per survey, for reference"}
+                             "MEDIAN_COADD_SNR_R …): a different definition per survey, for reference",
+               "cls": "The survey pipeline's class", "subclass": "The survey pipeline's subclass",
+               "redshift": "The survey pipeline's redshift (the catalogue z the rest frame uses)",
+               "z_err": "The pipeline's redshift error",
+               "zwarn": "The pipeline's redshift warning bits (SDSS ZWARNING, DESI redrock ZWARN, SDSS DR7 Z_WARNIN): "
+                        "0 is clean; LAMOST files state none",
+               "deltachi2": "redrock's DELTACHI2 (DESI): χ² difference to the next-best fit; small is ambiguous"}
 COL = {name: i for i, (name, _h, _s) in enumerate(COLUMNS)}
 VERDICT_STATES = ("any", "undecided", "decided", "YES", "NO", "UNSURE", "model YES", "model NO", "no model verdict",
                   "model abstained")
@@ -347,10 +356,15 @@ class ArchiveTableModel(QAbstractTableModel):
                 return f"{float(value):.5f}"
             if name in ("snr", "survey_snr"):
                 return f"{float(value):.1f}"
+            if name == "z_err":
+                return f"{float(value):.2g}"
+            if name == "deltachi2":
+                return f"{float(value):.0f}"
             return str(value)
         if role == Qt.ItemDataRole.ToolTipRole:  # the full path, and which spectrum of a multi-spectrum file
             return (entry.path or entry.key) + (f" #{entry.index}" if entry.path and entry.index else "")
-        if role == Qt.ItemDataRole.TextAlignmentRole and name in ("redshift", "snr", "survey_snr"):
+        if role == Qt.ItemDataRole.TextAlignmentRole and name in ("redshift", "snr", "survey_snr", "z_err", "zwarn",
+                                                                  "deltachi2"):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 

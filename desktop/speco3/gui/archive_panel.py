@@ -165,7 +165,8 @@ class ArchivePanel(QWidget):
         widest = {"model": "YES (demo)", "confidence": "abstained", "decision": "UNSURE"}  # never elided
         for name, width in (("model", 60), ("confidence", 64), ("decision", 62), ("survey", 62), ("cls", 60),
                             ("subclass", 60), ("redshift", 70), ("snr", fm.horizontalAdvance(SNR_LABEL) + 14),
-                            ("survey_snr", fm.horizontalAdvance("Survey S/N") + 14)):
+                            ("survey_snr", fm.horizontalAdvance("Survey S/N") + 14), ("z_err", 60), ("zwarn", 52),
+                            ("deltachi2", 60)):
             text = widest.get(name)
             self.table.setColumnWidth(COL[name], max(width, fm.horizontalAdvance(text) + 14) if text else width)
         self.confidence_delegate = ConfidenceDelegate(self.table)

@@ -61,7 +61,7 @@ from speco3.spectra.linelists import (
     marker_position,
     read_line_list,
 )
-from speco3.spectra.model import ERROR_SPECTRUM_NOTE, SNR_LABEL, Frame, Spectrum, to_frame
+from speco3.spectra.model import ERROR_SPECTRUM_NOTE, SNR_LABEL, Frame, Spectrum, pipeline_fit, to_frame
 from speco3.vetting.records import Evidence
 
 log = logging.getLogger(__name__)
@@ -734,10 +734,16 @@ class SpectrumViewer(QWidget):
             parts.append(release if release.upper().startswith(m.survey.upper()) else f"{m.survey} {release}".strip())
         if m.cls:
             parts.append(f"{m.cls} {m.subclass or ''}".strip())
+        fit = pipeline_fit(m)  # the pipeline's fit beside its class and z: error, warning bits, Δχ²
         if m.redshift is None:  # e.g. a DESI coadd without its redrock file: say so rather than show z = 0
             parts.append("z unknown (lines at z = 0)")
         else:
-            parts.append(f"z = {s.z:.5f}" + (f" ({m.redshift_source})" if m.redshift_source else ""))
+            err = f" ± {fit.z_err:.1g}" if fit.z_err is not None else ""
+            parts.append(f"z = {s.z:.5f}{err}" + (f" ({m.redshift_source})" if m.redshift_source else ""))
+        if fit.zwarn is not None:
+            parts.append(f"{fit.zwarn_name} {fit.zwarn}" + ("" if fit.zwarn == 0 else " ⚠"))
+        if fit.deltachi2 is not None:
+            parts.append(f"Δχ² {fit.deltachi2:.0f}")
         if m.snr is not None:  # one definition for every survey (SNR_DEFINITION), named
             parts.append(f"{SNR_LABEL} {m.snr:.1f}")
         medium = {"air": "air", "vacuum": "vacuum"}.get(s.medium, "medium unknown (lines in vacuum)")

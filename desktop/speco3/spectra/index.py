@@ -32,7 +32,8 @@ from speco3.spectra.model import SKY_FIBRE_NOTE, Spectrum
 
 log = logging.getLogger(__name__)
 
-SORTABLE = ("key", "file_name", "survey", "cls", "subclass", "redshift", "snr", "survey_snr", "object_id", "format",
+SORTABLE = ("key", "file_name", "survey", "cls", "subclass", "redshift", "snr", "survey_snr", "z_err", "zwarn",
+            "deltachi2", "object_id", "format",
             "n_pixels", "wmin", "wmax", "masked_fraction", "ra", "dec", "file_mtime", "file_size", "data_release")
 #: Formats whose reading depends on other files of their folder (redrock siblings, error companions).
 FOLDER_SENSITIVE = {"desi", "generic-image"}
@@ -49,7 +50,8 @@ CREATE TABLE IF NOT EXISTS spectra (
     redshift_source TEXT, cls TEXT COLLATE NOCASE, subclass TEXT COLLATE NOCASE, snr REAL,
     file_name TEXT, hdu TEXT, row INTEGER, note TEXT, n_pixels INTEGER, wmin REAL, wmax REAL,
     masked_fraction REAL, flux_unit TEXT, medium TEXT, file_size INTEGER, file_mtime REAL, error TEXT,
-    has_error INTEGER NOT NULL DEFAULT 0, survey_snr REAL);
+    has_error INTEGER NOT NULL DEFAULT 0, survey_snr REAL, z_err REAL, zwarn INTEGER, zwarn_name TEXT,
+    deltachi2 REAL);
 CREATE INDEX IF NOT EXISTS ix_spectra_rel ON spectra(rel);
 CREATE INDEX IF NOT EXISTS ix_spectra_survey ON spectra(survey, key);
 CREATE INDEX IF NOT EXISTS ix_spectra_cls ON spectra(cls, key);
@@ -64,12 +66,13 @@ CREATE INDEX IF NOT EXISTS ix_spectra_cls_z ON spectra(cls, redshift, key);
 """
 #: Bumped when the tables change; an index with another version is rebuilt (it is a cache).
 SCHEMA_VERSION = "4"  # 3: companion files (DESI redrock) are recorded in files only; 4: snr is ours
-# (`speco3.spectra._common.SNR_DEFINITION`), the survey's own figure is survey_snr
+# (`speco3.spectra.model.SNR_DEFINITION`), the survey's own figure is survey_snr; the pipeline's z_err, zwarn (its
+# name: zwarn_name) and deltachi2 (`speco3.spectra.model.pipeline_fit`)
 # what queries select: the stored columns, then how many spectra the entry's file holds (`IndexEntry.in_file`)
 COLUMNS = ("key", "rel", "idx", "format", "survey", "data_release", "object_id", "ra", "dec", "redshift",
            "redshift_source", "cls", "subclass", "snr", "file_name", "hdu", "row", "note", "n_pixels", "wmin",
            "wmax", "masked_fraction", "flux_unit", "medium", "file_size", "file_mtime", "error", "survey_snr",
-           "has_error")
+           "z_err", "zwarn", "zwarn_name", "deltachi2", "has_error")
 SELECT = ",".join(COLUMNS[:-1]) + ",(SELECT n_spectra FROM files WHERE files.rel = spectra.rel)"
 
 
@@ -109,6 +112,10 @@ class IndexEntry:
     file_mtime: float | None = None
     error: str | None = None
     survey_snr: float | None = None  # the survey's own S/N (`snr` is ours, one definition for every survey)
+    z_err: float | None = None  # the pipeline's fit (`speco3.spectra.model.PipelineFit`)
+    zwarn: int | None = None
+    zwarn_name: str | None = None
+    deltachi2: float | None = None
     in_file: int | None = None  # spectra in this entry's file (None: not known)
 
     @property

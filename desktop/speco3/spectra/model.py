@@ -32,6 +32,42 @@ SNR_DEFINITION = ("median S/N per pixel (flux·√ivar) over the good pixels at 
                   "Spec-o3 for every survey (over all good pixels when fewer than 50 lie there)")
 
 
+@dataclass(frozen=True)
+class PipelineFit:
+    """What the survey pipeline said beyond class, subclass and z (`SpectrumMeta.cls`, ``subclass``, ``redshift``):
+    the z error, the redshift warning bits (SDSS ZWARNING, DESI redrock ZWARN, SDSS DR7 Z_WARNIN; 0 is clean) under
+    the survey's own name, and redrock's DELTACHI2 (χ² gap to the next-best fit). None where the file has none
+    (LAMOST states no warning bits)."""
+
+    z_err: float | None = None
+    zwarn: int | None = None
+    zwarn_name: str | None = None
+    deltachi2: float | None = None
+
+
+def pipeline_fit(meta: SpectrumMeta) -> PipelineFit:
+    """The `PipelineFit` of a spectrum from the keys its reader kept in ``meta.extra`` (one home for the per-survey
+    names: LAMOST Z_ERR; SDSS z_err, zwarning / z_warnin; DESI zerr, zwarn, deltachi2)."""
+    e = meta.extra
+
+    def num(*keys: str) -> float | None:
+        for k in keys:
+            v = e.get(k)
+            try:
+                f = float(v) if v is not None else None
+            except (TypeError, ValueError):
+                continue
+            if f is not None and f == f and abs(f) != float("inf"):
+                return f
+        return None
+
+    names = {"zwarning": "ZWARNING", "zwarn": "ZWARN", "z_warnin": "Z_WARNIN"}
+    warn_key = next((k for k in names if num(k) is not None), None)
+    zwarn = num(warn_key) if warn_key else None
+    return PipelineFit(num("z_err", "zerr", "Z_ERR"), None if zwarn is None else int(zwarn),
+                       names[warn_key] if warn_key else None, num("deltachi2"))
+
+
 T = TypeVar("T")
 W = TypeVar("W", float, np.ndarray)
 

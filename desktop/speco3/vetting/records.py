@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from speco3 import __version__
 from speco3.agent.confidence import Confidence
-from speco3.spectra.model import to_frame
+from speco3.spectra.model import pipeline_fit, to_frame
 
 DECISIONS = ("YES", "NO", "UNSURE")
 VERDICTS = ("YES", "NO")
@@ -290,12 +290,24 @@ class SpectrumInfo:
     redshift: float | None = None
     snr: float | None = None
     file_sha256: str | None = None
+    # the pipeline's view (table spectrum_pipeline): class, subclass and its fit (`speco3.spectra.model.PipelineFit`)
+    cls: str | None = None
+    subclass: str | None = None
+    z_err: float | None = None
+    zwarn: int | None = None
+    zwarn_name: str | None = None
+    deltachi2: float | None = None
+    survey_snr: float | None = None
+    survey_snr_name: str | None = None
 
     @classmethod
     def of(cls, key: str, spectrum, file_sha256: str | None = None) -> SpectrumInfo:
         m = spectrum.meta
+        fit = pipeline_fit(m)
+        survey_snr = m.extra.get("survey_snr")
         return cls(key, spectrum.name, m.path, m.index, m.survey, m.object_id, m.ra, m.dec, m.redshift, m.snr,
-                   file_sha256)
+                   file_sha256, m.cls, m.subclass, fit.z_err, fit.zwarn, fit.zwarn_name, fit.deltachi2,
+                   float(survey_snr) if survey_snr is not None else None, m.extra.get("survey_snr_name"))
 
 
 def spectrum_key(spectrum) -> str:

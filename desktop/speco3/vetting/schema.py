@@ -62,6 +62,11 @@ ADDITIVE = {
     "file_stamps": """CREATE TABLE file_stamps (
         path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL,
         stamped_ns INTEGER NOT NULL)""",
+    # the survey pipeline's view of a spectrum beside the `spectra` row (issue #44): class, subclass, z error,
+    # warning bits and their name, redrock's DELTACHI2, the survey's own S/N and its name (exports carry them)
+    "spectrum_pipeline": """CREATE TABLE spectrum_pipeline (
+        spectrum_key TEXT PRIMARY KEY, cls TEXT, subclass TEXT, z_err REAL, zwarn INTEGER, zwarn_name TEXT,
+        deltachi2 REAL, survey_snr REAL, survey_snr_name TEXT, updated_at TEXT)""",
 }
 
 _ROLLOUT_COLUMNS = ("rollouts INTEGER", "p_yes REAL", "p_yes_token REAL", "agreement REAL", "abstained INTEGER",

@@ -145,18 +145,31 @@ class VettingStore:
 
     # -- spectra -----------------------------------------------------------------------------------
     def record_spectrum(self, info: SpectrumInfo) -> None:
-        """Insert or update what exports show about a spectrum."""
-        self._write(
-            "INSERT INTO spectra VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(spectrum_key) DO UPDATE SET "
-            "name=excluded.name, path=excluded.path, idx=excluded.idx, survey=excluded.survey, "
-            "object_id=excluded.object_id, ra=excluded.ra, dec=excluded.dec, redshift=excluded.redshift, "
-            "snr=excluded.snr, file_sha256=COALESCE(excluded.file_sha256, file_sha256), updated_at=excluded.updated_at",
-            (info.spectrum_key, info.name, info.path, info.index, info.survey, info.object_id, info.ra, info.dec,
-             info.redshift, info.snr, info.file_sha256, now_iso()),
-        )
+        """Insert or update what exports show about a spectrum (with the pipeline's view: one transaction)."""
+        stamp = now_iso()
+        try:
+            with self._tx() as cur:
+                cur.execute(
+                    "INSERT INTO spectra VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(spectrum_key) DO UPDATE SET "
+                    "name=excluded.name, path=excluded.path, idx=excluded.idx, survey=excluded.survey, "
+                    "object_id=excluded.object_id, ra=excluded.ra, dec=excluded.dec, redshift=excluded.redshift, "
+                    "snr=excluded.snr, file_sha256=COALESCE(excluded.file_sha256, file_sha256), "
+                    "updated_at=excluded.updated_at",
+                    tuple(storable_text(a) for a in (info.spectrum_key, info.name, info.path, info.index, info.survey,
+                                                     info.object_id, info.ra, info.dec, info.redshift, info.snr,
+                                                     info.file_sha256, stamp)))
+                cur.execute(
+                    "INSERT OR REPLACE INTO spectrum_pipeline VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    tuple(storable_text(a) for a in (info.spectrum_key, info.cls, info.subclass, info.z_err,
+                                                     info.zwarn, info.zwarn_name, info.deltachi2, info.survey_snr,
+                                                     info.survey_snr_name, stamp)))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: write failed ({exc})") from exc
 
     def spectrum_info(self, key: str) -> SpectrumInfo | None:
-        rows = self._query("SELECT * FROM spectra WHERE spectrum_key=?", (key,))
+        rows = self._query("SELECT s.*, p.cls, p.subclass, p.z_err, p.zwarn, p.zwarn_name, p.deltachi2, p.survey_snr, "
+                           "p.survey_snr_name FROM spectra s LEFT JOIN spectrum_pipeline p USING (spectrum_key) "
+                           "WHERE spectrum_key=?", (key,))
         if not rows:
             return None
         r = dict(rows[0])
