@@ -44,6 +44,7 @@ ACTIONS: tuple[Action, ...] = (
     Action("smooth_less", "S", "Smooth less", "View"),
     Action("toggle_frame", "F", "Rest / observed frame", "View"),
     Action("toggle_lines", "L", "Show / hide line markers", "View"),
+    Action("toggle_model", "M", "Show / hide the pipeline's model spectrum (SDSS files carry one)", "View"),
     Action("zoom_in", "=", "Zoom in", "View"),
     Action("zoom_out", "-", "Zoom out", "View"),
     Action("pan_left", "[", "Pan left", "View"),

@@ -241,6 +241,7 @@ class MainWindow(QMainWindow):
             "previous": lambda: self.vetting.step(-1), "next_undecided": self.vetting.next_undecided,
             "smooth_more": self.viewer.smooth_more, "smooth_less": self.viewer.smooth_less,
             "toggle_frame": self.viewer.toggle_frame, "toggle_lines": self.viewer.toggle_lines,
+            "toggle_model": self.viewer.toggle_model,
             "zoom_in": lambda: self.viewer.zoom(0.5), "zoom_out": lambda: self.viewer.zoom(2.0),
             "pan_left": lambda: self.viewer.pan(-0.25), "pan_right": lambda: self.viewer.pan(0.25),
             "reset_zoom": self.viewer.reset_zoom, "y_zoom_in": lambda: self.viewer.zoom_y(0.5),

@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 
 SMOOTH_WIDTHS = (1, 3, 5, 9, 15, 25, 41)
 FLUX_PEN = pg.mkPen((31, 90, 200), width=1)
+MODEL_PEN = pg.mkPen((215, 90, 20), width=1.5)  # the survey pipeline's best-fit model (SDSS's model column)
 SIGMA_PEN = pg.mkPen(120, 150, 220, 200, width=1)  # the 1σ noise level (a line: a band between two edges cost
 # 2-3x the whole switch to fill, and pyqtgraph's fill-between gives up on curves with gaps)
 MASK_BRUSH = pg.mkBrush(230, 60, 60, 45)
@@ -148,6 +149,7 @@ class SpectrumViewer(QWidget):
         self.smooth_index = 0
         self.show_lines = True
         self.show_sigma = True
+        self.show_model = True  # the pipeline's model spectrum, where the file has one (key M)
         self._lines: tuple[Line, ...] = lines_for_task(None)  # the task's lines
         #: Which lines are marked: TASK_LINES, a key of `builtin_line_lists`, or "file:PATH" (the user's file).
         self.line_choice = TASK_LINES
@@ -220,6 +222,13 @@ class SpectrumViewer(QWidget):
         self.sigma.setZValue(-5)
         pi.addItem(self.sigma)
         pi.addItem(self.curve)
+        self.model_curve = pg.PlotDataItem(pen=MODEL_PEN, name="pipeline model")
+        self.model_curve.opts["autoDownsampleFactor"] = self.curve.opts["autoDownsampleFactor"]
+        pi.addItem(self.model_curve)
+        self.legend = pg.LegendItem(offset=(-10, 30), labelTextColor=(60, 60, 60), brush=pg.mkBrush(255, 255, 255, 200))
+        self.legend.setParentItem(self.vb)
+        self.legend.addItem(self.model_curve, "pipeline model (M)")
+        self.legend.setVisible(False)
         # an entry that cannot be shown (unreadable file, no spectrum in it) says why in place of the plot, never
         # over the previous spectrum's axes
         self.notice = QLabel("", objectName="viewerNotice", wordWrap=True,
@@ -425,6 +434,11 @@ class SpectrumViewer(QWidget):
         self.smooth_index = int(np.clip(index, 0, len(SMOOTH_WIDTHS) - 1))
         self._redraw(reset_x=False)
 
+    def toggle_model(self) -> None:
+        """Show or hide the survey pipeline's model spectrum (where the file has one)."""
+        self.show_model = not self.show_model
+        self._redraw(reset_x=False)
+
     def toggle_lines(self) -> None:
         self.show_lines = not self.show_lines
         self._draw_lines()
@@ -565,6 +579,8 @@ class SpectrumViewer(QWidget):
         if s is None or s.n_pixels == 0:
             self.curve.setData([], [])
             self.sigma.setData([], [])
+            self.model_curve.setData([], [])
+            self.legend.setVisible(False)
             self._x = self._y = self._sig = np.empty(0)
             self._mask_runs = np.empty((0, 2))
             self.header.setText("No spectrum")
@@ -582,6 +598,12 @@ class SpectrumViewer(QWidget):
             self.sigma.setData(x, sig, connect="finite")
         else:
             self.sigma.setData([], [])
+        if s.model is not None and self.show_model:  # smoothed as the flux is, so that the two compare
+            self.model_curve.setData(x, boxcar(s.model, good, self.smoothing)[0], connect="finite")
+            self.legend.setVisible(True)
+        else:
+            self.model_curve.setData([], [])
+            self.legend.setVisible(False)
         runs = np.asarray(mask_runs(~good), dtype=np.intp).reshape(-1, 2)
         if runs.size:
             last = len(x) - 1

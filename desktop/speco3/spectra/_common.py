@@ -246,12 +246,13 @@ def make_spectrum(
     medium: str = "unknown",
     meta: SpectrumMeta | None = None,
     src: Source | None = None,
+    model: np.ndarray | None = None,
 ) -> Spectrum:
     """Build a Spectrum after checking shapes; non-finite flux or ivar ≤ 0 count as bad pixels."""
     wave = np.asarray(wave, dtype=np.float64).ravel()
     flux = np.asarray(flux, dtype=np.float64).ravel()
     n = wave.size
-    for label, arr in (("flux", flux), ("ivar", ivar), ("mask", mask)):
+    for label, arr in (("flux", flux), ("ivar", ivar), ("mask", mask), ("model", model)):
         if arr is not None and np.asarray(arr).size != n:
             where = src.display if src else "<spectrum>"
             raise SpectrumReadError(where, f"wrong shapes: {label} has {np.asarray(arr).size} values, wavelength {n}")
@@ -266,9 +267,11 @@ def make_spectrum(
         ok &= ivar < np.inf
         if not ok.all():  # a clean ivar (the usual case) is kept as it is: no copy
             ivar = np.where(ok, ivar, 0.0)
-    wave, flux, ivar, bad = ascending(wave, flux, ivar, bad)
+    model = None if model is None else np.asarray(model, dtype=np.float64).ravel()
+    wave, flux, ivar, bad, model = ascending(wave, flux, ivar, bad, model)
     meta = meta or SpectrumMeta()
-    spec = Spectrum(wave, flux, ivar, bad, flux_unit=flux_unit or "", medium=medium, meta=meta)  # type: ignore[arg-type]
+    spec = Spectrum(wave, flux, ivar, bad, flux_unit=flux_unit or "", medium=medium, meta=meta,  # type: ignore[arg-type]
+                    model=model)
     survey_snr = meta.snr  # a reader's value is the survey's own figure: kept beside ours, under its name
     name = meta.extra.pop("snr_source", None)
     if survey_snr is not None:

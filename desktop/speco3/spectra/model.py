@@ -169,6 +169,8 @@ class Spectrum:
         Wavelength medium.
     meta : SpectrumMeta
         Metadata.
+    model : ndarray of float64 or None
+        The survey pipeline's best-fit model flux on the same pixels (SDSS's ``model`` column), or None.
     """
 
     wavelength: np.ndarray
@@ -178,6 +180,7 @@ class Spectrum:
     flux_unit: str = ""
     medium: Medium = "unknown"
     meta: SpectrumMeta = field(default_factory=SpectrumMeta)
+    model: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.wavelength = np.asarray(self.wavelength, dtype=np.float64)
@@ -189,6 +192,10 @@ class Spectrum:
             self.ivar = np.asarray(self.ivar, dtype=np.float64)
             if self.ivar.shape != (n,):
                 raise ValueError(f"ivar shape {self.ivar.shape} does not match {n} pixels")
+        if self.model is not None:
+            self.model = np.asarray(self.model, dtype=np.float64)
+            if self.model.shape != (n,):
+                raise ValueError(f"model shape {self.model.shape} does not match {n} pixels")
         if self.mask is None:
             self.mask = np.zeros(n, dtype=bool)
         else:

@@ -56,7 +56,7 @@ def _catalogue_row(src: Source):
 
 def read_spec(src: Source) -> list[Spectrum]:
     h = src.primary
-    d = read_columns(src, 1, ("flux", "loglam", "ivar", "and_mask"))
+    d = read_columns(src, 1, ("flux", "loglam", "ivar", "and_mask", "model"))
     if not {"flux", "loglam", "ivar"} <= set(d):
         raise fail(src, f"SDSS COADD table lacks flux/loglam/ivar (has {column_names(src, 1)})")
     loglam = np.asarray(d["loglam"], dtype=np.float64)
@@ -93,7 +93,7 @@ def read_spec(src: Source) -> list[Spectrum]:
         meta.object_id = f"{int(plate):04d}-{int(mjd)}-{int(fiber):04d}"
     meta.extra["layout"] = "full" if src.hdu(4) is not None else "lite"
     return [make_spectrum(np.power(10.0, loglam), flux, ivar, bad, flux_unit=hstr(h, "BUNIT") or "",
-                          medium=medium_from(h, "vacuum"), meta=meta, src=src)]
+                          medium=medium_from(h, "vacuum"), meta=meta, src=src, model=d.get("model"))]
 
 
 # -- spSpec ----------------------------------------------------------------------------------------------
