@@ -89,3 +89,18 @@ def test_the_index_holds_the_pipeline_columns(spectra_dir, tmp_path):
     desi = e["coadd-4-80613-thru20210324.fits"]
     assert (desi.zwarn, desi.zwarn_name, round(desi.deltachi2)) == (0, "ZWARN", 150344)
     assert e["spec-0332-52367-0639.fits"].z_err == pytest.approx(3.556e-05, rel=1e-3)
+
+
+def test_fits_text_is_a_documented_transliteration_csv_and_votable_keep_utf8(tmp_path):
+    from speco3.vetting.export import fits_ascii
+
+    assert fits_ascii("Hα broad, He II 4686 — café ✓ [O III]λ5007 ±2 Å") == \
+        "Halpha broad, He II 4686 -- cafe \\u2713 [O III]lambda5007 +/-2 A"
+    store = VettingStore(tmp_path / "s.sqlite")
+    store.record_decision(Decision("/d/x.fits#0", "cv", "YES", comment="Hβ broad, Δv ≈ 3000 km/s", vetter="Zoë"))
+    for suffix, fmt, comment, vetter in (("fits", "fits", "Hbeta broad, Deltav ~ 3000 km/s", "Zoe"),
+                                         ("csv", "ascii.csv", "Hβ broad, Δv ≈ 3000 km/s", "Zoë"),
+                                         ("vot", "votable", "Hβ broad, Δv ≈ 3000 km/s", "Zoë")):
+        row = Table.read(export(store, tmp_path / f"o.{suffix}"), format=fmt)[0]
+        assert (str(row["comment"]), str(row["vetter"])) == (comment, vetter), fmt
+    store.close()

@@ -14,6 +14,7 @@ Every file is written atomically: to a temporary file beside the target, then ``
 from __future__ import annotations
 
 import logging
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,34 @@ COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("notes_at", "str", None, "When the flags or comment were last changed (UTC)"),
 ]
 FORMATS = {"csv": "ascii.csv", "votable": "votable", "fits": "fits"}
+#: How FITS exports spell what ASCII lacks (FITS character columns are ASCII): Greek letters by name as astronomers
+#: write them in ASCII (Hα -> Halpha), the usual typographic signs by their ASCII forms; any other character by its
+#: accent-free base letter (é -> e), and what has none as \uXXXX. CSV and VOTable keep the UTF-8 text.
+TRANSLITERATION = {
+    **dict(zip("αβγδεζηθικλμνξοπρστυφχψω",
+               ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
+                "upsilon phi chi psi omega").split(), strict=True)),
+    **dict(zip("ΓΔΘΛΞΠΣΦΨΩ", "Gamma Delta Theta Lambda Xi Pi Sigma Phi Psi Omega".split(), strict=True)),
+    "–": "-", "—": "--", "…": "...", "·": ".", "×": "x", "±": "+/-", "²": "2", "³": "3", "√": "sqrt", "≥": ">=",
+    "≤": "<=", "≈": "~", "“": '"', "”": '"', "‘": "'", "’": "'", "→": "->", "⊕": "(+)", "⊙": "(sun)", "°": "deg",
+    "µ": "u", "Å": "A", "⚠": "(!)",
+}
+
+
+def fits_ascii(text: str) -> str:
+    """``text`` as the FITS export writes it (see `TRANSLITERATION`)."""
+    if text.isascii():
+        return text
+    out = []
+    for ch in text:
+        if ch.isascii():
+            out.append(ch)
+        elif ch in TRANSLITERATION:
+            out.append(TRANSLITERATION[ch])
+        else:
+            base = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode("ascii")
+            out.append(base or f"\\u{ord(ch):04x}")
+    return "".join(out)
 
 
 def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, Any]]:
@@ -183,11 +212,11 @@ def export(store: VettingStore, path: str | Path, fmt: str | None = None, task: 
     if fmt not in FORMATS:
         raise StoreError(f"unknown export format {fmt!r} (csv, votable, fits)")
     table = export_table(store, task)
-    if fmt == "fits":  # FITS strings are ASCII: escape the rest (é -> \\xe9, α -> \\u03b1)
+    if fmt == "fits":  # FITS strings are ASCII: a documented transliteration (`fits_ascii`: Hα -> Halpha)
         for name in table.colnames:
             col = table[name]
             if col.dtype.kind == "U":
-                escaped = [str(v).encode("ascii", "backslashreplace").decode("ascii") for v in col.data.data]
+                escaped = [fits_ascii(str(v)) for v in col.data.data]
                 table[name] = MaskedColumn(np.array(escaped, dtype=str), name=name, mask=col.mask,
                                            unit=col.unit, description=col.description)
 
