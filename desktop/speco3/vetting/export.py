@@ -91,9 +91,11 @@ FORMATS = {"csv": "ascii.csv", "votable": "votable", "fits": "fits"}
 #: accent-free base letter (é -> e), and what has none as \uXXXX. CSV and VOTable keep the UTF-8 text.
 TRANSLITERATION = {
     **dict(zip("αβγδεζηθικλμνξοπρστυφχψω",
-               ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
-                "upsilon phi chi psi omega").split(), strict=True)),
-    **dict(zip("ΓΔΘΛΞΠΣΦΨΩ", "Gamma Delta Theta Lambda Xi Pi Sigma Phi Psi Omega".split(), strict=True)),
+               ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu",
+                "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega"],
+               strict=True)),
+    **dict(zip("ΓΔΘΛΞΠΣΦΨΩ", ["Gamma", "Delta", "Theta", "Lambda", "Xi", "Pi", "Sigma", "Phi", "Psi", "Omega"],
+               strict=True)),
     "–": "-", "—": "--", "…": "...", "·": ".", "×": "x", "±": "+/-", "²": "2", "³": "3", "√": "sqrt", "≥": ">=",
     "≤": "<=", "≈": "~", "“": '"', "”": '"', "‘": "'", "’": "'", "→": "->", "⊕": "(+)", "⊙": "(sun)", "°": "deg",
     "µ": "u", "Å": "A", "⚠": "(!)",
