@@ -26,6 +26,7 @@ from speco3.gui.prefetch import SpectrumCache
 from speco3.spectra.index import IndexEntry
 from speco3.spectra.model import Spectrum
 from speco3.vetting.records import Decision, Evidence, ModelVerdict, Notes, SpectrumInfo, model_evidence
+from speco3.vetting.screening import file_sha256
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class VettingController(QObject):
         self.store = None
         self.task_id = settings.task
         self.cache = SpectrumCache()
+        self._sha256: dict[str, str] = {}  # file -> sha256, hashed once a session for the exports' file_sha256
         self.row = -1
         self.entry: Any = None
         self.spectrum: Spectrum | None = None
@@ -291,8 +293,11 @@ class VettingController(QObject):
                        vetter=self.settings.vetter_name(), model_verdict_seen=mv.verdict if mv else None,
                        model_verdict_id=mv.id if mv else None, evidence=list(evidence))
         try:
-            if self.spectrum is not None and self.store.spectrum_info(key) is None:  # what exports show of it
-                self.store.record_spectrum(SpectrumInfo.of(key, self.spectrum))
+            info = self.store.spectrum_info(key)
+            if self.spectrum is not None and (info is None or info.file_sha256 is None):  # what exports show of it
+                path = self.spectrum.meta.path
+                self.store.record_spectrum(SpectrumInfo.of(key, self.spectrum,
+                                                           file_sha256(path, self._sha256) if path else None))
             self.store.record_decision(rec)
         except Speco3Error as exc:
             self.error.emit(f"decision not saved: {exc}")
