@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from speco3.cli.options import default_render
 from speco3.errors import Speco3Error
 from speco3.vetting.export import export
 from speco3.vetting.report import write_report
@@ -30,7 +31,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     with VettingStore(args.store, readonly=True) as store:
         for fmt, out in targets:
             if fmt == "html":
-                out = write_report(store, out, task=args.task, embed_images=not args.copy_images)
+                out = write_report(store, out, task=args.task, embed_images=not args.copy_images,
+                                   render=default_render())  # the training renderer: PNGs of its size
             else:
                 export(store, out, fmt, task=args.task)
             print(f"{fmt}: wrote {out}")
