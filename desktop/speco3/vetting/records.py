@@ -245,9 +245,27 @@ class Decision:
     id: int | None = None
     #: the windows the vetter marked, in order (schema 4; empty in older rows)
     evidence: list[Evidence] = field(default_factory=list)
+    #: the vetter's own redshift, its confidence (0-4, as Marz's QOP and SDSS's z_conf_person) and class/subclass
+    #: (table decision_fit, created on open; None when not given)
+    vetter_z: float | None = None
+    z_conf: int | None = None
+    vetter_class: str | None = None
+    vetter_subclass: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "evidence": [e.to_list() for e in self.evidence]}
+
+    def fit_problem(self) -> str | None:
+        """What is wrong with the vetter's z, confidence or class (None: nothing)."""
+        z, conf = self.vetter_z, self.z_conf
+        if z is not None and not (math.isfinite(z) and -0.1 <= z <= 15):
+            return f"redshift {z!r} is not a redshift (-0.1 to 15)"
+        if conf is not None and (isinstance(conf, bool) or not isinstance(conf, int) or not 0 <= conf <= 4):
+            return f"redshift confidence must be 0-4, got {conf!r}"
+        for what, v in (("class", self.vetter_class), ("subclass", self.vetter_subclass)):
+            if v is not None and (not v.strip() or len(v) > 40 or not v.isprintable()):
+                return f"{what} must be 1-40 printable characters, got {v!r}"
+        return None
 
 
 @dataclass
