@@ -224,6 +224,7 @@ class MainWindow(QMainWindow):
         self.vetting.bind_notes(self.decision)  # flags, comment and evidence stored as they change, decided or not
         self.decision.evidenceChanged.connect(self.viewer.set_evidence)
         self.decision.markRequested.connect(self.mark_evidence)
+        self.decision.markerZRequested.connect(lambda: self.decision.set_fit_z(self.viewer.line_z()))
         self.decision.modelWindowsRequested.connect(self.start_from_model_windows)
         self.decision.zoomRequested.connect(lambda lo, hi: self.viewer.zoom_to(lo, hi, "observed"))
         self.decision.fieldLeft.connect(lambda: self.viewer.plot.setFocus(Qt.FocusReason.OtherFocusReason))
@@ -388,7 +389,9 @@ class MainWindow(QMainWindow):
         dec, mv = self.vetting.current_record()
         saved = f"saved {dec.decided_at[:19].replace('T', ' ')} UTC by {dec.vetter}" if dec else "not decided yet"
         notes = self.vetting.current_notes()
-        self.decision.show_record(dec.decision if dec else None, notes.flags, notes.comment, saved, notes.evidence)
+        self.decision.show_record(dec.decision if dec else None, notes.flags, notes.comment, saved, notes.evidence,
+                                  (dec.vetter_z, dec.z_conf, dec.vetter_class, dec.vetter_subclass) if dec
+                                  else (None, None, None, None))
         self.viewer.set_evidence(notes.evidence)
         self.decision.show_model_windows(mv is not None and mv.model_id != SCRIPTED_LABEL
                                          and bool(mv.zooms or (mv.rollouts or 1) > 1))
@@ -459,7 +462,8 @@ class MainWindow(QMainWindow):
     # -- decisions -----------------------------------------------------------------------------------------------
     def decide(self, decision: str) -> None:
         if self._ensure_vetter():
-            self.vetting.decide(decision, self.decision.flags(), self.decision.comment.text(), self.decision.evidence())
+            self.vetting.decide(decision, self.decision.flags(), self.decision.comment.text(), self.decision.evidence(),
+                                fit=self.decision.fit())
 
     def _ensure_vetter(self) -> bool:
         """Before the first decision without a vetter name in the settings: ask for it (the login name offered),

@@ -279,8 +279,10 @@ class VettingController(QObject):
     def _current_key(self) -> str | None:
         return store_key(self.entry) if self.entry is not None else None
 
-    def decide(self, decision: str, flags: list[str], comment: str, evidence: list[Evidence]) -> bool:
-        """Store the vetter's decision on the current spectrum now; advance when the setting says so."""
+    def decide(self, decision: str, flags: list[str], comment: str, evidence: list[Evidence],
+               fit: tuple[float | None, int | None, str | None, str | None] = (None, None, None, None)) -> bool:
+        """Store the vetter's decision on the current spectrum now, with their (z, confidence 0-4, class,
+        subclass) ``fit``; advance when the setting says so."""
         key = self._current_key()
         if self.store is None:
             self.message.emit("open an archive first")
@@ -291,7 +293,8 @@ class VettingController(QObject):
         mv = self.store.latest_model_verdict(key, self.task_id)
         rec = Decision(spectrum_key=key, task=self.task_id, decision=decision, flags=list(flags), comment=comment,
                        vetter=self.settings.vetter_name(), model_verdict_seen=mv.verdict if mv else None,
-                       model_verdict_id=mv.id if mv else None, evidence=list(evidence))
+                       model_verdict_id=mv.id if mv else None, evidence=list(evidence), vetter_z=fit[0],
+                       z_conf=fit[1], vetter_class=fit[2], vetter_subclass=fit[3])
         try:
             info = self.store.spectrum_info(key)
             if self.spectrum is not None and (info is None or info.file_sha256 is None):  # what exports show of it

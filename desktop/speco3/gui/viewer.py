@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QLabel,
+    QSizePolicy,
     QSlider,
     QStackedWidget,
     QToolButton,
@@ -277,8 +278,11 @@ class SpectrumViewer(QWidget):
         self.z_reset.clicked.connect(lambda: self.set_line_z(None))
         self.line_note = QLabel("", objectName="lineNote", textFormat=Qt.TextFormat.PlainText)
         self.line_note.setStyleSheet("color:#555")
+        # the note never widens the window (a long one is cut; its tooltip holds it all)
+        self.line_note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.line_note.setMinimumWidth(60)
         for w, stretch in ((QLabel("Lines"), 0), (self.line_box, 0), (self.sky_box, 0), (QLabel("z"), 0),
-                           (self.z_box, 0), (self.z_slider, 1), (self.z_reset, 0), (self.line_note, 0)):
+                           (self.z_box, 0), (self.z_slider, 1), (self.z_reset, 0), (self.line_note, 1)):
             row.addWidget(w, stretch)
         return bar
 
