@@ -81,11 +81,14 @@ def test_the_index_holds_the_pipeline_columns(spectra_dir, tmp_path):
     folder = tmp_path / "a"
     folder.mkdir()
     for name in ("desi/coadd-4-80613-thru20210324.fits", "desi/redrock-4-80613-thru20210324.fits",
-                 "sdss/spec-0332-52367-0639.fits"):
+                 "sdss/spec-0332-52367-0639.fits", "sdss/spec-0269-51581-0003.fits"):
         shutil.copy(spectra_dir / name, folder)
     index = ArchiveIndex(tmp_path / "i.sqlite")
     index.scan(folder, workers=1)
     e = {x.file_name: x for x in index.query(sort="zwarn")}
+    assert e["spec-0269-51581-0003.fits"].zwarn == 6  # the empty spectrum: ZWARNING 6
+    assert [x.file_name for x in index.query(zwarn_clean=False)] == ["spec-0269-51581-0003.fits"]
+    assert index.count(zwarn_clean=True) == 2
     desi = e["coadd-4-80613-thru20210324.fits"]
     assert (desi.zwarn, desi.zwarn_name, round(desi.deltachi2)) == (0, "ZWARN", 150344)
     assert e["spec-0332-52367-0639.fits"].z_err == pytest.approx(3.556e-05, rel=1e-3)

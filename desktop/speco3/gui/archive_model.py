@@ -78,12 +78,16 @@ class Filters:
     state: str = "any"
     #: sky fibres and spectra with every pixel masked (`IndexEntry.unusable`) are left out unless this is set
     include_unusable: bool = False
+    #: only spectra whose pipeline states no redshift warning (ZWARNING / ZWARN = 0, or none stated)
+    zwarn_clean: bool = False
 
     def index_kwargs(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in ("survey", "cls", "z_min", "z_max", "snr_min", "text")}
         kwargs = {k: v for k, v in out.items() if v not in (None, "")}
         if not self.include_unusable:
             kwargs["usable"] = True
+        if self.zwarn_clean:
+            kwargs["zwarn_clean"] = True
         return kwargs
 
     def describe(self) -> str:
@@ -94,6 +98,8 @@ class Filters:
                  if value not in (None, "")]
         if self.state != "any":
             parts.append(self.state)
+        if self.zwarn_clean:
+            parts.append("no z warning")
         return ", ".join(parts)
 
 

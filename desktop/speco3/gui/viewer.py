@@ -62,7 +62,7 @@ from speco3.spectra.linelists import (
     marker_position,
     read_line_list,
 )
-from speco3.spectra.model import ERROR_SPECTRUM_NOTE, SNR_LABEL, Frame, Spectrum, pipeline_fit, to_frame
+from speco3.spectra.model import ERROR_SPECTRUM_NOTE, Frame, Spectrum, pipeline_fit, to_frame
 from speco3.vetting.records import Evidence
 
 log = logging.getLogger(__name__)
@@ -770,8 +770,8 @@ class SpectrumViewer(QWidget):
             parts.append(f"{fit.zwarn_name} {fit.zwarn}" + ("" if fit.zwarn == 0 else " ⚠"))
         if fit.deltachi2 is not None:
             parts.append(f"Δχ² {fit.deltachi2:.0f}")
-        if m.snr is not None:  # one definition for every survey (SNR_DEFINITION), named
-            parts.append(f"{SNR_LABEL} {m.snr:.1f}")
+        if m.snr is not None:  # one definition for every survey (SNR_DEFINITION: the table's header and tooltip
+            parts.append(f"S/N {m.snr:.1f}")  # name it; spelled out here it wrapped the header to a third line)
         medium = {"air": "air", "vacuum": "vacuum"}.get(s.medium, "medium unknown (lines in vacuum)")
         parts.append(f"{self.frame} frame · wavelengths in {medium}")
         if s.masked_fraction > 0:

@@ -334,7 +334,7 @@ class ArchiveIndex:
     # -- queries ----------------------------------------------------------------------------------------
     @staticmethod
     def _where(survey=None, cls=None, z_min=None, z_max=None, snr_min=None, text=None, has_error=None,
-               format=None, usable=None) -> tuple[str, list]:
+               format=None, usable=None, zwarn_clean=None) -> tuple[str, list]:
         clauses, params = [], []
         for column, value in (("survey", survey), ("cls", cls), ("format", format)):
             if value is None or value == "":
@@ -363,18 +363,20 @@ class ArchiveIndex:
             clause = "(COALESCE(note, '') NOT LIKE ? AND COALESCE(masked_fraction, 0) < 1.0)"
             clauses.append(clause if usable else f"NOT {clause}")
             params.append(SKY_FIBRE_NOTE + "%")
+        if zwarn_clean is not None:  # the pipeline's redshift warning bits: none (or none stated) / some
+            clauses.append("COALESCE(zwarn, 0) = 0" if zwarn_clean else "COALESCE(zwarn, 0) != 0")
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
     def query(self, survey=None, cls=None, z_min=None, z_max=None, snr_min=None, text=None, has_error=None,
               format=None, usable=None, sort: str = "file_name", descending: bool = False, limit: int | None = None,
-              offset: int = 0) -> list[IndexEntry]:
+              offset: int = 0, zwarn_clean=None) -> list[IndexEntry]:
         """Entries matching the filters, sorted (ties broken by key), paged by ``limit``/``offset``.
 
         ``usable=True`` leaves out sky fibres and spectra with every pixel masked (`is_unusable`); False keeps only
         those; None (the default) both."""
         if sort not in SORTABLE:
             raise ValueError(f"cannot sort by {sort!r}; choose one of {', '.join(SORTABLE)}")
-        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable)
+        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable, zwarn_clean)
         direction = "DESC" if descending else "ASC"
         # ties (and "key") in file order, then by position in the file: #2 before #10
         tie = f"rel {direction}, idx {direction}"
@@ -389,8 +391,8 @@ class ArchiveIndex:
         return [self._entry(root, r) for r in rows]
 
     def count(self, survey=None, cls=None, z_min=None, z_max=None, snr_min=None, text=None, has_error=None,
-              format=None, usable=None) -> int:
-        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable)
+              format=None, usable=None, zwarn_clean=None) -> int:
+        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable, zwarn_clean)
         with self._lock:
             return int(self._db.execute(f"SELECT COUNT(*) FROM spectra{where}", params).fetchone()[0])
 
