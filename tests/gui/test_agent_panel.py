@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
+from speco3.agent.trace import Trace
 from speco3.gui.archive_model import COL
 from speco3.gui.demo_session import SCRIPTED_LABEL
 
@@ -32,12 +33,18 @@ def test_scripted_run_streams_into_the_panel(qtbot, make_window, demo_archive, o
     qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=30000)
     text = panel.transcript.toPlainText()
     assert "Hβ is a strong emission line" in text
+    # readable, not markup (issue #44); the trace keeps the raw text
+    assert "Thinking: The continuum is blue" in text and "→ asks to zoom in on “Zoom on Hβ region” 4800–4920 Å" in text
+    assert "Answer: YES" in text and "<answer>" not in panel.verdict.text() and "boxed" not in panel.verdict.text()
+    assert not any(tag in text for tag in ("<think>", "</think>", "<tool_call>", "\\boxed", "<answer>", '"name"'))
     assert panel.zooms.count() == 1 and panel.zoom_windows() == [(4800.0, 4920.0, "Zoom on Hβ region")]
     assert "YES" in panel.verdict.text() and "Evidence: Zoom on Hβ region 4800–4920 Å" in panel.verdict.text()
     assert "tok/s" in panel.status.text() and "scripted" in panel.status.text()
     # the verdict is stored apart from decisions, shown in the table and offered as the suggestion
     mv = w.vetting.model_suggestion()
     assert mv.verdict == "YES" and mv.model_id == "test-model" and mv.zooms == 1 and mv.trace_dir
+    raw = [step.text for step in Trace.load(mv.trace_dir).steps if step.kind == "assistant"]
+    assert raw[0].startswith("<think>The continuum") and "<tool_call>" in raw[0] and "\\boxed{YES}" in raw[1]
     assert w.vetting.store.decisions(w.vetting.task_id) == []
     assert w.table_model.data(w.table_model.index(0, COL["model"])) == "YES"
     assert w.decision.accept_button.isEnabled()
@@ -157,3 +164,5 @@ def test_stored_trace_is_replayed_on_revisit(qtbot, make_window, demo_archive, o
     key(w, Qt.Key.Key_Left)
     assert not w.agent_panel.compact and w.agent_panel.zooms.count() == 1
     assert "stored run" in w.agent_panel.transcript.toPlainText()
+    replay = w.agent_panel.transcript.toPlainText()
+    assert "→ asks to zoom in on" in replay and "Answer: YES" in replay and "<tool_call>" not in replay

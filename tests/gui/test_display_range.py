@@ -120,3 +120,36 @@ def test_odd_inputs_give_a_finite_range_or_none(n):
             r = display_range(v)
             assert (r is None) == (not np.isfinite(v).any())
             assert r is None or (np.isfinite(r).all() and r[1] > r[0])
+
+
+def test_noisy_narrow_lines_keep_their_peak_and_one_pixel_spikes_go():
+    """Sampled Gaussian lines 1.5-5 px FWHM, 5-10,000 σ high, at five sub-pixel positions, alone or on a broad line
+    (issue #44: a real line's peak pixel was set to its neighbour): the range holds every line's peak pixel. A
+    one-pixel spike 20-2000 σ high on the same noise is left out."""
+    rng = np.random.default_rng(1)
+    x = np.arange(3909.0)
+    for fwhm in (1.5, 2.0, 2.4, 3.0, 5.0):
+        for amp in (5, 10, 30, 100, 1000, 10000):
+            for phase in np.linspace(0, 1, 5):
+                for broad in (0, 30):
+                    flux = (3 + broad * np.exp(-4 * np.log(2) * ((x - 2000) / 40) ** 2)
+                            + amp * np.exp(-4 * np.log(2) * ((x - 2000 - phase) / fwhm) ** 2) + rng.normal(0, 1, x.size))
+                    assert display_range(flux)[1] >= flux[1990:2010].max(), (fwhm, amp, phase, broad)
+    for _ in range(100):
+        flux = 3 + rng.normal(0, 1, x.size)
+        i = int(rng.integers(150, 3750))
+        flux[i] += rng.uniform(20, 2000)
+        lo, hi = display_range(flux)
+        assert hi < np.delete(flux, i).max() + 0.1 * (hi - lo)
+
+
+def test_a_sharp_peak_on_a_broad_line_is_kept_a_cosmic_ray_beside_a_line_is_not():
+    """A well-exposed line whose peak pixel stands 1.9 above neighbours at 13.7 (the numbers of the issue's LAMOST
+    QSO [O III]): its neighbours are far above the continuum, so it is a feature, not a spike."""
+    flux = _flat()[:400] / 100 * 3  # continuum 3 with 2 % noise
+    flux[190:211] += 10.2 * np.exp(-0.5 * ((np.arange(190, 211) - 200) / 4.0) ** 2)  # a line 9 px FWHM
+    flux[200] = 15.55
+    flux[199], flux[201] = 13.7, 13.6
+    assert display_range(flux)[1] >= 15.55
+    flux[205] = 300.0  # a cosmic ray on its flank (its neighbours carry 2 % of its excess)
+    assert 15.55 <= display_range(flux)[1] < 20

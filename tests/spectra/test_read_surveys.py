@@ -89,7 +89,8 @@ def test_lamost_old_and_new_layouts_of_obsid_101001_agree(spectra_path):
     np.testing.assert_array_equal(old.ivar, new.ivar)
     for key in ("object_id", "cls", "subclass", "redshift", "ra", "dec", "snr"):
         assert getattr(old.meta, key) == getattr(new.meta, key)
-    assert old.meta.subclass == "G7" and old.meta.snr == pytest.approx(12.22)
+    assert old.meta.subclass == "G7" and old.meta.extra["survey_snr"] == pytest.approx(12.22)
+    assert old.meta.extra["survey_snr_name"] == "SNRG"
     assert old.medium == "vacuum" and old.flux_unit == ""
 
 
@@ -100,7 +101,7 @@ def test_lamost_old_layout_grid_from_coeff_not_ctype(spectra_path):
         row2 = h[0].data[2].astype(float)
         assert h[0].header["CTYPE1"].strip() == "LINEAR"
     np.testing.assert_allclose(s.wavelength, row2, rtol=1e-6)
-    assert s.meta.snr == pytest.approx(153.72) and s.meta.subclass == "G3"
+    assert s.meta.extra["survey_snr"] == pytest.approx(153.72) and s.meta.subclass == "G3"
 
 
 def test_lamost_mrs_arms_and_exposures(spectra_path):
@@ -109,10 +110,10 @@ def test_lamost_mrs_arms_and_exposures(spectra_path):
     assert [s.meta.hdu for s in specs[:2]] == ["COADD_B", "COADD_R"]
     assert specs[1].n_pixels == 3692
     assert specs[1].wavelength[[0, -1]] == pytest.approx([6292.45, 6850.62], abs=0.01)
-    assert specs[1].meta.snr == pytest.approx(280.75)
+    assert specs[1].meta.extra["survey_snr"] == pytest.approx(280.75)
     assert [s.meta.hdu[:2] for s in specs[2:]] == ["B-"] * 7 + ["R-"] * 7
     assert all(s.meta.cls is None and s.meta.redshift is None for s in specs)
-    assert specs[0].meta.snr == pytest.approx(120.75, abs=0.01)
+    assert specs[0].meta.extra["survey_snr"] == pytest.approx(120.75, abs=0.01)
     assert specs[0].medium == "vacuum"
 
 

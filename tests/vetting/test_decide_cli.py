@@ -103,7 +103,7 @@ def test_exports_carry_the_evidence(filled_store, tmp_path):
     for name, fmt in [("out.csv", "ascii.csv"), ("out.vot", "votable"), ("out.fits", "fits")]:
         t = Table.read(export(filled_store, tmp_path / name, task="cv"), format=fmt)
         by_key = {r["spectrum_key"]: r for r in t}
-        want = "6540-6590:Hα; 4840-4880:Hβ" if fmt != "fits" else "6540-6590:H\\u03b1; 4840-4880:H\\u03b2"
+        want = "6540-6590:Hα; 4840-4880:Hβ" if fmt != "fits" else "6540-6590:Halpha; 4840-4880:Hbeta"  # transliterated (#44)
         assert str(by_key[key]["evidence"]) == want
     html = write_report(filled_store, tmp_path / "r.html", task="cv").read_text()
     assert "6540–6590 Å · Hα" in html and "4670–4700 Å" in html

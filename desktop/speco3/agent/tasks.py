@@ -35,12 +35,12 @@ from speco3.config import config_dir
 from speco3.engine.base import LoraAdapter
 from speco3.errors import Speco3Error, TaskError
 from speco3.fileio import write_text_atomic
+from speco3.spectra.linelists import LINE_KINDS, Line  # the one home of a line (re-exported here)
 from speco3_base.errors import ModelFileError
 from speco3_models.adapters import AdapterInfo, read_adapter
 
 logger = logging.getLogger(__name__)
 
-LINE_KINDS = ("emission", "absorption", "band", "line")
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,39}$")
 DEFAULT_OUTPUT_FORMAT = (
     "**Required Output Format:**\nReason step by step inside <think></think> tags, using the spectral visualization "
@@ -50,20 +50,6 @@ DEFAULT_OUTPUT_FORMAT = (
 )
 #: The question sentence of the trained phrasing (every built-in task asks it so; `question_for`).
 QUESTION_TEMPLATE = "Analyze the provided spectrum to determine if it is a **{target_class}**."
-
-
-@dataclass(frozen=True)
-class Line:
-    """A spectral line or molecular band head that the viewer marks.
-
-    ``wavelength`` is the rest wavelength in Å, **vacuum** (the viewer converts it to air for spectra in air).
-    The name carries the usual designation, which by astronomers' convention is the rounded *air* wavelength:
-    ``"He II 4686"`` for 4687.02 Å in vacuum.
-    """
-
-    name: str
-    wavelength: float
-    kind: str = "line"  # one of LINE_KINDS
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,11 @@ def register(sub) -> None:
                    help=f"an issue flag ({', '.join(STANDARD_FLAGS)}, or your own); repeat for several")
     d.add_argument("--vetter", default="", help="who decides (default: the vetter name set in the app's Settings, "
                    "shared by both; else the login name)")
+    d.add_argument("--z", type=float, help="your own redshift of the spectrum")
+    d.add_argument("--z-conf", type=int, choices=range(5), metavar="0-4",
+                   help="your confidence in that redshift, 0-4 (as Marz's QOP and SDSS's z_conf_person)")
+    d.add_argument("--class", dest="cls", help="your class of the object (e.g. QSO, STAR, CV)")
+    d.add_argument("--subclass", help="your subclass")
     d.add_argument("--json", action="store_true", help="print the stored decision as JSON")
     d.set_defaults(func=cmd_decide)
 
@@ -117,7 +122,10 @@ def cmd_decide(args: argparse.Namespace) -> int:
         decision = Decision(spectrum_key=key, task=task.id, decision=args.verdict, flags=list(args.flag),
                             comment=args.comment, vetter=vetter_name(args.vetter),
                             model_verdict_seen=mv.verdict if mv else None, model_verdict_id=mv.id if mv else None,
-                            evidence=evidence)
+                            evidence=evidence, vetter_z=args.z, z_conf=args.z_conf, vetter_class=args.cls,
+                            vetter_subclass=args.subclass)
+        if (problem := decision.fit_problem()) is not None:
+            return _refuse(problem)
         sha = file_sha256(spectrum.meta.path) if spectrum.meta.path else None
         store.record_spectrum(SpectrumInfo.of(key, spectrum, sha))
         store.record_decision(decision)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from speco3.cli.options import default_render
 from speco3.errors import Speco3Error
 from speco3.vetting.export import check_target, export
 from speco3.vetting.report import report_path, write_report
@@ -34,7 +35,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         for fmt, out in targets:
             if fmt == "html":
                 out = write_report(store, out, task=args.task, embed_images=not args.copy_images,
-                                   overwrite=args.force)
+                                   overwrite=args.force, render=default_render())  # the training renderer: PNGs of its size
             else:
                 export(store, out, fmt, task=args.task, overwrite=args.force)
             print(f"{fmt}: wrote {out}")

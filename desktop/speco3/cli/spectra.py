@@ -17,6 +17,7 @@ from typing import Any
 
 from speco3.errors import SpectrumReadError
 from speco3.spectra.index import SORTABLE
+from speco3.spectra.model import SNR_LABEL
 from speco3.spectra.specutils_io import to_specutils
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ def register(sub) -> None:
     q.add_argument("--cls", help="object class (STAR, GALAXY, QSO, ...)")
     q.add_argument("--z-min", type=float)
     q.add_argument("--z-max", type=float)
-    q.add_argument("--snr-min", type=float)
+    q.add_argument("--snr-min", type=float, help="minimum S/N 4000–8000 Å (ours, one definition for every survey)")
     q.add_argument("--text", help="substring of key, object id, class or note")
     q.add_argument("--sort", default="file_name", choices=SORTABLE, metavar="COLUMN",
                    help="sort column: " + ", ".join(SORTABLE))
@@ -108,7 +109,9 @@ def _block(rec: dict[str, Any]) -> str:
     if rec["redshift"] is not None:
         add("redshift", f"{rec['redshift']:.6g}" + (f"  ({rec['redshift_source']})" if rec["redshift_source"] else ""))
     if rec["snr"] is not None:
-        add("S/N", f"{rec['snr']:.2f}")
+        add(SNR_LABEL, f"{rec['snr']:.2f}  (median per pixel, computed for every survey)")
+    if rec["extra"].get("survey_snr") is not None:
+        add("survey S/N", f"{float(rec['extra']['survey_snr']):.2f}  ({rec['extra'].get('survey_snr_name')})")
     add("hdu", rec["hdu"] if rec["row"] is None else f"{rec['hdu']} row {rec['row']}")
     add("pixels", rec["n_pixels"])
     add("wavelength", f"{rec['wavelength_min']:.1f} - {rec['wavelength_max']:.1f} Å ({rec['medium']})")

@@ -60,7 +60,7 @@ def register(sub) -> None:
                    "decode (default: --parallel's value, 4; 1: one at a time, in order)")
     v.add_argument("--survey")
     v.add_argument("--cls", help="catalogue class filter (STAR, GALAXY, QSO, ...)")
-    v.add_argument("--snr-min", type=float)
+    v.add_argument("--snr-min", type=float, help="minimum S/N 4000–8000 Å (ours, one definition for every survey)")
     v.add_argument("--match", metavar="TEXT", help="only spectra whose key, object id, class or note contain TEXT")
     v.add_argument("--include-unusable", action="store_true",
                    help="also screen sky fibres and spectra whose every pixel is masked (left out by default, as in "

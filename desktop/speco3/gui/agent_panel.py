@@ -1,5 +1,8 @@
 """The agent panel: pick task and model, run, watch the reasoning stream in, click zooms, read the verdict.
 
+The transcript shows the model's text readable (`speco3.agent.readable`: "Thinking: …", "→ asks to zoom in on …",
+"Answer: YES"), as plain text; the raw text with its markup stays in the trace.
+
 The panel is a view of what `InferenceThread` reports: tokens are appended to the live transcript as they arrive;
 each tool call adds a thumbnail (label, range) to the zoom strip and a link in the transcript; clicking either
 emits ``zoomRequested(lo, hi, label)`` so the main plot shows that rest-frame window with the region highlighted.
@@ -35,6 +38,7 @@ from PySide6.QtWidgets import (
 
 from speco3.agent.adaptive import STOP_FIXED, describe_use
 from speco3.agent.eta import format_eta
+from speco3.agent.readable import ReadableStream, readable
 from speco3.agent.steps import AssistantStep, Step, ToolStep, VerdictStep
 from speco3.agent.tasks import NO_LORA, Task
 from speco3.agent.trace import Trace
@@ -66,7 +70,7 @@ def rollout_text(trace: Trace) -> str:
     parts = []
     for step in trace.steps:
         if isinstance(step, AssistantStep):
-            parts.append(step.text)
+            parts.append(readable(step.text))
         elif isinstance(step, ToolStep):
             rng = step.wavelength_range
             parts.append(f"▶ zoom {step.label or ''} {rng[0]:g}–{rng[1]:g} Å" if rng else f"▶ {step.response_text}")
@@ -183,6 +187,7 @@ class AgentPanel(QWidget):
         self._done_tokens = 0
         self._live_chars = 0
         self._other_chars = 0  # text of rollouts 2…K (their steps are not shown one by one)
+        self._streams: dict[int, ReadableStream] = {}  # per rollout: the raw tokens rendered readable (`readable`)
         self._live_heading = ""  # heading of the run whose figures the status line shows
         self._info: dict = {}
         self._eta: tuple[float, float] | None = None  # (seconds left when estimated, perf_counter then)
@@ -361,6 +366,7 @@ class AgentPanel(QWidget):
         self.set_compact(False)
         self._job, self._t0, self._info, self._eta = job_id, time.perf_counter(), {}, None
         self._done_tokens, self._live_chars, self._other_chars = 0, 0, 0
+        self._streams = {}
         banner = (f"<p style='background:#fff3cd;color:#7a5200'><b>⚠ {SCRIPTED_LABEL}.</b> Canned text and the demo "
                   "catalogue's answer; the zooms are real renders.</p>") if scripted else ""
         self.transcript.setHtml(banner + f"<p><b>{html.escape(title)}</b></p>")
@@ -379,20 +385,21 @@ class AgentPanel(QWidget):
         first); the status line counts every rollout's."""
         if job_id != self._job:
             return
+        shown = self._streams.setdefault(rollout, ReadableStream()).feed(text)  # thinking and calls, no markup
         if rollout > 0:
             while rollout > len(self._rollout_views):  # a later round of --rollouts auto started
                 self._add_rollout_tab()
             if rollout <= len(self._rollout_views):
                 view = self._rollout_views[rollout - 1]
                 view.moveCursor(QTextCursor.MoveOperation.End)
-                view.insertPlainText(text)
+                view.insertPlainText(shown)
                 view.ensureCursorVisible()
             self._other_chars += len(text)
             return
         self._live_chars += len(text)
         cursor = self.transcript.textCursor()
         cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.insertText(text)
+        cursor.insertText(shown)
         self.transcript.setTextCursor(cursor)
         self.transcript.ensureCursorVisible()
 
@@ -403,6 +410,11 @@ class AgentPanel(QWidget):
         if kind == "assistant":
             self._done_tokens += step.n_tokens
             self._live_chars = 0
+            rest = self._streams.pop(0, ReadableStream()).flush()  # the turn ended: what was held back
+            if rest:
+                cursor = self.transcript.textCursor()
+                cursor.movePosition(QTextCursor.MoveOperation.End)
+                cursor.insertText(rest)
             self._append_html("<br>")
         elif kind == "tool":
             self._add_zoom(step)
@@ -449,7 +461,7 @@ class AgentPanel(QWidget):
         else:
             head = f"<b>no verdict</b> ({html.escape(outcome)}: {html.escape(step.detail)})"
         evidence = "; ".join(f"{lab} {lo:g}–{hi:g} Å" for lo, hi, lab in self._zoom_windows) or "no zooms"
-        answer = esc(step.answer.strip()[:600]) if step.answer else ""  # cut, then escaped: no half entity
+        answer = esc(readable(step.answer).strip()[:600]) if step.answer else ""  # no markup, cut, then escaped
         self.verdict.setText(f"{head} — {html.escape(who)}<br><small>Evidence: {html.escape(evidence)}</small>"
                              + (f"<br><small>{answer}</small>" if answer else "") + _accept_hint(step.verdict))
 
@@ -498,7 +510,7 @@ class AgentPanel(QWidget):
             if kind == "assistant":
                 cursor = self.transcript.textCursor()
                 cursor.movePosition(QTextCursor.MoveOperation.End)
-                cursor.insertText(step.text)
+                cursor.insertText(readable(step.text))  # the raw text stays in the trace
                 self._append_html("<br>")
             elif kind == "tool":
                 self._add_zoom(step)

@@ -20,6 +20,7 @@ from PySide6.QtGui import QBrush, QColor
 from speco3.agent.adaptive import describe_use
 from speco3.gui.text import tooltip
 from speco3.spectra.index import IndexEntry
+from speco3.spectra.model import SNR_DEFINITION, SNR_LABEL
 from speco3.vetting.records import ModelVerdict
 
 log = logging.getLogger(__name__)
@@ -35,9 +36,23 @@ COLUMNS: tuple[tuple[str, str, str | None], ...] = (
     ("cls", "Class", "cls"),
     ("subclass", "Subclass", "subclass"),
     ("redshift", "z", "redshift"),
-    ("snr", "S/N", "snr"),
+    ("snr", SNR_LABEL, "snr"),
     ("object_id", "Object ID", "object_id"),
+    ("survey_snr", "Survey S/N", "survey_snr"),
+    ("z_err", "z err", "z_err"),
+    ("zwarn", "z warn", "zwarn"),
+    ("deltachi2", "Δχ²", "deltachi2"),
 )
+#: Header tooltips: what a column holds where its header cannot say it all.
+HEADER_TIPS = {"snr": f"{SNR_LABEL}: {SNR_DEFINITION}",
+               "survey_snr": "The S/N the survey's own file states (LAMOST: SNRG, g band; SDSS: SN_MEDIAN_ALL; DESI: "
+                             "MEDIAN_COADD_SNR_R …): a different definition per survey, for reference",
+               "cls": "The survey pipeline's class", "subclass": "The survey pipeline's subclass",
+               "redshift": "The survey pipeline's redshift (the catalogue z the rest frame uses)",
+               "z_err": "The pipeline's redshift error",
+               "zwarn": "The pipeline's redshift warning bits (SDSS ZWARNING, DESI redrock ZWARN, SDSS DR7 Z_WARNIN): "
+                        "0 is clean; LAMOST files state none",
+               "deltachi2": "redrock's DELTACHI2 (DESI): χ² difference to the next-best fit; small is ambiguous"}
 COL = {name: i for i, (name, _h, _s) in enumerate(COLUMNS)}
 VERDICT_STATES = ("any", "undecided", "decided", "YES", "NO", "UNSURE", "model YES", "model NO", "no model verdict",
                   "model abstained")
@@ -63,12 +78,16 @@ class Filters:
     state: str = "any"
     #: sky fibres and spectra with every pixel masked (`IndexEntry.unusable`) are left out unless this is set
     include_unusable: bool = False
+    #: only spectra whose pipeline states no redshift warning (ZWARNING / ZWARN = 0, or none stated)
+    zwarn_clean: bool = False
 
     def index_kwargs(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in ("survey", "cls", "z_min", "z_max", "snr_min", "text")}
         kwargs = {k: v for k, v in out.items() if v not in (None, "")}
         if not self.include_unusable:
             kwargs["usable"] = True
+        if self.zwarn_clean:
+            kwargs["zwarn_clean"] = True
         return kwargs
 
     def describe(self) -> str:
@@ -79,6 +98,8 @@ class Filters:
                  if value not in (None, "")]
         if self.state != "any":
             parts.append(self.state)
+        if self.zwarn_clean:
+            parts.append("no z warning")
         return ", ".join(parts)
 
 
@@ -312,8 +333,12 @@ class ArchiveTableModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+        if orientation != Qt.Orientation.Horizontal:
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
             return COLUMNS[section][1]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return HEADER_TIPS.get(COLUMNS[section][0])
         return None
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
@@ -336,12 +361,17 @@ class ArchiveTableModel(QAbstractTableModel):
                 return ""
             if name == "redshift":
                 return f"{float(value):.5f}"
-            if name == "snr":
+            if name in ("snr", "survey_snr"):
                 return f"{float(value):.1f}"
+            if name == "z_err":
+                return f"{float(value):.2g}"
+            if name == "deltachi2":
+                return f"{float(value):.0f}"
             return str(value)
         if role == Qt.ItemDataRole.ToolTipRole:  # the full path, and which spectrum of a multi-spectrum file
             return tooltip((entry.path or entry.key) + (f" #{entry.index}" if entry.path and entry.index else ""))
-        if role == Qt.ItemDataRole.TextAlignmentRole and name in ("redshift", "snr"):
+        if role == Qt.ItemDataRole.TextAlignmentRole and name in ("redshift", "snr", "survey_snr", "z_err", "zwarn",
+                                                                  "deltachi2"):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 

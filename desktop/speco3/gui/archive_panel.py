@@ -38,6 +38,7 @@ from speco3.gui.archive_model import (
     ArchiveTableModel,
     Filters,
 )
+from speco3.spectra.model import SNR_DEFINITION, SNR_LABEL
 from speco3.vetting.triage import ORDER_LABELS, ORDERS
 
 ANY_SURVEY = "any survey"
@@ -120,7 +121,8 @@ class ArchivePanel(QWidget):
         self.cls = QLineEdit(objectName="classFilter", placeholderText="class (STAR, GALAXY, QSO…)")
         self.z_min = QLineEdit(objectName="zMin", placeholderText="z ≥")
         self.z_max = QLineEdit(objectName="zMax", placeholderText="z ≤")
-        self.snr_min = QLineEdit(objectName="snrMin", placeholderText="S/N ≥")
+        self.snr_min = QLineEdit(objectName="snrMin", placeholderText=f"{SNR_LABEL} ≥",
+                                 toolTip=f"Minimum {SNR_LABEL}: {SNR_DEFINITION}")
         for w in (self.z_min, self.z_max, self.snr_min):
             w.setValidator(QDoubleValidator())
         self.state = QComboBox(objectName="stateFilter")
@@ -132,6 +134,9 @@ class ArchivePanel(QWidget):
         self.unusable = QCheckBox("sky fibres, fully masked", objectName="includeUnusable",
                                   toolTip="also list sky fibres and spectra whose every pixel is masked "
                                           "(nothing to vet: left out of the queue and the pre-screen by default)")
+        self.zwarn = QCheckBox("no z warning", objectName="zwarnClean",
+                               toolTip="only spectra whose pipeline states no redshift warning (SDSS ZWARNING, DESI "
+                                       "ZWARN = 0; LAMOST files state none and are kept)")
         self.count = QLabel("", objectName="rowCount", textFormat=Qt.TextFormat.PlainText)
 
         grid = QGridLayout()
@@ -143,7 +148,8 @@ class ArchivePanel(QWidget):
         grid.addWidget(self.snr_min, 1, 2)
         grid.addWidget(self.text, 2, 0, 1, 2)
         grid.addWidget(self.triage, 2, 2)
-        grid.addWidget(self.unusable, 3, 0, 1, 3)
+        grid.addWidget(self.unusable, 3, 0, 1, 2)
+        grid.addWidget(self.zwarn, 3, 2)
 
         self.table = QTableView(objectName="archiveTable")
         self.table.setModel(model)
@@ -162,7 +168,9 @@ class ArchivePanel(QWidget):
         fm = self.table.fontMetrics()
         widest = {"model": "YES (demo)", "confidence": "abstained", "decision": "UNSURE"}  # never elided
         for name, width in (("model", 60), ("confidence", 64), ("decision", 62), ("survey", 62), ("cls", 60),
-                            ("subclass", 60), ("redshift", 70), ("snr", 50)):
+                            ("subclass", 60), ("redshift", 70), ("snr", fm.horizontalAdvance(SNR_LABEL) + 14),
+                            ("survey_snr", fm.horizontalAdvance("Survey S/N") + 14), ("z_err", 60), ("zwarn", 52),
+                            ("deltachi2", 60)):
             text = widest.get(name)
             self.table.setColumnWidth(COL[name], max(width, fm.horizontalAdvance(text) + 14) if text else width)
         self.confidence_delegate = ConfidenceDelegate(self.table)
@@ -191,6 +199,7 @@ class ArchivePanel(QWidget):
         self.survey.currentIndexChanged.connect(lambda _i: self.apply_filters())
         self.state.currentIndexChanged.connect(lambda _i: self.apply_filters())
         self.unusable.toggled.connect(lambda _c: self.apply_filters())
+        self.zwarn.toggled.connect(lambda _c: self.apply_filters())
         self.triage.currentIndexChanged.connect(lambda _i: self.apply_triage())
         self.table.horizontalHeader().sortIndicatorChanged.connect(self._column_sorted)
         model.modelReset.connect(self.update_count)
@@ -207,14 +216,14 @@ class ArchivePanel(QWidget):
             cls=self.cls.text().strip() or None,
             z_min=_float(self.z_min.text()), z_max=_float(self.z_max.text()), snr_min=_float(self.snr_min.text()),
             text=self.text.text().strip() or None, state=self.state.currentText(),
-            include_unusable=self.unusable.isChecked(),
+            include_unusable=self.unusable.isChecked(), zwarn_clean=self.zwarn.isChecked(),
         )
 
     def reset_filters(self, surveys: list[str]) -> Filters:
         """Clear every filter and the triage order for a newly opened archive, whose own surveys the survey box
         then lists (a filter left from the last archive hid most of a new folder); returns the filters to use."""
         widgets = (self.survey, self.cls, self.z_min, self.z_max, self.snr_min, self.text, self.state, self.triage,
-                   self.unusable)
+                   self.unusable, self.zwarn)
         for w in widgets:
             w.blockSignals(True)
         try:
@@ -225,6 +234,7 @@ class ArchivePanel(QWidget):
             self.state.setCurrentIndex(0)
             self.triage.setCurrentIndex(ORDERS.index("queue"))
             self.unusable.setChecked(False)
+            self.zwarn.setChecked(False)
         finally:
             for w in widgets:
                 w.blockSignals(False)

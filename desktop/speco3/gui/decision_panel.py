@@ -19,16 +19,19 @@ import html
 import logging
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QDoubleValidator
 from PySide6.QtWidgets import (
     QApplication,
     QButtonGroup,
     QCheckBox,
+    QComboBox,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QPushButton,
+    QSizePolicy,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -92,6 +95,7 @@ class DecisionPanel(QWidget):
     evidenceChanged = Signal(list)
     markRequested = Signal()
     modelWindowsRequested = Signal()
+    markerZRequested = Signal()  # "z of the markers": the owner answers with `set_fit_z`
     zoomRequested = Signal(float, float)
     fieldLeft = Signal()
 
@@ -145,6 +149,28 @@ class DecisionPanel(QWidget):
         ev_layout.addLayout(self.evidence_list)
         ev_layout.addWidget(self.mark_button)
         ev_layout.addWidget(self.model_windows_button)
+        # the vetter's own redshift, its confidence (0-4) and class, stored with the next decision (issue #44)
+        fit_box = QGroupBox("Your redshift and class (stored with the decision)", objectName="fitBox")
+        fit = QGridLayout(fit_box)
+        fit.setContentsMargins(6, 4, 6, 4)
+        self.fit_z = QLineEdit(objectName="vetterZ", placeholderText="z")
+        self.fit_z.setValidator(QDoubleValidator(-0.1, 15.0, 6))
+        self.fit_z_from_markers = QPushButton("← markers", objectName="zFromMarkers",
+                                              toolTip="Take the z the line markers are drawn at (the line bar)")
+        self.fit_z_from_markers.clicked.connect(self.markerZRequested)
+        self.fit_conf = QComboBox(objectName="vetterZConf", toolTip="Your confidence in the redshift, 0-4 "
+                                  "(as Marz's QOP and SDSS's z_conf_person)")
+        self.fit_conf.addItems(["z conf —", "0", "1", "2", "3", "4"])
+        self.fit_class = QLineEdit(objectName="vetterClass", placeholderText="class (QSO, CV …)", maxLength=40)
+        self.fit_subclass = QLineEdit(objectName="vetterSubclass", placeholderText="subclass", maxLength=40)
+        for w in (self.fit_z, self.fit_z_from_markers, self.fit_conf, self.fit_class, self.fit_subclass):
+            w.setMinimumWidth(40)  # never wider than the panel's other rows
+            w.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        fit.addWidget(self.fit_z, 0, 0)
+        fit.addWidget(self.fit_z_from_markers, 0, 1)
+        fit.addWidget(self.fit_conf, 0, 2)
+        fit.addWidget(self.fit_class, 1, 0, 1, 2)
+        fit.addWidget(self.fit_subclass, 1, 2)
         self.saved = QLabel("", objectName="savedStatus", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         nav = QHBoxLayout()
         prev_b = QPushButton(f"◀ Previous ({self._key('previous')})", objectName="prevButton")
@@ -166,6 +192,7 @@ class DecisionPanel(QWidget):
         layout.addWidget(flags_box)
         layout.addWidget(self.comment)
         layout.addWidget(self.evidence_box)
+        layout.addWidget(fit_box)
         layout.addLayout(nav)
         layout.addWidget(self.saved)
         layout.addWidget(self.cheat)
@@ -177,8 +204,14 @@ class DecisionPanel(QWidget):
 
     # -- state shown -------------------------------------------------------------------------------------------
     def show_record(self, decision: str | None, flags: list[str], comment: str, saved_text: str = "",
-                    evidence: list[Evidence] | tuple = ()) -> None:
-        """Show the stored decision of the current spectrum (None: undecided) and its notes."""
+                    evidence: list[Evidence] | tuple = (), fit: tuple = (None, None, None, None)) -> None:
+        """Show the stored decision of the current spectrum (None: undecided), its notes and the vetter's z,
+        confidence, class and subclass stored with it (``fit``)."""
+        z, conf, cls, sub = fit
+        self.fit_z.setText("" if z is None else f"{z:g}")
+        self.fit_conf.setCurrentIndex(0 if conf is None else int(conf) + 1)
+        self.fit_class.setText(cls or "")
+        self.fit_subclass.setText(sub or "")
         self._notes_timer.stop()  # an edit still pending was flushed by the owner before the record changed
         self._notes_pending = self._evidence_pending = False
         if list(evidence) != self.evidence():
@@ -218,6 +251,20 @@ class DecisionPanel(QWidget):
 
     def show_saved(self, text: str) -> None:
         self.saved.setText(text)
+
+    def fit(self) -> tuple[float | None, int | None, str | None, str | None]:
+        """The vetter's (z, confidence 0-4, class, subclass) as entered; None where left empty."""
+        text = self.fit_z.text().strip().replace(",", ".")
+        try:
+            z = float(text) if text else None
+        except ValueError:
+            z = None
+        conf = self.fit_conf.currentIndex() - 1
+        return (z, conf if conf >= 0 else None, self.fit_class.text().strip() or None,
+                self.fit_subclass.text().strip() or None)
+
+    def set_fit_z(self, z: float) -> None:
+        self.fit_z.setText(f"{z:.5f}")
 
     def flags(self) -> list[str]:
         return [f for f, cb in self.flag_boxes.items() if cb.isChecked()]

@@ -14,6 +14,8 @@ import numpy as np
 
 from speco3.agent.tasks import Line, Task
 from speco3.spectra.model import within_limits
+from speco3.spectra.linelists import air_to_vac as air_to_vac  # noqa: I001 - re-exported (home: speco3.spectra.linelists)
+from speco3.spectra.linelists import vac_to_air as vac_to_air
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +24,7 @@ log = logging.getLogger(__name__)
 GENERIC: tuple[Line, ...] = (
     Line("Hα", 6564.61), Line("Hβ", 4862.68), Line("Hγ", 4341.68), Line("Hδ", 4102.89), Line("Hε", 3971.20),
     Line("Ca II K", 3934.78, "absorption"), Line("Ca II H", 3969.59, "absorption"),
-    Line("G band", 4305.0, "absorption"), Line("Mg b", 5176.7, "absorption"), Line("Na D", 5894.57, "absorption"),
+    Line("G band", 4305.61, "absorption"), Line("Mg b", 5176.7, "absorption"), Line("Na D", 5894.57, "absorption"),
     Line("Ca II 8542", 8544.44, "absorption"), Line("[O II]", 3728.48, "emission"),
     Line("[O III] 5007", 5008.24, "emission"), Line("[N II] 6583", 6585.27, "emission"),
     Line("[S II] 6716", 6718.29, "emission"),
@@ -32,24 +34,6 @@ TELLURIC_BANDS: tuple[tuple[float, float, str], ...] = (
     (6860.0, 6925.0, "O₂ B"), (7150.0, 7350.0, "H₂O"), (7590.0, 7700.0, "O₂ A"), (8120.0, 8350.0, "H₂O"),
     (8950.0, 9800.0, "H₂O"),
 )
-
-
-def vac_to_air(wavelength: np.ndarray | float) -> np.ndarray | float:
-    """Vacuum → air wavelength (Å), IAU standard (Morton 2000), valid above 2000 Å."""
-    w = np.asarray(wavelength, dtype=float)
-    s2 = (1e4 / w) ** 2
-    n = 1 + 0.0000834254 + 0.02406147 / (130 - s2) + 0.00015998 / (38.9 - s2)
-    out = np.where(w > 2000, w / n, w)
-    return float(out) if np.ndim(out) == 0 else out
-
-
-def air_to_vac(wavelength: np.ndarray | float) -> np.ndarray | float:
-    """Air → vacuum wavelength (Å), inverse of `vac_to_air` by fixed-point iteration."""
-    w_air = np.asarray(wavelength, dtype=float)
-    w = w_air.copy()
-    for _ in range(3):
-        w = w + (w_air - np.asarray(vac_to_air(w)))
-    return float(w) if np.ndim(w) == 0 else w
 
 
 def lines_for_task(task: Task | None) -> tuple[Line, ...]:
@@ -139,28 +123,51 @@ def running_median(values: np.ndarray, width: int = 7) -> np.ndarray:
     return np.where(k > 0, mid, np.nan)
 
 
-def despike(values: np.ndarray, ratio: float = 0.25, n_sigma: float = 3.0) -> np.ndarray:
+_RING = np.array([-7, -6, -5, -4, -3, 3, 4, 5, 6, 7])  # the pixels `despike` takes a candidate's local level from
+
+
+def despike(values: np.ndarray, ratio: float = 0.25, n_sigma: float = 3.0, tiny: float = 0.05,
+            scatter: np.ndarray | None = None) -> np.ndarray:
     """``values`` (finite, in order) with isolated one-pixel outliers set to the nearer of their two neighbours.
 
     A pixel is an isolated outlier when it stands more than ``n_sigma`` noise units beyond both neighbours and
-    its excess over the local level (7-pixel running median) is more than 1/``ratio`` times that of its larger
-    neighbour, on the same side. A real line, however narrow, is spread over two pixels or more by the
-    spectrograph (a Gaussian of 1.5 pixels FWHM still puts 30 % of its peak in the next pixel), so it keeps every
-    pixel; a cosmic ray or a hot or dead pixel does not. Two adjacent bad pixels are not touched.
+    its larger neighbour (on the same side) is not part of a feature: that neighbour's excess over the local level
+    (the median of the pixels 3 to 7 away on either side: a line a few pixels wide does not lift it) is either
+    within ``n_sigma`` noise units **and** less than ``ratio`` times the pixel's own excess, or less than ``tiny``
+    times it (a cosmic ray far stronger than the line it sits beside). A real line is spread over two pixels or more by the spectrograph (a Gaussian of 1.5 pixels
+    FWHM still puts 30 % of its peak in the next pixel), so its neighbour stands out of the noise or carries a
+    good share of the peak, and every pixel of it is kept, however high the S/N (a ratio alone clipped the
+    sharp peak of a well-exposed line whose neighbours carried less than a quarter of its excess). The noise is
+    the smaller of the window's and the local robust pixel-to-pixel scatter (``scatter``: the 15-pixel running
+    median of the absolute differences, computed when not given): the smaller noise keeps more. Two adjacent bad
+    pixels are not touched.
     """
     v = np.asarray(values, dtype=float)
     if v.size < 3:
         return v.copy()
-    excess = v - running_median(v, 7)
-    noise = 1.4826 * float(np.median(np.abs(np.diff(v)))) / np.sqrt(2)  # robust per-pixel noise
-    e = np.pad(excess, 1, mode="reflect")  # the end pixels are judged against their one neighbour
-    mid, side = e[1:-1], np.maximum(e[:-2], e[2:])
-    low = np.minimum(e[:-2], e[2:])
-    w = np.pad(v, 1, mode="reflect")
+    if scatter is None:
+        scatter = running_median(np.abs(np.diff(v, prepend=v[1:2])), 15)
+    scale = 1.4826 / np.sqrt(2)  # robust per-pixel noise from the absolute differences of neighbours
+    limit = n_sigma * scale * np.minimum(scatter, float(np.median(scatter)))
+    w = np.pad(v, 1, mode="reflect")  # the end pixels are judged against their one neighbour
     near_hi, near_lo = np.maximum(w[:-2], w[2:]), np.minimum(w[:-2], w[2:])
-    up = (v > near_hi + n_sigma * noise) & (mid > 0) & (np.maximum(side, 0) < ratio * mid)
-    down = (v < near_lo - n_sigma * noise) & (mid < 0) & (np.minimum(low, 0) > ratio * mid)
-    return np.where(up, near_hi, np.where(down, near_lo, v))
+    # candidates: pixels that stand out beyond both neighbours by more than the noise (few); the rest of the test
+    # is for them only
+    i = np.flatnonzero((v > near_hi + limit) | (v < near_lo - limit))
+    if not i.size:
+        return v.copy()
+    n = v.size
+    level = np.median(v[np.clip(i[:, None] + _RING, 0, n - 1)], axis=1)
+    mid = v[i] - level
+    e1, e2 = w[i] - level, w[i + 2] - level  # the neighbours (reflected at the ends)
+    lim = limit[i]
+    side, low = np.maximum(e1, e2), np.minimum(e1, e2)
+    up = (mid > 0) & (((side <= lim) & (side < ratio * mid)) | (side < tiny * mid))
+    down = (mid < 0) & (((low >= -lim) & (low > ratio * mid)) | (low > tiny * mid))
+    out = v.copy()
+    out[i[up]] = near_hi[i[up]]
+    out[i[down]] = near_lo[i[down]]
+    return out
 
 
 def display_range(values: np.ndarray, edge_fraction: float = 0.03, edge_noise: float = 4.0, margin: float = 0.05
@@ -178,11 +185,11 @@ def display_range(values: np.ndarray, edge_fraction: float = 0.03, edge_noise: f
     n = raw.size
     if n == 0:
         return None
-    v = despike(raw)
+    scatter = running_median(np.abs(np.diff(raw, prepend=raw[1:2])), 15) if n > 2 else None  # of the data as it is
+    v = despike(raw, scatter=scatter)
     keep = np.ones(n, dtype=bool)
     cut = int(n * edge_fraction) if n > 50 else 0
-    if cut:
-        scatter = running_median(np.abs(np.diff(raw, prepend=raw[1:2])), 15)  # of the data as it is
+    if cut and scatter is not None:
         limit = edge_noise * float(np.percentile(scatter[cut:n - cut], 90))
         keep[:cut] = scatter[:cut] <= limit
         keep[n - cut:] = scatter[n - cut:] <= limit

@@ -230,6 +230,7 @@ class MainWindow(QMainWindow):
         self.vetting.bind_notes(self.decision)  # flags, comment and evidence stored as they change, decided or not
         self.decision.evidenceChanged.connect(self.viewer.set_evidence)
         self.decision.markRequested.connect(self.mark_evidence)
+        self.decision.markerZRequested.connect(lambda: self.decision.set_fit_z(self.viewer.line_z()))
         self.decision.modelWindowsRequested.connect(self.start_from_model_windows)
         self.decision.zoomRequested.connect(lambda lo, hi: self.viewer.zoom_to(lo, hi, "observed"))
         self.decision.fieldLeft.connect(lambda: self.viewer.plot.setFocus(Qt.FocusReason.OtherFocusReason))
@@ -247,9 +248,12 @@ class MainWindow(QMainWindow):
             "previous": lambda: self.vetting.step(-1), "next_undecided": self.vetting.next_undecided,
             "smooth_more": self.viewer.smooth_more, "smooth_less": self.viewer.smooth_less,
             "toggle_frame": self.viewer.toggle_frame, "toggle_lines": self.viewer.toggle_lines,
+            "toggle_model": self.viewer.toggle_model,
             "zoom_in": lambda: self.viewer.zoom(0.5), "zoom_out": lambda: self.viewer.zoom(2.0),
             "pan_left": lambda: self.viewer.pan(-0.25), "pan_right": lambda: self.viewer.pan(0.25),
-            "reset_zoom": self.viewer.reset_zoom, "run_agent": self.run_agent, "cancel_agent": self.escape,
+            "reset_zoom": self.viewer.reset_zoom, "y_zoom_in": lambda: self.viewer.zoom_y(0.5),
+            "y_zoom_out": lambda: self.viewer.zoom_y(2.0), "y_up": lambda: self.viewer.pan_y(0.25),
+            "y_down": lambda: self.viewer.pan_y(-0.25), "y_auto": self.viewer.auto_y_range, "run_agent": self.run_agent, "cancel_agent": self.escape,
             "cheat_sheet": self.decision.toggle_cheat_sheet, "mark_evidence": self.mark_evidence,
         }
         for action, flag in FLAG_ACTIONS.items():
@@ -392,7 +396,9 @@ class MainWindow(QMainWindow):
         dec, mv = self.vetting.current_record()
         saved = f"saved {dec.decided_at[:19].replace('T', ' ')} UTC by {dec.vetter}" if dec else "not decided yet"
         notes = self.vetting.current_notes()
-        self.decision.show_record(dec.decision if dec else None, notes.flags, notes.comment, saved, notes.evidence)
+        self.decision.show_record(dec.decision if dec else None, notes.flags, notes.comment, saved, notes.evidence,
+                                  (dec.vetter_z, dec.z_conf, dec.vetter_class, dec.vetter_subclass) if dec
+                                  else (None, None, None, None))
         self.viewer.set_evidence(notes.evidence)
         self.decision.show_model_windows(mv is not None and mv.model_id != SCRIPTED_LABEL
                                          and bool(mv.zooms or (mv.rollouts or 1) > 1))
@@ -465,7 +471,8 @@ class MainWindow(QMainWindow):
     # -- decisions -----------------------------------------------------------------------------------------------
     def decide(self, decision: str) -> None:
         if self._ensure_vetter():
-            self.vetting.decide(decision, self.decision.flags(), self.decision.comment.text(), self.decision.evidence())
+            self.vetting.decide(decision, self.decision.flags(), self.decision.comment.text(), self.decision.evidence(),
+                                fit=self.decision.fit())
 
     def _ensure_vetter(self) -> bool:
         """Before the first decision without a vetter name in the settings: ask for it (the login name offered),

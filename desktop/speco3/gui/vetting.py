@@ -35,6 +35,7 @@ from speco3.vetting.records import (
     label_warnings,
     model_evidence,
 )
+from speco3.vetting.screening import file_sha256
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, ReadOnlyStoreError, VettingStore
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ class VettingController(QObject):
         self.store = None
         self.task_id = settings.task
         self.cache = SpectrumCache()
+        self._sha256: dict[str, str] = {}  # file -> sha256, hashed once a session for the exports' file_sha256
         self.row = -1
         self.entry: Any = None
         self.spectrum: Spectrum | None = None
@@ -336,8 +338,10 @@ class VettingController(QObject):
     def _current_key(self) -> str | None:
         return store_key(self.entry) if self.entry is not None else None
 
-    def decide(self, decision: str, flags: list[str], comment: str, evidence: list[Evidence]) -> bool:
-        """Store the vetter's decision on the current spectrum now; advance when the setting says so."""
+    def decide(self, decision: str, flags: list[str], comment: str, evidence: list[Evidence],
+               fit: tuple[float | None, int | None, str | None, str | None] = (None, None, None, None)) -> bool:
+        """Store the vetter's decision on the current spectrum now, with their (z, confidence 0-4, class,
+        subclass) ``fit``; advance when the setting says so."""
         key = self._current_key()
         if self.store is None:
             self.message.emit("open an archive first")
@@ -348,10 +352,14 @@ class VettingController(QObject):
         mv = self.store.latest_model_verdict(key, self.task_id)
         rec = Decision(spectrum_key=key, task=self.task_id, decision=decision, flags=list(flags), comment=comment,
                        vetter=self.settings.vetter_name(), model_verdict_seen=mv.verdict if mv else None,
-                       model_verdict_id=mv.id if mv else None, evidence=list(evidence))
+                       model_verdict_id=mv.id if mv else None, evidence=list(evidence), vetter_z=fit[0],
+                       z_conf=fit[1], vetter_class=fit[2], vetter_subclass=fit[3])
         try:
-            if self.spectrum is not None and self.store.spectrum_info(key) is None:  # what exports show of it
-                self.store.record_spectrum(SpectrumInfo.of(key, self.spectrum))
+            info = self.store.spectrum_info(key)
+            if self.spectrum is not None and (info is None or info.file_sha256 is None):  # what exports show of it
+                path = self.spectrum.meta.path
+                self.store.record_spectrum(SpectrumInfo.of(key, self.spectrum,
+                                                           file_sha256(path, self._sha256) if path else None))
             self.store.record_decision(rec)
         except Speco3Error as exc:
             self.error.emit(f"decision not saved: {exc}")

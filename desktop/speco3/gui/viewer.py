@@ -4,12 +4,16 @@ What it draws, for the human (the model's images come from `speco3.render`, unch
 
 * flux, optionally boxcar-smoothed (inverse-variance weighted, masked pixels excluded);
 * the 1σ noise level from ivar (a light-blue line), masked pixels shaded red, telluric bands shaded grey (observed frame);
-* line markers of the current task class with labels that follow the redshift and the frame, laid out in up to
+* line markers with labels that follow the redshift and the frame: the current task's lines or a line list chosen
+  in the line bar independent of the task (QSO, galaxy emission / absorption, stars by type, the user's own
+  CSV/ECSV file; `speco3.spectra.linelists`), optionally with night-sky lines (observed frame), drawn at a z the
+  vetter types or slides (the catalogue z until then), in air for spectra in air; laid out in up to
   three rows so that none overlap at the current zoom (labels that fit nowhere are hidden; re-laid out on zoom,
   pan and resize; the marker's tooltip still names the line);
 * a y-range spanning the good pixels in the visible x-range except isolated one-pixel spikes and noisy ends
   (`speco3.gui.lines.display_range`): no real line or steep continuum is cut, and cosmic rays and ragged edges
-  never squash the plot; mouse drag/wheel pan and zoom in wavelength;
+  never squash the plot; mouse drag/wheel pan and zoom in wavelength; a y-range by hand (`zoom_y`, `pan_y`,
+  Shift+drag, dragging the flux axis) stays until `auto_y_range` or `reset_zoom`;
 * a header stating object, class, z, S/N, frame and the wavelength medium (air / vacuum);
 * the evidence windows the vetter marked (`set_evidence`; kept in the observed frame, drawn in the frame shown),
   shaded green and numbered with their labels, laid out in rows so that overlapping windows' labels never cover
@@ -23,7 +27,21 @@ import logging
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QLabel, QStackedWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QSlider,
+    QStackedWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from speco3.agent.tasks import Line, Task
 from speco3.gui.labels import MarkerLabel, WrapLabel
@@ -35,17 +53,24 @@ from speco3.gui.lines import (
     label_rows,
     lines_for_task,
     mask_runs,
-    vac_to_air,
 )
 from speco3.gui.text import esc, literal, tooltip
 from speco3.render.layout import nonsingular
-from speco3.spectra.model import ERROR_SPECTRUM_NOTE, Frame, Spectrum, to_frame, within_limits
+from speco3.spectra.linelists import (
+    LineList,
+    LineListError,
+    builtin_line_lists,
+    marker_position,
+    read_line_list,
+)
+from speco3.spectra.model import ERROR_SPECTRUM_NOTE, Frame, Spectrum, pipeline_fit, to_frame, within_limits
 from speco3.vetting.records import Evidence
 
 log = logging.getLogger(__name__)
 
 SMOOTH_WIDTHS = (1, 3, 5, 9, 15, 25, 41)
 FLUX_PEN = pg.mkPen((31, 90, 200), width=1)
+MODEL_PEN = pg.mkPen((215, 90, 20), width=1.5)  # the survey pipeline's best-fit model (SDSS's model column)
 SIGMA_PEN = pg.mkPen(120, 150, 220, 200, width=1)  # the 1σ noise level (a line: a band between two edges cost
 # 2-3x the whole switch to fill, and pyqtgraph's fill-between gives up on curves with gaps)
 MASK_BRUSH = pg.mkBrush(230, 60, 60, 45)
@@ -61,6 +86,10 @@ LABEL_TOP = 0.97
 TELLURIC_ROWS = 2  # rows of telluric band labels, stacked up from the bottom (row 0 at TELLURIC_BOTTOM)
 TELLURIC_BOTTOM = 0.04
 LABEL_FILL = pg.mkBrush(255, 255, 255, 210)  # labels stay legible where another marker crosses them
+TASK_LINES = "task"  # the line-list box's entry for the current task's lines (`lines_for_task`)
+OWN_FILE = "open"  # its entry that reads the user's own file
+Z_SLIDER_STEPS = 1000  # the z slider spans ±Z_SLIDER_SPAN (1 + z) about the z it was centred on
+Z_SLIDER_SPAN = 0.02
 
 
 def flux_axis_label(spectrum: Spectrum) -> str:
@@ -90,6 +119,20 @@ class PlotBars(pg.BarGraphItem):
         self.setOpacity(alpha)
 
 
+class SpectrumViewBox(pg.ViewBox):
+    """The plot's view box: dragging and the wheel in the plot move the wavelength axis only (the flux axis follows
+    the data, `display_range`); Shift+drag in the plot, or dragging / the wheel over the flux axis, moves the
+    y-range by hand (`SpectrumViewer.y_manual`)."""
+
+    def mouseDragEvent(self, ev, axis=None) -> None:  # noqa: N802 - pyqtgraph's API
+        if axis is None and not ev.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+            axis = 0
+        super().mouseDragEvent(ev, axis)
+
+    def wheelEvent(self, ev, axis=None) -> None:  # noqa: N802
+        super().wheelEvent(ev, 0 if axis is None else axis)
+
+
 class SpectrumViewer(QWidget):
     """Plot of one spectrum with smoothing, error band, masks, telluric bands and line markers.
 
@@ -108,7 +151,16 @@ class SpectrumViewer(QWidget):
         self.smooth_index = 0
         self.show_lines = True
         self.show_sigma = True
-        self._lines: tuple[Line, ...] = lines_for_task(None)
+        self.show_model = True  # the pipeline's model spectrum, where the file has one (key M)
+        self._lines: tuple[Line, ...] = lines_for_task(None)  # the task's lines
+        #: Which lines are marked: TASK_LINES, a key of `builtin_line_lists`, or "file:PATH" (the user's file).
+        self.line_choice = TASK_LINES
+        self.own_list: LineList | None = None
+        self.show_sky = False
+        #: The redshift the rest-frame line markers are drawn at: None follows the spectrum's catalogue z.
+        self.z_lines: float | None = None
+        self._z_centre = 0.0
+        self._line_problem = ""  # why the user's line list could not be read (shown in the line bar)
         self._x = self._y = self._sig = np.empty(0)
         self._mask_runs = np.empty((0, 2))  # (lo, hi) of the masked runs, drawn by one bar item
         self._line_items: list[pg.InfiniteLine] = []
@@ -127,7 +179,7 @@ class SpectrumViewer(QWidget):
         self.header.setTextFormat(Qt.TextFormat.RichText)  # our markup; every value in it is escaped (_update_header)
         # room for two lines whatever the spectrum: a header that changes height would resize the plot on every switch
         self.header.setMinimumHeight(2 * self.header.fontMetrics().lineSpacing() + 4)
-        self.plot = pg.PlotWidget(background="w")
+        self.plot = pg.PlotWidget(background="w", viewBox=SpectrumViewBox())
         self.plot.setObjectName("spectrumPlot")
         pi = self.plot.getPlotItem()
         pi.showGrid(x=True, y=True, alpha=0.15)
@@ -143,9 +195,14 @@ class SpectrumViewer(QWidget):
         # spectrum's labels re-lays out the plot (resizing the view and everything in it) on many switches
         pi.getAxis("left").setStyle(autoReduceTextSpace=False)
         self.vb = pi.getViewBox()
-        self.vb.setMouseEnabled(x=True, y=False)
+        self.vb.setMouseEnabled(x=True, y=True)  # y by Shift+drag or over the flux axis only (SpectrumViewBox)
         self.vb.enableAutoRange(x=False, y=False)
+        #: The y-range the vetter set by hand (keys, dragging), kept across zooms and pans until
+        #: `auto_y_range`, `reset_zoom` or another spectrum; None: the automatic range of the visible data (`display_range`).
+        self.y_manual: tuple[float, float] | None = None
+        self._setting_y = False  # set while the viewer itself sets the y-range
         self.vb.sigXRangeChanged.connect(self._update_y_range)
+        self.vb.sigYRangeChanged.connect(self._y_range_changed)
         self.vb.sigXRangeChanged.connect(self._layout_labels)
         self.vb.sigResized.connect(self._layout_labels)
         self.sigma = pg.PlotDataItem(pen=SIGMA_PEN)
@@ -168,6 +225,13 @@ class SpectrumViewer(QWidget):
         self.sigma.setZValue(-5)
         pi.addItem(self.sigma)
         pi.addItem(self.curve)
+        self.model_curve = pg.PlotDataItem(pen=MODEL_PEN, name="pipeline model")
+        self.model_curve.opts["autoDownsampleFactor"] = self.curve.opts["autoDownsampleFactor"]
+        pi.addItem(self.model_curve)
+        self.legend = pg.LegendItem(offset=(-10, 30), labelTextColor=(60, 60, 60), brush=pg.mkBrush(255, 255, 255, 200))
+        self.legend.setParentItem(self.vb)
+        self.legend.addItem(self.model_curve, "pipeline model (M)")
+        self.legend.setVisible(False)
         # an entry that cannot be shown (unreadable file, no spectrum in it) says why in place of the plot, never
         # over the previous spectrum's axes
         self.notice = QLabel("", objectName="viewerNotice", wordWrap=True,
@@ -179,7 +243,50 @@ class SpectrumViewer(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.header)
+        layout.addWidget(self._line_bar())
         layout.addWidget(self.pages, 1)
+
+    def _line_bar(self) -> QWidget:
+        """Line list, sky lines, the z the markers are drawn at (typed or slid), and the medium they are in."""
+        bar = QWidget(objectName="lineBar")
+        row = QHBoxLayout(bar)
+        row.setContentsMargins(4, 0, 4, 0)
+        self.line_box = QComboBox(objectName="lineListBox")
+        self.line_box.addItem("Task lines", TASK_LINES)
+        for key, lst in builtin_line_lists().items():
+            if lst.frame == "rest":
+                self.line_box.addItem(lst.title, key)
+                self.line_box.setItemData(self.line_box.count() - 1, f"Source: {lst.source}",
+                                          Qt.ItemDataRole.ToolTipRole)
+        self.line_box.addItem("Own file (CSV/ECSV)…", OWN_FILE)
+        self.line_box.setToolTip("Which lines to mark, independent of the task")
+        self.line_box.activated.connect(self._line_box_chosen)
+        self.sky_box = QCheckBox("Sky", objectName="skyLinesBox")
+        self.sky_box.setToolTip("Night-sky lines ([O I] 5577, 6300, 6364; Na I; Hg I) in the observed frame. "
+                                f"Source: {builtin_line_lists()['sky'].source}")
+        self.sky_box.toggled.connect(self.set_show_sky)
+        self.z_box = QDoubleSpinBox(objectName="lineZBox", decimals=5, minimum=-0.05, maximum=12.0, singleStep=0.001)
+        self.z_box.setKeyboardTracking(False)
+        self.z_box.setToolTip("The redshift the line markers are drawn at (the catalogue z until you change it)")
+        self.z_box.valueChanged.connect(self.set_line_z)
+        self.z_slider = QSlider(Qt.Orientation.Horizontal, objectName="lineZSlider")
+        self.z_slider.setRange(0, Z_SLIDER_STEPS)
+        self.z_slider.setValue(Z_SLIDER_STEPS // 2)
+        self.z_slider.setMinimumWidth(80)
+        self.z_slider.setToolTip(f"Slide the markers: ±{Z_SLIDER_SPAN:g}·(1+z) about the z typed")
+        self.z_slider.valueChanged.connect(self._z_slid)
+        self.z_reset = QToolButton(objectName="lineZReset", text="catalogue z")
+        self.z_reset.setToolTip("Draw the markers at the spectrum's catalogue redshift again")
+        self.z_reset.clicked.connect(lambda: self.set_line_z(None))
+        self.line_note = QLabel("", objectName="lineNote", textFormat=Qt.TextFormat.PlainText)
+        self.line_note.setStyleSheet("color:#555")
+        # the note never widens the window (a long one is cut; its tooltip holds it all)
+        self.line_note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.line_note.setMinimumWidth(60)
+        for w, stretch in ((QLabel("Lines"), 0), (self.line_box, 0), (self.sky_box, 0), (QLabel("z"), 0),
+                           (self.z_box, 0), (self.z_slider, 1), (self.z_reset, 0), (self.line_note, 1)):
+            row.addWidget(w, stretch)
+        return bar
 
     # -- public API ----------------------------------------------------------------------------------------------
     @property
@@ -189,6 +296,10 @@ class SpectrumViewer(QWidget):
     def set_spectrum(self, spectrum: Spectrum | None, keep_range: bool = False, unavailable: str | None = None) -> None:
         """Show ``spectrum``; None clears the plot, and ``unavailable`` then says why in its place."""
         self.spectrum = spectrum
+        if not keep_range:  # the markers follow the new spectrum's catalogue z
+            self.z_lines = None
+            self._z_centre = self.line_z()
+            self._sync_z_widgets(centre=True)
         self._clear_highlight()
         self.set_evidence([])  # the owner shows the new spectrum's own windows
         self._redraw(reset_x=not keep_range)
@@ -203,9 +314,106 @@ class SpectrumViewer(QWidget):
             self.pages.setCurrentWidget(self.plot)
 
     def set_task(self, task: Task | None) -> None:
-        """Mark the lines of ``task`` (the generic list when None)."""
+        """The lines of ``task`` (the generic list when None), marked while the line list is "Task lines"."""
         self._lines = lines_for_task(task)
         self._draw_lines()
+
+    def set_line_list(self, choice: str) -> None:
+        """Mark ``choice``'s lines: TASK_LINES, a key of `builtin_line_lists`, or the own file's "file:…" key."""
+        if choice != TASK_LINES and choice not in builtin_line_lists() and \
+                (self.own_list is None or choice != self.own_list.key):
+            raise ValueError(f"no line list {choice!r}")
+        self.line_choice = choice
+        self._line_problem = ""
+        i = self.line_box.findData(choice)
+        if i >= 0 and i != self.line_box.currentIndex():
+            self.line_box.setCurrentIndex(i)
+        self._draw_lines()
+
+    def load_line_list(self, path: str) -> bool:
+        """Read the user's line list (CSV/ECSV) and mark it; False (the reason in the line bar) when unusable."""
+        try:
+            lst = read_line_list(path)
+        except LineListError as exc:
+            self._line_problem = str(exc)
+            self.line_box.setCurrentIndex(max(0, self.line_box.findData(self.line_choice)))
+            self._draw_lines()
+            return False
+        if self.own_list is not None:
+            self.line_box.removeItem(self.line_box.findData(self.own_list.key))
+        self.own_list = lst
+        self.line_box.insertItem(self.line_box.count() - 1, lst.title, lst.key)
+        self.line_box.setItemData(self.line_box.count() - 2, lst.source, Qt.ItemDataRole.ToolTipRole)
+        self.set_line_list(lst.key)
+        return True
+
+    def _line_box_chosen(self, index: int) -> None:
+        choice = self.line_box.itemData(index)
+        if choice != OWN_FILE:
+            self.set_line_list(choice)
+            return
+        path = "" if QApplication.instance().property("speco3_no_dialogs") else QFileDialog.getOpenFileName(
+            self, "Line list", "", "Line lists (*.csv *.ecsv);;All files (*)")[0]
+        if path:
+            self.load_line_list(path)
+        else:
+            self.line_box.setCurrentIndex(max(0, self.line_box.findData(self.line_choice)))
+
+    def set_show_sky(self, on: bool) -> None:
+        self.show_sky = bool(on)
+        if self.sky_box.isChecked() != self.show_sky:
+            self.sky_box.setChecked(self.show_sky)
+        self._draw_lines()
+
+    def line_z(self) -> float:
+        """The redshift the rest-frame markers are drawn at."""
+        if self.z_lines is not None:
+            return self.z_lines
+        return self.spectrum.z if self.spectrum is not None else 0.0
+
+    def set_line_z(self, z: float | None) -> None:
+        """Draw the markers at redshift ``z`` (None: the catalogue z); the slider is centred on it."""
+        self.z_lines = None if z is None or (self.spectrum is not None and z == self.spectrum.z) else float(z)
+        self._z_centre = self.line_z()
+        self._sync_z_widgets(centre=True)
+        self._draw_lines()
+
+    def _z_slid(self, position: int) -> None:
+        z = self._z_centre + (position / Z_SLIDER_STEPS * 2 - 1) * Z_SLIDER_SPAN * (1 + self._z_centre)
+        self.z_lines = round(z, 5)
+        self._sync_z_widgets(centre=False)
+        self._draw_lines()
+
+    def _sync_z_widgets(self, centre: bool) -> None:
+        for w in (self.z_box, self.z_slider):
+            w.blockSignals(True)
+        try:
+            self.z_box.setValue(self.line_z())
+            if centre:
+                self.z_slider.setValue(Z_SLIDER_STEPS // 2)
+        finally:
+            for w in (self.z_box, self.z_slider):
+                w.blockSignals(False)
+
+    def _marked_lines(self) -> list[tuple[Line, Frame]]:
+        """The lines to mark now, each with the frame of its list."""
+        if self.line_choice == TASK_LINES:
+            out: list[tuple[Line, Frame]] = [(ln, "rest") for ln in self._lines]
+        elif self.own_list is not None and self.line_choice == self.own_list.key:
+            out = [(ln, self.own_list.frame) for ln in self.own_list.lines]
+        else:
+            out = [(ln, "rest") for ln in builtin_line_lists()[self.line_choice].lines]
+        if self.show_sky:
+            out += [(ln, "observed") for ln in builtin_line_lists()["sky"].lines]
+        return out
+
+    def _line_note_text(self) -> str:
+        s = self.spectrum
+        if s is None:
+            return ""
+        medium = {"air": "markers in air", "vacuum": "markers in vacuum"}.get(s.medium, "medium unknown: in vacuum")
+        moved = "" if self.z_lines is None else f" · catalogue z {s.z:.5f}"
+        return medium + moved
 
     def set_frame(self, frame: Frame) -> None:
         """Switch between ``"rest"`` and ``"observed"`` wavelengths, keeping the same physical window."""
@@ -232,15 +440,54 @@ class SpectrumViewer(QWidget):
         self.smooth_index = int(np.clip(index, 0, len(SMOOTH_WIDTHS) - 1))
         self._redraw(reset_x=False)
 
+    def toggle_model(self) -> None:
+        """Show or hide the survey pipeline's model spectrum (where the file has one)."""
+        self.show_model = not self.show_model
+        self._redraw(reset_x=False)
+
     def toggle_lines(self) -> None:
         self.show_lines = not self.show_lines
         self._draw_lines()
 
     def reset_zoom(self) -> None:
+        """The whole spectrum, with the automatic y-range."""
         self._clear_highlight()
+        self.y_manual = None
         x = self._x[within_limits(self._x)]
         if x.size:  # a single wavelength, or one repeated, gets matplotlib's widening instead of a zero-width range
             self.vb.setXRange(*nonsingular(float(x.min()), float(x.max())), padding=0.01)
+        self._update_y_range()
+
+    def auto_y_range(self) -> None:
+        """Back to the automatic y-range (the x-range stays)."""
+        self.y_manual = None
+        self._update_y_range()
+        self.viewChanged.emit(self.describe())
+
+    def zoom_y(self, factor: float) -> None:
+        """A manual y-range ``factor`` times the visible one (< 1 zooms in), about its centre."""
+        lo, hi = self.y_range()
+        mid, half = (lo + hi) / 2, (hi - lo) / 2 * factor
+        self._set_manual_y(mid - half, mid + half)
+
+    def pan_y(self, fraction: float) -> None:
+        """A manual y-range moved up (> 0) or down by ``fraction`` of its height."""
+        lo, hi = self.y_range()
+        step = (hi - lo) * fraction
+        self._set_manual_y(lo + step, hi + step)
+
+    def _set_manual_y(self, lo: float, hi: float) -> None:
+        if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
+            return
+        self.vb.setYRange(lo, hi, padding=0)  # `_y_range_changed` records it as the manual range
+        self.viewChanged.emit(self.describe())
+
+    def _y_range_changed(self, *args) -> None:
+        """A y-range the viewer did not set (keys, Shift+drag, the flux axis) is the vetter's: kept until reset."""
+        if self._setting_y:
+            return
+        self.y_manual = self.y_range()
+        self._draw_masks()
 
     def zoom(self, factor: float) -> None:
         """Zoom in (factor < 1) or out (factor > 1) about the centre of the visible range."""
@@ -339,6 +586,8 @@ class SpectrumViewer(QWidget):
         if s is None or s.n_pixels == 0:
             self.curve.setData([], [])
             self.sigma.setData([], [])
+            self.model_curve.setData([], [])
+            self.legend.setVisible(False)
             self._x = self._y = self._sig = np.empty(0)
             self._mask_runs = np.empty((0, 2))
             self.header.setText("No spectrum")
@@ -357,6 +606,12 @@ class SpectrumViewer(QWidget):
             self.sigma.setData(x, sig, connect="finite")
         else:
             self.sigma.setData([], [])
+        if s.model is not None and self.show_model:  # smoothed as the flux is, so that the two compare
+            self.model_curve.setData(x, boxcar(s.model, good, self.smoothing)[0], connect="finite")
+            self.legend.setVisible(True)
+        else:
+            self.model_curve.setData([], [])
+            self.legend.setVisible(False)
         runs = np.asarray(mask_runs(~good), dtype=np.intp).reshape(-1, 2)
         if runs.size:
             last = len(x) - 1
@@ -408,16 +663,16 @@ class SpectrumViewer(QWidget):
             label.setVisible(s is not None)
 
     def _draw_lines(self, layout: bool = True) -> None:
-        """Line markers at λ_rest (rest frame) or λ_rest (1 + z) (observed); items are reused across spectra."""
+        """Line markers of the chosen list at the markers' z (`marker_position`); items are reused across spectra."""
         s = self.spectrum
-        wanted = list(self._lines) if s is not None and self.show_lines else []
+        wanted = self._marked_lines() if s is not None and self.show_lines else []
         while len(self._line_items) > len(wanted):
             item = self._line_items.pop()
             self.plot.removeItem(item)
             self.vb.scene().removeItem(item.label)
-        for i, line in enumerate(wanted):
-            w = to_frame(float(vac_to_air(line.wavelength)) if s.medium == "air" else line.wavelength, s.z, "rest",
-                         self.frame)
+        z_lines = self.line_z()
+        for i, (line, list_frame) in enumerate(wanted):
+            w = marker_position(line, s.medium, z_lines, s.z, self.frame, list_frame)
             if i < len(self._line_items):
                 item = self._line_items[i]
                 if item.label.format != line.name:
@@ -434,6 +689,10 @@ class SpectrumViewer(QWidget):
             item.setToolTip(tooltip(line.name))
             self.plot.addItem(item)
             self._line_items.append(item)
+        note = self._line_problem or self._line_note_text()
+        if self.line_note.text() != note:
+            self.line_note.setText(note)
+            self.line_note.setToolTip(note)
         if layout:
             self._layout_labels()
 
@@ -480,12 +739,18 @@ class SpectrumViewer(QWidget):
     def _update_y_range(self, *args) -> None:
         if not self._x.size or self._quiet:
             return
-        lo, hi = self.vb.viewRange()[0]
-        sel = (self._x >= lo) & (self._x <= hi)
-        values = self._y[sel] if sel.any() else self._y
-        rng = display_range(values)
-        if rng is not None:
-            self.vb.setYRange(*rng, padding=0)
+        if self.y_manual is not None:
+            rng: tuple[float, float] | None = self.y_manual
+        else:
+            lo, hi = self.vb.viewRange()[0]
+            sel = (self._x >= lo) & (self._x <= hi)
+            rng = display_range(self._y[sel] if sel.any() else self._y)
+        if rng is not None and rng != self.y_range():
+            self._setting_y = True
+            try:
+                self.vb.setYRange(*rng, padding=0)
+            finally:
+                self._setting_y = False
         self._draw_masks()
 
     def _update_header(self) -> None:
@@ -501,12 +766,18 @@ class SpectrumViewer(QWidget):
                              else f"{m.survey} {release}".strip()))
         if m.cls:
             parts.append(esc(f"{m.cls} {m.subclass or ''}".strip()))
+        fit = pipeline_fit(m)  # the pipeline's fit beside its class and z: error, warning bits, Δχ²
         if m.redshift is None:  # e.g. a DESI coadd without its redrock file: say so rather than show z = 0
             parts.append("z unknown (lines at z = 0)")
         else:
-            parts.append(f"z = {s.z:.5f}" + (f" ({esc(m.redshift_source)})" if m.redshift_source else ""))
-        if m.snr is not None:
-            parts.append(f"S/N {m.snr:.1f}")
+            err = f" ± {fit.z_err:.1g}" if fit.z_err is not None else ""
+            parts.append(f"z = {s.z:.5f}{err}" + (f" ({esc(m.redshift_source)})" if m.redshift_source else ""))
+        if fit.zwarn is not None:
+            parts.append(f"{esc(fit.zwarn_name)} {fit.zwarn}" + ("" if fit.zwarn == 0 else " ⚠"))
+        if fit.deltachi2 is not None:
+            parts.append(f"Δχ² {fit.deltachi2:.0f}")
+        if m.snr is not None:  # one definition for every survey (SNR_DEFINITION: the table's header and tooltip
+            parts.append(f"S/N {m.snr:.1f}")  # name it; spelled out here it wrapped the header to a third line)
         medium = {"air": "air", "vacuum": "vacuum"}.get(s.medium, "medium unknown (lines in vacuum)")
         parts.append(f"{self.frame} frame · wavelengths in {medium}")
         if s.masked_fraction > 0:
@@ -526,4 +797,5 @@ class SpectrumViewer(QWidget):
 
     def describe(self) -> str:
         medium = self.spectrum.medium if self.spectrum is not None else "unknown"
-        return f"{self.frame} frame · smoothing {self.smoothing} px · {medium}"
+        y = " · y-range set by hand" if self.y_manual is not None else ""
+        return f"{self.frame} frame · smoothing {self.smoothing} px · {medium}{y}"

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from speco3.errors import SpectrumReadError
-from speco3.spectra.model import VALUE_LIMIT, Deferred, Spectrum, SpectrumMeta, within_limits
+from speco3.spectra.model import SNR_BAND, SNR_MIN_PIXELS, VALUE_LIMIT, Deferred, Spectrum, SpectrumMeta, within_limits
 from speco3.spectra.source import Source
 
 log = logging.getLogger(__name__)
@@ -210,17 +210,19 @@ def ivar_from_variance(var: np.ndarray) -> np.ndarray:
     return out
 
 
-def median_snr(flux: np.ndarray, ivar: np.ndarray | None, mask: np.ndarray) -> float | None:
-    """Median of |flux|·sqrt(ivar) over good pixels (an estimate when the file states no S/N)."""
+def median_snr(wave: np.ndarray, flux: np.ndarray, ivar: np.ndarray | None, mask: np.ndarray) -> float | None:
+    """The S/N of `SNR_DEFINITION` (None without ivar or good pixels)."""
     if ivar is None:
         return None
     good = ivar > 0
     good &= ~mask
     good &= np.isfinite(flux)
+    band = good & (wave >= SNR_BAND[0]) & (wave <= SNR_BAND[1])
+    if np.count_nonzero(band) >= SNR_MIN_PIXELS:
+        good = band
     values = flux[good]  # two selections, then in place: each new array of a long spectrum costs page faults
     if not values.size:
         return None
-    np.abs(values, out=values)
     root = ivar[good]
     values *= np.sqrt(root, out=root)
     return float(np.median(values, overwrite_input=True))
@@ -244,12 +246,13 @@ def make_spectrum(
     medium: str = "unknown",
     meta: SpectrumMeta | None = None,
     src: Source | None = None,
+    model: np.ndarray | None = None,
 ) -> Spectrum:
     """Build a Spectrum after checking shapes; non-finite flux or ivar ≤ 0 count as bad pixels."""
     wave = np.asarray(wave, dtype=np.float64).ravel()
     flux = np.asarray(flux, dtype=np.float64).ravel()
     n = wave.size
-    for label, arr in (("flux", flux), ("ivar", ivar), ("mask", mask)):
+    for label, arr in (("flux", flux), ("ivar", ivar), ("mask", mask), ("model", model)):
         if arr is not None and np.asarray(arr).size != n:
             where = src.display if src else "<spectrum>"
             raise SpectrumReadError(where, f"wrong shapes: {label} has {np.asarray(arr).size} values, wavelength {n}")
@@ -269,10 +272,18 @@ def make_spectrum(
     if overflow and not bool(np.isfinite(wave).any()):
         raise SpectrumReadError(src.display if src else "<spectrum>",
                                 f"no usable wavelength: every value is non-finite or beyond ±{VALUE_LIMIT:g}")
-    wave, flux, ivar, bad = ascending(wave, flux, ivar, bad)
-    spec = Spectrum(wave, flux, ivar, bad, flux_unit=flux_unit or "", medium=medium, meta=meta)  # type: ignore[arg-type]
-    if meta.snr is None and ivar is not None:  # estimated on first access of meta.snr (viewers, the index)
-        meta.snr = Deferred(lambda: _estimated_snr(spec))
+    model = None if model is None else np.asarray(model, dtype=np.float64).ravel()
+    wave, flux, ivar, bad, model = ascending(wave, flux, ivar, bad, model)
+    spec = Spectrum(wave, flux, ivar, bad, flux_unit=flux_unit or "", medium=medium, meta=meta,  # type: ignore[arg-type]
+                    model=model)
+    survey_snr = meta.snr  # a reader's value is the survey's own figure: kept beside ours, under its name
+    name = meta.extra.pop("snr_source", None)
+    if survey_snr is not None:
+        meta.extra["survey_snr"] = survey_snr
+        meta.extra["survey_snr_name"] = name or "the file's S/N"
+    # ours, on first access of meta.snr (viewers, the index)
+    meta.snr = Deferred(lambda: median_snr(spec.wavelength, spec.flux, spec.ivar, spec.mask)) if ivar is not None \
+        else None
     return spec
 
 
@@ -295,13 +306,6 @@ def _without_overflow(wave: np.ndarray, flux: np.ndarray, meta: SpectrumMeta) ->
     note = f"{hits} pixel{'s' if hits != 1 else ''} with values beyond ±{VALUE_LIMIT:g} masked (overflow)"
     meta.note = note if not meta.note else f"{meta.note}; {note}"
     return wave, flux, hits
-
-
-def _estimated_snr(spec: Spectrum) -> float | None:
-    snr = median_snr(spec.flux, spec.ivar, spec.mask)
-    if snr is not None:
-        spec.meta.extra.setdefault("snr_source", "median flux*sqrt(ivar)")
-    return snr
 
 
 def col(data: Any, *names: str) -> np.ndarray | None:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from speco3.errors import SpectrumReadError
+from speco3.spectra.model import pipeline_fit
 from speco3.spectra.registry import CompanionFileError, NoSpectraError, read_file
 
 log = logging.getLogger(__name__)
@@ -77,10 +78,13 @@ def scan_file(args: tuple[str, str]) -> dict[str, Any]:
         good = spec.good
         wave = spec.wavelength[good] if good.any() else spec.wavelength
         row = {k: getattr(m, k) for k in META_COLUMNS}
+        fit = pipeline_fit(m)
         row.update(
             idx=m.index,
             format=contents.format,
             ra=_num(m.ra), dec=_num(m.dec), redshift=_num(m.redshift), snr=_num(m.snr),
+            survey_snr=_num(m.extra.get("survey_snr")),
+            z_err=fit.z_err, zwarn=fit.zwarn, zwarn_name=fit.zwarn_name, deltachi2=fit.deltachi2,
             hdu=None if m.hdu is None else str(m.hdu),
             object_id=None if m.object_id is None else str(m.object_id),
             n_pixels=spec.n_pixels,

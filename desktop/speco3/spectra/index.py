@@ -33,8 +33,9 @@ from speco3.spectra.source import read_limits, set_read_limits
 
 log = logging.getLogger(__name__)
 
-SORTABLE = ("key", "file_name", "survey", "cls", "subclass", "redshift", "snr", "object_id", "format", "n_pixels",
-            "wmin", "wmax", "masked_fraction", "ra", "dec", "file_mtime", "file_size", "data_release")
+SORTABLE = ("key", "file_name", "survey", "cls", "subclass", "redshift", "snr", "survey_snr", "z_err", "zwarn",
+            "deltachi2", "object_id", "format",
+            "n_pixels", "wmin", "wmax", "masked_fraction", "ra", "dec", "file_mtime", "file_size", "data_release")
 #: Formats whose reading depends on other files of their folder (redrock siblings, error companions).
 FOLDER_SENSITIVE = {"desi", "generic-image"}
 POOL_THRESHOLD = 24  # below this many files, reading in-process beats starting workers
@@ -50,7 +51,8 @@ CREATE TABLE IF NOT EXISTS spectra (
     redshift_source TEXT, cls TEXT COLLATE NOCASE, subclass TEXT COLLATE NOCASE, snr REAL,
     file_name TEXT, hdu TEXT, row INTEGER, note TEXT, n_pixels INTEGER, wmin REAL, wmax REAL,
     masked_fraction REAL, flux_unit TEXT, medium TEXT, file_size INTEGER, file_mtime REAL, error TEXT,
-    has_error INTEGER NOT NULL DEFAULT 0);
+    has_error INTEGER NOT NULL DEFAULT 0, survey_snr REAL, z_err REAL, zwarn INTEGER, zwarn_name TEXT,
+    deltachi2 REAL);
 CREATE INDEX IF NOT EXISTS ix_spectra_rel ON spectra(rel);
 CREATE INDEX IF NOT EXISTS ix_spectra_survey ON spectra(survey, key);
 CREATE INDEX IF NOT EXISTS ix_spectra_cls ON spectra(cls, key);
@@ -64,11 +66,14 @@ CREATE INDEX IF NOT EXISTS ix_spectra_cls_snr ON spectra(cls, snr, key);
 CREATE INDEX IF NOT EXISTS ix_spectra_cls_z ON spectra(cls, redshift, key);
 """
 #: Bumped when the tables change; an index with another version is rebuilt (it is a cache).
-SCHEMA_VERSION = "3"  # 3: companion files (DESI redrock) are recorded in files only
+SCHEMA_VERSION = "4"  # 3: companion files (DESI redrock) are recorded in files only; 4: snr is ours
+# (`speco3.spectra.model.SNR_DEFINITION`), the survey's own figure is survey_snr; the pipeline's z_err, zwarn (its
+# name: zwarn_name) and deltachi2 (`speco3.spectra.model.pipeline_fit`)
 # what queries select: the stored columns, then how many spectra the entry's file holds (`IndexEntry.in_file`)
 COLUMNS = ("key", "rel", "idx", "format", "survey", "data_release", "object_id", "ra", "dec", "redshift",
            "redshift_source", "cls", "subclass", "snr", "file_name", "hdu", "row", "note", "n_pixels", "wmin",
-           "wmax", "masked_fraction", "flux_unit", "medium", "file_size", "file_mtime", "error", "has_error")
+           "wmax", "masked_fraction", "flux_unit", "medium", "file_size", "file_mtime", "error", "survey_snr",
+           "z_err", "zwarn", "zwarn_name", "deltachi2", "has_error")
 SELECT = ",".join(COLUMNS[:-1]) + ",(SELECT n_spectra FROM files WHERE files.rel = spectra.rel)"
 
 
@@ -107,6 +112,11 @@ class IndexEntry:
     file_size: int | None = None
     file_mtime: float | None = None
     error: str | None = None
+    survey_snr: float | None = None  # the survey's own S/N (`snr` is ours, one definition for every survey)
+    z_err: float | None = None  # the pipeline's fit (`speco3.spectra.model.PipelineFit`)
+    zwarn: int | None = None
+    zwarn_name: str | None = None
+    deltachi2: float | None = None
     in_file: int | None = None  # spectra in this entry's file (None: not known)
 
     @property
@@ -329,7 +339,7 @@ class ArchiveIndex:
     # -- queries ----------------------------------------------------------------------------------------
     @staticmethod
     def _where(survey=None, cls=None, z_min=None, z_max=None, snr_min=None, text=None, has_error=None,
-               format=None, usable=None) -> tuple[str, list]:
+               format=None, usable=None, zwarn_clean=None) -> tuple[str, list]:
         clauses, params = [], []
         for column, value in (("survey", survey), ("cls", cls), ("format", format)):
             if value is None or value == "":
@@ -358,18 +368,20 @@ class ArchiveIndex:
             clause = "(COALESCE(note, '') NOT LIKE ? AND COALESCE(masked_fraction, 0) < 1.0)"
             clauses.append(clause if usable else f"NOT {clause}")
             params.append(SKY_FIBRE_NOTE + "%")
+        if zwarn_clean is not None:  # the pipeline's redshift warning bits: none (or none stated) / some
+            clauses.append("COALESCE(zwarn, 0) = 0" if zwarn_clean else "COALESCE(zwarn, 0) != 0")
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
     def query(self, survey=None, cls=None, z_min=None, z_max=None, snr_min=None, text=None, has_error=None,
               format=None, usable=None, sort: str = "file_name", descending: bool = False, limit: int | None = None,
-              offset: int = 0) -> list[IndexEntry]:
+              offset: int = 0, zwarn_clean=None) -> list[IndexEntry]:
         """Entries matching the filters, sorted (ties broken by key), paged by ``limit``/``offset``.
 
         ``usable=True`` leaves out sky fibres and spectra with every pixel masked (`is_unusable`); False keeps only
         those; None (the default) both."""
         if sort not in SORTABLE:
             raise ValueError(f"cannot sort by {sort!r}; choose one of {', '.join(SORTABLE)}")
-        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable)
+        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable, zwarn_clean)
         direction = "DESC" if descending else "ASC"
         # ties (and "key") in file order, then by position in the file: #2 before #10
         tie = f"rel {direction}, idx {direction}"
@@ -384,8 +396,8 @@ class ArchiveIndex:
         return [self._entry(root, r) for r in rows]
 
     def count(self, survey=None, cls=None, z_min=None, z_max=None, snr_min=None, text=None, has_error=None,
-              format=None, usable=None) -> int:
-        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable)
+              format=None, usable=None, zwarn_clean=None) -> int:
+        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable, zwarn_clean)
         with self._lock:
             return int(self._db.execute(f"SELECT COUNT(*) FROM spectra{where}", params).fetchone()[0])
 

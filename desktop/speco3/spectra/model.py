@@ -20,6 +20,53 @@ SKY_FIBRE_NOTE = "sky fibre"
 #: Start of `SpectrumMeta.note` of a file that holds the errors of another spectrum (the viewer labels its axis so).
 ERROR_SPECTRUM_NOTE = "error spectrum"
 
+#: The one S/N of every spectrum (`SpectrumMeta.snr`), computed by us for every survey and file: the median S/N
+#: per pixel, flux·√ivar, over the good pixels (unmasked, finite, ivar > 0) whose observed wavelength lies in
+#: `SNR_BAND`; over all good pixels when fewer than `SNR_MIN_PIXELS` lie there (a spectrum outside the optical).
+#: None without an error column. The survey's own figure (LAMOST's g-band SNRG, SDSS's SN_MEDIAN_ALL, DESI's
+#: MEDIAN_COADD_SNR_R …) is kept beside it as ``extra["survey_snr"]``, named by ``extra["survey_snr_name"]``.
+SNR_BAND = (4000.0, 8000.0)
+SNR_MIN_PIXELS = 50
+SNR_LABEL = "S/N 4000–8000 Å"
+SNR_DEFINITION = ("median S/N per pixel (flux·√ivar) over the good pixels at 4000–8000 Å observed, computed by "
+                  "Spec-o3 for every survey (over all good pixels when fewer than 50 lie there)")
+
+
+@dataclass(frozen=True)
+class PipelineFit:
+    """What the survey pipeline said beyond class, subclass and z (`SpectrumMeta.cls`, ``subclass``, ``redshift``):
+    the z error, the redshift warning bits (SDSS ZWARNING, DESI redrock ZWARN, SDSS DR7 Z_WARNIN; 0 is clean) under
+    the survey's own name, and redrock's DELTACHI2 (χ² gap to the next-best fit). None where the file has none
+    (LAMOST states no warning bits)."""
+
+    z_err: float | None = None
+    zwarn: int | None = None
+    zwarn_name: str | None = None
+    deltachi2: float | None = None
+
+
+def pipeline_fit(meta: SpectrumMeta) -> PipelineFit:
+    """The `PipelineFit` of a spectrum from the keys its reader kept in ``meta.extra`` (one home for the per-survey
+    names: LAMOST Z_ERR; SDSS z_err, zwarning / z_warnin; DESI zerr, zwarn, deltachi2)."""
+    e = meta.extra
+
+    def num(*keys: str) -> float | None:
+        for k in keys:
+            v = e.get(k)
+            try:
+                f = float(v) if v is not None else None
+            except (TypeError, ValueError):
+                continue
+            if f is not None and f == f and abs(f) != float("inf"):
+                return f
+        return None
+
+    names = {"zwarning": "ZWARNING", "zwarn": "ZWARN", "z_warnin": "Z_WARNIN"}
+    warn_key = next((k for k in names if num(k) is not None), None)
+    zwarn = num(warn_key) if warn_key else None
+    return PipelineFit(num("z_err", "zerr", "Z_ERR"), None if zwarn is None else int(zwarn),
+                       names[warn_key] if warn_key else None, num("deltachi2"))
+
 
 #: Largest magnitude a flux or wavelength value may have: squares, spans and S/N of values up to it stay finite in
 #: float64. The readers replace values beyond it (1e308 from a damaged file or a bit flip) by NaN and mask them
@@ -100,7 +147,7 @@ class SpectrumMeta:
     redshift_source: str | None = None  # e.g. "LAMOST pipeline", "SPECOBJ", "redrock"
     cls: str | None = None  # STAR / GALAXY / QSO ...
     subclass: str | None = None
-    snr: LazyField[float] = LazyField()  # None by default; may be estimated on first read
+    snr: LazyField[float] = LazyField()  # SNR_DEFINITION, computed on first read (the survey's: extra["survey_snr"])
     file_name: str | None = None
     path: str | None = None
     hdu: str | int | None = None
@@ -138,6 +185,8 @@ class Spectrum:
         Wavelength medium.
     meta : SpectrumMeta
         Metadata.
+    model : ndarray of float64 or None
+        The survey pipeline's best-fit model flux on the same pixels (SDSS's ``model`` column), or None.
     """
 
     wavelength: np.ndarray
@@ -147,6 +196,7 @@ class Spectrum:
     flux_unit: str = ""
     medium: Medium = "unknown"
     meta: SpectrumMeta = field(default_factory=SpectrumMeta)
+    model: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.wavelength = np.asarray(self.wavelength, dtype=np.float64)
@@ -158,6 +208,10 @@ class Spectrum:
             self.ivar = np.asarray(self.ivar, dtype=np.float64)
             if self.ivar.shape != (n,):
                 raise ValueError(f"ivar shape {self.ivar.shape} does not match {n} pixels")
+        if self.model is not None:
+            self.model = np.asarray(self.model, dtype=np.float64)
+            if self.model.shape != (n,):
+                raise ValueError(f"model shape {self.model.shape} does not match {n} pixels")
         if self.mask is None:
             self.mask = np.zeros(n, dtype=bool)
         else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from astropy.table import MaskedColumn, Table
 from speco3 import __version__
 from speco3.errors import StoreError
 from speco3.fileio import write_atomic
+from speco3.spectra.model import SNR_DEFINITION, SNR_LABEL
 from speco3.vetting.records import evidence_text
 from speco3.vetting.store import VettingStore
 from speco3.votable import write_votable
@@ -43,7 +45,15 @@ COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("ra", "float", "deg", "Right ascension"),
     ("dec", "float", "deg", "Declination"),
     ("redshift", "float", None, "Catalogue redshift used for the rest frame"),
-    ("snr", "float", None, "Signal-to-noise ratio from the file"),
+    ("snr", "float", None, f"{SNR_LABEL}: {SNR_DEFINITION}"),
+    ("survey_snr", "float", None, "The S/N the survey's file states (a different definition per survey)"),
+    ("survey_snr_name", "str", None, "The survey's name of that S/N (SNRG, SN_MEDIAN_ALL, MEDIAN_COADD_SNR_R ...)"),
+    ("pipeline_class", "str", None, "Class from the survey pipeline"),
+    ("pipeline_subclass", "str", None, "Subclass from the survey pipeline"),
+    ("pipeline_z_err", "float", None, "Redshift error from the survey pipeline"),
+    ("pipeline_zwarn", "int", None, "Redshift warning bits from the survey pipeline (0: clean)"),
+    ("pipeline_zwarn_name", "str", None, "The survey's name of those bits (ZWARNING, ZWARN, Z_WARNIN)"),
+    ("pipeline_deltachi2", "float", None, "redrock DELTACHI2: chi2 difference to the next-best fit (DESI)"),
     ("file_sha256", "str", None, "SHA-256 of the spectrum file"),
     ("task", "str", None, "Task id"),
     ("model_verdict", "str", None, "Model verdict YES/NO (empty: none)"),
@@ -76,11 +86,45 @@ COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("evidence", "str", None, "Wavelength windows the vetter marked as evidence, in order, observed frame, Angstrom "
      "('6540-6590:label; 4840-4880'; as last left, also without a decision)"),
     ("vetter", "str", None, "Vetter"),
+    ("vetter_z", "float", None, "The vetter's redshift (empty: not given)"),
+    ("vetter_z_conf", "int", None, "The vetter's confidence in that redshift, 0-4 (as Marz's QOP, SDSS z_conf_person)"),
+    ("vetter_class", "str", None, "The vetter's class"),
+    ("vetter_subclass", "str", None, "The vetter's subclass"),
     ("decided_at", "str", None, "When the decision was made (UTC)"),
     ("model_verdict_seen", "str", None, "Model verdict shown to the vetter"),
     ("notes_at", "str", None, "When the flags or comment were last changed (UTC)"),
 ]
 FORMATS = {"csv": "ascii.csv", "votable": "votable", "fits": "fits"}
+#: How FITS exports spell what ASCII lacks (FITS character columns are ASCII): Greek letters by name as astronomers
+#: write them in ASCII (Hα -> Halpha), the usual typographic signs by their ASCII forms; any other character by its
+#: accent-free base letter (é -> e), and what has none as \uXXXX. CSV and VOTable keep the UTF-8 text.
+TRANSLITERATION = {
+    **dict(zip("αβγδεζηθικλμνξοπρστυφχψω",
+               ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu",
+                "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega"],
+               strict=True)),
+    **dict(zip("ΓΔΘΛΞΠΣΦΨΩ", ["Gamma", "Delta", "Theta", "Lambda", "Xi", "Pi", "Sigma", "Phi", "Psi", "Omega"],
+               strict=True)),
+    "–": "-", "—": "--", "…": "...", "·": ".", "×": "x", "±": "+/-", "²": "2", "³": "3", "√": "sqrt", "≥": ">=",
+    "≤": "<=", "≈": "~", "“": '"', "”": '"', "‘": "'", "’": "'", "→": "->", "⊕": "(+)", "⊙": "(sun)", "°": "deg",
+    "µ": "u", "Å": "A", "⚠": "(!)",
+}
+
+
+def fits_ascii(text: str) -> str:
+    """``text`` as the FITS export writes it (see `TRANSLITERATION`)."""
+    if text.isascii():
+        return text
+    out = []
+    for ch in text:
+        if ch.isascii():
+            out.append(ch)
+        elif ch in TRANSLITERATION:
+            out.append(TRANSLITERATION[ch])
+        else:
+            base = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode("ascii")
+            out.append(base or f"\\u{ord(ch):04x}")
+    return "".join(out)
 
 
 def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, Any]]:
@@ -108,6 +152,10 @@ def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, 
             "hdu_index": s.index if s else None, "survey": s.survey if s else None,
             "object_id": s.object_id if s else None, "ra": s.ra if s else None, "dec": s.dec if s else None,
             "redshift": s.redshift if s else None, "snr": s.snr if s else None,
+            "survey_snr": s.survey_snr if s else None, "survey_snr_name": s.survey_snr_name if s else None,
+            "pipeline_class": s.cls if s else None, "pipeline_subclass": s.subclass if s else None,
+            "pipeline_z_err": s.z_err if s else None, "pipeline_zwarn": s.zwarn if s else None,
+            "pipeline_zwarn_name": s.zwarn_name if s else None, "pipeline_deltachi2": s.deltachi2 if s else None,
             "file_sha256": (v.file_sha256 if v and v.file_sha256 else (s.file_sha256 if s else None)),
             "task": tid,
             "model_verdict": v.verdict if v else None, "model_outcome": v.outcome if v else None,
@@ -120,6 +168,8 @@ def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, 
             "decision": d.decision if d else None, "flags": ",".join(flags) if flags is not None else None,
             "comment": comment, "evidence": evidence_text(evidence) or None, "evidence_windows": evidence,
             "vetter": d.vetter if d else (a.vetter if a else None),
+            "vetter_z": d.vetter_z if d else None, "vetter_z_conf": d.z_conf if d else None,
+            "vetter_class": d.vetter_class if d else None, "vetter_subclass": d.vetter_subclass if d else None,
             "decided_at": d.decided_at if d else None, "model_verdict_seen": d.model_verdict_seen if d else None,
             "notes_at": a.updated_at if a is not None else (d.decided_at if d else None),
         })
@@ -209,11 +259,11 @@ def export(store: VettingStore, path: str | Path, fmt: str | None = None, task: 
     if fmt not in FORMATS:
         raise StoreError(f"unknown export format {fmt!r} (csv, votable, fits)")
     table = export_table(store, task)
-    if fmt == "fits":  # FITS strings are ASCII: escape the rest (é -> \\xe9, α -> \\u03b1)
+    if fmt == "fits":  # FITS strings are ASCII: a documented transliteration (`fits_ascii`: Hα -> Halpha)
         for name in table.colnames:
             col = table[name]
             if col.dtype.kind == "U":
-                escaped = [str(v).encode("ascii", "backslashreplace").decode("ascii") for v in col.data.data]
+                escaped = [fits_ascii(str(v)) for v in col.data.data]
                 table[name] = MaskedColumn(np.array(escaped, dtype=str), name=name, mask=col.mask,
                                            unit=col.unit, description=col.description)
 

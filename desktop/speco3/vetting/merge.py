@@ -46,7 +46,9 @@ _DECISION_ID = ("spectrum_key", "task", "decision", "flags", "comment", "vetter"
                 "app_version")
 # keyed tables: (table, primary key columns, column that says which row is newest)
 _KEYED = (("annotations", ("spectrum_key", "task"), "updated_at"), ("spectra", ("spectrum_key",), "updated_at"),
-          ("file_stamps", ("path",), "stamped_ns"), ("state", ("key",), "updated_at"))
+          ("file_stamps", ("path",), "stamped_ns"), ("state", ("key",), "updated_at"),
+          ("spectrum_pipeline", ("spectrum_key",), "updated_at"),
+          ("decision_fit", ("spectrum_key", "task", "vetter", "decided_at"), "decided_at"))
 
 
 @dataclass

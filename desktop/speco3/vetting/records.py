@@ -21,7 +21,7 @@ from speco3.agent.confidence import Confidence
 from speco3.agent.tasks import Line
 from speco3.config import config_dir
 from speco3.errors import StoreError
-from speco3.spectra.model import to_frame
+from speco3.spectra.model import pipeline_fit, to_frame
 
 DECISIONS = ("YES", "NO", "UNSURE")
 VERDICTS = ("YES", "NO")
@@ -367,9 +367,27 @@ class Decision:
     id: int | None = None
     #: the windows the vetter marked, in order (schema 4; empty in older rows)
     evidence: list[Evidence] = field(default_factory=list)
+    #: the vetter's own redshift, its confidence (0-4, as Marz's QOP and SDSS's z_conf_person) and class/subclass
+    #: (table decision_fit, created on open; None when not given)
+    vetter_z: float | None = None
+    z_conf: int | None = None
+    vetter_class: str | None = None
+    vetter_subclass: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "evidence": [e.to_list() for e in self.evidence]}
+
+    def fit_problem(self) -> str | None:
+        """What is wrong with the vetter's z, confidence or class (None: nothing)."""
+        z, conf = self.vetter_z, self.z_conf
+        if z is not None and not (math.isfinite(z) and -0.1 <= z <= 15):
+            return f"redshift {z!r} is not a redshift (-0.1 to 15)"
+        if conf is not None and (isinstance(conf, bool) or not isinstance(conf, int) or not 0 <= conf <= 4):
+            return f"redshift confidence must be 0-4, got {conf!r}"
+        for what, v in (("class", self.vetter_class), ("subclass", self.vetter_subclass)):
+            if v is not None and (not v.strip() or len(v) > 40 or not v.isprintable()):
+                return f"{what} must be 1-40 printable characters, got {v!r}"
+        return None
 
 
 @dataclass
@@ -412,12 +430,24 @@ class SpectrumInfo:
     redshift: float | None = None
     snr: float | None = None
     file_sha256: str | None = None
+    # the pipeline's view (table spectrum_pipeline): class, subclass and its fit (`speco3.spectra.model.PipelineFit`)
+    cls: str | None = None
+    subclass: str | None = None
+    z_err: float | None = None
+    zwarn: int | None = None
+    zwarn_name: str | None = None
+    deltachi2: float | None = None
+    survey_snr: float | None = None
+    survey_snr_name: str | None = None
 
     @classmethod
     def of(cls, key: str, spectrum, file_sha256: str | None = None) -> SpectrumInfo:
         m = spectrum.meta
+        fit = pipeline_fit(m)
+        survey_snr = m.extra.get("survey_snr")
         return cls(key, spectrum.name, m.path, m.index, m.survey, m.object_id, m.ra, m.dec, m.redshift, m.snr,
-                   file_sha256)
+                   file_sha256, m.cls, m.subclass, fit.z_err, fit.zwarn, fit.zwarn_name, fit.deltachi2,
+                   float(survey_snr) if survey_snr is not None else None, m.extra.get("survey_snr_name"))
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ import base64
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import jinja2
 
@@ -25,7 +26,8 @@ from speco3.agent.adaptive import describe_use
 from speco3.agent.confidence import describe_outcome
 from speco3.agent.steps import AssistantStep, PromptStep, ToolStep
 from speco3.agent.trace import Trace, TraceError
-from speco3.errors import StoreError
+from speco3.errors import Speco3Error, StoreError
+from speco3.spectra import View, read_spectrum
 from speco3.vetting.export import check_target, export_rows, write_atomic
 from speco3.vetting.records import flag_words, now_iso
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
@@ -33,6 +35,23 @@ from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 logger = logging.getLogger(__name__)
 
 REASONING_CHARS = 600
+
+
+class DrawnImage(Protocol):
+    """What the report needs of a rendered view (`speco3.render.RenderedImage`)."""
+
+    @property
+    def png(self) -> bytes: ...
+
+    @property
+    def width(self) -> int: ...
+
+    @property
+    def height(self) -> int: ...
+
+
+#: The model's renderer as the caller hands it in (this layer imports no Qt).
+RenderFn = Callable[[View], DrawnImage]
 
 
 @dataclass
@@ -69,6 +88,8 @@ class ReportEntry:
     confidence: str = ""
     rollouts: list[RolloutColumn] = field(default_factory=list)
     outcome: str = ""  # what the model run came to, with its reason ("tie: 1 YES / 1 NO"; `describe_outcome`)
+    evidence: list[ReportImage] = field(default_factory=list)  # the vetter's evidence windows, drawn
+    drawn_error: str | None = None  # why the spectrum could not be drawn for them
 
 
 def confidence_text(row: dict[str, Any]) -> str:
@@ -149,10 +170,36 @@ class _Images:
         return f"{self.folder.name}/{name}"
 
 
-def _entry(row: dict[str, Any], images: _Images, store: VettingStore) -> ReportEntry:
+def _draw_for_vetter(entry: ReportEntry, row: dict[str, Any], images: _Images, render_view: RenderFn) -> None:
+    """The spectrum as the model's renderer draws it, for a decision without a model run (the full view), and each
+    evidence window the vetter marked (observed frame), read from the spectrum's file."""
+    windows = row.get("evidence_windows") or []
+    if not row.get("path") or not (windows or (row.get("decision") and not row.get("trace_dir"))):
+        return
+    try:
+        spectrum = read_spectrum(row["path"], int(row.get("hdu_index") or 0))
+    except (Speco3Error, OSError, ValueError, IndexError) as exc:
+        entry.drawn_error = f"{row['path']}: {exc}"
+        return
+    stem = f"{row.get('name') or 'spectrum'}-{row['task']}"
+    if not row.get("trace_dir"):
+        img = render_view(View(spectrum))
+        entry.full = ReportImage(images.src(img.png, stem + "-full"), "Full spectrum (rest frame), drawn for the "
+                                 "report", img.width, img.height)
+    for i, w in enumerate(windows):
+        img = render_view(View(spectrum, (w.lo, w.hi), frame="observed", title=w.label or f"Evidence {i + 1}"))
+        entry.evidence.append(ReportImage(images.src(img.png, f"{stem}-evidence-{i + 1}"),
+                                          f"Evidence {i + 1}: {w.label + ' — ' if w.label else ''}"
+                                          f"{w.lo:g}–{w.hi:g} Å (observed)", img.width, img.height))
+
+
+def _entry(row: dict[str, Any], images: _Images, store: VettingStore, render: RenderFn | None = None
+           ) -> ReportEntry:
     entry = ReportEntry(row, confidence=confidence_text(row),
                         outcome=describe_outcome(row.get("model_outcome") or "", row.get("abstain_reason") or ""))
     entry.rollouts = _rollout_columns(store, row, images)
+    if render is not None:
+        _draw_for_vetter(entry, row, images, render)
     if not row.get("trace_dir"):
         return entry
     try:
@@ -229,15 +276,18 @@ def write_report(
     embed_images: bool = True,
     title: str | None = None,
     overwrite: bool = False,
+    render: RenderFn | None = None,
 ) -> Path:
     """Write the HTML audit report of ``store`` (atomically) to :func:`report_path` of ``path``; return where it went.
 
     An existing report is replaced only with ``overwrite``, and never when it is the store itself (`check_target`).
-    """
+    With ``render`` (the model's renderer, `speco3.render.render_view`: the caller's, this layer draws no Qt) a
+    human decision without a model run gets the spectrum's full view, and every decision its evidence windows,
+    drawn from the spectrum's file."""
     path = check_target(store, report_path(path), overwrite=overwrite)
     images = _Images(path, embed_images)
     rows = export_rows(store, task)
-    entries = [_entry(r, images, store) for r in rows]
+    entries = [_entry(r, images, store, render) for r in rows]
     summary = store.summary()
     html = _template().render(
         title=title or default_title(store, rows),

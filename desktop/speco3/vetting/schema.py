@@ -69,6 +69,17 @@ ADDITIVE = {
         rollouts INTEGER NOT NULL, run_id TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,
         claimed_at TEXT NOT NULL, expires_at REAL NOT NULL,
         PRIMARY KEY (spectrum_key, task, model_id, prompt_version, rollouts))""",
+    # the survey pipeline's view of a spectrum beside the `spectra` row (issue #44): class, subclass, z error,
+    # warning bits and their name, redrock's DELTACHI2, the survey's own S/N and its name (exports carry them)
+    "spectrum_pipeline": """CREATE TABLE spectrum_pipeline (
+        spectrum_key TEXT PRIMARY KEY, cls TEXT, subclass TEXT, z_err REAL, zwarn INTEGER, zwarn_name TEXT,
+        deltachi2 REAL, survey_snr REAL, survey_snr_name TEXT, updated_at TEXT)""",
+    # the vetter's own redshift, confidence 0-4 and class with a decision (issue #44), keyed as merge identifies a
+    # decision (its ids are renumbered by a merge)
+    "decision_fit": """CREATE TABLE decision_fit (
+        spectrum_key TEXT NOT NULL, task TEXT NOT NULL, vetter TEXT NOT NULL, decided_at TEXT NOT NULL,
+        z REAL, z_conf INTEGER CHECK (z_conf BETWEEN 0 AND 4 OR z_conf IS NULL), cls TEXT, subclass TEXT,
+        PRIMARY KEY (spectrum_key, task, vetter, decided_at))""",
 }
 
 _ROLLOUT_COLUMNS = ("rollouts INTEGER", "p_yes REAL", "p_yes_token REAL", "agreement REAL", "abstained INTEGER",

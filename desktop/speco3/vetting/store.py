@@ -55,6 +55,9 @@ from speco3.vetting.schema import (
 )
 
 logger = logging.getLogger(__name__)
+#: A decision row with the vetter's z, confidence and class (table decision_fit; NULL when not given).
+_DECISION_SELECT = ("SELECT d.*, f.z AS vetter_z, f.z_conf, f.cls AS vetter_class, f.subclass AS vetter_subclass "
+                    "FROM decisions d LEFT JOIN decision_fit f USING (spectrum_key, task, vetter, decided_at)")
 
 # Outcomes that a later run should retry rather than count as done.
 RETRY_OUTCOMES = ("cancelled", "engine_error")
@@ -205,6 +208,11 @@ class VettingStore:
         if self.readonly:
             if version == 0:
                 raise StoreError(f"{self.path}: not a vetting store (no schema)")
+            # tables created on open that an older store lacks: empty temporary ones (the file stays untouched), so
+            # that reads joining them answer with empty fields
+            have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            for stmt in additive(have):
+                db.execute(stmt.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
             return
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
@@ -269,18 +277,31 @@ class VettingStore:
 
     # -- spectra -----------------------------------------------------------------------------------
     def record_spectrum(self, info: SpectrumInfo) -> None:
-        """Insert or update what exports show about a spectrum."""
-        self._write(
-            "INSERT INTO spectra VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(spectrum_key) DO UPDATE SET "
-            "name=excluded.name, path=excluded.path, idx=excluded.idx, survey=excluded.survey, "
-            "object_id=excluded.object_id, ra=excluded.ra, dec=excluded.dec, redshift=excluded.redshift, "
-            "snr=excluded.snr, file_sha256=COALESCE(excluded.file_sha256, file_sha256), updated_at=excluded.updated_at",
-            (info.spectrum_key, info.name, info.path, info.index, info.survey, info.object_id, info.ra, info.dec,
-             info.redshift, info.snr, info.file_sha256, now_iso()),
-        )
+        """Insert or update what exports show about a spectrum (with the pipeline's view: one transaction)."""
+        stamp = now_iso()
+        try:
+            with self._tx() as cur:
+                cur.execute(
+                    "INSERT INTO spectra VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(spectrum_key) DO UPDATE SET "
+                    "name=excluded.name, path=excluded.path, idx=excluded.idx, survey=excluded.survey, "
+                    "object_id=excluded.object_id, ra=excluded.ra, dec=excluded.dec, redshift=excluded.redshift, "
+                    "snr=excluded.snr, file_sha256=COALESCE(excluded.file_sha256, file_sha256), "
+                    "updated_at=excluded.updated_at",
+                    tuple(storable_text(a) for a in (info.spectrum_key, info.name, info.path, info.index, info.survey,
+                                                     info.object_id, info.ra, info.dec, info.redshift, info.snr,
+                                                     info.file_sha256, stamp)))
+                cur.execute(
+                    "INSERT OR REPLACE INTO spectrum_pipeline VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    tuple(storable_text(a) for a in (info.spectrum_key, info.cls, info.subclass, info.z_err,
+                                                     info.zwarn, info.zwarn_name, info.deltachi2, info.survey_snr,
+                                                     info.survey_snr_name, stamp)))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: write failed ({exc})") from exc
 
     def spectrum_info(self, key: str) -> SpectrumInfo | None:
-        rows = self._query("SELECT * FROM spectra WHERE spectrum_key=?", (key,))
+        rows = self._query("SELECT s.*, p.cls, p.subclass, p.z_err, p.zwarn, p.zwarn_name, p.deltachi2, p.survey_snr, "
+                           "p.survey_snr_name FROM spectra s LEFT JOIN spectrum_pipeline p USING (spectrum_key) "
+                           "WHERE spectrum_key=?", (key,))
         if not rows:
             return None
         r = dict(rows[0])
@@ -534,15 +555,27 @@ class VettingStore:
             raise StoreError(f"decision must be one of {', '.join(DECISIONS)}, got {d.decision!r}")
         if not d.spectrum_key or not d.task:
             raise StoreError("a decision needs a spectrum key and a task")
+        if (problem := d.fit_problem()) is not None:
+            raise StoreError(f"decision not stored: {problem}")
         flags = [str(f).strip() for f in d.flags if str(f).strip()]
+        fit = (d.vetter_z, d.z_conf, d.vetter_class, d.vetter_subclass)
         unless = " WHERE NOT EXISTS (SELECT 1 FROM decisions WHERE spectrum_key=? AND task=?)" if if_undecided else ""
-        d.id = self._write(
-            "INSERT INTO decisions (spectrum_key, task, decision, flags, comment, vetter, model_verdict_seen, "
-            f"model_verdict_id, decided_at, app_version, evidence) SELECT ?,?,?,?,?,?,?,?,?,?,?{unless}",
-            (d.spectrum_key, d.task, d.decision, json.dumps(flags), d.comment or "", d.vetter or "",
-             d.model_verdict_seen, d.model_verdict_id, d.decided_at, d.app_version, evidence_json(d.evidence),
-             *((d.spectrum_key, d.task) if if_undecided else ())),
-        )
+        try:
+            with self._tx() as cur:  # the decision and the vetter's z and class: both or neither
+                cur.execute(
+                    "INSERT INTO decisions (spectrum_key, task, decision, flags, comment, vetter, model_verdict_seen, "
+                    f"model_verdict_id, decided_at, app_version, evidence) SELECT ?,?,?,?,?,?,?,?,?,?,?{unless}",
+                    tuple(storable_text(a) for a in (
+                        d.spectrum_key, d.task, d.decision, json.dumps(flags), d.comment or "", d.vetter or "",
+                        d.model_verdict_seen, d.model_verdict_id, d.decided_at, d.app_version,
+                        evidence_json(d.evidence), *((d.spectrum_key, d.task) if if_undecided else ()))))
+                d.id = int(cur.lastrowid or 0) if cur.rowcount > 0 else 0
+                if d.id and any(v is not None for v in fit):
+                    cur.execute("INSERT OR REPLACE INTO decision_fit VALUES (?,?,?,?,?,?,?,?)",
+                                tuple(storable_text(a) for a in (d.spectrum_key, d.task, d.vetter or "", d.decided_at,
+                                                                 *fit)))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: write failed: {_sqlite_reason(exc)}") from exc
         return d.id
 
     def _decision(self, row: sqlite3.Row) -> Decision:
@@ -554,20 +587,20 @@ class VettingStore:
 
     def decision(self, key: str, task: str) -> Decision | None:
         """The latest decision on a spectrum for a task."""
-        rows = self._query("SELECT * FROM decisions WHERE spectrum_key=? AND task=? ORDER BY id DESC LIMIT 1",
+        rows = self._query(f"{_DECISION_SELECT} WHERE d.spectrum_key=? AND d.task=? ORDER BY d.id DESC LIMIT 1",
                            (key, task))
         return self._decision(rows[0]) if rows else None
 
     def decision_history(self, key: str, task: str) -> list[Decision]:
         return [self._decision(r) for r in self._query(
-            "SELECT * FROM decisions WHERE spectrum_key=? AND task=? ORDER BY id", (key, task))]
+            f"{_DECISION_SELECT} WHERE d.spectrum_key=? AND d.task=? ORDER BY d.id", (key, task))]
 
     def decisions(self, task: str | None = None) -> list[Decision]:
         """The latest decision per spectrum and task, ordered by when that decision was made."""
         where = "WHERE task=?" if task else ""
         args = (task,) if task else ()
-        sql = (f"SELECT * FROM decisions WHERE id IN (SELECT MAX(id) FROM decisions {where} "
-               "GROUP BY spectrum_key, task) ORDER BY id")
+        sql = (f"{_DECISION_SELECT} WHERE d.id IN (SELECT MAX(id) FROM decisions {where} "
+               "GROUP BY spectrum_key, task) ORDER BY d.id")
         return [self._decision(r) for r in self._query(sql, args)]
 
     def decision_count(self, task: str) -> int:

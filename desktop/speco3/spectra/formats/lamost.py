@@ -31,6 +31,8 @@ def _meta(h, *, hdu, snr_key: str | None = "SNRG") -> SpectrumMeta:
     cls = hstr(h, "CLASS")
     obsid = h.get("OBSID")
     extra = {k: h.get(k) for k in LRS_EXTRA if h.get(k) is not None}
+    if snr_key:
+        extra["snr_source"] = snr_key
     return SpectrumMeta(
         survey="LAMOST",
         data_release=hstr(h, "DATA_V"),
@@ -131,6 +133,7 @@ def _mrs_table(src: Source, idx: int, base: SpectrumMeta, medium: str) -> Spectr
     meta.extra = dict(base.extra)
     meta.hdu = name
     meta.snr = hfloat(hdu.header, "SNR")
+    meta.extra["snr_source"] = "SNR"
     arm = "B" if name.upper().endswith("_B") or name.upper().startswith("B-") else "R"
     meta.extra["arm"] = arm
     if name.upper().startswith("COADD"):

@@ -56,7 +56,7 @@ def _catalogue_row(src: Source):
 
 def read_spec(src: Source) -> list[Spectrum]:
     h = src.primary
-    d = read_columns(src, 1, ("flux", "loglam", "ivar", "and_mask"))
+    d = read_columns(src, 1, ("flux", "loglam", "ivar", "and_mask", "model"))
     if not {"flux", "loglam", "ivar"} <= set(d):
         raise fail(src, f"SDSS COADD table lacks flux/loglam/ivar (has {column_names(src, 1)})")
     loglam = np.asarray(d["loglam"], dtype=np.float64)
@@ -78,6 +78,7 @@ def read_spec(src: Source) -> list[Spectrum]:
         meta.redshift_source = cat_name if meta.redshift is not None else None
         meta.ra, meta.dec = finite_or_none(get("PLUG_RA")), finite_or_none(get("PLUG_DEC"))
         meta.snr = finite_or_none(get("SN_MEDIAN_ALL"))
+        meta.extra["snr_source"] = "SN_MEDIAN_ALL"
         run2d = clean_str(get("RUN2D")) or hstr(h, "RUN2D")
         meta.data_release = f"run2d {run2d}" if run2d else None
         for k in ("Z_ERR", "ZWARNING", "SPECOBJID", "SOURCETYPE", "OBJTYPE", "SURVEY", "RUN1D"):
@@ -92,7 +93,7 @@ def read_spec(src: Source) -> list[Spectrum]:
         meta.object_id = f"{int(plate):04d}-{int(mjd)}-{int(fiber):04d}"
     meta.extra["layout"] = "full" if src.hdu(4) is not None else "lite"
     return [make_spectrum(np.power(10.0, loglam), flux, ivar, bad, flux_unit=hstr(h, "BUNIT") or "",
-                          medium=medium_from(h, "vacuum"), meta=meta, src=src)]
+                          medium=medium_from(h, "vacuum"), meta=meta, src=src, model=d.get("model"))]
 
 
 # -- spSpec ----------------------------------------------------------------------------------------------
@@ -133,8 +134,8 @@ def read_spspec(src: Source) -> list[Spectrum]:
         subclass=sub,
         snr=hfloat(h, "SN_G"),
         hdu=0,
-        extra={k.lower(): h.get(k) for k in ("SPEC_CLN", "OBJTYPE", "Z_ERR", "Z_CONF", "Z_STATUS", "Z_WARNIN")
-               if h.get(k) is not None},
+        extra={"snr_source": "SN_G", **{k.lower(): h.get(k) for k in ("SPEC_CLN", "OBJTYPE", "Z_ERR", "Z_CONF",
+                                                                      "Z_STATUS", "Z_WARNIN") if h.get(k) is not None}},
     )
     return [make_spectrum(log_linear(n, c0, c1), data[0], ivar, bad, flux_unit=hstr(h, "BUNIT") or "",
                           medium=medium_from(h, "vacuum"), meta=meta, src=src)]

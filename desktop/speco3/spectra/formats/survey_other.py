@@ -102,6 +102,7 @@ def _apogee_meta(h, **kw):
     meta.survey = "APOGEE"
     meta.object_id = hstr(h, "OBJID")
     meta.snr = hfloat(h, "SNR")
+    meta.extra["snr_source"] = "SNR"
     meta.extra["vhelio"] = hfloat(h, "VHELIO")
     return meta
 
