@@ -16,10 +16,13 @@ tests; it imports neither Qt nor llama_cpp at module level.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import re
+import subprocess
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -372,3 +375,116 @@ def drop_duplicate_dlls(binaries: list[tuple], folder: str = "llama_cpp/lib") ->
             continue
         kept.append(entry)
     return kept
+
+
+# -- Linux: what the built bundle needs from the system (the launcher's checks, the .deb's Depends) ---------------
+_GLIBC = re.compile(r"\bGLIBC_(\d+(?:\.\d+)+)\b")
+#: ggml's compile-time feature names (``llama_print_system_info``) and NumPy's baseline names, as /proc/cpuinfo
+#: spells the flags.
+CPU_FLAG_NAMES = {
+    "SSE": "sse", "SSE2": "sse2", "SSE3": "pni", "SSSE3": "ssse3", "SSE41": "sse4_1", "SSE4_1": "sse4_1",
+    "SSE42": "sse4_2", "SSE4_2": "sse4_2", "POPCNT": "popcnt", "AVX": "avx", "AVX2": "avx2", "F16C": "f16c",
+    "FMA": "fma", "FMA3": "fma", "BMI2": "bmi2", "AVX_VNNI": "avx_vnni", "AVX512": "avx512f", "AVX512F": "avx512f",
+    "AVX512_VBMI": "avx512vbmi", "AVX512_VNNI": "avx512_vnni", "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8",
+}
+#: The order the launcher lists them in (oldest first).
+CPU_FLAG_ORDER = ("sse", "sse2", "pni", "ssse3", "sse4_1", "sse4_2", "popcnt", "avx", "f16c", "fma", "bmi2", "avx2",
+                  "avx_vnni", "avx512f", "avx512vbmi", "avx512_vnni", "avx512_bf16", "amx_int8")
+
+
+def is_elf(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class ElfNeeds:
+    """What the ELF files of a bundle ask of the system: sonames no file of the bundle provides, and the newest
+    glibc symbol version any of them references."""
+
+    external: tuple[str, ...]
+    glibc: str
+    files: int
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
+def elf_needs(bundle: Path, objdump: str = "objdump") -> ElfNeeds:
+    """Read every ELF file's ``NEEDED`` entries and version references (``objdump -p``) under ``bundle``."""
+    provided: set[str] = set()
+    needed: list[str] = []
+    newest = "2.2.5"
+    files = [p for p in sorted(bundle.rglob("*")) if p.is_file() and not p.is_symlink() and is_elf(p)]
+    provided = {p.name for p in bundle.rglob("*") if p.is_file() or p.is_symlink()}
+    for path in files:
+        out = subprocess.run([objdump, "-p", str(path)], capture_output=True, text=True, check=False).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "NEEDED" and parts[1] not in needed:
+                needed.append(parts[1])
+        for v in _GLIBC.findall(out):
+            if _version_key(v) > _version_key(newest):
+                newest = v
+    return ElfNeeds(tuple(n for n in needed if n not in provided), newest, len(files))
+
+
+def cpu_flags_required(lib_dir: Path, python: str = sys.executable) -> list[str]:
+    """The instruction sets the bundle's code cannot run without, as /proc/cpuinfo names them: NumPy's baseline
+    (``numpy.__cpu_baseline__``) and, unless the CPU backend is the set of variant modules ggml picks from at run
+    time (``libggml-cpu-x64.so`` … : any x86-64), the features llama.cpp's CPU backend was compiled with."""
+    code = ("import json, numpy; flags = list(numpy.__cpu_baseline__)\n"
+            "import sys\n"
+            "if sys.argv[1] == '1':\n"
+            "    import llama_cpp\n"
+            "    info = llama_cpp.llama_print_system_info().decode()\n"
+            "    flags += [k.strip() for k, v in (p.split('=') for p in info.split('|') if '=' in p) "
+            "if v.strip() == '1']\n"
+            "print(json.dumps(flags))")
+    variants = any(lib_dir.glob("libggml-cpu-x64*.so"))
+    out = subprocess.run([python, "-c", code, "0" if variants else "1"], capture_output=True, text=True,
+                         check=True).stdout
+    names = {CPU_FLAG_NAMES[f.upper()] for f in json.loads(out) if f.upper() in CPU_FLAG_NAMES}
+    return [f for f in CPU_FLAG_ORDER if f in names]
+
+
+def debian_depends(needs: ElfNeeds) -> list[str]:
+    """The .deb's Depends: the distribution's package of every library the bundle needs from the system
+    (`speco3.syslibs.PACKAGES`, the one table of them), libc6 with the glibc version the code needs, and a font.
+
+    Raises
+    ------
+    BundleError
+        For a needed soname the table does not know (add it to ``speco3.syslibs.PACKAGES``).
+    """
+    sys.path.insert(0, str(ROOT / "desktop"))
+    try:
+        from speco3 import syslibs
+    finally:
+        sys.path.pop(0)
+    entries, unknown = syslibs.debian_depends(needs.external)
+    if unknown:
+        raise BundleError(f"no Debian package known for {', '.join(unknown)}: add it to speco3.syslibs.PACKAGES")
+    # the C library first, with the version the code needs (also when no file names libc.so.6 directly)
+    return [f"libc6 (>= {needs.glibc})"] + [e for e in entries if e != "libc6"] + [syslibs.FONTS.debian]
+
+
+def _main(argv: list[str]) -> int:
+    """``python packaging/bundle_manifest.py linux-needs BUNDLE``: JSON of what the built bundle needs."""
+    if len(argv) != 2 or argv[0] != "linux-needs":
+        print("usage: bundle_manifest.py linux-needs BUNDLE_DIR", file=sys.stderr)
+        return 2
+    bundle = Path(argv[1])
+    needs = elf_needs(bundle)
+    lib_dir = bundle / "_internal" / "llama_cpp" / "lib"
+    print(json.dumps({"glibc": needs.glibc, "external": list(needs.external), "elf_files": needs.files,
+                      "depends": debian_depends(needs), "cpu_flags": cpu_flags_required(lib_dir)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
