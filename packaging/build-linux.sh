@@ -7,6 +7,8 @@
 #   bash packaging/build-linux.sh --backend cuda --rebuild-llama   # recompile llama-cpp-python for CUDA first
 #   bash packaging/build-linux.sh --appimage           # also lay out an AppDir and run appimagetool if present
 #   bash packaging/build-linux.sh --no-deb             # tarball only
+#   bash packaging/build-linux.sh --repack             # pack dist/spec-o3 again (launcher, tarball, .deb) without
+#                                                      running PyInstaller
 #   PYTHON=.venv-bundle/bin/python bash packaging/build-linux.sh   # the one bundle with every backend as a module
 #                                                      (scripts/build-bundle.sh first; tarball ...-linux-x86_64-dl)
 #
@@ -37,6 +39,7 @@ REBUILD_LLAMA=0
 RUN_TEST=1
 APPIMAGE=0
 DEB=1
+REPACK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --backend) BACKEND=$2; shift 2 ;;
@@ -44,7 +47,8 @@ while [ $# -gt 0 ]; do
     --skip-test) RUN_TEST=0; shift ;;
     --appimage) APPIMAGE=1; shift ;;
     --no-deb) DEB=0; shift ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    --repack) REPACK=1; shift ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -97,16 +101,20 @@ echo "== Spec-o3 $version, llama.cpp backends in this build: $built"
 
 [ -f packaging/icons/png/spec-o3-256.png ] || "$PY" packaging/icons/render_icons.py
 
-echo "== PyInstaller (one-folder bundle)"
-t_build=$(date +%s)
-"$PY" -m PyInstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller \
-  packaging/spec-o3.spec
-build_s=$(( $(date +%s) - t_build ))
-
 BUNDLE=dist/spec-o3
-# The launcher: checks glibc and the processor before any native code loads, then runs the PyInstaller executable
-# (renamed spec-o3-desktop.bin) as the app, or as the command line when started as spec-o3.
-mv "$BUNDLE/spec-o3-desktop" "$BUNDLE/spec-o3-desktop.bin"
+t_build=$(date +%s)
+if [ "$REPACK" = 1 ] && [ -x "$BUNDLE/spec-o3-desktop.bin" ]; then
+  echo "== --repack: packing the bundle already in $BUNDLE (no PyInstaller run)"
+else
+  echo "== PyInstaller (one-folder bundle)"
+  "$PY" -m PyInstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller \
+    packaging/spec-o3.spec
+  # The launcher: checks glibc and the processor before any native code loads, then runs the PyInstaller
+  # executable (renamed spec-o3-desktop.bin) as the app, or as the command line when started as spec-o3.
+  mv "$BUNDLE/spec-o3-desktop" "$BUNDLE/spec-o3-desktop.bin"
+fi
+build_s=$(( $(date +%s) - t_build ))
+"$PY" packaging/bundle_manifest.py prune "$BUNDLE"   # the GTK 3 theme plugin and what only it needs
 "$PY" packaging/bundle_manifest.py linux-needs "$BUNDLE" > dist/linux-needs.json
 read -r need_glibc need_flags < <("$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]))
 print(d["glibc"], " ".join(d["cpu_flags"]))' dist/linux-needs.json)

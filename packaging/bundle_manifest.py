@@ -387,6 +387,11 @@ CPU_FLAG_NAMES = {
     "FMA": "fma", "FMA3": "fma", "BMI2": "bmi2", "AVX_VNNI": "avx_vnni", "AVX512": "avx512f", "AVX512F": "avx512f",
     "AVX512_VBMI": "avx512vbmi", "AVX512_VNNI": "avx512_vnni", "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8",
 }
+#: x86-64 micro-architecture levels (NumPy 2.4's baseline is ``X86_V2``) as the flags the launcher checks.
+CPU_LEVELS = {
+    "X86_V2": ("sse", "sse2", "pni", "ssse3", "sse4_1", "sse4_2", "popcnt"),
+    "X86_V3": ("sse", "sse2", "pni", "ssse3", "sse4_1", "sse4_2", "popcnt", "avx", "avx2", "fma", "f16c", "bmi2"),
+}
 #: The order the launcher lists them in (oldest first).
 CPU_FLAG_ORDER = ("sse", "sse2", "pni", "ssse3", "sse4_1", "sse4_2", "popcnt", "avx", "f16c", "fma", "bmi2", "avx2",
                   "avx_vnni", "avx512f", "avx512vbmi", "avx512_vnni", "avx512_bf16", "amx_int8")
@@ -433,12 +438,62 @@ def elf_needs(bundle: Path, objdump: str = "objdump") -> ElfNeeds:
     return ElfNeeds(tuple(n for n in needed if n not in provided), newest, len(files))
 
 
+#: Qt plugins PyInstaller's PySide6 hook collects that the app must not carry on Linux: the GTK 3 platform theme
+#: links GTK 3 (not on a bare system, and Qt's own style is what the app is tested with); Qt skips a theme plugin
+#: it does not find.
+UNWANTED_PLUGINS: tuple[str, ...] = ("PySide6/Qt/plugins/platformthemes/libqgtk3.so",)
+
+
+def _needed(path: Path, objdump: str = "objdump") -> list[str]:
+    out = subprocess.run([objdump, "-p", str(path)], capture_output=True, text=True, check=False).stdout
+    return [p[1] for p in (line.split() for line in out.splitlines()) if len(p) == 2 and p[0] == "NEEDED"]
+
+
+def prune_unwanted(bundle: Path) -> list[str]:
+    """Remove `UNWANTED_PLUGINS` from a built bundle, with the libraries PyInstaller collected into ``_internal``
+    only for them (needed by nothing else in the bundle). Returns the removed paths, relative to the bundle."""
+    internal = bundle / "_internal"
+    plugins = [internal / rel for rel in UNWANTED_PLUGINS if (internal / rel).is_file()]
+    if not plugins:
+        return []
+    top = {p.name: p for p in internal.iterdir() if p.is_file() and is_elf(p)}
+    cache: dict[Path, list[str]] = {}
+
+    def closure(starts: Iterable[Path]) -> set[str]:
+        todo, seen = list(starts), set()
+        while todo:
+            path = todo.pop()
+            if path not in cache:
+                cache[path] = _needed(path)
+            for name in cache[path]:
+                if name in top and name not in seen:
+                    seen.add(name)
+                    todo.append(top[name])
+        return seen
+
+    others = [p for p in bundle.rglob("*") if p.is_file() and not p.is_symlink() and is_elf(p) and p not in plugins]
+    keep = closure(others) | {p.name for p in others if p.parent == internal}
+    drop = closure(plugins) - keep
+    removed = []
+    for path in plugins + [top[n] for n in sorted(drop)]:
+        for link in internal.iterdir():  # names that point at a removed file
+            if link.is_symlink() and link.resolve() == path.resolve():
+                link.unlink()
+        path.unlink()
+        removed.append(str(path.relative_to(bundle)))
+    return removed
+
+
 def cpu_flags_required(lib_dir: Path, python: str = sys.executable) -> list[str]:
     """The instruction sets the bundle's code cannot run without, as /proc/cpuinfo names them: NumPy's baseline
     (``numpy.__cpu_baseline__``) and, unless the CPU backend is the set of variant modules ggml picks from at run
     time (``libggml-cpu-x64.so`` … : any x86-64), the features llama.cpp's CPU backend was compiled with."""
-    code = ("import json, numpy; flags = list(numpy.__cpu_baseline__)\n"
-            "import sys\n"
+    code = ("import json, sys\n"
+            "try:\n"
+            "    from numpy._core._multiarray_umath import __cpu_baseline__ as flags\n"
+            "except ImportError:\n"
+            "    from numpy.core._multiarray_umath import __cpu_baseline__ as flags\n"
+            "flags = list(flags)\n"
             "if sys.argv[1] == '1':\n"
             "    import llama_cpp\n"
             "    info = llama_cpp.llama_print_system_info().decode()\n"
@@ -448,7 +503,9 @@ def cpu_flags_required(lib_dir: Path, python: str = sys.executable) -> list[str]
     variants = any(lib_dir.glob("libggml-cpu-x64*.so"))
     out = subprocess.run([python, "-c", code, "0" if variants else "1"], capture_output=True, text=True,
                          check=True).stdout
-    names = {CPU_FLAG_NAMES[f.upper()] for f in json.loads(out) if f.upper() in CPU_FLAG_NAMES}
+    names = set()
+    for f in json.loads(out):
+        names |= set(CPU_LEVELS.get(f.upper(), ())) | ({CPU_FLAG_NAMES[f.upper()]} if f.upper() in CPU_FLAG_NAMES else set())
     return [f for f in CPU_FLAG_ORDER if f in names]
 
 
@@ -474,11 +531,16 @@ def debian_depends(needs: ElfNeeds) -> list[str]:
 
 
 def _main(argv: list[str]) -> int:
-    """``python packaging/bundle_manifest.py linux-needs BUNDLE``: JSON of what the built bundle needs."""
-    if len(argv) != 2 or argv[0] != "linux-needs":
-        print("usage: bundle_manifest.py linux-needs BUNDLE_DIR", file=sys.stderr)
+    """``python packaging/bundle_manifest.py linux-needs BUNDLE``: JSON of what the built bundle needs;
+    ``... prune BUNDLE``: remove `UNWANTED_PLUGINS` and what only they needed."""
+    if len(argv) != 2 or argv[0] not in ("linux-needs", "prune"):
+        print("usage: bundle_manifest.py linux-needs|prune BUNDLE_DIR", file=sys.stderr)
         return 2
     bundle = Path(argv[1])
+    if argv[0] == "prune":
+        for path in prune_unwanted(bundle):
+            print(f"bundle: removed {path}")
+        return 0
     needs = elf_needs(bundle)
     lib_dir = bundle / "_internal" / "llama_cpp" / "lib"
     print(json.dumps({"glibc": needs.glibc, "external": list(needs.external), "elf_files": needs.files,

@@ -122,6 +122,7 @@ PACKAGES: dict[str, Package] = {
     "libpthread.so.0": Package("libc6", "glibc", "glibc"),
     "librt.so.1": Package("libc6", "glibc", "glibc"),
     "libutil.so.1": Package("libc6", "glibc", "glibc"),
+    "libresolv.so.2": Package("libc6", "glibc", "glibc"),
     "ld-linux-x86-64.so.2": Package("libc6", "glibc", "glibc"),
 }
 #: Debian packages renamed by the 64-bit time_t transition (Debian 13, Ubuntu 24.04 and later): a .deb that must

@@ -105,5 +105,5 @@ EOF
 chmod 755 "$root/DEBIAN/postinst" "$root/DEBIAN/postrm"
 mkdir -p "$OUTDIR"
 out=$OUTDIR/spec-o3_${VERSION}+${LABEL}_${arch}.deb
-dpkg-deb --root-owner-group -Zxz --build "$root" "$out" >/dev/null
+dpkg-deb --root-owner-group -Zgzip --build "$root" "$out" >/dev/null
 echo "$out"
