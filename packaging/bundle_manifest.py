@@ -509,6 +509,10 @@ def cpu_flags_required(lib_dir: Path, python: str = sys.executable) -> list[str]
     return [f for f in CPU_FLAG_ORDER if f in names]
 
 
+#: Sonames whose Debian package the .deb depends on even when PyInstaller bundled the library (see debian_depends).
+FONT_CONFIG_SONAMES: tuple[str, ...] = ("libfontconfig.so.1",)
+
+
 def debian_depends(needs: ElfNeeds) -> list[str]:
     """The .deb's Depends: the distribution's package of every library the bundle needs from the system
     (`speco3.syslibs.PACKAGES`, the one table of them), libc6 with the glibc version the code needs, and a font.
@@ -523,7 +527,9 @@ def debian_depends(needs: ElfNeeds) -> list[str]:
         from speco3 import syslibs
     finally:
         sys.path.pop(0)
-    entries, unknown = syslibs.debian_depends(needs.external)
+    # PyInstaller bundles the build machine's libfontconfig, which still reads the system's /etc/fonts (the
+    # fontconfig-config package that libfontconfig1 brings): without it Qt finds no font configuration.
+    entries, unknown = syslibs.debian_depends([*needs.external, *FONT_CONFIG_SONAMES])
     if unknown:
         raise BundleError(f"no Debian package known for {', '.join(unknown)}: add it to speco3.syslibs.PACKAGES")
     # the C library first, with the version the code needs (also when no file names libc.so.6 directly)

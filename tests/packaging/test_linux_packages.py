@@ -120,7 +120,7 @@ def test_what_real_libraries_need_from_the_system(manifest, tmp_path):
 def test_debian_depends_from_the_syslibs_table(manifest):
     needs = manifest.ElfNeeds(("libxcb-icccm.so.4", "libglib-2.0.so.0", "libc.so.6", "libm.so.6"), "2.34", 3)
     assert manifest.debian_depends(needs) == [
-        "libc6 (>= 2.34)", "libxcb-icccm4", "libglib2.0-0t64 | libglib2.0-0", "fonts-dejavu-core"]
+        "libc6 (>= 2.34)", "libxcb-icccm4", "libglib2.0-0t64 | libglib2.0-0", "libfontconfig1", "fonts-dejavu-core"]
     assert syslibs.debian_depends(["libpng16.so.16"]) == (["libpng16-16t64 | libpng16-16"], [])
     with pytest.raises(manifest.BundleError, match="libnowhere.so.3"):
         manifest.debian_depends(manifest.ElfNeeds(("libnowhere.so.3",), "2.17", 1))
