@@ -39,9 +39,9 @@ if [ "${SPECO3_SKIP_CHECKS:-0}" != 1 ]; then
     [ -n "$have" ] || have=none
   fi
   if [ "$have" = none ]; then
-    fail "it needs the GNU C library (glibc) $need_glibc or newer, and none was found (a musl system such as Alpine?). Use a glibc distribution (Debian 12, Ubuntu 22.04, Fedora 36 or newer) or run from a source checkout."
+    fail "it needs the GNU C library (glibc) $need_glibc or newer, and none was found (a musl system such as Alpine?). Use a glibc distribution, or run Spec-o3 from a source checkout (see its README)."
   elif version_lt "$have" "$need_glibc"; then
-    fail "it needs glibc $need_glibc or newer, and this system has glibc $have (Debian 12, Ubuntu 22.04, Fedora 36 and newer have it). Update the system, or run from a source checkout (README: contributors' path)."
+    fail "it needs glibc $need_glibc or newer, and this system has glibc $have. Use a newer distribution, or run Spec-o3 from a source checkout (see its README)."
   fi
   cpuinfo=${SPECO3_CHECK_CPUINFO:-/proc/cpuinfo}
   if [ -n "$need_flags" ] && [ -r "$cpuinfo" ]; then
