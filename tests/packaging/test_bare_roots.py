@@ -4,7 +4,8 @@ minutes): the Linux packages on bare Debian 12 and 13 roots, with ``scripts/chec
 The packages are those in ``dist/`` (``bash packaging/build-linux.sh`` first; ``SPECO3_PACKAGES_DIST`` names
 another folder); the tiny random-weight pair is made here (``speco3_testkit.tinymodel`` + ``spec-o3 convert``).
 ``SPECO3_PACKAGES_SUITES`` picks the suites (default ``bookworm trixie``). Each check of the script is one line of
-its summary; this test asserts every line passed and that the screenshots show a drawn window."""
+its summary; this test asserts every line passed and that the screenshots show a drawn window. Run it with
+``SPECO3_TEST_WATCHDOG_S=7200`` (the suite's C-level hang watchdog fires after 420 s otherwise)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def tiny_pair(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.timeout(7200)
 def test_packages_on_bare_debian_roots(repo, tiny_pair, tmp_path):
     dist = Path(os.environ.get("SPECO3_PACKAGES_DIST", repo / "dist"))
     debs = sorted(dist.glob("spec-o3_*.deb"))
