@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
-# Build the Linux one-folder bundle of Spec-o3 Desktop, prove it in a clean environment and pack a tarball.
+# Build the Linux one-folder bundle of Spec-o3 Desktop, prove it in a clean environment, and pack it two ways: a
+# .deb (Debian 12/13, Ubuntu 22.04+: `sudo apt-get install ./spec-o3_*.deb`) and a portable tarball (unpack anywhere,
+# no root). One command from a clean checkout (it runs scripts/setup.sh when there is no .venv).
 #
 #   bash packaging/build-linux.sh                      # bundle with the llama.cpp build already in .venv
 #   bash packaging/build-linux.sh --backend cuda --rebuild-llama   # recompile llama-cpp-python for CUDA first
 #   bash packaging/build-linux.sh --appimage           # also lay out an AppDir and run appimagetool if present
+#   bash packaging/build-linux.sh --no-deb             # tarball only
+#   bash packaging/build-linux.sh --repack             # pack dist/spec-o3 again (launcher, tarball, .deb) without
+#                                                      running PyInstaller
 #   PYTHON=.venv-bundle/bin/python bash packaging/build-linux.sh   # the one bundle with every backend as a module
 #                                                      (scripts/build-bundle.sh first; tarball ...-linux-x86_64-dl)
 #
 # Output (dist/):
-#   spec-o3/                                   the bundle: spec-o3-desktop, spec-o3 (link), _internal/, share/,
-#                                              install.sh, uninstall.sh, README.txt
+#   spec-o3/                                   the bundle: spec-o3-desktop (launcher: glibc and CPU checks, see
+#                                              packaging/linux/launch.sh), spec-o3 (link), spec-o3-desktop.bin (the
+#                                              PyInstaller executable), _internal/, share/, install.sh, uninstall.sh,
+#                                              README.txt
 #   spec-o3-<version>-linux-<arch>-<backend>.tar.gz
+#   spec-o3_<version>+<backend>_<debian arch>.deb   /opt/spec-o3, /usr/bin links, menu entry, MIME, icons
+#   linux-needs.json                           what the bundle needs from the system: glibc, CPU flags, the .deb's
+#                                              Depends (packaging/bundle_manifest.py linux-needs)
 #   build-info.json                            version, backend, sizes, build and self-test times
 #   self-test.json, self-test-cli.json         the bundle's self-test reports (spec-o3-desktop --self-test and
 #                                              spec-o3 self-test, clean environment)
@@ -28,13 +38,17 @@ BACKEND=""
 REBUILD_LLAMA=0
 RUN_TEST=1
 APPIMAGE=0
+DEB=1
+REPACK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --backend) BACKEND=$2; shift 2 ;;
     --rebuild-llama) REBUILD_LLAMA=1; shift ;;
     --skip-test) RUN_TEST=0; shift ;;
     --appimage) APPIMAGE=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    --no-deb) DEB=0; shift ;;
+    --repack) REPACK=1; shift ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -87,13 +101,27 @@ echo "== Spec-o3 $version, llama.cpp backends in this build: $built"
 
 [ -f packaging/icons/png/spec-o3-256.png ] || "$PY" packaging/icons/render_icons.py
 
-echo "== PyInstaller (one-folder bundle)"
-t_build=$(date +%s)
-"$PY" -m PyInstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller \
-  packaging/spec-o3.spec
-build_s=$(( $(date +%s) - t_build ))
-
 BUNDLE=dist/spec-o3
+t_build=$(date +%s)
+if [ "$REPACK" = 1 ] && [ -x "$BUNDLE/spec-o3-desktop.bin" ]; then
+  echo "== --repack: packing the bundle already in $BUNDLE (no PyInstaller run)"
+else
+  echo "== PyInstaller (one-folder bundle)"
+  "$PY" -m PyInstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller \
+    packaging/spec-o3.spec
+  # The launcher: checks glibc and the processor before any native code loads, then runs the PyInstaller
+  # executable (renamed spec-o3-desktop.bin) as the app, or as the command line when started as spec-o3.
+  mv "$BUNDLE/spec-o3-desktop" "$BUNDLE/spec-o3-desktop.bin"
+fi
+build_s=$(( $(date +%s) - t_build ))
+"$PY" packaging/bundle_manifest.py prune "$BUNDLE"   # the GTK 3 theme plugin and what only it needs
+"$PY" packaging/bundle_manifest.py linux-needs "$BUNDLE" > dist/linux-needs.json
+read -r need_glibc need_flags < <("$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]))
+print(d["glibc"], " ".join(d["cpu_flags"]))' dist/linux-needs.json)
+sed -e "s/@GLIBC@/$need_glibc/" -e "s/@CPU_FLAGS@/$need_flags/" -e "s/@LABEL@/$label/" packaging/linux/launch.sh \
+  > "$BUNDLE/spec-o3-desktop"
+chmod 755 "$BUNDLE/spec-o3-desktop"
+echo "== the bundle needs glibc >= $need_glibc and a processor with: $need_flags"
 ln -sfn spec-o3-desktop "$BUNDLE/spec-o3"   # the launcher picks the command line by this name
 mkdir -p "$BUNDLE/share/applications" "$BUNDLE/share/icons/hicolor/scalable/apps"
 cp packaging/linux/spec-o3.desktop "$BUNDLE/share/applications/"
@@ -128,15 +156,25 @@ tarball="dist/spec-o3-${version}-linux-${arch}-${label}.tar.gz"
 tar -C dist -czf "$tarball" spec-o3
 bundle_bytes=$(du -sb "$BUNDLE" | cut -f1)
 tar_bytes=$(stat -c %s "$tarball")
+deb=""; deb_bytes=0
+if [ "$DEB" = 1 ]; then
+  echo "== .deb"
+  rm -f dist/spec-o3_*"+${label}"_*.deb
+  deb=$(bash packaging/linux/build-deb.sh "$BUNDLE" dist/linux-needs.json "$version" "$label" dist)
+  deb_bytes=$(stat -c %s "$deb")
+  dpkg-deb --field "$deb" Depends | sed 's/^/   Depends: /'
+fi
 total_s=$(( $(date +%s) - t_start ))
 cat > dist/build-info.json <<EOF
-{"version": "$version", "platform": "linux-$arch", "backends": "$built", "bundle": "$BUNDLE",
- "bundle_bytes": $bundle_bytes, "tarball": "$tarball", "tarball_bytes": $tar_bytes,
+{"version": "$version", "platform": "linux-$arch", "backends": "$built", "label": "$label", "bundle": "$BUNDLE",
+ "bundle_bytes": $bundle_bytes, "tarball": "$tarball", "tarball_bytes": $tar_bytes, "deb": "$deb",
+ "deb_bytes": $deb_bytes, "glibc": "$need_glibc", "cpu_flags": "$need_flags",
  "pyinstaller_seconds": $build_s, "self_test": "$selftest", "self_test_seconds": ${test_s:-0},
  "total_seconds": $total_s}
 EOF
-printf '== bundle %s: %s MiB on disk; tarball %s: %s MiB; PyInstaller %ss; self-test %s\n' \
-  "$BUNDLE" "$((bundle_bytes / 1048576))" "$tarball" "$((tar_bytes / 1048576))" "$build_s" "$selftest"
+printf '== bundle %s: %s MiB on disk; tarball %s: %s MiB; .deb %s: %s MiB; PyInstaller %ss; self-test %s\n' \
+  "$BUNDLE" "$((bundle_bytes / 1048576))" "$tarball" "$((tar_bytes / 1048576))" "${deb:-none}" \
+  "$((deb_bytes / 1048576))" "$build_s" "$selftest"
 
 if [ "$APPIMAGE" = 1 ]; then
   bash packaging/linux/build-appimage.sh "$BUNDLE" "dist/Spec-o3-${version}-${arch}-${label}.AppImage"

@@ -16,10 +16,13 @@ tests; it imports neither Qt nor llama_cpp at module level.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import re
+import subprocess
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -372,3 +375,184 @@ def drop_duplicate_dlls(binaries: list[tuple], folder: str = "llama_cpp/lib") ->
             continue
         kept.append(entry)
     return kept
+
+
+# -- Linux: what the built bundle needs from the system (the launcher's checks, the .deb's Depends) ---------------
+_GLIBC = re.compile(r"\bGLIBC_(\d+(?:\.\d+)+)\b")
+#: ggml's compile-time feature names (``llama_print_system_info``) and NumPy's baseline names, as /proc/cpuinfo
+#: spells the flags.
+CPU_FLAG_NAMES = {
+    "SSE": "sse", "SSE2": "sse2", "SSE3": "pni", "SSSE3": "ssse3", "SSE41": "sse4_1", "SSE4_1": "sse4_1",
+    "SSE42": "sse4_2", "SSE4_2": "sse4_2", "POPCNT": "popcnt", "AVX": "avx", "AVX2": "avx2", "F16C": "f16c",
+    "FMA": "fma", "FMA3": "fma", "BMI2": "bmi2", "AVX_VNNI": "avx_vnni", "AVX512": "avx512f", "AVX512F": "avx512f",
+    "AVX512_VBMI": "avx512vbmi", "AVX512_VNNI": "avx512_vnni", "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8",
+}
+#: x86-64 micro-architecture levels (NumPy 2.4's baseline is ``X86_V2``) as the flags the launcher checks.
+CPU_LEVELS = {
+    "X86_V2": ("sse", "sse2", "pni", "ssse3", "sse4_1", "sse4_2", "popcnt"),
+    "X86_V3": ("sse", "sse2", "pni", "ssse3", "sse4_1", "sse4_2", "popcnt", "avx", "avx2", "fma", "f16c", "bmi2"),
+}
+#: The order the launcher lists them in (oldest first).
+CPU_FLAG_ORDER = ("sse", "sse2", "pni", "ssse3", "sse4_1", "sse4_2", "popcnt", "avx", "f16c", "fma", "bmi2", "avx2",
+                  "avx_vnni", "avx512f", "avx512vbmi", "avx512_vnni", "avx512_bf16", "amx_int8")
+
+
+def is_elf(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class ElfNeeds:
+    """What the ELF files of a bundle ask of the system: sonames no file of the bundle provides, and the newest
+    glibc symbol version any of them references."""
+
+    external: tuple[str, ...]
+    glibc: str
+    files: int
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
+def elf_needs(bundle: Path, objdump: str = "objdump") -> ElfNeeds:
+    """Read every ELF file's ``NEEDED`` entries and version references (``objdump -p``) under ``bundle``."""
+    provided: set[str] = set()
+    needed: list[str] = []
+    newest = "2.2.5"
+    files = [p for p in sorted(bundle.rglob("*")) if p.is_file() and not p.is_symlink() and is_elf(p)]
+    provided = {p.name for p in bundle.rglob("*") if p.is_file() or p.is_symlink()}
+    for path in files:
+        out = subprocess.run([objdump, "-p", str(path)], capture_output=True, text=True, check=False).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "NEEDED" and parts[1] not in needed:
+                needed.append(parts[1])
+        for v in _GLIBC.findall(out):
+            if _version_key(v) > _version_key(newest):
+                newest = v
+    return ElfNeeds(tuple(n for n in needed if n not in provided), newest, len(files))
+
+
+#: Qt plugins PyInstaller's PySide6 hook collects that the app must not carry on Linux: the GTK 3 platform theme
+#: links GTK 3 (not on a bare system, and Qt's own style is what the app is tested with); Qt skips a theme plugin
+#: it does not find.
+UNWANTED_PLUGINS: tuple[str, ...] = ("PySide6/Qt/plugins/platformthemes/libqgtk3.so",)
+
+
+def _needed(path: Path, objdump: str = "objdump") -> list[str]:
+    out = subprocess.run([objdump, "-p", str(path)], capture_output=True, text=True, check=False).stdout
+    return [p[1] for p in (line.split() for line in out.splitlines()) if len(p) == 2 and p[0] == "NEEDED"]
+
+
+def prune_unwanted(bundle: Path) -> list[str]:
+    """Remove `UNWANTED_PLUGINS` from a built bundle, with the libraries PyInstaller collected into ``_internal``
+    only for them (needed by nothing else in the bundle). Returns the removed paths, relative to the bundle."""
+    internal = bundle / "_internal"
+    plugins = [internal / rel for rel in UNWANTED_PLUGINS if (internal / rel).is_file()]
+    if not plugins:
+        return []
+    top = {p.name: p for p in internal.iterdir() if p.is_file() and is_elf(p)}
+    cache: dict[Path, list[str]] = {}
+
+    def closure(starts: Iterable[Path]) -> set[str]:
+        todo, seen = list(starts), set()
+        while todo:
+            path = todo.pop()
+            if path not in cache:
+                cache[path] = _needed(path)
+            for name in cache[path]:
+                if name in top and name not in seen:
+                    seen.add(name)
+                    todo.append(top[name])
+        return seen
+
+    others = [p for p in bundle.rglob("*") if p.is_file() and not p.is_symlink() and is_elf(p) and p not in plugins]
+    keep = closure(others) | {p.name for p in others if p.parent == internal}
+    drop = closure(plugins) - keep
+    removed = []
+    for path in plugins + [top[n] for n in sorted(drop)]:
+        for link in internal.iterdir():  # names that point at a removed file
+            if link.is_symlink() and link.resolve() == path.resolve():
+                link.unlink()
+        path.unlink()
+        removed.append(str(path.relative_to(bundle)))
+    return removed
+
+
+def cpu_flags_required(lib_dir: Path, python: str = sys.executable) -> list[str]:
+    """The instruction sets the bundle's code cannot run without, as /proc/cpuinfo names them: NumPy's baseline
+    (``numpy.__cpu_baseline__``) and, unless the CPU backend is the set of variant modules ggml picks from at run
+    time (``libggml-cpu-x64.so`` … : any x86-64), the features llama.cpp's CPU backend was compiled with."""
+    code = ("import json, sys\n"
+            "try:\n"
+            "    from numpy._core._multiarray_umath import __cpu_baseline__ as flags\n"
+            "except ImportError:\n"
+            "    from numpy.core._multiarray_umath import __cpu_baseline__ as flags\n"
+            "flags = list(flags)\n"
+            "if sys.argv[1] == '1':\n"
+            "    import llama_cpp\n"
+            "    info = llama_cpp.llama_print_system_info().decode()\n"
+            "    flags += [k.strip() for k, v in (p.split('=') for p in info.split('|') if '=' in p) "
+            "if v.strip() == '1']\n"
+            "print(json.dumps(flags))")
+    variants = any(lib_dir.glob("libggml-cpu-x64*.so"))
+    out = subprocess.run([python, "-c", code, "0" if variants else "1"], capture_output=True, text=True,
+                         check=True).stdout
+    names = set()
+    for f in json.loads(out):
+        names |= set(CPU_LEVELS.get(f.upper(), ())) | ({CPU_FLAG_NAMES[f.upper()]} if f.upper() in CPU_FLAG_NAMES else set())
+    return [f for f in CPU_FLAG_ORDER if f in names]
+
+
+#: Sonames whose Debian package the .deb depends on even when PyInstaller bundled the library (see debian_depends).
+FONT_CONFIG_SONAMES: tuple[str, ...] = ("libfontconfig.so.1",)
+
+
+def debian_depends(needs: ElfNeeds) -> list[str]:
+    """The .deb's Depends: the distribution's package of every library the bundle needs from the system
+    (`speco3.syslibs.PACKAGES`, the one table of them), libc6 with the glibc version the code needs, and a font.
+
+    Raises
+    ------
+    BundleError
+        For a needed soname the table does not know (add it to ``speco3.syslibs.PACKAGES``).
+    """
+    sys.path.insert(0, str(ROOT / "desktop"))
+    try:
+        from speco3 import syslibs
+    finally:
+        sys.path.pop(0)
+    # PyInstaller bundles the build machine's libfontconfig, which still reads the system's /etc/fonts (the
+    # fontconfig-config package that libfontconfig1 brings): without it Qt finds no font configuration.
+    entries, unknown = syslibs.debian_depends([*needs.external, *FONT_CONFIG_SONAMES])
+    if unknown:
+        raise BundleError(f"no Debian package known for {', '.join(unknown)}: add it to speco3.syslibs.PACKAGES")
+    # the C library first, with the version the code needs (also when no file names libc.so.6 directly)
+    return [f"libc6 (>= {needs.glibc})"] + [e for e in entries if e != "libc6"] + [syslibs.FONTS.debian]
+
+
+def _main(argv: list[str]) -> int:
+    """``python packaging/bundle_manifest.py linux-needs BUNDLE``: JSON of what the built bundle needs;
+    ``... prune BUNDLE``: remove `UNWANTED_PLUGINS` and what only they needed."""
+    if len(argv) != 2 or argv[0] not in ("linux-needs", "prune"):
+        print("usage: bundle_manifest.py linux-needs|prune BUNDLE_DIR", file=sys.stderr)
+        return 2
+    bundle = Path(argv[1])
+    if argv[0] == "prune":
+        for path in prune_unwanted(bundle):
+            print(f"bundle: removed {path}")
+        return 0
+    needs = elf_needs(bundle)
+    lib_dir = bundle / "_internal" / "llama_cpp" / "lib"
+    print(json.dumps({"glibc": needs.glibc, "external": list(needs.external), "elf_files": needs.files,
+                      "depends": debian_depends(needs), "cpu_flags": cpu_flags_required(lib_dir)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -7,7 +7,8 @@ under ``SPECO3_BUILD_BUNDLE``, the one-node Slurm cluster of ``tests/vetting/tes
 ``SPECO3_SLURM``, the vLLM tests under ``SPECO3_VLLM``, the clean-Debian check under ``SPECO3_FRESH_SYSTEM``, the
 engine on a Vulkan device, ``tests/engine/test_vulkan.py``, under ``SPECO3_VULKAN`` with ``.venv-vulkan``'s python,
 the bundle with dynamically loaded backends, ``tests/engine/test_dl_bundle.py``, under ``SPECO3_DL_BUNDLE`` with
-``.venv-bundle``'s python); once the variable is ``1`` its skips fail as well. A module that skips while being
+``.venv-bundle``'s python, the Linux packages on bare Debian roots, ``tests/packaging/test_bare_roots.py``, under
+``SPECO3_PACKAGES``); once the variable is ``1`` its skips fail as well. A module that skips while being
 collected (a module-level ``importorskip``) becomes a collection error. ``xfail`` results are left alone.
 
 Loaded from ``tests/conftest.py`` (``pytest_plugins``); ``tests/test_strict_skips.py`` runs it under pytester.

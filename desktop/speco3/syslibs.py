@@ -114,7 +114,20 @@ PACKAGES: dict[str, Package] = {
     "libmd.so.0": Package("libmd0", "libmd", "libmd"),
     "libstdc++.so.6": Package("libstdc++6", "libstdc++", "gcc-libs"),
     "libgcc_s.so.1": Package("libgcc-s1", "libgcc", "gcc-libs"),
+    "libgomp.so.1": Package("libgomp1", "libgomp", "gcc-libs"),
+    # the C library itself (every binary; the Linux bundle's .deb names it with the version its code needs)
+    "libc.so.6": Package("libc6", "glibc", "glibc"),
+    "libm.so.6": Package("libc6", "glibc", "glibc"),
+    "libdl.so.2": Package("libc6", "glibc", "glibc"),
+    "libpthread.so.0": Package("libc6", "glibc", "glibc"),
+    "librt.so.1": Package("libc6", "glibc", "glibc"),
+    "libutil.so.1": Package("libc6", "glibc", "glibc"),
+    "libresolv.so.2": Package("libc6", "glibc", "glibc"),
+    "ld-linux-x86-64.so.2": Package("libc6", "glibc", "glibc"),
 }
+#: Debian packages renamed by the 64-bit time_t transition (Debian 13, Ubuntu 24.04 and later): a .deb that must
+#: install on Debian 12 / Ubuntu 22.04 too depends on "new | old" (`debian_depends`).
+DEBIAN_RENAMED = {"libglib2.0-0": "libglib2.0-0t64", "libpng16-16": "libpng16-16t64"}
 #: Fonts: Qt draws no text without any font file; not a library, so setup checks for it separately.
 FONTS = Package("fonts-dejavu-core", "dejavu-sans-fonts", "ttf-dejavu")
 FONT_DIRS = ("/usr/share/fonts", "/usr/local/share/fonts", "~/.local/share/fonts", "~/.fonts")
@@ -381,6 +394,14 @@ def packages(sonames: Iterable[str], fam: str) -> tuple[list[str], list[str]]:
         if name not in names:
             names.append(name)
     return names, unknown
+
+
+def debian_depends(sonames: Iterable[str]) -> tuple[list[str], list[str]]:
+    """``(Depends entries, sonames without a known package)``: the Debian package of each soname once, as
+    ``"new | old"`` for the packages the time_t transition renamed (`DEBIAN_RENAMED`), so one .deb installs on
+    Debian 12 and 13 and Ubuntu 22.04 and later."""
+    names, unknown = packages(sonames, "debian")
+    return [f"{DEBIAN_RENAMED[n]} | {n}" if n in DEBIAN_RENAMED else n for n in names], unknown
 
 
 def install_command(names: Iterable[str], fam: str, *, root: bool | None = None) -> str:

@@ -79,6 +79,19 @@ def test_cli_from_a_clean_environment(built):
         assert version.returncode == 0 and info["version"] in version.stdout + version.stderr
 
 
+def test_launcher_and_deb(built, repo):
+    """The launcher stands in front of the PyInstaller executable, and the .deb's Depends come from the bundle."""
+    bundle, info, _ = built
+    assert (bundle / "spec-o3-desktop.bin").is_file()
+    assert (bundle / "spec-o3-desktop").read_text().startswith("#!/bin/sh")
+    needs = json.loads((repo / "dist" / "linux-needs.json").read_text())
+    assert needs["depends"][0] == f"libc6 (>= {needs['glibc']})" and "libxcb-icccm4" in needs["depends"]
+    deb = repo / info["deb"]
+    depends = subprocess.run(["dpkg-deb", "--field", str(deb), "Depends"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    assert depends == ", ".join(needs["depends"])
+
+
 def test_tarball_holds_the_bundle(built, repo):
     _bundle, info, _ = built
     with tarfile.open(repo / info["tarball"]) as tar:
