@@ -62,7 +62,6 @@ EXCLUDES: tuple[str, ...] = (
     "jax",
     "matplotlib",
     "specutils",
-    "scipy",
     "pandas",
     "tkinter",
     "IPython",
