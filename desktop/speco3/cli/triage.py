@@ -30,6 +30,11 @@ def register(sub) -> None:
     t.add_argument("--confidence", type=float, default=0.95, help="confidence C (default 0.95)")
     t.add_argument("--draw", type=int, metavar="N", help="draw N more random spectra of the unread for the audit")
     t.add_argument("--seed", type=int, help="seed of the first draw (default: a fresh one, recorded)")
+    t.add_argument("--miss-rate", type=float, metavar="ALPHA",
+                   help="also the p_yes threshold for the next archive: the largest whose share of candidates below "
+                   "it is at most ALPHA at the confidence (Learn-then-Test, binomial p-values), from a draw uniform "
+                   "over the whole screened archive (made before any decision). Holds only for an archive "
+                   "exchangeable with this one: same survey, task and model")
     t.add_argument("--vetter", default="", help="who draws (default: the login name)")
     t.add_argument("--json", action="store_true", help="print the result as JSON")
     t.set_defaults(func=cmd_triage)
@@ -59,6 +64,14 @@ def report_text(c: Certificate) -> str:
                      f"candidates; the fewest random labels any certificate would need now: {c.labels_lower_bound:,}")
     if c.bound is not None:
         lines.append(f"bound: at most {c.bound:.1%} of all candidates are unread ({c.confidence:.0%} confidence)")
+    if c.miss_rate is not None:
+        if c.threshold is not None:
+            lines.append(f"next archive: read p_yes >= {c.threshold:g}; at most {c.miss_rate:.0%} of its candidates "
+                         f"below ({c.confidence:.0%} confidence), if it is exchangeable with this one (same survey, "
+                         "task and model)")
+        else:
+            lines.append("next archive: no threshold — " + (c.threshold_note or (
+                f"the audit must find {c.threshold_positives_needed} more candidates")))
     return "\n".join(lines)
 
 
@@ -67,6 +80,8 @@ def cmd_triage(args: argparse.Namespace) -> int:
         check_target(args.recall, args.confidence)
     except ValueError as exc:
         raise StoreError(str(exc)) from None
+    if args.miss_rate is not None and not 0 < args.miss_rate < 1:
+        raise StoreError(f"--miss-rate must be in (0, 1), got {args.miss_rate}")
     if args.seed is not None and args.draw is None:
         raise StoreError("--seed goes with --draw")
     if args.draw is not None:
@@ -76,10 +91,10 @@ def cmd_triage(args: argparse.Namespace) -> int:
             task = _task(store, args.task)
             draw(store, task, args.draw, args.seed, recall=args.recall, confidence=args.confidence,
                  vetter=login_vetter(args.vetter))
-            cert = assess(store, task, args.recall, args.confidence)
+            cert = assess(store, task, args.recall, args.confidence, args.miss_rate)
     else:
         with VettingStore(args.store, readonly=True) as store:
-            cert = assess(store, _task(store, args.task), args.recall, args.confidence)
+            cert = assess(store, _task(store, args.task), args.recall, args.confidence, args.miss_rate)
     print(json.dumps(cert.to_json(), indent=1) if args.json else report_text(cert))
     return 0 if cert.verdict == "stop" else EXIT_CONTINUE
 

@@ -65,7 +65,8 @@ ADDITIVE = {
         PRIMARY KEY (task, position), UNIQUE (task, spectrum_key))""",
     "audit_draws": """CREATE TABLE audit_draws (
         id INTEGER PRIMARY KEY AUTOINCREMENT, task TEXT NOT NULL, seed INTEGER NOT NULL, frame INTEGER NOT NULL,
-        added INTEGER NOT NULL, drawn INTEGER NOT NULL, recall REAL, confidence REAL, vetter TEXT NOT NULL,
+        head INTEGER NOT NULL, added INTEGER NOT NULL, drawn INTEGER NOT NULL, recall REAL, confidence REAL,
+        vetter TEXT NOT NULL,
         created_at TEXT NOT NULL, app_version TEXT)""",
     # what a file's sha256 was when it had this size and mtime (a resumed batch hashes only files that changed)
     "file_stamps": """CREATE TABLE file_stamps (

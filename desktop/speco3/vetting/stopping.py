@@ -46,12 +46,13 @@ thousands of populations at once); `assess` turns a store into a `Certificate`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple
 
 import numpy as np
-from scipy.stats import hypergeom
+from scipy.stats import binom, hypergeom
 
 from speco3.errors import StoreError
 from speco3.vetting.store import VettingStore
@@ -181,6 +182,30 @@ def more_found_needed(k, n, frame, found, found_outside, recall: float, confiden
                            0, room))
 
 
+def next_archive_threshold(candidate_scores: Sequence[float | None], thresholds: Sequence[float], miss_rate: float,
+                           confidence: float) -> tuple[float | None, int]:
+    """Mode 3: the largest ``p_yes`` threshold for the next archive whose share of candidates below it (the miss rate
+    of reading only ``p_yes >= t``) is at most ``miss_rate`` at ``confidence``, by Learn-then-Test with binomial
+    p-values: from the lowest threshold up, H0 "miss rate > alpha" is rejected while
+    ``binom.cdf(misses below t, candidates, alpha) <= 1 - confidence`` (fixed-sequence testing: the first
+    non-rejection ends it, so the error is controlled over all thresholds at once). ``candidate_scores``: the
+    ``p_yes`` of the candidates in a sample uniform over a whole screened archive (None: no score, below every
+    threshold). Returns (threshold or None, how many more candidates the audit must find before even a sample
+    without misses could certify one: ``ceil(ln(1 - C) / ln(1 - alpha))`` in all, 59 at 5 % and 95 %)."""
+    if not 0 < miss_rate < 1:
+        raise ValueError(f"the miss rate must be in (0, 1), got {miss_rate!r}")
+    delta = 1.0 - confidence
+    scores = [-math.inf if p is None else float(p) for p in candidate_scores]
+    best = None
+    for t in sorted(set(thresholds)):
+        misses = sum(x < t for x in scores)
+        if binom.cdf(misses, len(scores), miss_rate) > delta:
+            break
+        best = t
+    needed = math.ceil(math.log(delta) / math.log(1.0 - miss_rate))
+    return best, (0 if best is not None else max(0, needed - len(scores)))
+
+
 # -- a store's task ---------------------------------------------------------------------------------------------
 @dataclass
 class Certificate:
@@ -210,7 +235,10 @@ class Certificate:
     p_value: float | None
     seed: int | None
     draws: list[dict[str, Any]] = field(default_factory=list)
-    threshold: float | None = None
+    threshold: float | None = None  # mode 3 (`next_archive_threshold`; only with a miss rate asked for)
+    miss_rate: float | None = None
+    threshold_positives_needed: int | None = None  # more candidates the audit must find for a threshold
+    threshold_note: str | None = None  # why there is no threshold when one was asked for
     method: str = METHOD
     #: spectrum keys: the sample in draw order, and what stopping leaves unread
     drawn_keys: list[str] = field(default_factory=list, repr=False)
@@ -245,8 +273,11 @@ class Certificate:
                 f"spectra of the {self.remaining:,} left")
 
 
-def assess(store: VettingStore, task: str, recall: float, confidence: float) -> Certificate:
-    """The stopping test of ``task`` in ``store`` at the target (see module doc)."""
+def assess(store: VettingStore, task: str, recall: float, confidence: float,
+           miss_rate: float | None = None) -> Certificate:
+    """The stopping test of ``task`` in ``store`` at the target (see module doc); with ``miss_rate``, also the
+    threshold for the next archive (`next_archive_threshold`) when the draw is uniform over the whole screened
+    archive (made before any decision)."""
     check_target(recall, confidence)
     verdicts = {v.spectrum_key: v for v in store.model_verdicts(task)}
     decided = {d.spectrum_key: d.decision for d in store.decisions(task)}
@@ -271,7 +302,17 @@ def assess(store: VettingStore, task: str, recall: float, confidence: float) -> 
     stop = certified and not unframed
     bound = (0.0 if not unread else
              missed_share_bound(k, used, m, found, found_outside, confidence) if used or certified else None)
+    threshold, t_needed, t_note = None, None, None
+    if miss_rate is not None:
+        if not draws or draws[0]["head"]:
+            t_note = ("no audit draw uniform over the whole screened archive (draw before deciding anything: "
+                      "--draw with an empty head)")
+        else:
+            cands = [verdicts[key].p_yes for key in sample[:used] if decided[key] in SAMPLE_CANDIDATE]
+            grid = [v.p_yes for v in verdicts.values() if v.p_yes is not None]
+            threshold, t_needed = next_archive_threshold(cands, grid, miss_rate, confidence)
     return Certificate(
+        threshold=threshold, miss_rate=miss_rate, threshold_positives_needed=t_needed, threshold_note=t_note,
         task=task, recall=recall, confidence=confidence, verdict="stop" if stop else "continue",
         screened=len(verdicts), reviewed=sum(key in decided for key in verdicts), reviewed_in_order=in_order,
         found=found, remaining=len(unread) + unframed, frame=m, found_outside=found_outside, unframed=unframed,
@@ -357,12 +398,13 @@ def draw(store: VettingStore, task: str, n: int, seed: int | None = None, *, rec
     if seed is None:
         seed = int(np.random.SeedSequence().generate_state(1, dtype=np.uint32)[0])
     order = np.random.default_rng(seed).permutation(len(frame))
-    store.create_audit_draw(task, [frame[i] for i in order], seed, n, recall=recall, confidence=confidence,
-                            vetter=vetter)
+    store.create_audit_draw(task, [frame[i] for i in order], seed, n, head=len(verdicts & decided), recall=recall,
+                            confidence=confidence, vetter=vetter)
     return store.audit_draws(task)
 
 
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_RECALL", "METHOD", "SAMPLE_CANDIDATE", "AuditMarks", "Certificate", "assess",
            "audit_marks", "audit_rest", "current", "candidates_upper_bound", "check_target", "draw",
-           "k_target", "labels_lower_bound", "level", "missed_share_bound", "more_found_needed", "p_value", "passes",
+           "k_target", "labels_lower_bound", "level", "missed_share_bound", "more_found_needed", "next_archive_threshold",
+           "p_value", "passes",
            "sample_needed"]

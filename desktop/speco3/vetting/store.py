@@ -402,10 +402,11 @@ class VettingStore:
         """The task's draws, first to last: seed, frame size, spectra added, drawn so far, target, vetter, time."""
         return [dict(r) for r in self._audit_rows("SELECT * FROM audit_draws WHERE task=? ORDER BY id", (task,))]
 
-    def create_audit_draw(self, task: str, frame: Sequence[str], seed: int, n: int, *, recall: float | None = None,
-                          confidence: float | None = None, vetter: str = "") -> None:
+    def create_audit_draw(self, task: str, frame: Sequence[str], seed: int, n: int, *, head: int = 0,
+                          recall: float | None = None, confidence: float | None = None, vetter: str = "") -> None:
         """Store the frame of ``task`` in its drawn order and the first draw of ``n`` (one transaction); refused when
-        the task has a draw already (a draw is never redrawn: `extend_audit_draw`)."""
+        the task has a draw already (a draw is never redrawn: `extend_audit_draw`). ``head``: how many screened
+        spectra had a decision then (0: the draw is uniform over the whole screened archive)."""
         if not frame or n <= 0:
             raise StoreError("an audit draw needs a frame and at least one spectrum")
         try:
@@ -414,10 +415,10 @@ class VettingStore:
                     raise StoreError(f"task {task!r} has an audit draw already: a draw is never redrawn")
                 cur.executemany("INSERT INTO audit_frame VALUES (?,?,?)",
                                 ((task, i, storable_text(key)) for i, key in enumerate(frame)))
-                cur.execute("INSERT INTO audit_draws (task, seed, frame, added, drawn, recall, confidence, vetter, "
-                            "created_at, app_version) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                            (task, int(seed), len(frame), min(n, len(frame)), min(n, len(frame)), recall, confidence,
-                             vetter, now_iso(), __version__))
+                cur.execute("INSERT INTO audit_draws (task, seed, frame, head, added, drawn, recall, confidence, "
+                            "vetter, created_at, app_version) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                            (task, int(seed), len(frame), head, min(n, len(frame)), min(n, len(frame)), recall,
+                             confidence, vetter, now_iso(), __version__))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: write failed ({exc})") from exc
 
@@ -428,14 +429,14 @@ class VettingStore:
             raise StoreError("extend an audit draw by at least one spectrum")
         try:
             with self._tx() as cur:
-                last = cur.execute("SELECT seed, frame, drawn, recall, confidence FROM audit_draws WHERE task=? "
+                last = cur.execute("SELECT seed, frame, drawn, recall, confidence, head FROM audit_draws WHERE task=? "
                                    "ORDER BY id DESC LIMIT 1", (task,)).fetchone()
                 if last is None:
                     raise StoreError(f"task {task!r} has no audit draw to extend")
                 drawn = min(last[2] + n, last[1])
-                cur.execute("INSERT INTO audit_draws (task, seed, frame, added, drawn, recall, confidence, vetter, "
-                            "created_at, app_version) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                            (task, last[0], last[1], drawn - last[2], drawn,
+                cur.execute("INSERT INTO audit_draws (task, seed, frame, head, added, drawn, recall, confidence, "
+                            "vetter, created_at, app_version) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                            (task, last[0], last[1], last[5], drawn - last[2], drawn,
                              last[3] if recall is None else recall, last[4] if confidence is None else confidence,
                              vetter, now_iso(), __version__))
         except sqlite3.DatabaseError as exc:
