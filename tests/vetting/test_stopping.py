@@ -324,8 +324,7 @@ def test_all_positive_sample_continues(tmp_path):
 
 def test_a_read_only_store_without_the_tables_reads_as_no_draw(tmp_path):
     path = tmp_path / "old.sqlite"
-    with screened(path, [1.0, 0.0]):
-        pass
+    screened(path, [1.0, 0.0]).close()
     con = sqlite3.connect(path)
     con.execute("DROP TABLE audit_frame")
     con.execute("DROP TABLE audit_draws")

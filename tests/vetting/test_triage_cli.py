@@ -41,8 +41,7 @@ def screened_master(tmp_path_factory):
     db = tmp / "r.sqlite"
     assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted", str(script),
                  "--rollouts", "3"]) == 0
-    with VettingStore(db):  # checkpointed: the copies below hold every row
-        pass
+    VettingStore(db).close()  # closed, the WAL is checkpointed: the copies below hold every row
     return db, arch
 
 
