@@ -7,7 +7,8 @@ outcome, its confidence over K rollouts — ``p_yes``, ``p_yes_token``, ``rollou
 ``format_failures``, ``rollout_outcomes``, and ``k_used``, ``k_max``, ``stop_reason`` of adaptive rollouts —, model, prompt version, cost) and the latest human decision (decision, flags, comment, vetter, time, and
 the model verdict the vetter saw); flags, comment and evidence windows (``evidence``: ``6540-6590:Hα; 4840-4880:Hβ``,
 observed frame, Å) are the vetter's latest, saved as edited even before a
-decision (`VettingStore.save_annotation`). Missing values are masked (empty in CSV, null in VOTable, NaN/TNULL in FITS).
+decision (`VettingStore.save_annotation`). ``audit_draw`` and ``skippable`` come from the task's audit draw
+(`speco3.vetting.stopping.audit_marks`). Missing values are masked (empty in CSV, null in VOTable, NaN/TNULL in FITS).
 Every file is written atomically: to a temporary file beside the target, then ``os.replace``.
 """
 
