@@ -66,6 +66,10 @@ def test_p_value_is_scipys_hypergeometric_cdf():
     # a frame smaller than k_target cannot hold the candidates that would break the recall
     assert p_value(0, 0, 5, 100, 100, 0.9) == 0.0
     assert passes(0, 0, 5, 100, 100, 0.9, 0.95)
+    # a frame of exactly k_target can: without a sample nothing is ruled out
+    assert k_target(0, 0, 0.9) == 1
+    assert p_value(0, 0, 1, 0, 0, 0.9) == hypergeom.cdf(0, 1, 1, 0) == 1.0
+    assert not passes(0, 0, 1, 0, 0, 0.9, 0.95) and passes(0, 1, 1, 0, 0, 0.9, 0.95)
 
 
 @pytest.mark.parametrize("m, found, outside, k", [(1412, 97, 97, 0), (1412, 97, 97, 2), (2000, 4, 4, 0),
@@ -112,7 +116,7 @@ def test_upper_bound_on_the_frames_candidates_is_scipys_confidence_limit():
     assert hypergeom.cdf(k, m, up, n) > lev >= hypergeom.cdf(k, m, up + 1, n)
     assert candidates_upper_bound(0, 0, 100, 0.95) == 100  # no sample: anything is possible
     assert candidates_upper_bound(0, 0, 100, 0.95, known=7) == 100
-    assert candidates_upper_bound(0, 100, 100, 0.95, known=0) == 0  # the whole frame read
+    assert candidates_upper_bound(0, 100, 100, 0.95) == 0  # the whole frame read, no candidate in it
     share = missed_share_bound(k, n, m, 100, 97, 0.95)
     assert share == pytest.approx((up - 3) / (97 + up))
 
