@@ -39,6 +39,16 @@ of fixed size n without candidates needs ``hypergeom.pmf(0, M, k_target, n) <= d
 The rule's k = 0 figure is that bound at ``delta * w(0)``: ``ln(1/(0.61 delta)) / ln(1/delta)`` times it (1.17 at
 95 %, 1.11 at 99 %), the price of looking after every label.
 
+How "working down the likely-first order" is recorded: it is not, because the guarantee does not need it. The test
+is valid for any head, read in any order, as long as the frame is fixed before the draw and the sample is uniform over
+it: the store records the frame and its seeded order at the first draw (`audit_frame`, `audit_draws`), nothing about
+the order decisions were made in. The order only decides how much is saved (a head read likely-first leaves few
+candidates in the frame, so a small sample rules out ``k_target``); ``reviewed_in_order`` reports how far the fully
+decided prefix of the ``p_yes`` order reaches, for the queue's line.
+
+Mode 3 (`next_archive_threshold`): from a draw made before any decision (uniform over the whole screened archive),
+the largest ``p_yes`` threshold whose miss rate is at most alpha, for an archive exchangeable with this one.
+
 Every function here takes numbers or numpy arrays (the simulation `benchmarks/bench_triage.py` runs the same code on
 thousands of populations at once); `assess` turns a store into a `Certificate`.
 """
