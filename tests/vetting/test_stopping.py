@@ -93,6 +93,12 @@ def test_the_issues_example_and_the_lower_bound():
     assert bound < need <= math.ceil(bound * ratio) + 2
 
 
+def test_lower_bound_edges():
+    assert labels_lower_bound(5, 100, 100, 0.9, 0.95) == 0  # the frame cannot hold k_target: nothing to show
+    assert labels_lower_bound(1, 0, 0, 0.9, 0.95) == 1  # a frame of exactly k_target (1): read it
+    assert labels_lower_bound(2, 0, 0, 0.9, 0.95) == 2  # pmf(0; 2, 1, 1) = 0.5: both
+
+
 @pytest.mark.parametrize("m, found", [(170_000, 300), (50_000, 1000), (20_000, 50)])
 def test_lower_bound_is_about_m_ln_1_over_delta_over_k(m, found):
     kt = k_target(found, found, 0.9)
@@ -117,6 +123,7 @@ def test_upper_bound_on_the_frames_candidates_is_scipys_confidence_limit():
     assert candidates_upper_bound(0, 0, 100, 0.95) == 100  # no sample: anything is possible
     assert candidates_upper_bound(0, 0, 100, 0.95, known=7) == 100
     assert candidates_upper_bound(0, 100, 100, 0.95) == 0  # the whole frame read, no candidate in it
+    assert missed_share_bound(0, 100, 100, 0, 0, 0.95) == 0.0  # all read, no candidate anywhere: nothing missed
     share = missed_share_bound(k, n, m, 100, 97, 0.95)
     assert share == pytest.approx((up - 3) / (97 + up))
 
