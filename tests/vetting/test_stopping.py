@@ -124,6 +124,7 @@ def test_upper_bound_on_the_frames_candidates_is_scipys_confidence_limit():
     assert candidates_upper_bound(0, 0, 100, 0.95, known=7) == 100
     assert candidates_upper_bound(0, 100, 100, 0.95) == 0  # the whole frame read, no candidate in it
     assert missed_share_bound(0, 100, 100, 0, 0, 0.95) == 0.0  # all read, no candidate anywhere: nothing missed
+    assert missed_share_bound(0, 0, 1, 0, 0, 0.95) == 1.0  # one unread, nothing found: it may be the only one
     share = missed_share_bound(k, n, m, 100, 97, 0.95)
     assert share == pytest.approx((up - 3) / (97 + up))
 
