@@ -65,7 +65,6 @@ EXCLUDES: tuple[str, ...] = (
     "jax",
     "matplotlib",
     "specutils",
-    "scipy",
     "pandas",
     "tkinter",
     "IPython",

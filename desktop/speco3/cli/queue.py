@@ -8,6 +8,7 @@ import json
 
 from speco3.agent.adaptive import STOP_FIXED
 from speco3.agent.confidence import describe_outcome, uncertainty
+from speco3.errors import StoreError
 from speco3.vetting.store import VettingStore
 from speco3.vetting.triage import ORDERS, QUEUE_FIELDS, queue_rows
 
@@ -22,6 +23,9 @@ def register(sub) -> None:
     q.add_argument("--order", choices=ORDERS, default="p_yes")
     q.add_argument("--abstained", action="store_true", help="only spectra where the model abstained")
     q.add_argument("--undecided", action="store_true", help="only spectra without a human decision")
+    q.add_argument("--audit", action="store_true",
+                   help="only the spectra of the task's audit draw (spec-o3 triage --draw), in draw order: decide "
+                   "them in this order, their decisions then count as random labels")
     q.add_argument("--limit", type=int, help="at most N rows")
     q.add_argument("--json", action="store_true", help="print the rows as JSON")
     q.set_defaults(func=cmd_queue)
@@ -51,9 +55,11 @@ def rollout_outcomes(row: dict) -> list[str]:
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
+    if args.audit and not args.task:
+        raise StoreError("--audit needs --task (the draw belongs to one task)")
     with VettingStore(args.store, readonly=True) as store:
         rows = queue_rows(store, args.task, args.order, abstained_only=args.abstained,
-                          undecided_only=args.undecided, limit=args.limit)
+                          undecided_only=args.undecided, limit=args.limit, audit=args.audit)
     if args.json:
         print(json.dumps([_queue_json(r) for r in rows], indent=1))
         return 0

@@ -60,6 +60,7 @@ VERDICT_STATES = ("any", "undecided", "decided", "YES", "NO", "UNSURE", "model Y
 P_YES_ROLE = Qt.ItemDataRole.UserRole + 1
 ABSTAINED_ROLE = Qt.ItemDataRole.UserRole + 2
 _COLOURS = {"YES": QColor(40, 150, 60), "NO": QColor(190, 50, 50), "UNSURE": QColor(200, 140, 0)}
+_SKIPPABLE = QColor(150, 150, 150)  # left unread by a certified stop
 
 StateFn = Callable[[IndexEntry], tuple[str | None, str | None]]  # entry -> (model verdict, human decision)
 ConfidenceFn = Callable[[IndexEntry], ModelVerdict | None]  # entry -> its latest model verdict or None
@@ -129,6 +130,8 @@ class ArchiveTableModel(QAbstractTableModel):
         super().__init__(parent)
         self.state_fn: StateFn = state_fn or (lambda entry: (None, None))
         self.confidence_fn: ConfidenceFn = lambda entry: None
+        #: store keys (``PATH#N``) a certified stop leaves unread (`speco3.vetting.stopping`): shown greyed
+        self.skippable: set[str] = set()
         self.triage_order = "queue"  # `speco3.vetting.triage.ORDERS`: "queue", "p_yes" or "uncertainty"
         self._conf_cache: dict[str, ModelVerdict | None] = {}
         self._src = _Source()
@@ -161,6 +164,13 @@ class ArchiveTableModel(QAbstractTableModel):
         if order != "queue":
             self._sort_col = None
         self.refresh()
+
+    def set_skippable(self, keys: set[str]) -> None:
+        """Grey the rows of these store keys (a certified stop leaves them unread); an empty set greys none."""
+        if keys != self.skippable:
+            self.skippable = set(keys)
+            if self._rows:
+                self.dataChanged.emit(self.index(0, 0), self.index(len(self._rows) - 1, len(COLUMNS) - 1))
 
     def set_entries(self, entries: list[IndexEntry] | None) -> None:
         """Use an explicit entry list (a loaded candidate list) as the queue; None goes back to the index."""
@@ -355,6 +365,9 @@ class ArchiveTableModel(QAbstractTableModel):
             if role == Qt.ItemDataRole.ForegroundRole and value in _COLOURS:
                 return QBrush(_COLOURS[value])
             return None
+        if (role == Qt.ItemDataRole.ForegroundRole and self.skippable
+                and f"{entry.path}#{entry.index}" in self.skippable):  # the store key (gui.vetting.store_key)
+            return QBrush(_SKIPPABLE)
         if role == Qt.ItemDataRole.DisplayRole:
             value = entry_value(entry, name)
             if value is None:

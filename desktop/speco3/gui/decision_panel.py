@@ -103,6 +103,8 @@ class DecisionPanel(QWidget):
         super().__init__(parent)
         self.keymap = keymap
         self.position = QLabel("No queue", objectName="queuePosition", textFormat=Qt.TextFormat.PlainText)
+        # may the vetter stop? (speco3.vetting.stopping: the certified recall of the likely-first order)
+        self.stopping = QLabel("", objectName="stoppingLine", wordWrap=True, visible=False)
         self.suggestion = QLabel("Model: —", objectName="modelSuggestion", textFormat=Qt.TextFormat.RichText,
                                  wordWrap=True)  # unwrapped, a long suggestion pushed the panel past the screen
         self.accept_button = QPushButton("Accept model (Enter)", objectName="acceptButton", enabled=False)
@@ -186,6 +188,7 @@ class DecisionPanel(QWidget):
 
         layout = QVBoxLayout(self)
         layout.addWidget(self.position)
+        layout.addWidget(self.stopping)
         layout.addWidget(self.suggestion)
         layout.addWidget(self.accept_button)
         layout.addLayout(row)
@@ -248,6 +251,11 @@ class DecisionPanel(QWidget):
         if decided is not None:
             text += f" · {decided} decided"
         self.position.setText(f"{text} · queue: {source}")
+
+    def show_stopping(self, text: str) -> None:
+        """The stopping line (`speco3.vetting.stopping.Certificate.line`); empty hides it."""
+        self.stopping.setText(text)
+        self.stopping.setVisible(bool(text))
 
     def show_saved(self, text: str) -> None:
         self.saved.setText(text)

@@ -13,9 +13,9 @@ import logging
 import numpy as np
 
 from speco3.agent.tasks import Line, Task
-from speco3.spectra.model import within_limits
 from speco3.spectra.linelists import air_to_vac as air_to_vac  # noqa: I001 - re-exported (home: speco3.spectra.linelists)
 from speco3.spectra.linelists import vac_to_air as vac_to_air
+from speco3.spectra.model import within_limits
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from speco3 import __version__
 from speco3.agent.confidence import ABSTAINED
 from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
-from speco3.errors import Speco3Error, TaskError
+from speco3.errors import Speco3Error, StoreError, TaskError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
 from speco3.gui.agent_panel import AgentPanel
 from speco3.gui.archive_model import ArchiveTableModel
@@ -48,6 +48,7 @@ from speco3.gui.text import message
 from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
 from speco3.gui.workers import IndexWorker, InferenceThread, render_png
+from speco3.vetting import stopping
 from speco3.vetting.records import ModelVerdict
 
 log = logging.getLogger(__name__)
@@ -223,6 +224,10 @@ class MainWindow(QMainWindow):
         self._requery = QTimer(self, singleShot=True, interval=400)
         self._requery.timeout.connect(self.table_model.refresh)
         self.vetting.recordChanged.connect(self._on_record)
+        # the stopping line and the greyed skippable rows follow the decisions (once the vetter pauses)
+        self._stopping_timer = QTimer(self, singleShot=True, interval=300)
+        self._stopping_timer.timeout.connect(self.refresh_stopping)
+        self.vetting.recordChanged.connect(self._stopping_timer.start)
         self.vetting.message.connect(self.show_message)
         self.vetting.error.connect(self.show_message)
         self.decision.decided.connect(self.decide)
@@ -467,6 +472,57 @@ class MainWindow(QMainWindow):
         task = self.tasks.get(self.agent_panel.task_id())
         self.agent_panel.set_models(models, is_demo_spectrum(self.vetting.spectrum), current, self.settings.lora,
                                     task.lora if task is not None else None)
+
+    # -- certified stopping (speco3.vetting.stopping) -------------------------------------------------------------
+    def refresh_stopping(self) -> None:
+        """Show whether the vetter may stop (the decision panel's line) and grey what a stop leaves unread."""
+        store, task = self.vetting.store, self.vetting.task_id
+        try:
+            cert = stopping.current(store, task) if store is not None and task else None
+        except StoreError as exc:
+            self.show_message(f"stopping test unavailable: {exc}")
+            cert = None
+        self.decision.show_stopping(cert.line() if cert is not None else "")
+        self.table_model.set_skippable(set(cert.skippable_keys) if cert is not None else set())
+
+    def audit_rest(self) -> int:
+        """Draw the random spectra the stopping test asks for (recorded with its seed; a later draw extends it) and
+        make the drawn spectra the queue, in draw order; returns how many are in it."""
+        store, task = self.vetting.store, self.vetting.task_id
+        if store is None or self.index is None:
+            self.show_error("open an archive and screen it first: the audit draws from its screened spectra")
+            return 0
+        try:
+            cert = stopping.audit_rest(store, task, self.settings.vetter_name())
+        except StoreError as exc:
+            self.show_error(str(exc))
+            return 0
+        if cert is None:
+            self.show_error(f"no spectrum is screened for the task {task!r}: nothing to audit")
+            return 0
+        if cert.verdict == "stop" and not cert.drawn_keys:
+            self.refresh_stopping()
+            self.show_message(cert.line())
+            return 0
+        entries = [e for e in (self._index_entry(key) for key in cert.drawn_keys) if e is not None]
+        self.table_model.set_entries(entries)
+        self.show_message(f"audit draw: {cert.sample_drawn:,} random spectra (seed {cert.seed}); decide them in "
+                          "this order, only then do they count")
+        self.refresh_stopping()
+        if entries:
+            self.vetting.go_to(min(cert.labels_used, len(entries) - 1))
+        return len(entries)
+
+    def _index_entry(self, key: str) -> Any:
+        """The archive index's entry of a store key ``PATH#N`` (None when the archive does not hold it)."""
+        path, _, n = key.rpartition("#")
+        root = self.index.root if self.index is not None else None
+        if not root or not path:
+            return None
+        for p, r in ((Path(path), Path(root)), (Path(path).resolve(), Path(root).resolve())):
+            if p.is_relative_to(r):  # entries are root / rel (ArchiveIndex): their store keys start with the root
+                return self.index.get(f"{p.relative_to(r).as_posix()}#{n}")
+        return None
 
     # -- decisions -----------------------------------------------------------------------------------------------
     def decide(self, decision: str) -> None:

@@ -31,6 +31,7 @@ def build_menus(w) -> None:
     f.addSeparator()
     add_action(w, f, "Load candidate list (CSV, FITS, VOTable)…", w.choose_candidates)
     add_action(w, f, "Use the filtered table as the queue", lambda: w.table_model.set_entries(None))
+    add_action(w, f, "Audit the rest (random draw: may I stop?)", w.audit_rest)
     f.addSeparator()
     add_action(w, f, "Quit", w.close, "Ctrl+Q")
     e = mb.addMenu("&Export")

@@ -10,7 +10,15 @@ from typing import Any
 import numpy as np
 
 from speco3.errors import SpectrumReadError
-from speco3.spectra.model import SNR_BAND, SNR_MIN_PIXELS, VALUE_LIMIT, Deferred, Spectrum, SpectrumMeta, within_limits
+from speco3.spectra.model import (
+    SNR_BAND,
+    SNR_MIN_PIXELS,
+    VALUE_LIMIT,
+    Deferred,
+    Spectrum,
+    SpectrumMeta,
+    within_limits,
+)
 from speco3.spectra.source import Source
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ outcome, its confidence over K rollouts — ``p_yes``, ``p_yes_token``, ``rollou
 rollouts —, model, prompt version, cost) and the latest human decision (decision, flags, comment, vetter, time, and
 the model verdict the vetter saw); flags, comment and evidence windows (``evidence``: ``6540-6590:Hα; 4840-4880:Hβ``,
 observed frame, Å) are the vetter's latest, saved as edited even before a
-decision (`VettingStore.save_annotation`). Missing values are masked (empty in CSV, null in VOTable, NaN/TNULL in FITS).
+decision (`VettingStore.save_annotation`). ``audit_draw`` and ``skippable`` come from the task's audit draw
+(`speco3.vetting.stopping.audit_marks`). Missing values are masked (empty in CSV, null in VOTable, NaN/TNULL in FITS).
 Every file is written atomically: to a temporary file beside the target, then ``os.replace``.
 """
 
@@ -29,6 +30,7 @@ from speco3.errors import StoreError
 from speco3.fileio import write_atomic
 from speco3.spectra.model import SNR_DEFINITION, SNR_LABEL
 from speco3.vetting.records import evidence_text
+from speco3.vetting.stopping import audit_marks
 from speco3.vetting.store import VettingStore
 from speco3.votable import write_votable
 
@@ -93,6 +95,9 @@ COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("decided_at", "str", None, "When the decision was made (UTC)"),
     ("model_verdict_seen", "str", None, "Model verdict shown to the vetter"),
     ("notes_at", "str", None, "When the flags or comment were last changed (UTC)"),
+    ("audit_draw", "int", None, "Place in the task's random audit draw (1: drawn first; empty: not drawn)"),
+    ("skippable", "int", None, "1: left unread by a certified stop at the audit draw's recall target (spec-o3 "
+     "triage), 0: not; empty: no audit draw for the task, or not screened"),
 ]
 FORMATS = {"csv": "ascii.csv", "votable": "votable", "fits": "fits"}
 #: How FITS exports spell what ASCII lacks (FITS character columns are ASCII): Greek letters by name as astronomers
@@ -135,6 +140,7 @@ def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, 
     decisions = {(d.spectrum_key, d.task): d for d in store.decisions(task)}
     notes = {(a.spectrum_key, a.task): a for a in store.annotations(task)}
     keys = list(dict.fromkeys([*verdicts, *decisions, *notes]))
+    marks = {tid: audit_marks(store, tid) for tid in dict.fromkeys(t for _, t in keys)}
     infos: dict[str, Any] = {}
     rows = []
     for key, tid in keys:
@@ -172,8 +178,16 @@ def export_rows(store: VettingStore, task: str | None = None) -> list[dict[str, 
             "vetter_class": d.vetter_class if d else None, "vetter_subclass": d.vetter_subclass if d else None,
             "decided_at": d.decided_at if d else None, "model_verdict_seen": d.model_verdict_seen if d else None,
             "notes_at": a.updated_at if a is not None else (d.decided_at if d else None),
+            "audit_draw": marks[tid].drawn.get(key),
+            "skippable": skippable_flag(key, marks[tid].skippable) if v is not None else None,
         })
     return rows
+
+
+def skippable_flag(key: str, skippable: set[str] | None) -> int | None:
+    """The ``skippable`` column: 1 when a certified stop leaves the spectrum unread, 0 when not, None without a
+    draw (`speco3.vetting.stopping.audit_marks`)."""
+    return None if skippable is None else int(key in skippable)
 
 
 def confidence_fields(v) -> dict[str, Any]:

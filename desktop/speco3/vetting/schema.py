@@ -58,6 +58,16 @@ ADDITIVE = {
         spectrum_key TEXT NOT NULL, task TEXT NOT NULL, flags TEXT NOT NULL, comment TEXT NOT NULL,
         vetter TEXT NOT NULL, updated_at TEXT NOT NULL, app_version TEXT, evidence TEXT,
         PRIMARY KEY (spectrum_key, task))""",
+    # the audit draw of a task (`speco3.vetting.stopping`): the frame (the screened spectra without a decision at the
+    # first draw) in its seeded random order, and one row per draw (the first, then each extension: never redrawn)
+    "audit_frame": """CREATE TABLE audit_frame (
+        task TEXT NOT NULL, position INTEGER NOT NULL, spectrum_key TEXT NOT NULL,
+        PRIMARY KEY (task, position), UNIQUE (task, spectrum_key))""",
+    "audit_draws": """CREATE TABLE audit_draws (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, task TEXT NOT NULL, seed INTEGER NOT NULL, frame INTEGER NOT NULL,
+        head INTEGER NOT NULL, added INTEGER NOT NULL, drawn INTEGER NOT NULL, recall REAL, confidence REAL,
+        vetter TEXT NOT NULL,
+        created_at TEXT NOT NULL, app_version TEXT)""",
     # what a file's sha256 was when it had this size and mtime (a resumed batch hashes only files that changed)
     "file_stamps": """CREATE TABLE file_stamps (
         path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL,

@@ -662,6 +662,65 @@ class VettingStore:
             return Notes(list(dec.flags), dec.comment, list(dec.evidence))
         return Notes([], "", [])
 
+    # -- audit draws (speco3.vetting.stopping) ---------------------------------------------------------------------
+    def _audit_rows(self, sql: str, args: tuple) -> list[sqlite3.Row]:
+        try:
+            return self._query(sql, args)
+        except StoreError:  # a read-only store written before audit draws has no such tables
+            if self.readonly:
+                return []
+            raise
+
+    def audit_frame(self, task: str) -> list[str]:
+        """The frame of the task's audit draw in its random order (empty without a draw)."""
+        return [r[0] for r in self._audit_rows(
+            "SELECT spectrum_key FROM audit_frame WHERE task=? ORDER BY position", (task,))]
+
+    def audit_draws(self, task: str) -> list[dict[str, Any]]:
+        """The task's draws, first to last: seed, frame size, spectra added, drawn so far, target, vetter, time."""
+        return [dict(r) for r in self._audit_rows("SELECT * FROM audit_draws WHERE task=? ORDER BY id", (task,))]
+
+    def create_audit_draw(self, task: str, frame: Sequence[str], seed: int, n: int, *, head: int = 0,
+                          recall: float | None = None, confidence: float | None = None, vetter: str = "") -> None:
+        """Store the frame of ``task`` in its drawn order and the first draw of ``n`` (one transaction); refused when
+        the task has a draw already (a draw is never redrawn: `extend_audit_draw`). ``head``: how many screened
+        spectra had a decision then (0: the draw is uniform over the whole screened archive)."""
+        if not frame or n <= 0:
+            raise StoreError("an audit draw needs a frame and at least one spectrum")
+        try:
+            with self._tx() as cur:
+                if cur.execute("SELECT 1 FROM audit_draws WHERE task=? LIMIT 1", (task,)).fetchone():
+                    raise StoreError(f"task {task!r} has an audit draw already: a draw is never redrawn")
+                cur.executemany("INSERT INTO audit_frame VALUES (?,?,?)",
+                                ((task, i, storable_text(key)) for i, key in enumerate(frame)))
+                cur.execute("INSERT INTO audit_draws (task, seed, frame, head, added, drawn, recall, confidence, "
+                            "vetter, created_at, app_version) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                            (task, int(seed), len(frame), head, min(n, len(frame)), min(n, len(frame)), recall,
+                             confidence, vetter, now_iso(), __version__))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: write failed ({exc})") from exc
+
+    def extend_audit_draw(self, task: str, n: int, *, recall: float | None = None, confidence: float | None = None,
+                          vetter: str = "") -> int:
+        """Draw the next ``n`` spectra of the task's sequence (never past the frame); returns how many are drawn."""
+        if n <= 0:
+            raise StoreError("extend an audit draw by at least one spectrum")
+        try:
+            with self._tx() as cur:
+                last = cur.execute("SELECT seed, frame, drawn, recall, confidence, head FROM audit_draws WHERE task=? "
+                                   "ORDER BY id DESC LIMIT 1", (task,)).fetchone()
+                if last is None:
+                    raise StoreError(f"task {task!r} has no audit draw to extend")
+                drawn = min(last[2] + n, last[1])
+                cur.execute("INSERT INTO audit_draws (task, seed, frame, head, added, drawn, recall, confidence, "
+                            "vetter, created_at, app_version) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                            (task, last[0], last[1], last[5], drawn - last[2], drawn,
+                             last[3] if recall is None else recall, last[4] if confidence is None else confidence,
+                             vetter, now_iso(), __version__))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: write failed ({exc})") from exc
+        return drawn
+
     # -- session state -----------------------------------------------------------------------------
     def set_state(self, key: str, value: Any) -> None:
         """Store a JSON-serialisable value (e.g. the queue position) for resuming a session."""

@@ -90,14 +90,21 @@ QUEUE_FIELDS = ("spectrum_key", "task", "model_verdict", "model_outcome", "p_yes
 
 
 def queue_rows(store, task: str | None = None, order: str = "p_yes", *, abstained_only: bool = False,
-               undecided_only: bool = False, limit: int | None = None) -> list[dict[str, Any]]:
+               undecided_only: bool = False, limit: int | None = None, audit: bool = False) -> list[dict[str, Any]]:
     """The screened spectra of a vetting store (export rows, `speco3.vetting.export.export_rows`) in triage
-    ``order``; optionally only the abstentions and/or the spectra without a human decision, at most ``limit``."""
+    ``order``; optionally only the abstentions and/or the spectra without a human decision, at most ``limit``.
+    ``audit``: only the spectra of the task's audit draw, in draw order (`speco3.vetting.stopping`), whatever
+    ``order`` says: the order in which their decisions count as random labels."""
     from speco3.vetting.export import export_rows
 
     rows = [r for r in export_rows(store, task) if r.get("model_outcome")]
     if undecided_only:
         rows = [r for r in rows if not r.get("decision")]
+    if audit:
+        if not task:
+            raise ValueError("the audit draw belongs to one task: name it")
+        rows = sorted((r for r in rows if r.get("audit_draw")), key=lambda r: r["audit_draw"])
+        return triage(rows, "queue", abstained_only=abstained_only)[:limit]
     return triage(rows, order, abstained_only=abstained_only)[:limit]
 
 

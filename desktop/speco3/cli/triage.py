@@ -1,0 +1,102 @@
+"""``spec-o3 triage STORE --task T --recall R --confidence C [--json] [--draw N [--seed S]]``: may the observer stop
+vetting? The certified stopping test of `speco3.vetting.stopping`; exit 0 for ``stop``, 3 for ``continue``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from speco3.errors import StoreError
+from speco3.vetting.records import login_vetter
+from speco3.vetting.stopping import Certificate, assess, check_target, draw
+from speco3.vetting.store import VettingStore
+
+#: Exit status when the verdict is ``continue`` (0: ``stop``; 1: an error).
+EXIT_CONTINUE = 3
+
+
+def register(sub) -> None:
+    t = sub.add_parser(
+        "triage", help="may I stop vetting? a certified recall from a random audit of the unread spectra",
+        description="Working down the likely-first order (spec-o3 queue), an observer may stop once a uniform random "
+        "sample of the spectra left shows, at the confidence asked, that the unread hold at most a share 1-R of all "
+        "candidates (an exact hypergeometric test; see the README). Without a sample it says how many random "
+        "spectra must be decided; --draw N draws them (recorded in the store with its seed; a further --draw "
+        "extends the same draw, never redraws). Decide the drawn spectra in their order (spec-o3 queue --audit). "
+        "Exit status: 0 stop, 3 continue, 1 error.")
+    t.add_argument("store", metavar="STORE", help="vetting store (SQLite)")
+    t.add_argument("--task", help="the task (default: the store's only task)")
+    t.add_argument("--recall", type=float, default=0.9, help="recall target R (default 0.9)")
+    t.add_argument("--confidence", type=float, default=0.95, help="confidence C (default 0.95)")
+    t.add_argument("--draw", type=int, metavar="N", help="draw N more random spectra of the unread for the audit")
+    t.add_argument("--seed", type=int, help="seed of the first draw (default: a fresh one, recorded)")
+    t.add_argument("--miss-rate", type=float, metavar="ALPHA",
+                   help="also the p_yes threshold for the next archive: the largest whose share of candidates below "
+                   "it is at most ALPHA at the confidence (Learn-then-Test, binomial p-values), from a draw uniform "
+                   "over the whole screened archive (made before any decision). Holds only for an archive "
+                   "exchangeable with this one: same survey, task and model")
+    t.add_argument("--vetter", default="", help="who draws (default: the login name)")
+    t.add_argument("--json", action="store_true", help="print the result as JSON")
+    t.set_defaults(func=cmd_triage)
+
+
+def _task(store: VettingStore, task: str | None) -> str:
+    tasks = store.tasks()
+    if task:
+        if task not in tasks:
+            raise StoreError(f"{store.path}: no task {task!r} (tasks: {', '.join(tasks) or 'none'})")
+        return task
+    if len(tasks) != 1:
+        raise StoreError(f"{store.path}: name the task with --task (tasks: {', '.join(tasks) or 'none'})")
+    return tasks[0]
+
+
+def report_text(c: Certificate) -> str:
+    """The certificate for a terminal: the queue's line, then the figures behind it."""
+    lines = [c.line(), f"verdict: {c.verdict}"]
+    if c.sample_drawn:
+        how = ", ".join(f"{d['added']} on {d['created_at'][:19]}Z" for d in c.draws)
+        lines.append(f"audit: {c.sample_drawn:,} drawn at random (seed {c.seed}) from {c.frame:,} unread at the first "
+                     f"draw ({how}); {c.labels_used:,} decided in draw order count as labels, {c.positives_used:,} "
+                     "of them candidates (YES or UNSURE)")
+    if c.p_value is not None and c.frame:
+        lines.append(f"test: p = {c.p_value:.4g} against a level {1 - c.confidence:g} spent over the sample's "
+                     f"candidates; the fewest random labels any certificate would need now: {c.labels_lower_bound:,}")
+    if c.bound is not None:
+        lines.append(f"bound: at most {c.bound:.1%} of all candidates are unread ({c.confidence:.0%} confidence)")
+    if c.miss_rate is not None:
+        if c.threshold is not None:
+            lines.append(f"next archive: read p_yes >= {c.threshold:g}; at most {c.miss_rate:.0%} of its candidates "
+                         f"below ({c.confidence:.0%} confidence), if it is exchangeable with this one (same survey, "
+                         "task and model)")
+        else:
+            lines.append("next archive: no threshold — " + (c.threshold_note or (
+                f"the audit must find {c.threshold_positives_needed} more candidates")))
+    return "\n".join(lines)
+
+
+def cmd_triage(args: argparse.Namespace) -> int:
+    try:
+        check_target(args.recall, args.confidence)
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
+    if args.miss_rate is not None and not 0 < args.miss_rate < 1:
+        raise StoreError(f"--miss-rate must be in (0, 1), got {args.miss_rate}")
+    if args.seed is not None and args.draw is None:
+        raise StoreError("--seed goes with --draw")
+    if args.draw is not None:
+        if args.draw <= 0:
+            raise StoreError(f"--draw needs a positive number of spectra, got {args.draw}")
+        with VettingStore(args.store) as store:
+            task = _task(store, args.task)
+            draw(store, task, args.draw, args.seed, recall=args.recall, confidence=args.confidence,
+                 vetter=login_vetter(args.vetter))
+            cert = assess(store, task, args.recall, args.confidence, args.miss_rate)
+    else:
+        with VettingStore(args.store, readonly=True) as store:
+            cert = assess(store, _task(store, args.task), args.recall, args.confidence, args.miss_rate)
+    print(json.dumps(cert.to_json(), indent=1) if args.json else report_text(cert))
+    return 0 if cert.verdict == "stop" else EXIT_CONTINUE
+
+
+__all__ = ["EXIT_CONTINUE", "cmd_triage", "register", "report_text"]

@@ -1,0 +1,420 @@
+"""Certified stopping: may the observer stop vetting, and what does stopping lose?
+
+The observer reads the screened spectra of a task likely-first (`speco3.vetting.triage`, order ``p_yes``), then
+certifies stopping with a uniform random sample drawn without replacement from what is left (the *frame*): the exact
+finite-population test of Callaghan & Müller-Hansen (2020, Systematic Reviews 9:273), made valid however often it is
+evaluated. The guarantee holds whatever the model's scores are: they only decide how much work is saved.
+
+Definitions (one task; a *candidate* is a spectrum the vetter decides YES):
+
+- the *screened* population: the spectra with a model verdict for the task;
+- the *frame*: the screened spectra without a decision when the first audit draw is made (before a draw: those
+  without a decision now); everything else is the *head* (read before the draw, in whatever order);
+- the *sample*: the draw is a seeded random permutation of the frame, stored with its seed
+  (`VettingStore.create_audit_draw`); the sample is the longest prefix of the drawn sequence whose spectra all have a
+  decision: only those decisions count as random labels. A decision on any other frame spectrum (read down the
+  order after the draw, or picked by hand) is kept and counts as found, never as a sample label;
+- ``found`` = YES decisions on screened spectra (``found_outside`` of them in the head);
+- ``k`` = candidates in the sample: YES and UNSURE (an UNSURE counts as a candidate in the sample, which makes the
+  test harder to pass, and is never counted as found).
+
+The test. Let K be the (unknown) number of candidates in the frame (M spectra). The unread spectra then hold at most
+``K - y`` candidates (``y = found - found_outside``, the YES decisions inside the frame) of at least
+``found_outside + K``, so the recall of what was read is at least R unless K >= ``k_target`` =
+``floor(((1 - R) found_outside + y) / R) + 1``. Under K, the sample's candidates are hypergeometric (M, K, n); the
+data reject K when ``hypergeom.cdf(k, M, K, n) <= delta * w(k)`` (delta = 1 - confidence), and the rule says *stop*
+when they reject ``k_target`` (then also every larger K: the cdf decreases in K).
+
+Why the weights ``w(k) = 6 / (pi^2 (k + 1)^2)`` (they sum to 1): the sample grows one label at a time and the
+observer may look after every label. ``k`` never decreases and, for a fixed k, the cdf decreases in n, so the
+event "the test rejects the true K at some time while the sample holds k candidates" is contained in
+``{k_(n_k) <= k}`` at the first n where level k could reject, of probability <= ``delta * w(k)``. Summed over k the
+chance of ever stopping while recall < R is <= delta, however many looks and draw extensions there were. (The
+unweighted test, evaluated after each label, is exact only for a sample size fixed in advance.)
+
+What it costs. Before the sample, with no candidate in it, the rule needs the smallest n with
+``hypergeom.pmf(0, M, k_target, n) <= delta * w(0)`` (`sample_needed`). Any test that certifies from a uniform sample
+of fixed size n without candidates needs ``hypergeom.pmf(0, M, k_target, n) <= delta`` (`labels_lower_bound`, about
+``M ln(1/delta) / k_target`` when n << M): otherwise a population at the boundary passes with probability > delta.
+The rule's k = 0 figure is that bound at ``delta * w(0)``: ``ln(1/(0.61 delta)) / ln(1/delta)`` times it (1.17 at
+95 %, 1.11 at 99 %), the price of looking after every label.
+
+How "working down the likely-first order" is recorded: it is not, because the guarantee does not need it. The test
+is valid for any head, read in any order, as long as the frame is fixed before the draw and the sample is uniform over
+it: the store records the frame and its seeded order at the first draw (`audit_frame`, `audit_draws`), nothing about
+the order decisions were made in. The order only decides how much is saved (a head read likely-first leaves few
+candidates in the frame, so a small sample rules out ``k_target``); ``reviewed_in_order`` reports how far the fully
+decided prefix of the ``p_yes`` order reaches, for the queue's line.
+
+Mode 3 (`next_archive_threshold`): from a draw made before any decision (uniform over the whole screened archive),
+the largest ``p_yes`` threshold whose miss rate is at most alpha, for an archive exchangeable with this one.
+
+Every function here takes numbers or numpy arrays (the simulation `benchmarks/bench_triage.py` runs the same code on
+thousands of populations at once); `assess` turns a store into a `Certificate`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Any, NamedTuple
+
+import numpy as np
+from scipy.stats import binom, hypergeom
+
+from speco3.errors import StoreError
+from speco3.vetting.store import VettingStore
+from speco3.vetting.triage import rank
+
+#: The method as reports name it.
+METHOD = ("hypergeometric test of 'recall < R' on a uniform sample without replacement from the unread frame "
+          "(Callaghan & Müller-Hansen 2020), levels spent over the sample's candidates (valid at every label)")
+#: Decisions that count as a candidate in the sample (UNSURE: the test is the harder to pass).
+SAMPLE_CANDIDATE = ("YES", "UNSURE")
+
+
+def check_target(recall: float, confidence: float) -> None:
+    """Refuse a target outside (0, 1] recall or (0, 1) confidence (`ValueError` with the reason)."""
+    if not (isinstance(recall, int | float) and math.isfinite(recall) and 0 < recall <= 1):
+        raise ValueError(f"the recall target must be in (0, 1], got {recall!r}")
+    if not (isinstance(confidence, int | float) and math.isfinite(confidence) and 0 < confidence < 1):
+        raise ValueError(f"the confidence must be in (0, 1), got {confidence!r}")
+
+
+def _ratio(recall: float) -> tuple[int, int]:
+    """``recall`` as an exact fraction a/b (0.9 -> 9/10): k_target is integer arithmetic, never a rounded float."""
+    f = Fraction(str(recall)).limit_denominator(10**6)
+    return f.numerator, f.denominator
+
+
+def k_target(found, found_outside, recall: float):
+    """The smallest number of candidates in the frame for which the recall of what was read is below ``recall``:
+    ``floor(((1 - R) found_outside + y) / R) + 1`` with ``y = found - found_outside`` (exact integers)."""
+    a, b = _ratio(recall)
+    found, outside = np.asarray(found, dtype=np.int64), np.asarray(found_outside, dtype=np.int64)
+    out = ((b - a) * outside + b * (found - outside)) // a + 1
+    return out if out.ndim else int(out)
+
+
+def level(k, confidence: float):
+    """The error spent at k candidates in the sample: ``(1 - confidence) * 6 / (pi^2 (k + 1)^2)``."""
+    k = np.asarray(k, dtype=np.float64)
+    out = (1.0 - confidence) * 6.0 / (math.pi ** 2 * (k + 1.0) ** 2)
+    return out if out.ndim else float(out)
+
+
+def p_value(k, n, frame, found, found_outside, recall: float):
+    """``hypergeom.cdf(k, frame, k_target, n)``: how likely k or fewer candidates in n random spectra of the frame
+    are if the recall were below ``recall``; 0 where the frame is too small to hold ``k_target`` candidates."""
+    kt = np.asarray(k_target(found, found_outside, recall))
+    frame = np.asarray(frame, dtype=np.int64)
+    possible = kt <= frame
+    p = hypergeom.cdf(np.asarray(k), frame, np.minimum(kt, frame), np.asarray(n))
+    out = np.where(possible, p, 0.0)
+    return out if out.ndim else float(out)
+
+
+def passes(k, n, frame, found, found_outside, recall: float, confidence: float):
+    """True where the sample (n labels, k candidates) certifies recall >= ``recall`` at ``confidence``."""
+    out = np.asarray(p_value(k, n, frame, found, found_outside, recall)) <= np.asarray(level(k, confidence))
+    return out if out.ndim else bool(out)
+
+
+def _smallest_n(ok, lo, hi):
+    """The smallest n in [lo, hi] with ``ok(n)`` true (``ok`` monotone in n, true at hi), elementwise."""
+    lo, hi = np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
+    lo, hi = np.broadcast_arrays(lo, hi)
+    lo, hi = lo.copy(), hi.copy()
+    while np.any(lo < hi):
+        mid = (lo + hi) // 2
+        good = ok(mid)
+        hi = np.where(good, mid, hi)
+        lo = np.where(good, lo, mid + 1)
+    return hi
+
+
+def sample_needed(frame, found, found_outside, recall: float, confidence: float, k=0):
+    """The sample size at which a sample of the frame holding k candidates (none of them more YES than ``found``
+    already counts) certifies the target: the smallest n with `passes`. At most the frame; 0 where no sample is
+    needed (the frame cannot hold ``k_target`` candidates)."""
+    frame = np.asarray(frame, dtype=np.int64)
+    k = np.asarray(k, dtype=np.int64)
+    out = _smallest_n(lambda n: np.asarray(passes(k, n, frame, found, found_outside, recall, confidence)),
+                      np.minimum(k, frame), frame)
+    return out if out.ndim else int(out)
+
+
+def labels_lower_bound(frame, found, found_outside, recall: float, confidence: float):
+    """The fewest random labels any certificate from a uniform sample of fixed size needs even when the sample has no
+    candidate: the smallest n with ``hypergeom.pmf(0, frame, k_target, n) <= 1 - confidence`` (0 where the frame
+    cannot hold ``k_target``); about ``frame * ln(1 / (1 - confidence)) / k_target``."""
+    kt = np.asarray(k_target(found, found_outside, recall))
+    frame = np.asarray(frame, dtype=np.int64)
+    delta = 1.0 - confidence
+    out = _smallest_n(lambda n: hypergeom.pmf(0, frame, np.minimum(kt, frame), n) <= delta, 0, frame)
+    out = np.where(kt > frame, 0, out)
+    return out if out.ndim else int(out)
+
+
+def candidates_upper_bound(k, n, frame, confidence: float, known: Any = 0):
+    """The largest number of candidates K in the frame that the sample does not reject
+    (``hypergeom.cdf(k, frame, K, n) > (1 - confidence) w(k)``): a confidence bound on K, valid at every label as
+    the test is. At least ``known`` (candidates known to be in the frame)."""
+    frame = np.asarray(frame, dtype=np.int64)
+    lev = np.asarray(level(k, confidence))
+    # the cdf decreases in K: the smallest rejected K, minus one; none rejected -> the frame
+    rejected = _smallest_n(lambda kk: hypergeom.cdf(k, frame, kk, n) <= lev, np.minimum(k, frame), frame)
+    none = hypergeom.cdf(k, frame, frame, n) > lev
+    out = np.maximum(np.where(none, frame, rejected - 1), np.asarray(known))
+    return out if out.ndim else int(out)
+
+
+def missed_share_bound(k, n, frame, found, found_outside, confidence: float):
+    """Upper confidence bound on the share of all candidates that are among the unread spectra of the frame."""
+    y = np.asarray(found) - np.asarray(found_outside)
+    kup = np.asarray(candidates_upper_bound(k, n, frame, confidence, known=y))
+    total = np.asarray(found_outside) + kup
+    out = np.where(total > 0, (kup - y) / np.maximum(total, 1), 0.0)
+    return out if out.ndim else float(out)
+
+
+def more_found_needed(k, n, frame, found, found_outside, recall: float, confidence: float) -> int | None:
+    """How many more candidates found in the frame outside the sample (reading on down the likely-first order) would
+    let the present sample certify the target; None when no number would (the sample alone must grow)."""
+    if passes(k, n, frame, found, found_outside, recall, confidence):
+        return 0
+    room = frame - n
+    if room <= 0 or not passes(k, n, frame, found + room, found_outside, recall, confidence):
+        return None
+    return int(_smallest_n(lambda d: np.asarray(passes(k, n, frame, found + d, found_outside, recall, confidence)),
+                           0, room))
+
+
+def next_archive_threshold(candidate_scores: Sequence[float | None], thresholds: Sequence[float], miss_rate: float,
+                           confidence: float) -> tuple[float | None, int]:
+    """Mode 3: the largest ``p_yes`` threshold for the next archive whose share of candidates below it (the miss rate
+    of reading only ``p_yes >= t``) is at most ``miss_rate`` at ``confidence``, by Learn-then-Test with binomial
+    p-values: from the lowest threshold up, H0 "miss rate > alpha" is rejected while
+    ``binom.cdf(misses below t, candidates, alpha) <= 1 - confidence`` (fixed-sequence testing: the first
+    non-rejection ends it, so the error is controlled over all thresholds at once). ``candidate_scores``: the
+    ``p_yes`` of the candidates in a sample uniform over a whole screened archive (None: no score, below every
+    threshold). Returns (threshold or None, how many more candidates the audit must find before even a sample
+    without misses could certify one: ``ceil(ln(1 - C) / ln(1 - alpha))`` in all, 59 at 5 % and 95 %)."""
+    if not 0 < miss_rate < 1:
+        raise ValueError(f"the miss rate must be in (0, 1), got {miss_rate!r}")
+    delta = 1.0 - confidence
+    scores = [-math.inf if p is None else float(p) for p in candidate_scores]
+    best = None
+    for t in sorted(set(thresholds)):
+        misses = sum(x < t for x in scores)
+        if binom.cdf(misses, len(scores), miss_rate) > delta:
+            break
+        best = t
+    needed = math.ceil(math.log(delta) / math.log(1.0 - miss_rate))
+    return best, (0 if best is not None else max(0, needed - len(scores)))
+
+
+# -- a store's task ---------------------------------------------------------------------------------------------
+@dataclass
+class Certificate:
+    """The stopping test of one task as `spec-o3 triage --json` reports it (see module doc; JSON keys as named)."""
+
+    task: str
+    recall: float
+    confidence: float
+    verdict: str  # "stop" or "continue"
+    screened: int  # spectra with a model verdict for the task
+    reviewed: int  # of them with a decision
+    reviewed_in_order: int  # the longest fully decided prefix of the likely-first order
+    found: int  # YES decisions
+    remaining: int  # screened spectra without a decision
+    frame: int  # the spectra the sample is drawn from (the draw's frame, or the undecided now)
+    found_outside: int  # YES decisions outside the frame (the head)
+    unframed: int  # unread spectra screened after the first draw: outside the frame, to be read before a stop
+    sample_drawn: int  # spectra drawn so far
+    labels_used: int  # sample labels the test counts (the decided prefix of the draw)
+    positives_used: int  # candidates (YES or UNSURE) among them
+    sample_positives: int  # candidates among all decided drawn spectra
+    sample_needed: int  # more random labels to stop if none of them is a candidate (0: stop)
+    labels_lower_bound: int  # the fewest random labels any fixed-size certificate would need now (see module doc)
+    more_found_needed: int | None  # or: this many more candidates found reading on down the order
+    skipped: int  # unread spectra that stopping leaves (0 while the verdict is continue)
+    bound: float | None  # upper confidence bound on the share of candidates among the unread (None: no sample)
+    p_value: float | None
+    seed: int | None
+    draws: list[dict[str, Any]] = field(default_factory=list)
+    threshold: float | None = None  # mode 3 (`next_archive_threshold`; only with a miss rate asked for)
+    miss_rate: float | None = None
+    threshold_positives_needed: int | None = None  # more candidates the audit must find for a threshold
+    threshold_note: str | None = None  # why there is no threshold when one was asked for
+    method: str = METHOD
+    #: spectrum keys: the sample in draw order, and what stopping leaves unread
+    drawn_keys: list[str] = field(default_factory=list, repr=False)
+    skippable_keys: list[str] = field(default_factory=list, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("drawn_keys")
+        out.pop("skippable_keys")
+        return out
+
+    def line(self) -> str:
+        """The queue's one line (see README): where the observer stands and what stopping now needs or loses."""
+        pct, conf = f"{self.recall:.0%}", f"{self.confidence:.0%}"
+        head = (f"reviewed {self.reviewed:,} of {self.screened:,}"
+                + (" (likely first)" if self.reviewed_in_order == self.reviewed else
+                   f" ({self.reviewed_in_order:,} likely first)") + f", {self.found:,} candidates found")
+        if self.verdict == "stop":
+            share = "no" if self.bound is not None and self.bound <= 0 else f"at most {self.bound or 0:.0%} of"
+            return (f"{head}; stop: {share} candidates are among the {self.remaining:,} unread "
+                    f"({conf} confidence)")
+        if self.unframed:
+            return (f"{head}; {self.unframed:,} spectra screened after the audit draw are outside it: decide them "
+                    "before stopping")
+        if self.sample_drawn:
+            more = (f"; or find {self.more_found_needed:,} more candidates down the order"
+                    if self.more_found_needed else "")
+            return (f"{head}; audit: {self.labels_used:,} random labels, {self.positives_used:,} candidates; to stop "
+                    f"with ≥ {pct} recall at {conf} confidence decide {self.sample_needed:,} more random spectra"
+                    f"{more}")
+        return (f"{head}; to stop now with ≥ {pct} recall at {conf} confidence decide {self.sample_needed:,} random "
+                f"spectra of the {self.remaining:,} left")
+
+
+def assess(store: VettingStore, task: str, recall: float, confidence: float,
+           miss_rate: float | None = None) -> Certificate:
+    """The stopping test of ``task`` in ``store`` at the target (see module doc); with ``miss_rate``, also the
+    threshold for the next archive (`next_archive_threshold`) when the draw is uniform over the whole screened
+    archive (made before any decision)."""
+    check_target(recall, confidence)
+    verdicts = {v.spectrum_key: v for v in store.model_verdicts(task)}
+    decided = {d.spectrum_key: d.decision for d in store.decisions(task)}
+    order = sorted(verdicts, key=lambda key: rank(verdicts[key].p_yes, verdicts[key].p_yes_token, "p_yes"))
+    in_order = next((i for i, key in enumerate(order) if key not in decided), len(order))
+    frame_keys = store.audit_frame(task)
+    draws = store.audit_draws(task)
+    drawn = draws[-1]["drawn"] if draws else 0
+    if not frame_keys:
+        frame_keys = [key for key in order if key not in decided]
+    frame_set = set(frame_keys)
+    found = sum(decided.get(key) == "YES" for key in verdicts)
+    found_outside = sum(decided.get(key) == "YES" for key in verdicts if key not in frame_set)
+    sample = frame_keys[:drawn]
+    used = next((i for i, key in enumerate(sample) if key not in decided), len(sample))
+    k = sum(decided[key] in SAMPLE_CANDIDATE for key in sample[:used])
+    m = len(frame_keys)
+    unread = [key for key in order if key not in decided and key in frame_set]
+    # screened after the first draw: outside the frame, so outside the guarantee; read them before stopping
+    unframed = sum(key not in decided and key not in frame_set for key in order)
+    certified = not unread or bool(passes(k, used, m, found, found_outside, recall, confidence))
+    stop = certified and not unframed
+    bound = (0.0 if not unread else
+             missed_share_bound(k, used, m, found, found_outside, confidence) if used or certified else None)
+    threshold, t_needed, t_note = None, None, None
+    if miss_rate is not None:
+        if not draws or draws[0]["head"]:
+            t_note = ("no audit draw uniform over the whole screened archive (draw before deciding anything: "
+                      "--draw with an empty head)")
+        else:
+            cands = [verdicts[key].p_yes for key in sample[:used] if decided[key] in SAMPLE_CANDIDATE]
+            grid = [v.p_yes for v in verdicts.values() if v.p_yes is not None]
+            threshold, t_needed = next_archive_threshold(cands, grid, miss_rate, confidence)
+    return Certificate(
+        threshold=threshold, miss_rate=miss_rate, threshold_positives_needed=t_needed, threshold_note=t_note,
+        task=task, recall=recall, confidence=confidence, verdict="stop" if stop else "continue",
+        screened=len(verdicts), reviewed=sum(key in decided for key in verdicts), reviewed_in_order=in_order,
+        found=found, remaining=len(unread) + unframed, frame=m, found_outside=found_outside, unframed=unframed,
+        sample_drawn=drawn,
+        labels_used=used, positives_used=k,
+        sample_positives=sum(decided.get(key) in SAMPLE_CANDIDATE for key in sample),
+        sample_needed=0 if stop else max(0, sample_needed(m, found, found_outside, recall, confidence, k) - used),
+        labels_lower_bound=labels_lower_bound(m, found, found_outside, recall, confidence) if m else 0,
+        more_found_needed=None if stop or not used else more_found_needed(k, used, m, found, found_outside, recall,
+                                                                          confidence),
+        skipped=len(unread) if stop else 0, bound=None if bound is None else round(float(bound), 6),
+        p_value=None if not m else float(p_value(k, used, m, found, found_outside, recall)),
+        seed=draws[0]["seed"] if draws else None, draws=draws, drawn_keys=list(sample),
+        skippable_keys=unread if stop else [])
+
+
+#: The target the app shows before a draw records one (a draw keeps the target it was made for).
+DEFAULT_RECALL, DEFAULT_CONFIDENCE = 0.9, 0.95
+
+
+def current(store: VettingStore, task: str) -> Certificate | None:
+    """The certificate of ``task`` at its draw's target (`DEFAULT_RECALL`/`DEFAULT_CONFIDENCE` before a draw); None
+    when the task has no screened spectrum (nothing to certify)."""
+    draws = store.audit_draws(task)
+    recall = (draws[-1]["recall"] if draws else None) or DEFAULT_RECALL
+    confidence = (draws[-1]["confidence"] if draws else None) or DEFAULT_CONFIDENCE
+    cert = assess(store, task, recall, confidence)
+    return cert if cert.screened else None
+
+
+def audit_rest(store: VettingStore, task: str, vetter: str = "") -> Certificate | None:
+    """"Audit the rest" (the app's queue): draw as many random spectra as the test asks for, unless the draw made
+    before still has undecided spectra or the verdict is stop; returns the certificate after it (None: nothing
+    screened). The drawn spectra are `Certificate.drawn_keys`, to be decided in that order."""
+    cert = current(store, task)
+    if cert is None or cert.verdict == "stop" or cert.labels_used < cert.sample_drawn:
+        return cert
+    draw(store, task, max(1, cert.sample_needed), recall=cert.recall, confidence=cert.confidence, vetter=vetter)
+    return current(store, task)
+
+
+class AuditMarks(NamedTuple):
+    """Per spectrum of a task: its place in the audit draw (1-based) and whether a certified stop leaves it unread
+    (None: no draw, or no target recorded with it)."""
+
+    drawn: dict[str, int]
+    skippable: set[str] | None
+
+
+def audit_marks(store: VettingStore, task: str) -> AuditMarks:
+    """The exports' ``audit_draw`` and ``skippable`` of ``task``: the certificate at the latest draw's target."""
+    draws = store.audit_draws(task)
+    if not draws:
+        return AuditMarks({}, None)
+    drawn = {key: i + 1 for i, key in enumerate(store.audit_frame(task)[:draws[-1]["drawn"]])}
+    recall, confidence = draws[-1]["recall"], draws[-1]["confidence"]
+    if recall is None or confidence is None:
+        return AuditMarks(drawn, None)
+    return AuditMarks(drawn, set(assess(store, task, recall, confidence).skippable_keys))
+
+
+def draw(store: VettingStore, task: str, n: int, seed: int | None = None, *, recall: float | None = None,
+         confidence: float | None = None, vetter: str = "") -> list[dict[str, Any]]:
+    """Draw ``n`` more spectra for the audit of ``task``: the first draw fixes the frame (the screened spectra without
+    a decision now) and its random order from ``seed`` (a fresh one when None) and stores both; a later draw extends
+    the same sequence (its seed must be the stored one, or None). Returns the draws as stored."""
+    if n <= 0:
+        raise ValueError(f"draw at least one spectrum, got {n}")
+    draws = store.audit_draws(task)
+    if draws:
+        if seed is not None and seed != draws[0]["seed"]:
+            raise StoreError(f"task {task!r} has an audit draw with seed {draws[0]['seed']}: a draw is never "
+                             f"redrawn (a further draw extends it; leave out --seed)")
+        store.extend_audit_draw(task, n, recall=recall, confidence=confidence, vetter=vetter)
+        return store.audit_draws(task)
+    verdicts = {v.spectrum_key for v in store.model_verdicts(task)}
+    if not verdicts:
+        raise StoreError(f"task {task!r} has no screened spectra in {store.path}")
+    decided = {d.spectrum_key for d in store.decisions(task)}
+    frame = sorted(verdicts - decided)
+    if not frame:
+        raise StoreError(f"task {task!r}: every screened spectrum has a decision, nothing to draw from")
+    if seed is None:
+        seed = int(np.random.SeedSequence().generate_state(1, dtype=np.uint32)[0])
+    order = np.random.default_rng(seed).permutation(len(frame))
+    store.create_audit_draw(task, [frame[i] for i in order], seed, n, head=len(verdicts & decided), recall=recall,
+                            confidence=confidence, vetter=vetter)
+    return store.audit_draws(task)
+
+
+__all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_RECALL", "METHOD", "SAMPLE_CANDIDATE", "AuditMarks", "Certificate", "assess",
+           "audit_marks", "audit_rest", "current", "candidates_upper_bound", "check_target", "draw",
+           "k_target", "labels_lower_bound", "level", "missed_share_bound", "more_found_needed", "next_archive_threshold",
+           "p_value", "passes",
+           "sample_needed"]
