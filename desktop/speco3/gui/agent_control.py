@@ -212,8 +212,8 @@ class AgentController(QObject):
     # -- interactive ---------------------------------------------------------------------------------------------
     def run_current(self, task_id: str, model_id: str) -> int | None:
         entry, spectrum = self.vetting.entry, self.vetting.spectrum
-        if entry is None or spectrum is None:
-            self.message.emit("select a readable spectrum first")
+        if (reason := self.vetting.session.refusal("nothing run")) is not None or entry is None or spectrum is None:
+            self.message.emit(reason or "select a readable spectrum first")
             return None
         if not model_id:
             self.message.emit("no model installed — see the agent panel for how to get one")
@@ -263,6 +263,9 @@ class AgentController(QObject):
         """Queue ``entries`` for a background pre-screen; returns the number queued."""
         if not model_id:
             self.message.emit("no model installed — batch pre-screen needs one")
+            return 0
+        if (reason := self.vetting.session.store_refusal()) is not None:
+            self.message.emit(f"{reason}: nothing pre-screened")
             return 0
         task = self._task(task_id)
         es = self._checked_settings(task, model_id)
