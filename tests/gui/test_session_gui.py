@@ -43,6 +43,8 @@ def test_an_empty_folder_after_an_archive_shows_nothing_and_takes_no_decision(qt
     assert w.vetting.store.path != old_store
     assert w.vetting.entry is None and w.vetting.spectrum is None  # the old spectrum is gone from the screen
     assert w.viewer.pages.currentWidget() is w.viewer.notice
+    assert w.decision.position.text().startswith("Queue is empty · 0 decided")  # the shot showed "0 of 20"
+    assert not any(b.isEnabled() for b in w.decision.buttons.values()) and not w.decision.mark_button.isEnabled()
     key(w, Qt.Key.Key_Y)
     assert "nothing decided" in w.statusBar().currentMessage()
     key(w, Qt.Key.Key_A)  # the agent key: no run on a spectrum of another archive
@@ -66,7 +68,9 @@ def test_y_on_a_text_file_named_fits_stores_nothing(qtbot, make_window, demo_arc
     assert "not readable" in w.statusBar().currentMessage()
     assert _all_decisions(w.vetting.store) == [] and w.agent.interactive_job is None
     assert w.vetting.row == row  # refused decisions do not advance
+    assert not w.decision.buttons["YES"].isEnabled() and not w.decision.comment.isEnabled()
     key(w, Qt.Key.Key_Right)  # the vetter moves on and decides the next one
+    assert w.decision.buttons["YES"].isEnabled() and w.decision.comment.isEnabled()
     key(w, Qt.Key.Key_Y)
     assert len(_all_decisions(w.vetting.store)) == 1
 

@@ -355,6 +355,7 @@ class MainWindow(QMainWindow):
         if opened:  # the queue as the vetter left it (restart, crash)
             filters = self.archive.show_filters(Filters.of(view.filters), view.order)
         self.table_model.set_index(self.index, filters)
+        self._show_position(self.vetting.row)
         self.stack.setCurrentWidget(self.viewer)
         if not opened:
             self.table_model.set_entries([])
@@ -459,6 +460,10 @@ class MainWindow(QMainWindow):
             self.decision.show_suggestion(None)
         self._show_stored_trace(mv)
         self._show_position(self.vetting.row)  # the decided count of this task
+        writable = self.vetting.session.refusal() is None  # nothing readable shown, or read-only: the keys say why
+        for widget in (*self.decision.buttons.values(), *self.decision.flag_boxes.values(), self.decision.comment,
+                       self.decision.mark_button):
+            widget.setEnabled(writable)
 
     def _show_stored_trace(self, mv: Any) -> None:
         if self.agent_panel.running:
