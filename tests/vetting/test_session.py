@@ -17,7 +17,7 @@ import pytest
 from speco3.demo import write_demo_archive
 from speco3.spectra import ArchiveIndex
 from speco3.vetting import VettingStore
-from speco3.vetting.records import Evidence
+from speco3.vetting.records import Evidence, spectrum_key
 from speco3.vetting.session import (
     POSITION_STATE,
     SESSION_STATE,
@@ -107,7 +107,9 @@ def test_a_decision_lands_on_the_spectrum_shown_and_advances(demo, tmp_path):
     row = _readable_row(demo[1])
     s.go_to(row)
     shown = s.shown
-    assert shown is not None and s.refusal() is None
+    assert shown is not None and shown.spectrum is not None and s.refusal() is None
+    # one address, however it is asked for: the index entry's, the loaded spectrum's, the store key
+    assert shown.key == shown.entry.address == spectrum_key(shown.spectrum) == f"{shown.entry.path}#{shown.entry.index}"
     stored: list[str] = []
     s.stored.connect(stored.append)
     assert s.decide("YES", ["interesting"], "He II", [Evidence(4650, 4720, "He II")])

@@ -58,8 +58,8 @@ FOLLOWERS = 256  # rows after the current one remembered across a re-query of th
 
 
 def store_key(entry: IndexEntry) -> str:
-    """Store key of an index entry: the spectrum address ``PATH#N`` (as `speco3.vetting.records.spectrum_key`)."""
-    return f"{entry.path}#{entry.index}"
+    """Store key of an index entry: the spectrum address ``PATH#N`` (`IndexEntry.address`)."""
+    return entry.address
 
 
 # -- events ------------------------------------------------------------------------------------------------------
