@@ -138,7 +138,7 @@ def test_what_a_kill_leaves_on_disk_brings_the_session_back(qtbot, make_window, 
 
 def _hold_writer_lock(store_path) -> subprocess.Popen:
     """Another Spec-o3 process holding the store's writer lock (as a second app instance does)."""
-    code = ("import sys, time\nfrom pathlib import Path\nfrom speco3.vetting.session import WriterLock\n"
+    code = ("import sys, time\nfrom pathlib import Path\nfrom speco3.vetting.writer_lock import WriterLock\n"
             "lock = WriterLock(Path(sys.argv[1]))\nassert lock.acquire() is None\nprint('held', flush=True)\n"
             "time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(store_path)], stdout=subprocess.PIPE, text=True,

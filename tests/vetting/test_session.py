@@ -24,9 +24,9 @@ from speco3.vetting.session import (
     ListQueue,
     SessionView,
     VettingSession,
-    WriterLock,
     store_key,
 )
+from speco3.vetting.writer_lock import WriterLock
 
 
 @dataclass
@@ -146,6 +146,12 @@ def test_a_task_switch_counts_and_decides_for_the_new_task(demo, tmp_path):
     s.record_changed.connect(lambda: records.append(s.task_id))
     s.set_task("wd")
     assert records == ["wd"] and s.decided_count() == 0 and s.current_record() == (None, None)
+    s.clear()
+    told = len(records)
+    s.set_task("cv")  # nothing shown: no record to show again
+    assert len(records) == told and s.decided_count() == 1
+    s.set_task("wd")
+    s.go_to(_readable_row(demo[1]))
     s.decide("NO", [], "", [])
     assert s.store.decision(s.shown.key, "wd").decision == "NO" and s.store.decision(s.shown.key, "cv").decision == "YES"
 

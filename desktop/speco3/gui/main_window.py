@@ -48,7 +48,7 @@ from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
 from speco3.gui.workers import IndexWorker, InferenceThread, render_png
 from speco3.vetting.records import ModelVerdict
-from speco3.vetting.session import Holder
+from speco3.vetting.writer_lock import Holder
 
 log = logging.getLogger(__name__)
 
@@ -499,6 +499,7 @@ class MainWindow(QMainWindow):
         self.settings.task = task_id
         self._save_settings()  # at once: a crash keeps the task chosen
         self.vetting.set_task(task_id)
+        self._show_position(self.vetting.row)  # the decided count of this task, shown or not
         self.viewer.set_task(self.tasks.get(task_id))
         self.refresh_models()  # the model box says whether the task's own adapter runs
 

@@ -26,8 +26,9 @@ from speco3.gui.archive_model import ArchiveTableModel
 from speco3.gui.prefetch import SpectrumCache
 from speco3.spectra.model import Spectrum
 from speco3.vetting.records import Decision, Evidence, ModelVerdict, Notes
-from speco3.vetting.session import Holder, Shown, VettingSession, store_key
+from speco3.vetting.session import Shown, VettingSession, store_key
 from speco3.vetting.store import VettingStore
+from speco3.vetting.writer_lock import Holder
 
 log = logging.getLogger(__name__)
 
