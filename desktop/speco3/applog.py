@@ -6,9 +6,9 @@ llama.cpp backend and devices when it starts, the model files, settings and load
 adds each episode's outcome and timings; every error goes there with its traceback (`log_uncaught`).
 
 What never goes there: spectra contents (nothing logs arrays or pixel data) and keys — `RedactKeys` blanks
-anything that looks like an access token (Hugging Face ``hf_…``, ``Bearer …``, ``token=…``, ``api_key=…``)
-in every record that reaches the file. Bad log folders never stop the program: it warns on stderr once and
-runs without a file.
+anything that looks like an access token (Hugging Face ``hf_…``, ``Bearer …``, ``token=…``, ``api_key=…``,
+``user:password@`` in a URL) in every record that reaches the file. Bad log folders never stop the program: it
+warns on stderr once and runs without a file.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ _KEY_PATTERNS = [
     re.compile(r"\bhf_[A-Za-z0-9]{8,}"),
     re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"),
     re.compile(r"(?i)\b((?:api[_-]?key|token|secret|password)\s*[=:]\s*)['\"]?[^\s'\"&,;]{4,}"),
+    re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@'\"]+(?=@)"),  # user:password@ in a URL (--server)
 ]
 
 

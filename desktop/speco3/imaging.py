@@ -170,6 +170,31 @@ class HasPixels(Protocol):
         ...
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+#: Largest PNG read back from a trace (a model image is at most a few hundred kB).
+MAX_PNG_BYTES = 32 << 20
+#: Largest side of a PNG read back from a trace (model images are at most a few thousand pixels a side).
+MAX_PNG_SIDE = 16384
+
+
+def png_problem(data: bytes, width: int | None = None, height: int | None = None) -> str | None:
+    """Why ``data`` is not a PNG of the claimed size (signature, IHDR chunk, byte and pixel bounds), else None.
+
+    Checked before bytes from a trace folder are embedded in a report or copied beside it: whatever a trace names
+    as its image, only a PNG of a sane size goes out.
+    """
+    if len(data) > MAX_PNG_BYTES:
+        return f"{len(data)} bytes, larger than the {MAX_PNG_BYTES >> 20} MB an image may have"
+    if not data.startswith(PNG_SIGNATURE) or len(data) < 33 or data[12:16] != b"IHDR":
+        return "not a PNG file (wrong signature)"
+    w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if not (0 < w <= MAX_PNG_SIDE and 0 < h <= MAX_PNG_SIDE):
+        return f"a PNG of {w}x{h} pixels, outside 1..{MAX_PNG_SIDE} a side"
+    if (width is not None and w != width) or (height is not None and h != height):
+        return f"a PNG of {w}x{h} pixels, but the trace says {width}x{height}"
+    return None
+
+
 def png_bytes(image: bytes | HasPixels) -> bytes:
     """A rendered image as PNG bytes, at its own size (PNG bytes pass through unchanged)."""
     if isinstance(image, bytes | bytearray):

@@ -152,12 +152,41 @@ def test_abstain_reason_names_what_happened():
     from speco3.agent.confidence import Confidence, abstain_reason
 
     assert abstain_reason(3, 0, 0) == "no rollout of 3 answered"
+    assert abstain_reason(3, 0, 0, ["format_error", "budget_exhausted", "format_error"]) == (
+        "no rollout of 3 answered (2 format_error, 1 budget_exhausted)")
+    assert abstain_reason(1, 0, 0) == "the run gave no answer"
     assert abstain_reason(4, 2, 2) == "a tie, 2 YES / 2 NO"
     assert abstain_reason(3, 2, 1) == "split evidence, 2 YES / 1 NO"
     assert abstain_reason(4, 1, 0) == "too few answers: 1 of 4 rollouts answered (1 YES / 0 NO)"
     assert abstain_reason(4, 0, 1) == "too few answers: 1 of 4 rollouts answered (0 YES / 1 NO)"
     assert abstain_reason(5, 2, 1) == "split evidence, 2 YES / 1 NO, 2 of 5 without an answer"
     none = Confidence(3, ("format_error",) * 3, 0, 0, None, None, None, None, 3, True)
-    assert none.abstain_reason == "no rollout of 3 answered"
+    assert none.abstain_reason == "no rollout of 3 answered (3 format_error)"
     sure = Confidence(2, ("YES", "YES"), 2, 0, 1.0, None, 1.0, "YES", 0, False)
     assert sure.abstain_reason == ""
+
+
+def test_one_outcome_vocabulary_names_what_a_run_came_to():
+    """A run's outcome: its verdict, one run's own ending (K=1: not an abstention), or for a group ``tie``,
+    ``no_answer``, ``abstained`` with the reason; failures that a resumed batch retries keep their names."""
+    from speco3.agent.confidence import aggregate_outcomes
+
+    def head(*outcomes):
+        conf = aggregate_outcomes(outcomes)
+        return conf.outcome, conf.headline
+
+    assert head("YES") == ("YES", "YES")
+    assert head("format_error") == ("format_error", "format_error")  # K=1: a run that gave no answer
+    assert head("YES", "YES", "YES") == ("YES", "YES")
+    assert head("format_error", "YES") == ("YES", "YES")  # half answered, all agree: trusted
+    assert head("YES", "NO") == ("tie", "tie: 1 YES / 1 NO")  # once headed "format_error" or by rollout 1
+    assert head("format_error", "YES", "NO", "format_error") == ("tie", "tie: 1 YES / 1 NO, 2 of 4 without an answer")
+    assert head("format_error", "budget_exhausted") == (
+        "no_answer", "no_answer: no rollout of 2 answered (1 format_error, 1 budget_exhausted)")
+    assert head("YES", "YES", "NO") == ("abstained", "abstained: split evidence, 2 YES / 1 NO")
+    assert head("YES", "format_error", "format_error") == (
+        "abstained", "abstained: too few answers: 1 of 3 rollouts answered (1 YES / 0 NO)")
+    assert head("engine_error", "engine_error") == ("engine_error", "engine_error: no rollout of 2 answered "
+                                                    "(2 engine_error)")
+    assert head("YES", "NO", "cancelled")[0] == "cancelled"  # unfinished: not a tie
+    assert head("YES", "YES", "YES", "cancelled")[0] == "YES"  # a trusted verdict stands

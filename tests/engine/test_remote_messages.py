@@ -12,7 +12,7 @@ import pytest
 from speco3.agent import protocol as p
 from speco3.engine.base import EngineSettings
 from speco3.engine.chatapi import ChatClient, ServerConfig, read_api_key
-from speco3.engine.remote import RemoteEngine, _Answer, to_openai
+from speco3.engine.remote import NOT_VERIFIED, RemoteEngine, _Answer, server_report, to_openai
 from speco3.errors import EngineError
 from speco3.imaging import prepare_image
 from speco3.spectra.view import View
@@ -84,3 +84,16 @@ def test_remote_engine_refuses_markup_parts_and_needs_loading():
 def test_a_missing_ca_bundle_is_a_clear_error(tmp_path):
     with pytest.raises(EngineError, match="CA bundle"):
         ChatClient(ServerConfig("https://127.0.0.1:9", ca_bundle=str(tmp_path / "none.pem")))
+
+
+def test_server_report_reads_vllm_model_lists_and_leaves_the_unreported_empty():
+    """vLLM reports its context as ``max_model_len`` and the model's source as ``root``; no slots, build or digest:
+    those stay None and the digests are said to be unverified (llama-server's /props: test_remote_server.py)."""
+    listed = {"id": "spec-o3", "object": "model", "owned_by": "vllm", "root": "/models/spec-o3-7b",
+              "max_model_len": 32768}
+    r = server_report("vllm", listed, {})
+    assert (r["model"], r["model_path"], r["n_ctx"], r["slots"], r["quant"], r["build"]) == (
+        "spec-o3", "/models/spec-o3-7b", 32768, None, None, None)
+    assert r["digests"] == NOT_VERIFIED
+    junk = server_report("vllm", {"id": 3, "max_model_len": "big", "meta": [1]}, {"total_slots": True})
+    assert (junk["model"], junk["n_ctx"], junk["slots"]) == (None, None, None)  # odd values are not recorded

@@ -272,3 +272,27 @@ def test_concurrent_vet_cancelled_then_resumed_records_each_spectrum_once(server
     rows = store.model_verdicts("cv", latest=False)
     assert len(rows) == 8 and len({r.spectrum_key for r in rows}) == 8
     store.close()
+
+
+def test_vet_against_the_server_records_what_served_it(server, tmp_path, capsys):
+    """``vet --server`` records the server's own context per conversation and its slots (the fixture runs ``-np 4
+    -c 16384``), not the in-process engine's defaults; what the server reports about its model (file, size,
+    build); that the files' digests are not verified; and none of the local engine's loading options."""
+    arch = write_csv_archive(tmp_path / "arch", 1)
+    db = tmp_path / "r.sqlite"
+    rc = main(["vet", str(arch), "--task", "cv", "--out", str(db), "--server", server, "--max-tokens-per-turn", "8",
+               "--max-turns", "2", "--n-ctx", "2048"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "context 4096 per conversation, 4 slots, file type Q8_0); file digests: unknown, not verified" in err
+    with VettingStore(db, readonly=True) as s:
+        (v,) = s.model_verdicts("cv")
+    es = v.engine_settings
+    reported = es["server_reports"]
+    assert (es["n_ctx"], es["n_seq"]) == (4096, 4) == (reported["n_ctx"], reported["slots"])
+    assert reported["kind"] == "llama.cpp" and reported["model"] == v.model_id
+    assert reported["model_path"].endswith(".gguf") and reported["size_bytes"] > 0 and reported["n_params"] > 0
+    assert reported["build"] and reported["digests"].startswith("unknown, not verified")
+    assert v.quant == reported["quant"] == "Q8_0"  # the file type the server reports
+    assert v.text_sha256 is None and v.mmproj_sha256 is None  # nothing claimed that was not checked
+    assert not {"n_threads", "n_gpu_layers", "flash_attn", "kv_type", "use_mmap"} & set(es)

@@ -121,6 +121,18 @@ def test_vetting_store_mode_scores_model_verdicts_against_decisions(tmp_path, ca
     html = (tmp_path / "o" / "report.html").read_text(encoding="utf-8")
     assert "your decisions" in html and "published" not in html
     assert "counts as wrong in the accuracy" in html
+    # what was left out is said: the UNSURE decision, the spectrum nobody decided
+    assert json.loads((tmp_path / "o" / "summary.json").read_text(encoding="utf-8"))["left_out"] == {
+        "UNSURE_decisions": 1, "model_verdicts_without_a_decision": 1}
+    assert "Left out: 1 UNSURE decisions, 1 model verdicts without a decision." in html
+    # a task without a YES label: F1 is n/a with the reason, on stdout and in the report
+    with VettingStore(db) as s:
+        s.record_model_verdict(ModelVerdict("h", "wd", "NO", "NO", model_id="m"))
+        s.record_decision(Decision("h", "wd", "NO"))
+    assert main(["evaluate", str(db), "--out", str(tmp_path / "o2")]) == 0
+    out = capsys.readouterr().out
+    assert "wd F1 n/a (no YES labels) (n=1)" in out and "left out: 1 UNSURE decisions" in out
+    assert "n/a (no YES labels)" in (tmp_path / "o2" / "report.html").read_text(encoding="utf-8")
 
 
 def test_compare_reports_agreement_against_the_first_build(bench_path, tmp_path, capsys):
@@ -141,6 +153,12 @@ def test_compare_reports_agreement_against_the_first_build(bench_path, tmp_path,
     assert len(entry["changed"]) == sum(va[k] != vb[k] for k in va)
     assert set(entry["f1_delta"]) == {t for t, _ in LABELS}
     assert "first_turn" not in entry  # the scripted engine has no logits
+    # summary.json holds the comparison as --json prints it; the report shows it as a table, not raw JSON
+    assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["compare"] == report
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "<h2>Builds compared</h2>" in html and "<pre>" not in html
+    assert f"<td class=\"l\">{a} (reference)</td>" in html and f"<td class=\"l\">{b}</td>" in html
+    assert f"{100 * entry['verdict_agreement']:.0f}% of {entry['items']}" in html
 
 
 def test_bad_inputs_give_clear_errors(tmp_path, capsys):

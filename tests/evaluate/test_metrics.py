@@ -64,10 +64,17 @@ def test_task_metrics_match_sklearn(seed):
     assert summary["mean_tokens"] == pytest.approx(np.mean([r["tokens"] for r in rows]))
 
 
-def test_undefined_scores_are_zero_like_sklearn():
+def test_undefined_scores_are_zero_like_sklearn_and_named_with_the_reason():
     rows = [{"task": "wd", "truth": "NO", "outcome": "NO", "verdict": "NO"}] * 3
-    s = metrics.summarize(rows)["tasks"]["wd"]
+    summary = metrics.summarize(rows)
+    s = summary["tasks"]["wd"]
     assert (s["precision"], s["recall"], s["f1"], s["accuracy"]) == (0.0, 0.0, 0.0, 1.0)
+    assert s["undefined"] == {"precision": "no YES predictions", "recall": "no YES labels", "f1": "no YES labels"}
+    assert summary["undefined"] == {"wd: precision": "no YES predictions", "wd: recall": "no YES labels",
+                                    "wd: f1": "no YES labels"}
+    found = [{"task": "cv", "truth": "YES", "outcome": "YES", "verdict": "YES"},
+             {"task": "cv", "truth": "NO", "outcome": "NO", "verdict": "NO"}]
+    assert metrics.summarize(found)["tasks"]["cv"]["undefined"] == {} and "undefined" not in metrics.summarize(found)
 
 
 def test_calibration_figures():

@@ -71,6 +71,9 @@ def test_abstention_operating_point_by_hand():
     s = selective(rows)
     assert s == {"n": 5, "abstained": 0.4, "coverage": 0.6, "accuracy_answered": pytest.approx(2 / 3),
                  "accuracy": 0.4}
+    none = selective([{**r, "abstained": True} for r in rows])  # nothing answered: undefined, and said why
+    assert none["accuracy_answered"] == 0.0 and none["coverage"] == 0.0
+    assert none["undefined"] == {"accuracy_answered": "nothing answered: the model abstained on every item"}
 
 
 def test_rollouts_resume_by_item(bench_path, tmp_path, render):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
+from speco3.gui.archive_model import COL
 from speco3.vetting.records import ModelVerdict
 
 pytestmark = pytest.mark.gui
@@ -138,3 +139,43 @@ def test_the_first_decision_asks_who_is_vetting(qtbot, make_window, demo_archive
     assert len(asked) == 1 and asked[0] and asked[0] != "unknown"  # asked once, the login name offered
     assert w.vetting.store.decision(first, "cv").vetter == "A. Observer"
     assert w.settings.vetter == "A. Observer"
+
+
+def test_an_abstention_is_shown_where_the_suggestion_is_and_enter_does_not_take_it(qtbot, make_window, demo_archive,
+                                                                                   open_and_wait, key):
+    """The model abstained (split evidence, 3 YES / 2 NO of 5): the decision panel says so instead of "Model suggests
+    YES", the accept button is off, and Enter stores nothing; Y still decides."""
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    shown, task = w.vetting._current_key(), w.vetting.task_id
+    outcomes = ["YES", "NO", "YES", "NO", "YES"]
+    w.vetting.store.record_model_verdict(ModelVerdict(
+        spectrum_key=shown, task=task, verdict="YES", outcome="abstained", model_id="test-model", rollouts=5,
+        p_yes=0.6, agreement=0.6, abstained=True, format_failures=0, outcomes=outcomes, k_max=5, stop_reason="fixed"))
+    w.vetting.recordChanged.emit()
+    text = w.decision.suggestion.text()
+    assert "Model abstained" in text and "split evidence, 3 YES / 2 NO" in text and "abstained: split" not in text
+    assert "suggests" not in text and not w.decision.accept_button.isEnabled()
+    w.table_model.invalidate_states()  # as a finished run does: the table's Model column names the abstention
+    assert w.table_model.data(w.table_model.index(w.vetting.row, COL["model"])) == "abstained"
+    key(w, Qt.Key.Key_Return)
+    assert w.vetting.store.decision(shown, task) is None and w.vetting._current_key() == shown
+    assert "the model abstained" in w.statusBar().currentMessage()
+    key(w, Qt.Key.Key_Y)  # an explicit key decides
+    assert w.vetting.store.decision(shown, task).decision == "YES"
+
+
+def test_the_table_follows_decisions_written_by_another_process(qtbot, make_window, demo_archive, open_and_wait):
+    """A decision written by another connection (`spec-o3 decide` while the app is open) reaches the table's
+    Decision column within the poll, without a restart."""
+    from speco3.vetting import Decision, VettingStore
+
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    m, task = w.table_model, w.vetting.task_id
+    key = w.vetting._current_key()
+    row = w.vetting.row
+    assert m.data(m.index(row, COL["decision"])) in (None, "")
+    with VettingStore(w.vetting.store.path) as other:
+        other.record_decision(Decision(key, task, "NO", vetter="cli"))
+    qtbot.waitUntil(lambda: m.data(m.index(row, COL["decision"])) == "NO", timeout=5000)

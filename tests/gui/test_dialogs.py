@@ -164,3 +164,24 @@ def test_settings_dialog_switches_samp(qtbot):
     dlg.samp_match.setValue(12)
     dlg.accept()
     assert s.samp_enabled is True and s.samp_match_arcsec == 12
+
+
+def test_settings_dialog_fits_a_1366x768_screen_without_a_horizontal_scrollbar_or_cut_labels(qtbot):
+    """The dialog opened cramped at 1366×768 (a horizontal scrollbar, labels and check boxes cut): it now opens as
+    wide as its widest page within the screen; only a page taller than the screen scrolls, vertically."""
+    from PySide6.QtCore import QRect
+    from PySide6.QtWidgets import QCheckBox, QLabel
+
+    dlg = SettingsDialog(AppSettings())
+    qtbot.addWidget(dlg)
+    dlg.fit_to(QRect(0, 0, 1366, 728))  # 768 less a task bar
+    dlg.show()
+    assert dlg.width() <= 1366 and dlg.height() <= 728
+    for i in range(dlg.tabs.count()):
+        dlg.tabs.setCurrentIndex(i)
+        qtbot.wait(10)
+        area = dlg.tabs.widget(i)
+        assert not area.horizontalScrollBar().isVisible(), dlg.tabs.tabText(i)
+        words = area.widget().findChildren(QLabel) + area.widget().findChildren(QCheckBox)
+        cut = [w.text() for w in words if w.isVisible() and w.width() < w.sizeHint().width()]
+        assert cut == [], (dlg.tabs.tabText(i), cut)

@@ -159,6 +159,22 @@ def test_export_dialog_starts_in_documents_then_the_last_export_folder(qtbot, ma
     assert w.export_suggestion("html") == chosen.parent / f"{Path(demo_archive).name}-vetting.html"
 
 
+def test_export_refuses_the_store_itself_and_replaces_other_files(qtbot, make_window, demo_archive, tmp_path,
+                                                                   open_and_wait, key):
+    """The save dialog asked before replacing a file; the store being exported is refused all the same (#42)."""
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    key(w, Qt.Key.Key_Y)
+    store = w.vetting.store.path
+    before = store.read_bytes()
+    assert w.export(store, "csv") is None
+    assert "is the vetting store being exported" in w.statusBar().currentMessage()
+    assert store.read_bytes() == before and len(w.vetting.store.decisions()) == 1
+    old = tmp_path / "old.csv"
+    old.write_text("an earlier export\n")
+    assert w.export(old, "csv") == old and "YES" in old.read_text()
+
+
 def test_export_without_archive_is_a_message_not_a_crash(make_window, tmp_path):
     w = make_window()
     assert w.export(tmp_path / "x.csv", "csv") is None

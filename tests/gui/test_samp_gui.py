@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -82,7 +83,9 @@ def test_send_and_receive_with_a_peer(qtbot, recorder, make_window, demo_archive
         me, POINT_AT, {"ra": repr((target.ra + 0.5) % 360), "dec": repr(target.dec)})).start()
     qtbot.waitUntil(lambda: "no spectrum within 5″" in w.statusBar().currentMessage(), timeout=10000)
 
-    # a candidate list arrives as a VOTable: it becomes the vetting queue through the candidate-list loader
+    # a candidate list arrives as a VOTable: it becomes the vetting queue through the candidate-list loader (the
+    # user said "always" for this peer before: test_a_table_from_a_peer_asks_before_it_replaces_the_queue)
+    w.samp.consent.remembered["Recorder"] = True
     cand = demo_archive / "candidates.vot"
     threading.Thread(target=recorder.call, daemon=True, args=(
         me, TABLE_LOAD, {"url": cand.resolve().as_uri(), "name": "cands"})).start()
@@ -104,3 +107,72 @@ def test_hub_shutdown_shows_in_the_status(qtbot, hub, make_window):
     hub.stop()
     qtbot.waitUntil(lambda: w.samp.status.text() == "SAMP: hub lost", timeout=15000)
     assert not w.samp.send_spectrum_action.isEnabled()
+
+
+def test_a_table_from_a_peer_asks_before_it_replaces_the_queue(qtbot, hub, recorder, make_window, demo_archive,
+                                                                open_and_wait):
+    """No: the queue stays. Yes with "always": loaded, remembered per peer name and saved; the next table from that
+    name loads without a question. The question shows the peer's name as plain text."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    from speco3.gui.settings import AppSettings
+
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    w.samp.toggle.setChecked(True)
+    qtbot.waitUntil(lambda: w.samp.status.text().startswith("SAMP on"), timeout=10000)
+    cand = (demo_archive / "candidates.vot").resolve().as_uri()
+    hostile = sampkit.Recorder(hub, name="<b style='font-size:40pt'>TOPCAT</b>")
+    app = QApplication.instance()
+    app.setProperty("speco3_no_dialogs", False)
+
+    def offer(peer) -> QMessageBox:
+        me = peer.id_of("Spec-o3 Desktop")
+        threading.Thread(target=peer.call, args=(me, TABLE_LOAD, {"url": cand, "name": "cands"}), daemon=True).start()
+        qtbot.waitUntil(lambda: w.samp.asking is not None, timeout=10000)
+        return w.samp.asking
+
+    try:
+        box = offer(hostile)
+        assert box.textFormat() == Qt.TextFormat.PlainText and "“<b style='font-size:40pt'>TOPCAT</b>”" in box.text()
+        if os.environ.get("SPECO3_SHOT_DIR"):  # for people to look at
+            box.grab().save(os.path.join(os.environ["SPECO3_SHOT_DIR"], "samp-table-question.png"))
+        box.button(QMessageBox.StandardButton.No).click()
+        qtbot.waitUntil(lambda: "not loaded" in w.statusBar().currentMessage(), timeout=5000)
+        assert not w.table_model.is_candidate_list and w.samp.asking is None
+
+        box = offer(recorder)
+        assert "“Recorder”" in box.text()
+        box.checkBox().setChecked(True)
+        box.button(QMessageBox.StandardButton.Yes).click()
+        qtbot.waitUntil(lambda: w.table_model.is_candidate_list and w.table_model.loaded_rows() == 14, timeout=10000)
+        assert w.settings.samp_table_peers == {"Recorder": True}
+        assert AppSettings.load().samp_table_peers == {"Recorder": True}  # saved with the settings
+
+        w.table_model.set_entries(None)
+        qtbot.waitUntil(lambda: not w.table_model.is_candidate_list, timeout=5000)
+        me = recorder.id_of("Spec-o3 Desktop")
+        threading.Thread(target=recorder.call, args=(me, TABLE_LOAD, {"url": cand, "name": "cands"}),
+                         daemon=True).start()
+        qtbot.waitUntil(lambda: w.table_model.is_candidate_list and w.table_model.loaded_rows() == 14, timeout=10000)
+        assert w.samp.asking is None  # remembered: not asked again
+    finally:
+        app.setProperty("speco3_no_dialogs", True)
+        hostile.close()
+
+
+def test_remembered_answers_are_read_back_with_their_types_checked(tmp_path):
+    from speco3.gui.settings import AppSettings
+    from speco3.interop.consent import QueueConsent
+
+    raw = {"samp_table_peers": {"topcat": True, "Aladin": False, "odd": "yes"}, "samp_max_table_mb": -3}
+    s = AppSettings.from_dict(raw)
+    assert s.samp_table_peers == {"topcat": True, "Aladin": False} and s.samp_max_table_mb == 64
+    consent = QueueConsent(s.samp_table_peers)
+    assert consent.known("topcat") is True and consent.known("Aladin") is False and consent.known("x") is None
+    assert consent.answer("  new\npeer ", True, remember=False) and consent.known("new peer") is None
+    consent.answer("  new\npeer ", False, remember=True)
+    assert s.samp_table_peers["new peer"] is False  # the settings' own dict: saved with them
+    s.save(tmp_path / "desktop.json")
+    assert AppSettings.load(tmp_path / "desktop.json").samp_table_peers == s.samp_table_peers

@@ -63,6 +63,7 @@ def test_app_on_jsamp_hub_sends_to_snooper_and_obeys_messagesender(qtbot, snoope
         java, POINT_AT, {"ra": repr(target.ra + 1.0 / 3600), "dec": repr(target.dec)}, me))
     qtbot.waitUntil(lambda: w.vetting.entry is not None and w.vetting.entry.key == target.key, timeout=10000)
 
+    w.samp.consent.remembered["jsamp-sender"] = True  # the user said "always" for messagesender's name
     cand = (demo_archive / "candidates.vot").resolve().as_uri()
     _answered(qtbot, javapeers.message_sender(java, TABLE_LOAD, {"url": cand, "name": "cands"}, me))
     qtbot.waitUntil(lambda: w.table_model.is_candidate_list and w.table_model.loaded_rows() == 14, timeout=10000)

@@ -101,3 +101,32 @@ def test_link_sends_to_wildcard_subscriber_and_receives_from_messagesender(link,
     status, out = javapeers.message_sender(java, HIGHLIGHT, {"table-id": table_id, "row": "zz"}, me).wait(60)
     assert status == "samp.error" and "'row' is not an integer" in out, out
     assert link.connected
+
+
+def test_stilts_sends_a_table_the_app_reads(link, java, jsamp_hub, probe, demo_votable):
+    """STILTS (JSAMP inside) sends a table with ``omode=samp``: the app, a careful peer, still takes it (the
+    URL it gets is checked by `speco3.interop.fetch`), replies ``samp.ok`` and has the table's rows."""
+    from pathlib import Path
+
+    from astropy.table import Table
+
+    assert link.connect().result(15) is True
+    me = probe.wait_registered("Spec-o3 Desktop")  # by id: the script would split the name at its blank
+    sender = java.start("stilts-tosamp", [javapeers.require("stilts"), "tpipe", f"in={demo_votable}",
+                                          "omode=samp", f"client={me}"])
+    sender.proc.wait(120)
+    assert "Response samp.ok from" in sender.output(), sender.output()[-2000:]
+    loaded = link.events.wait(lambda e: type(e).__name__ == "LoadTable", timeout=60)
+    assert len(Table.read(loaded.path, format="votable")) == 3, loaded
+    # served by JSAMP's own HTTP server on loopback (seen: http://127.0.0.1:PORT/stilts-table/1/table.votable), as
+    # TOPCAT serves the tables it sends: fetched into the link's private folder
+    assert loaded.url.startswith("http://127.0.0.1:") and Path(loaded.path).parent == link.files.path, loaded
+
+
+@pytest.fixture
+def demo_votable(tmp_path):
+    from astropy.table import Table
+
+    path = tmp_path / "cands.vot"
+    Table({"obsid": [1, 2, 3]}).write(path, format="votable")
+    return path

@@ -60,7 +60,7 @@ def test_inspect_auto_split_runs_to_the_budget(tmp_path, capsys):
                "--out", str(tmp_path / "t"), "--rollouts", "auto", "--max-rollouts", "4"])
     text = capsys.readouterr().out
     assert rc == 3  # a tie: no verdict
-    assert "4 of up to 4 rollouts (budget)" in text and "ABSTAINED (a tie, 2 YES / 2 NO)" in text
+    assert "4 of up to 4 rollouts (budget)" in text and "ABSTAINED (a tie, 2 YES / 2 NO); outcome tie: 2 YES / 2 NO" in text
 
 
 @pytest.mark.parametrize("argv, message", [(["--rollouts", "many"], "'auto'"),

@@ -107,10 +107,10 @@ def test_vet_rollouts_then_queue(tmp_path, capsys, caplog):
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["rollouts"] == 3 and summary["done"] == 2
     assert summary["abstained"] == 2  # 2 YES / 1 NO: agreement 0.67 < 0.75 for both spectra
-    assert err.count("YES (abstained: split evidence, 2 YES / 1 NO)") == 2, err
+    assert err.count(": abstained: split evidence, 2 YES / 1 NO") == 2, err
     logged = [r.getMessage() for r in caplog.records if r.name == "speco3.vetting.rollout_runs"]
-    assert len(logged) == 2 and all("YES from 3 rollouts (outcomes YES, YES, NO): p_yes 0.67, agreement 0.67, "
-                                    "abstained (split evidence, 2 YES / 1 NO)" in m for m in logged), logged
+    assert len(logged) == 2 and all("YES from 3 rollouts (outcomes YES, YES, NO): p_yes 0.67, agreement 0.67 — "
+                                    "abstained: split evidence, 2 YES / 1 NO" in m for m in logged), logged
     unanimous = _script(tmp_path, [[NO]])
     assert main(["vet", str(arch), "--task", "cv", "--out", str(db), "--scripted", str(unanimous)]) == 0
     capsys.readouterr()
@@ -132,9 +132,10 @@ def test_vet_rollouts_then_queue(tmp_path, capsys, caplog):
     assert [r["p_yes"] for r in rows] == [0.5, 0.5, 0.5]  # K=2 runs are the latest for all three
     assert all(r["abstained"] for r in rows)
     assert all(r["uncertainty"] == 1.0 and r["abstain_reason"] == "a tie, 1 YES / 1 NO" for r in rows), rows
+    assert all(r["model_outcome"] == "tie" and r["k_max"] == 2 and r["stop_reason"] == "fixed" for r in rows), rows
     assert main(["queue", str(db2), "--abstained", "--order", "uncertainty"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:3] == ["p_yes", "K", "agree"] and len(lines) == 4 and "ABS" in lines[1]
+    assert lines[0].split()[:3] == ["p_yes", "K", "agree"] and len(lines) == 4 and "tie: 1 YES / 1 NO" in lines[1]
 
 
 
@@ -190,6 +191,11 @@ def test_vet_rerun_with_everything_done_does_not_load_the_model(tiny_gguf, tmp_p
             "--max-turns", "1"]
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["done"] == 2
+    with VettingStore(tmp_path / "r.sqlite", readonly=True) as store:  # what ran, with every verdict and trace
+        for v in store.model_verdicts("cv"):
+            ran = v.engine_settings["ran"]
+            assert (ran["backend"], ran["n_threads"], ran["n_threads_batch"], ran["n_gpu_layers"]) == ("CPU", 2, 2, 0)
+            assert ran["n_ctx"] >= 4096 and Trace.load(v.trace_dir).settings["ran"] == ran
     loads = []
     real_load = LlamaMtmdEngine.load
     monkeypatch.setattr(LlamaMtmdEngine, "load", lambda self: (loads.append(1), real_load(self))[1])

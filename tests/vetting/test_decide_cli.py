@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from astropy.table import Table
 
@@ -122,3 +123,54 @@ def test_merged_stores_keep_the_evidence(tmp_path):
     with VettingStore(tmp_path / "all.sqlite", readonly=True) as s:
         assert s.decision("x#0", "cv").evidence == [Evidence(6540, 6590, "Hα")]
         assert s.annotation("y#0", "cv").evidence == [Evidence(1, 3, "later")]
+
+
+def test_decide_takes_the_vetter_name_the_app_has_set(tmp_path, spectrum_file, monkeypatch, capsys):
+    """One person is one vetter: with a name set in the app's Settings, ``decide`` records it, not the login name
+    (``--vetter`` still wins); the app reads the same setting."""
+    from speco3.config import config_dir
+    from speco3.gui.settings import AppSettings
+
+    monkeypatch.setenv("LOGNAME", "root")
+    store_path = tmp_path / "s.sqlite"
+    settings = AppSettings(vetter="Ana Lopez")
+    settings.save()
+    assert (config_dir() / "desktop.json").is_file()
+    assert main(["decide", str(store_path), str(spectrum_file), "--task", "cv", "--verdict", "YES"]) == 0
+    assert main(["decide", str(store_path), str(spectrum_file), "--task", "wd", "--verdict", "NO",
+                 "--vetter", "Bo"]) == 0
+    capsys.readouterr()
+    with VettingStore(store_path, readonly=True) as s:
+        assert [d.vetter for d in s.decisions()] == ["Ana Lopez", "Bo"]
+    assert AppSettings.load().vetter_name() == "Ana Lopez"
+    (config_dir() / "desktop.json").write_text("{broken", encoding="utf-8")  # unreadable: the login name
+    assert main(["decide", str(store_path), str(spectrum_file), "--task", "cv", "--verdict", "NO", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["vetter"] == "root"
+
+
+def test_decide_warns_when_a_label_names_a_line_outside_its_window_at_the_spectrums_z(tmp_path, capsys):
+    """Evidence windows are observed-frame: at z = 0.308 Hα is at 8587 Å, so "6540-6590:Hα" (its rest wavelength)
+    is stored with a warning naming where the line is; a window at the observed wavelength, or a label naming no
+    line of the task, gives none."""
+    from astropy.io import fits
+
+    from speco3.agent.tasks import get_task
+    from speco3.vetting.records import label_warnings
+
+    qso = tmp_path / "qso.fits"  # a 1-D spectrum, 3800-9200 Å, with its catalogue redshift in the header
+    hdu = fits.PrimaryHDU(np.full(2700, 10.0, dtype=np.float32))
+    hdu.header.update(CRVAL1=3800.0, CDELT1=2.0, CRPIX1=1.0, CUNIT1="Angstrom", CTYPE1="WAVE", REDSHIFT=0.308)
+    hdu.writeto(qso)
+    store_path = tmp_path / "s.sqlite"
+    assert main(["decide", str(store_path), str(qso), "--task", "cv", "--verdict", "YES",
+                 "--evidence", "6540-6590:Hα,8560-8610:Halpha,5000-5100:continuum"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "evidence window 6540-6590:Hα: the label names Hα at 8587 Å" in err
+    assert "observed frame" in err
+    with VettingStore(store_path, readonly=True) as s:
+        assert len(s.decisions()[0].evidence) == 3  # stored as given
+    lines = get_task("cv").lines
+    assert label_warnings([Evidence(4660, 4700, "He II 4686")], lines, 0.0) == []
+    assert label_warnings([Evidence(4660, 4700, "He I")], lines, 0.0)  # no He I line lies in 4660-4700
+    assert label_warnings([Evidence(5860, 5890, "he i emission")], lines, 0.0) == []  # He I 5876 does
+    assert label_warnings([Evidence(6540, 6590, "Hα")], lines, None) == []

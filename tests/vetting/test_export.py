@@ -52,7 +52,7 @@ def test_export_is_atomic(filled_store, tmp_path, monkeypatch):
 
     monkeypatch.setattr(Table, "write", broken)
     with pytest.raises(StoreError, match="No space left"):
-        export(filled_store, target)
+        export(filled_store, target, overwrite=True)  # replacing an export (the CLI's --force)
     assert target.read_text() == "previous export\n"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.csv")) == []
 

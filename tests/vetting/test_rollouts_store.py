@@ -44,7 +44,8 @@ def test_every_rollout_stored_with_its_trace_and_windows(tmp_path):
     assert [(r.seed, r.temperature) for r in rs] == [(10, 0.9), (11, 0.9), (12, 0.9), (13, 0.9)]
     assert rs[2].windows == [[6500, 6600, "Hα <b>"]] and rs[3].windows == [[4600, 4750, "He II"], [6500, 6600, "Hα <b>"]]
     assert [r.p_yes_token for r in rs] == [None, pytest.approx(0.9), pytest.approx(0.9), pytest.approx(0.3)]
-    assert (again.rollouts, again.verdict, again.outcome) == (4, "YES", "YES")
+    # the majority is YES, but 2 of 3 answers is split evidence: the run came to an abstention, named so
+    assert (again.rollouts, again.verdict, again.outcome) == (4, "YES", "abstained")
     assert again.p_yes == pytest.approx(2 / 3) and again.agreement == pytest.approx(2 / 3)
     assert again.p_yes_token == pytest.approx(0.7) and again.abstained is True and again.format_failures == 1
     assert again.outcomes == ["format_error", "YES", "YES", "NO"]

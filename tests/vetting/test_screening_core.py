@@ -191,11 +191,18 @@ def test_queue_json_abstain_reasons_count_the_rollouts(tmp_path, capsys):
                   ScriptedEngine([YES]), task, pillow_render, plan=RolloutPlan(4, 1.0))
     assert cli_main(["queue", str(db), "--json", "--order", "queue"]) == 0
     rows = {r["spectrum_key"].rsplit("/", 1)[-1]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["k1_00.fits#0"]["abstain_reason"] == "no rollout of 1 answered"
-    assert rows["k4none_00.fits#0"]["abstain_reason"] == "no rollout of 4 answered"
+    # one run (K=1) is named by how it ended, not as an abstention; a group by what its vote came to
+    assert rows["k1_00.fits#0"]["abstain_reason"] is None
+    assert rows["k1_00.fits#0"]["model_outcome"] == "format_error"
+    assert rows["k4none_00.fits#0"]["abstain_reason"] == "no rollout of 4 answered (4 format_error)"
+    assert rows["k4none_00.fits#0"]["model_outcome"] == "no_answer"
     assert rows["k4tie_00.fits#0"]["abstain_reason"] == "a tie, 2 YES / 2 NO"
+    assert rows["k4tie_00.fits#0"]["model_outcome"] == "tie"
     assert rows["masked.fits#0"]["rollout_outcomes"] == "input_error,input_error,input_error,input_error"
-    assert rows["masked.fits#0"]["abstain_reason"] == "no rollout of 4 answered"  # input errors: 4 rollouts
+    assert rows["masked.fits#0"]["abstain_reason"] == "no rollout of 4 answered (4 input_error)"  # 4 rollouts
+    assert rows["masked.fits#0"]["model_outcome"] == "input_error"
+    assert all(r["k_max"] == r["k_used"] == r["rollouts"] and r["stop_reason"] == "fixed" for r in rows.values()
+               if r["model_verdict"] is not None)
     assert rows["bad.fits#0"]["model_verdict"] is None and rows["bad.fits#0"]["abstain_reason"] is None
 
 

@@ -63,7 +63,7 @@ def _session(demo, tmp_path, settings=None, name="store.sqlite") -> tuple[Vettin
     messages: list[str] = []
     s.message.connect(messages.append)
     s.error.connect(messages.append)
-    assert s.open_archive(folder, tmp_path / name)
+    assert s.open_archive(folder, tmp_path / name).opened
     s.set_queue(ListQueue(entries))
     return s, messages
 
@@ -129,7 +129,7 @@ def test_another_archive_shows_nothing_and_the_old_store_is_untouched(demo, tmp_
     s.current_changed.connect(seen.append)
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert s.open_archive(empty, tmp_path / "empty.sqlite")
+    assert s.open_archive(empty, tmp_path / "empty.sqlite").opened
     s.set_queue(ListQueue([]))
     assert seen == [None] and s.shown is None and s.entry is None and s.spectrum is None
     assert _every_write(s) == [False, False] and not s.step(1) and not s.next_undecided()
@@ -217,7 +217,7 @@ def test_after_a_kill_the_session_and_its_decisions_come_back(demo, tmp_path):
         ix = ArchiveIndex(Path({str(tmp_path / "child-index.sqlite")!r}))
         ix.scan(Path({str(folder)!r}), workers=1)
         s = VettingSession(Settings(), lambda e: e.load())
-        assert s.open_archive(Path({str(folder)!r}), Path({str(store_path)!r}))
+        assert s.open_archive(Path({str(folder)!r}), Path({str(store_path)!r})).opened
         s.set_queue(ListQueue(list(ix.query(limit=1000))))
         s.set_task("wd")
         s.remember(order="p_yes", filters={{"state": "undecided"}}, candidates="/lists/c.csv")
@@ -233,7 +233,7 @@ def test_after_a_kill_the_session_and_its_decisions_come_back(demo, tmp_path):
         position = proc.stdout.readline().strip()
         assert position
         s = VettingSession(Settings(), _load)
-        assert not s.open_archive(folder, store_path, browse_read_only=lambda holder: False)  # still alive: held
+        assert not s.open_archive(folder, store_path, browse_read_only=lambda holder: False).opened  # still alive: held
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(30) == -signal.SIGKILL
     finally:
@@ -241,7 +241,7 @@ def test_after_a_kill_the_session_and_its_decisions_come_back(demo, tmp_path):
             proc.kill()
             proc.wait(30)
     s = VettingSession(Settings(), _load)
-    assert s.open_archive(folder, store_path) and s.read_only is None
+    assert s.open_archive(folder, store_path).opened and s.read_only is None
     s.set_queue(ListQueue(entries))
     assert s.view == SessionView("p_yes", {"state": "undecided"}, "/lists/c.csv")
     dec = s.store.decision(store_key(entries[row]), "wd")
@@ -256,7 +256,7 @@ def test_a_second_writer_is_told_and_browses_read_only(demo, tmp_path):
     first.decide("YES", [], "", [])
     told = []
     second = VettingSession(Settings(), _load)
-    assert second.open_archive(demo[0], tmp_path / "store.sqlite", lambda holder: told.append(holder) or True)
+    assert second.open_archive(demo[0], tmp_path / "store.sqlite", lambda holder: told.append(holder) or True).opened
     assert [h.pid for h in told] == [os.getpid()] and second.store.readonly
     second.set_queue(ListQueue(demo[1]))
     assert second.go_to(_readable_row(demo[1])) and second.spectrum is not None  # browsing works

@@ -188,3 +188,76 @@ def test_an_empty_shard_prints_the_same_summary_as_a_run(tmp_path, monkeypatch, 
         assert s.model_verdicts("cv") == []
     assert _vet(arch, tmp_path / "f.sqlite", script, "--shard", f"{key_shard}/7") == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["done"] == 1
+
+
+# what differs between a sharded run merged and the same run unsharded: when things ran, how long, where they were
+# written, and the row ids (renumbered in time order)
+_VOLATILE = {"id", "verdict_id", "model_verdict_id", "created_at", "decided_at", "updated_at", "stamped_ns",
+             "seconds", "trace_dir", "app_version"}
+
+
+def _tables(path):
+    """Every table of a store as a sorted list of rows without the volatile columns; rollouts keyed by their run's
+    spectrum (ids differ), engine settings parsed (their shard differs), state without the shard's own keys."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    db.row_factory = sqlite3.Row
+    try:
+        names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' "
+                                          "AND name != 'sqlite_sequence' ORDER BY name")]
+        runs = {r["id"]: r["spectrum_key"] for r in db.execute("SELECT id, spectrum_key FROM model_verdicts")}
+        out = {}
+        for name in names:
+            rows = []
+            for r in db.execute(f"SELECT * FROM {name}"):  # noqa: S608 - table names from the schema
+                d = {k: v for k, v in dict(r).items() if k not in _VOLATILE}
+                if name == "rollouts":
+                    d["run"] = runs[r["verdict_id"]]
+                if name == "file_stamps":
+                    d.pop("mtime_ns")
+                rows.append(json.dumps(d, sort_keys=True, default=str))
+            out[name] = sorted(rows)
+        return out
+    finally:
+        db.close()
+
+
+def test_a_sharded_campaign_merged_equals_the_unsharded_one(tmp_path, capsys):
+    """Every table of ``merge`` over ``vet --shard 0/2`` and ``1/2`` with rollouts holds what the unsharded run holds
+    (times, paths and ids aside): runs with their fold and provenance, every rollout, traces; re-merging adds none."""
+    script = tmp_path / "script.json"  # rollouts of a spectrum differ (picked by seed): folds vary
+    script.write_text(json.dumps({"scripts": [[YES], [NO], ["no answer at all"]], "select": "seed"}),
+                      encoding="utf-8")
+    arch = _archive(tmp_path / "arch", n=6)
+    whole, shards = tmp_path / "whole.sqlite", [tmp_path / f"shard{i}.sqlite" for i in range(2)]
+    assert _vet(arch, whole, script, "--rollouts", "3") == 0
+    for i, store in enumerate(shards):
+        assert _vet(arch, store, script, "--rollouts", "3", "--shard", f"{i}/2") == 0
+    merged = tmp_path / "merged" / "all.sqlite"
+    capsys.readouterr()
+    assert main(["merge", str(merged), *map(str, shards)]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["rollouts_added"] == 18 and report["traces_missing"] == 0
+    a, b = _tables(whole), _tables(merged)
+    for t in (a, b):  # the state a shard keeps about itself is not the campaign's
+        t["state"] = [s for s in t["state"] if "shard" not in s]
+        t["model_verdicts"] = [json.dumps({**json.loads(r), "engine_settings": {
+            k: v for k, v in json.loads(json.loads(r)["engine_settings"]).items() if k != "shard"}}, sort_keys=True)
+            for r in t["model_verdicts"]]
+    assert set(a) == set(b)
+    for name in a:
+        assert a[name] == b[name], name
+    assert len(b["rollouts"]) == 18 and len(b["model_verdicts"]) == 6
+    with VettingStore(merged, readonly=True) as s:  # every rollout's trace is found from the merged store
+        for v in s.model_verdicts("cv"):
+            rolls = s.rollouts(v.id)
+            assert len(rolls) == 3 and all(os.path.isdir(r.trace_dir) for r in rolls)
+    # merged again (into itself from both shards): nothing added, nothing lost
+    assert main(["merge", str(merged), *map(str, shards)]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again["verdicts_added"] == again["rollouts_added"] == 0 and again["verdicts_duplicate"] == 6
+    assert _tables(merged)["rollouts"] == b["rollouts"]
+    # the report of the merged store shows the rollouts side by side
+    html = tmp_path / "report.html"
+    assert main(["export", str(merged), "--html", str(html)]) == 0
+    text = html.read_text(encoding="utf-8")
+    assert text.count("Rollout 3 · seed") == 6

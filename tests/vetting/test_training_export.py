@@ -76,7 +76,14 @@ def test_two_tasks_give_trajectories_rows_and_counts(tmp_path, data, store, caps
     assert cv["parquet"] == {"YES": 2, "NO": 1} and cv["trajectories"] == {"YES": 1, "NO": 1}
     assert cv["no_evidence"] == {"YES": 1} and cv["unsure"] == 1 and cv["decided"] == {"YES": 2, "NO": 1, "UNSURE": 1}
     assert carbon["parquet"] == {"NO": 1} and carbon["trajectories"] == {"NO": 1}
-    assert manifest["totals"] == {"parquet_rows": 4, "trajectories": 3, "left_out": 0}
+    # the UNSURE decision is left out and said so: counted where the manifest lists it
+    assert manifest["totals"] == {"parquet_rows": 4, "trajectories": 3, "left_out": 1}
+    assert [(x["left_out"], x["reason"]) for x in manifest["left_out"]] == [("decision", "UNSURE is not a label")]
+    # carbon's only label is NO: said on stderr and in the manifest
+    assert manifest["warnings"] == ["task carbon: every exported label is NO (1 spectra): a model trained on these "
+                                    "learns one answer; add decisions of the other kind"]
+    printed = capsys.readouterr()
+    assert "warning: task carbon: every exported label is NO" in printed.err
     assert manifest["store"]["sha256"] == sha256_file(tmp_path / "results.sqlite")
     assert manifest["protocol"]["fingerprint"] == protocol_fingerprint()
     assert manifest["prompt_versions"] == {"carbon": get_task("carbon").prompt_version,
@@ -117,8 +124,9 @@ def test_two_tasks_give_trajectories_rows_and_counts(tmp_path, data, store, caps
     assert first.wavelength.tolist() == sp.wavelength.tolist() and first.flux.tolist() == sp.flux.tolist()
     info = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
     assert info["speco3_sft"]["file_name"] == "sft.jsonl" and info["speco3_sft"]["formatting"] == "sharegpt"
-    summary = json.loads(capsys.readouterr().out)
+    summary = json.loads(printed.out)
     assert summary["trajectories"] == 3 and summary["parquet_rows"] == 4
+    assert summary["left_out"] == manifest["totals"]["left_out"] == len(manifest["left_out"]) == 1  # truthful
 
 
 def test_the_real_renderer_and_the_model_the_vetter_saw_are_recorded(tmp_path, data, store, capsys):
@@ -149,13 +157,20 @@ def test_the_real_renderer_and_the_model_the_vetter_saw_are_recorded(tmp_path, d
 def test_only_agreed_keeps_what_two_vetters_said_alike(tmp_path, data, store, capsys):
     agreed = decide(store, write_csv_spectrum(data, 1), "cv", "YES", [HA], vetter="Ana")
     decide(store, data / "s01.csv", "cv", "YES", [HA, HB], vetter="Bo")
+    decide(store, write_csv_spectrum(data, 5), "cv", "YES", [HA], vetter="Ana Lopez")
+    decide(store, data / "s05.csv", "cv", "YES", [HA], vetter=" ana  lopez")  # one person, spelt twice
     decide(store, write_csv_spectrum(data, 0), "cv", "NO", [HA], vetter="Ana")
     decide(store, data / "s00.csv", "cv", "YES", [HA], vetter="Bo")  # the vetters disagree
     decide(store, write_csv_spectrum(data, 2), "cv", "YES", [HA], vetter="Ana")  # one vetter only
     code, manifest = export(tmp_path, store, "--only-agreed")
     assert code == 0
     cv = manifest["counts"]["cv"]
-    assert cv["parquet"] == {"YES": 1} and cv["trajectories"] == {"YES": 1} and cv["not_agreed"] == 2
+    assert cv["parquet"] == {"YES": 1} and cv["trajectories"] == {"YES": 1} and cv["not_agreed"] == 3
+    # each left out in the manifest, and the stdout's count is the manifest's
+    assert manifest["totals"]["left_out"] == len(manifest["left_out"]) == 3
+    assert sorted(x["reason"] for x in manifest["left_out"]) == [
+        "--only-agreed: decided by one vetter", "--only-agreed: decided by one vetter",
+        "--only-agreed: the latest decisions of its 2 vetters differ"]
     (rec,) = records(tmp_path)
     assert rec["spectrum_key"] == agreed and rec["vetter"] == "Bo" and len(rec["images"]) == 3  # the latest: 2 windows
     assert manifest["selection"]["only_agreed"] is True
@@ -163,7 +178,7 @@ def test_only_agreed_keeps_what_two_vetters_said_alike(tmp_path, data, store, ca
     code, manifest = export(tmp_path / "all", VettingStore(tmp_path / "results.sqlite"))
     assert code == 0
     cv = manifest["counts"]["cv"]
-    assert cv["parquet"] == {"YES": 3} and cv["vetters_disagree"] == 1 and cv["not_agreed"] == 0
+    assert cv["parquet"] == {"YES": 4} and cv["vetters_disagree"] == 1 and cv["not_agreed"] == 0
 
 
 def test_missing_and_changed_files_are_left_out_with_a_reason(tmp_path, data, store, capsys):

@@ -28,6 +28,15 @@ Abstention (`Thresholds`): the model abstains on a spectrum when the evidence is
 rollouts answered at all (``min_answered``), or none did. See the README (Confidence) for why the defaults are
 what they are. K=1 at temperature 0 is the paper's greedy evaluation: one answer has agreement 1 and never
 abstains unless it has no answer.
+
+What a run came to (`run_outcome`, the one vocabulary of the store's ``outcome``, the exports' ``model_outcome``, the
+CLI, the HTML report and the app): ``YES`` or ``NO`` when the fold gives a verdict it does not abstain on; for one
+rollout (K=1) the run's own `Outcome` (``format_error``, ``budget_exhausted`` …: a run, not an abstention); for a
+group (K > 1) without a verdict to act on, ``tie`` (as many YES as NO answers), ``no_answer`` (no rollout answered),
+``abstained`` (a majority the rule does not trust: split evidence or too few answers), or ``cancelled`` /
+``engine_error`` / ``input_error`` when a rollout was cancelled (retried by a resumed batch), the engine failed
+(retried too) or the spectrum could not be shown.
+`run_reason` says why in words and `describe_run` gives the headline, e.g. ``tie: 1 YES / 1 NO``.
 """
 
 from __future__ import annotations
@@ -83,11 +92,26 @@ class Confidence:
         """Why the model abstained, in words ("" when it did not)."""
         if not self.abstained:
             return ""
-        return abstain_reason(self.k, self.yes, self.no)
+        return abstain_reason(self.k, self.yes, self.no, self.outcomes)
 
     @property
     def uncertainty(self) -> float | None:
         return uncertainty(self.p_yes)
+
+    @property
+    def outcome(self) -> str:
+        """What the run came to (`run_outcome`)."""
+        return run_outcome(self)
+
+    @property
+    def reason(self) -> str:
+        """Why the run gives no verdict to act on, in words (`run_reason`; "" when it gives one)."""
+        return run_reason(self)
+
+    @property
+    def headline(self) -> str:
+        """The outcome with its reason (`describe_run`)."""
+        return describe_run(self)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -102,14 +126,64 @@ def uncertainty(p_yes: float | None) -> float | None:
     return None if p_yes is None else 1.0 - abs(2.0 * float(p_yes) - 1.0)
 
 
-def abstain_reason(k: int, yes: int, no: int) -> str:
+#: Outcomes of a group of rollouts (K > 1) that no single rollout has (`run_outcome`).
+TIE = "tie"
+NO_ANSWER = "no_answer"
+ABSTAINED = "abstained"
+RUN_OUTCOMES = (TIE, NO_ANSWER, ABSTAINED)
+
+
+def run_outcome(conf: Confidence) -> str:
+    """What a model run came to (module doc): its verdict, K=1's own outcome, or ``tie``, ``no_answer``,
+    ``abstained``, ``cancelled``, ``engine_error`` for a group without a verdict to act on."""
+    if conf.k == 1:
+        return conf.outcomes[0]
+    if conf.verdict is not None and not conf.abstained:
+        return conf.verdict
+    # unfinished (a resumed run retries it) or unshowable: named as such, not as the vote they left
+    for failed in (Outcome.CANCELLED.value, Outcome.ENGINE_ERROR.value, Outcome.INPUT_ERROR.value):
+        if failed in conf.outcomes:
+            return failed
+    if conf.answered == 0:
+        return NO_ANSWER
+    return TIE if conf.yes == conf.no else ABSTAINED
+
+
+def run_reason(conf: Confidence) -> str:
+    """Why a run gives no verdict to act on (`abstain_reason` of its vote; "" for a trusted verdict and for K=1,
+    whose outcome says it)."""
+    if conf.k == 1 or (conf.verdict is not None and not conf.abstained):
+        return ""
+    return abstain_reason(conf.k, conf.yes, conf.no, conf.outcomes)
+
+
+def describe_run(conf: Confidence) -> str:
+    """A run's outcome as every surface heads it: ``YES``, ``format_error`` (K=1), ``tie: 1 YES / 1 NO``,
+    ``no_answer: no rollout of 4 answered (3 format_error, 1 budget_exhausted)``, ``abstained: split evidence,
+    3 YES / 2 NO``."""
+    return describe_outcome(run_outcome(conf), run_reason(conf))
+
+
+def describe_outcome(outcome: str, reason: str = "") -> str:
+    """``outcome: reason`` without saying a tie twice (`describe_run`; stored rows give both)."""
+    if not reason:
+        return outcome
+    return f"{outcome}: {reason.removeprefix('a tie, ')}" if outcome == TIE else f"{outcome}: {reason}"
+
+
+def abstain_reason(k: int, yes: int, no: int, outcomes: Sequence[str] = ()) -> str:
     """The reason of an abstention from the vote: no answer, a tie, too few answers (the answered rollouts agree
-    but too many gave none), or split evidence."""
+    but too many gave none), or split evidence. ``outcomes`` (each rollout's), when given, name what the rollouts
+    without an answer ended with."""
+    unanswered = [o for o in outcomes if o not in ("YES", "NO")]
+    ended = ", ".join(f"{unanswered.count(o)} {o}" for o in dict.fromkeys(unanswered))
     if yes + no == 0:
-        return f"no rollout of {k} answered"
-    if yes == no:
-        return f"a tie, {yes} YES / {no} NO"
+        if k == 1:
+            return "the run gave no answer" + (f" ({ended})" if ended else "")
+        return f"no rollout of {k} answered" + (f" ({ended})" if ended else "")
     missing = k - yes - no
+    if yes == no:
+        return f"a tie, {yes} YES / {no} NO" + (f", {missing} of {k} without an answer" if missing else "")
     if missing and (yes == 0 or no == 0):
         return f"too few answers: {yes + no} of {k} rollouts answered ({yes} YES / {no} NO)"
     return f"split evidence, {yes} YES / {no} NO" + (f", {missing} of {k} without an answer" if missing else "")
@@ -207,5 +281,6 @@ def aggregate(finals: Sequence[VerdictStep], thresholds: Thresholds | None = Non
     return aggregate_outcomes([f.outcome.value for f in finals], [f.p_yes_token for f in finals], thresholds)
 
 
-__all__ = ["DEFAULT_MIN_AGREEMENT", "DEFAULT_MIN_ANSWERED", "Confidence", "Thresholds", "aggregate",
-           "aggregate_outcomes", "answer_token_p_yes"]
+__all__ = ["ABSTAINED", "DEFAULT_MIN_AGREEMENT", "DEFAULT_MIN_ANSWERED", "NO_ANSWER", "RUN_OUTCOMES", "TIE",
+           "Confidence", "Thresholds", "abstain_reason", "aggregate", "aggregate_outcomes", "answer_token_p_yes",
+           "describe_outcome", "describe_run", "run_outcome", "run_reason"]

@@ -191,15 +191,43 @@ def task_from_dict(d: Any, where: str, base_dir: str | Path | None = None) -> Ta
     )
 
 
+#: Largest task file read (a task is a few kB of text); larger files are refused unread.
+MAX_TASK_FILE_BYTES = 1 << 20
+#: Deepest nesting of lists and objects a task file may have (the schema needs 3).
+MAX_TASK_DEPTH = 16
+
+
+def _nesting(value: Any) -> int:
+    """How deeply lists and objects nest in a parsed JSON value (iterative: no recursion to exhaust)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_TASK_DEPTH:
+                stack.extend((c, depth + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
 def load_task_file(path: str | Path) -> Task:
-    """Read and validate one task file."""
+    """Read and validate one task file; every way it can be malformed (unreadable, over `MAX_TASK_FILE_BYTES`,
+    not JSON, nested deeper than `MAX_TASK_DEPTH`, wrong fields) raises `TaskError` naming it."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_TASK_FILE_BYTES + 1)
     except OSError as exc:
         raise TaskError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    if len(raw) > MAX_TASK_FILE_BYTES:
+        raise TaskError(f"{path}: too large for a task file (over {MAX_TASK_FILE_BYTES // 1024} kB)")
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise TaskError(f"{path}: not valid JSON ({exc})") from exc
+    except RecursionError as exc:  # the parser recurses once per nesting level
+        raise TaskError(f"{path}: not a task file (JSON nested too deeply)") from exc
+    if _nesting(data) > MAX_TASK_DEPTH:
+        raise TaskError(f"{path}: not a task file (JSON nested more than {MAX_TASK_DEPTH} levels deep)")
     task = task_from_dict(data, str(path), path.parent)
     if task.id != path.stem:
         logger.info("task file %s defines task id %r", path, task.id)

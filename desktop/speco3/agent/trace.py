@@ -22,13 +22,15 @@ from speco3 import __version__
 from speco3.agent.protocol import render_prompt
 from speco3.agent.steps import STEP_TYPES, Outcome, PromptStep, Step, ToolStep, VerdictStep, ViewSpec
 from speco3.errors import Speco3Error
-from speco3.fileio import write_text_atomic
-from speco3.imaging import FACTOR, PreparedImage
+from speco3.fileio import contained, write_text_atomic
+from speco3.imaging import FACTOR, MAX_PNG_BYTES, PreparedImage, png_problem
 
 logger = logging.getLogger(__name__)
 
 TRACE_FORMAT = 1
 TRACE_FILE = "trace.json"
+#: Largest trace.json read (eight turns of 100,000-character outputs are under 10 MB).
+MAX_TRACE_BYTES = 64 << 20
 
 
 class TraceError(Speco3Error):
@@ -195,9 +197,15 @@ class Trace:
         path = folder / TRACE_FILE if folder.is_dir() else folder
         folder = path.parent
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            with path.open("rb") as fh:
+                raw = fh.read(MAX_TRACE_BYTES + 1)
+            if len(raw) > MAX_TRACE_BYTES:
+                raise TraceError(f"{path}: larger than the {MAX_TRACE_BYTES >> 20} MB a trace may have")
+            data = json.loads(raw.decode("utf-8"))
         except (OSError, ValueError) as exc:
             raise TraceError(f"{path}: cannot read trace ({exc})") from exc
+        except RecursionError as exc:  # the parser recurses once per nesting level
+            raise TraceError(f"{path}: not a Spec-o3 trace (JSON nested too deeply)") from exc
         if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT:
             raise TraceError(f"{path}: not a Spec-o3 trace (format {data.get('format') if isinstance(data, dict) else '?'})")
         trace = cls(**{k: data.get(k, v) for k, v in (
@@ -231,12 +239,19 @@ def _step_from_dict(d: dict, folder: Path, path: Path) -> Step:
         kwargs[f.name] = value
     img = d.get("image")
     if img and img.get("file"):
-        file = folder / img["file"]
         try:
-            png = file.read_bytes()
+            file = contained(folder, img["file"])
+            w, h = int(img["width"]), int(img["height"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise TraceError(f"{path}: step image refused: {exc}") from exc
+        try:
+            with file.open("rb") as fh:
+                png = fh.read(MAX_PNG_BYTES + 1)
         except OSError as exc:
             raise TraceError(f"{path}: image {img['file']} missing ({exc.strerror})") from exc
-        w, h = int(img["width"]), int(img["height"])
+        why = png_problem(png, w, h)
+        if why:
+            raise TraceError(f"{path}: image {img['file']} refused: {why}")
         kwargs["image"] = PreparedImage(png=png, width=w, height=h, grid=(w // FACTOR, h // FACTOR),
                                         sha256=img.get("sha256", ""))
     return cls(**kwargs)

@@ -5,7 +5,8 @@ The spectrum is read first (a file that cannot be read or a ``#N`` it does not h
 and nothing is written), then the task and the evidence windows are checked (a window entirely outside the
 spectrum's wavelength range is refused). The decision goes to the store under the spectrum's address
 (`speco3.vetting.records.spectrum_key`, the key the app and ``spec-o3 vet`` use for the same file), with what
-exports show of the spectrum (`SpectrumInfo`), the vetter (default: the login name, as in the app) and the latest
+exports show of the spectrum (`SpectrumInfo`), the vetter (default: the vetter name set in the app's Settings, the one
+name both use; else the login name) and the latest
 model verdict for the task as the one seen.
 """
 
@@ -28,9 +29,10 @@ from speco3.vetting.records import (
     Evidence,
     SpectrumInfo,
     evidence_text,
-    login_vetter,
+    label_warnings,
     parse_evidence_list,
     spectrum_key,
+    vetter_name,
 )
 from speco3.vetting.screening import file_sha256
 from speco3.vetting.store import VettingStore
@@ -52,13 +54,16 @@ def register(sub) -> None:
     d.add_argument("--task", required=True, help="task id (cv, carbon, ss, gm, wd, or a user task)")
     d.add_argument("--verdict", required=True, type=str.upper, choices=DECISIONS, help="the decision")
     d.add_argument("--evidence", action="append", default=[], metavar="LO-HI[:LABEL][,...]",
-                   help="a wavelength window marked as evidence, in Å on the spectrum's own (observed-frame) axis, "
-                   "with an optional label, e.g. 6540-6590:Hα; repeat the option, or give several windows in one "
+                   help="a wavelength window marked as evidence, in Å on the spectrum's own axis: the OBSERVED frame "
+                   "(a line at z > 0 is at its rest wavelength × (1 + z)), with an optional label, e.g. 6540-6590:Hα "
+                   "for a star at z ≈ 0; a label naming a task line outside its window at the spectrum's z is "
+                   "warned about; repeat the option, or give several windows in one "
                    "value separated by commas (labels then cannot hold commas). Kept in the order given")
     d.add_argument("--comment", default="", help="a comment stored with the decision")
     d.add_argument("--flag", action="append", default=[], metavar="FLAG",
                    help=f"an issue flag ({', '.join(STANDARD_FLAGS)}, or your own); repeat for several")
-    d.add_argument("--vetter", default="", help="who decides (default: the login name)")
+    d.add_argument("--vetter", default="", help="who decides (default: the vetter name set in the app's Settings, "
+                   "shared by both; else the login name)")
     d.add_argument("--json", action="store_true", help="print the stored decision as JSON")
     d.set_defaults(func=cmd_decide)
 
@@ -104,11 +109,13 @@ def cmd_decide(args: argparse.Namespace) -> int:
         evidence = check_windows(args.evidence, spectrum)
     except ValueError as exc:
         return _refuse(str(exc))
+    for warning in label_warnings(evidence, task.lines, spectrum.z):  # stored as given: the vetter may mean it
+        print(f"warning: {warning}", file=sys.stderr)
     key = spectrum_key(spectrum)
     with VettingStore(args.store) as store:
         mv = store.latest_model_verdict(key, task.id)
         decision = Decision(spectrum_key=key, task=task.id, decision=args.verdict, flags=list(args.flag),
-                            comment=args.comment, vetter=login_vetter(args.vetter),
+                            comment=args.comment, vetter=vetter_name(args.vetter),
                             model_verdict_seen=mv.verdict if mv else None, model_verdict_id=mv.id if mv else None,
                             evidence=evidence)
         sha = file_sha256(spectrum.meta.path) if spectrum.meta.path else None
@@ -117,7 +124,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(decision.to_dict(), ensure_ascii=False))
         return 0
-    seen = f"{mv.verdict or mv.outcome} (run #{mv.id}, {mv.model_id})" if mv else "none"
+    seen = f"{mv.headline} (run #{mv.id}, {mv.model_id})" if mv else "none"
     print(f"stored {decision.decision} for {key} · task {task.id} · vetter {decision.vetter} · decision #{decision.id}")
     print(f"evidence: {evidence_text(evidence) or 'none'}")
     if decision.flags:

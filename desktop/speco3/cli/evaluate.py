@@ -80,11 +80,20 @@ def _emit(args, summary: dict, rows: list[dict], out: Path | None, title: str, e
     if args.json:
         print(json.dumps({**summary, **({"compare": extra} if extra else {})}, indent=1, sort_keys=True))
     else:
-        tasks = " ".join(f"{t} F1 {100 * s['f1']:.1f} (n={s['n']})" for t, s in summary["tasks"].items())
+        tasks = " ".join(f"{t} F1 " + (f"n/a ({s['undefined']['f1']})" if "f1" in s.get("undefined", {})
+                                      else f"{100 * s['f1']:.1f}") + f" (n={s['n']})"
+                         for t, s in summary["tasks"].items())
         use = summary.get("rollouts_used")
         rollouts = (f" · {use['mean_k_used']:.2f} of up to {use['k_max']} rollouts per item ("
                     + ", ".join(f"{r} {n}" for r, n in use["stop_reasons"].items()) + ")") if use else ""
         print(f"{summary['n']} items · macro-F1 {100 * summary['macro_f1']:.1f} · {tasks}{rollouts}")
+        if summary.get("left_out"):
+            print(f"left out: {_counts(summary['left_out'])}")
+
+
+def _counts(counts: dict[str, int]) -> str:
+    """``{"UNSURE_decisions": 1}`` as ``1 UNSURE decisions``."""
+    return ", ".join(f"{n} {what.replace('_', ' ')}" for what, n in counts.items())
 
 
 def cmd_evaluate(args) -> int:
@@ -168,16 +177,19 @@ def _thresholds(args):
 
 def _evaluate_store(args, path: Path) -> int:
     from speco3.evaluate.metrics import summarize
-    from speco3.evaluate.run import results
+    from speco3.evaluate.run import left_out, results
     from speco3.vetting import VettingStore
 
     with VettingStore(path, readonly=True) as store:
         rows = results(store, tasks=_tasks(args), thresholds=_thresholds(args))
+        if args.limit:
+            rows = [r for t in sorted({r["task"] for r in rows})
+                    for r in [x for x in rows if x["task"] == t][:args.limit]]
+        skipped = left_out(store, rows, _tasks(args))
     if not rows:
-        raise Speco3Error(f"{path}: no spectrum has both a model verdict and a YES/NO decision")
-    if args.limit:
-        rows = [r for t in sorted({r["task"] for r in rows}) for r in [x for x in rows if x["task"] == t][:args.limit]]
-    summary = {**summarize(rows), "source": "vetting store: model verdicts vs your decisions"}
+        raise Speco3Error(f"{path}: no spectrum has both a model verdict and a YES/NO decision"
+                          + (f" (left out: {_counts(skipped)})" if skipped else ""))
+    summary = {**summarize(rows), "source": "vetting store: model verdicts vs your decisions", "left_out": skipped}
     _emit(args, summary, rows, Path(args.out) if args.out else None, f"{path.name} · your decisions", benchmark=False)
     return 0
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from speco3.errors import Speco3Error
-from speco3.vetting.export import export
-from speco3.vetting.report import write_report
+from speco3.vetting.export import check_target, export
+from speco3.vetting.report import report_path, write_report
 from speco3.vetting.store import VettingStore
 
 
@@ -20,6 +20,7 @@ def register(sub) -> None:
                                                  "OUT/index.html; any other OUT is written as OUT.html")
     e.add_argument("--task", help="only this task")
     e.add_argument("--copy-images", action="store_true", help="HTML: copy images beside the report (default: embed)")
+    e.add_argument("--force", action="store_true", help="replace output files that exist (never the store itself)")
     e.set_defaults(func=cmd_export)
 
 
@@ -28,11 +29,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not targets:
         raise Speco3Error("nothing to export: give --csv, --votable, --fits and/or --html OUT")
     with VettingStore(args.store, readonly=True) as store:
+        for fmt, out in targets:  # every target checked before the first is written
+            check_target(store, report_path(out) if fmt == "html" else out, overwrite=args.force)
         for fmt, out in targets:
             if fmt == "html":
-                out = write_report(store, out, task=args.task, embed_images=not args.copy_images)
+                out = write_report(store, out, task=args.task, embed_images=not args.copy_images,
+                                   overwrite=args.force)
             else:
-                export(store, out, fmt, task=args.task)
+                export(store, out, fmt, task=args.task, overwrite=args.force)
             print(f"{fmt}: wrote {out}")
     return 0
 

@@ -139,7 +139,7 @@ def confidence_report(conf: Confidence, records: list[RolloutRecord], run: Rollo
     """The ``--json`` fields: the fold (with the rollouts used, the budget and why no more ran) plus one entry per
     rollout."""
     return {**conf.to_dict(), "k_used": conf.k, "k_max": run.k_max, "stop_reason": run.stop_reason,
-            "uncertainty": conf.uncertainty, "abstain_reason": conf.abstain_reason or None,
+            "uncertainty": conf.uncertainty, "abstain_reason": conf.abstain_reason or None, "outcome": conf.outcome,
             "rollout_details": [{k: v for k, v in r.to_dict().items() if k != "verdict_id"} for r in records]}
 
 
@@ -192,7 +192,7 @@ def cmd_inspect_rollouts(args: argparse.Namespace, settings: RunSettings, task: 
               f"({conf.yes} YES / {conf.no} NO of {conf.k}{tok}), agreement {agree}, "
               f"{conf.format_failures} format failures"
               + (f"; {conf.k} of up to {run.k_max} rollouts ({run.stop_reason})" if plan.adaptive else "")
-              + (f" — ABSTAINED ({conf.abstain_reason})" if conf.abstained else ""))
+              + (f" — ABSTAINED ({conf.abstain_reason}); outcome {conf.headline}" if conf.abstained else ""))
     if run.cancelled:
         return EXIT_INTERRUPTED
     return 0 if conf.verdict else EXIT_NO_VERDICT

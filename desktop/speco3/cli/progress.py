@@ -28,19 +28,18 @@ class ProgressBar:
         if not isinstance(event, Skipped | Recorded):
             return
         self.reported += 1
-        self.item(event.item.key, self.reported, event.verdict if isinstance(event, Recorded) else None)
+        skipped = "skipped (done before)"
+        if isinstance(event, Skipped) and event.elsewhere:
+            skipped = "left to another run" if event.held else "screened by another run"
+        self.item(event.item.key, self.reported, event.verdict if isinstance(event, Recorded) else None, skipped)
 
-    def item(self, key: str, i: int, verdict: ModelVerdict | None) -> None:
-        """Item ``i`` ended with ``verdict`` (None: skipped, done before): tally it and redraw."""
-        self.last = "skipped (done before)"
-        if verdict is not None:
-            self.last = verdict.outcome
+    def item(self, key: str, i: int, verdict: ModelVerdict | None, skipped: str = "skipped (done before)") -> None:
+        """Item ``i`` ended with ``verdict`` (None: skipped, as ``skipped`` says): tally it and redraw."""
+        self.last = skipped
+        if verdict is not None:  # the run's outcome as every surface names it: "YES", "tie: 1 YES / 1 NO" …
+            self.last = verdict.headline
             self.ran += 1
             self.counts[verdict.outcome] = self.counts.get(verdict.outcome, 0) + 1
-            if verdict.abstained:
-                conf = verdict.confidence()
-                self.last += f" (abstained: {conf.abstain_reason})" if conf is not None else " (abstained)"
-                self.counts["abstained"] = self.counts.get("abstained", 0) + 1
         self.draw(key, i)
 
     def draw(self, key: str, i: int) -> None:

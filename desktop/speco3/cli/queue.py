@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from speco3.agent.confidence import abstain_reason, uncertainty
+from speco3.agent.adaptive import STOP_FIXED
+from speco3.agent.confidence import describe_outcome, uncertainty
 from speco3.vetting.store import VettingStore
 from speco3.vetting.triage import ORDERS, QUEUE_FIELDS, queue_rows
 
@@ -27,14 +28,20 @@ def register(sub) -> None:
 
 
 def _queue_json(row: dict) -> dict:
-    """A queue row for ``--json``: the stored fields plus ``uncertainty`` and why the model abstained."""
+    """A queue row for ``--json``: the stored fields (with what the run came to, why it gives no verdict to act on,
+    the rollouts used of the budget and why no more ran) plus ``uncertainty``."""
     out = {k: row.get(k) for k in QUEUE_FIELDS}
-    outcomes = rollout_outcomes(row)
-    k = row.get("rollouts") or len(outcomes)
     out["uncertainty"] = uncertainty(row.get("p_yes"))
-    out["abstain_reason"] = (abstain_reason(k, outcomes.count("YES"), outcomes.count("NO"))
-                             if row.get("abstained") and outcomes else None)
     return out
+
+
+def _rollouts_used(row: dict) -> str:
+    """``4`` for a fixed K, ``2/8 agreed`` for adaptive rollouts (used of the budget, and why no more ran)."""
+    k = row.get("k_used") or row.get("rollouts") or 1
+    stop = row.get("stop_reason")
+    if not stop or stop == STOP_FIXED:
+        return str(k)
+    return f"{k}/{row.get('k_max') or '?'} {stop}"
 
 
 def rollout_outcomes(row: dict) -> list[str]:
@@ -50,15 +57,16 @@ def cmd_queue(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([_queue_json(r) for r in rows], indent=1))
         return 0
-    model = [str(r.get("model_verdict") or r.get("model_outcome") or "-") for r in rows]
+    # the model column: what the run came to with its reason, as every surface names it ("tie: 1 YES / 1 NO")
+    model = [describe_outcome(str(r.get("model_outcome") or "-"), r.get("abstain_reason") or "") for r in rows]
+    used = [_rollouts_used(r) for r in rows]
     human = [str(r.get("decision") or "-") for r in rows]
-    wm, wh = max([5, *map(len, model)]), max([5, *map(len, human)])  # outcomes such as no_answer are wider
-    print(f"{'p_yes':>5} {'K':>2} {'agree':>5} {'':3} {'model':{wm}} {'human':{wh}} spectrum")
-    for r, m, h in zip(rows, model, human, strict=True):
+    wm, wk, wh = max([5, *map(len, model)]), max([2, *map(len, used)]), max([5, *map(len, human)])
+    print(f"{'p_yes':>5} {'K':>{wk}} {'agree':>5} {'human':{wh}} {'model':{wm}} spectrum")
+    for r, m, k, h in zip(rows, model, used, human, strict=True):
         p = "  —  " if r.get("p_yes") is None else f"{r['p_yes']:5.2f}"
         agree = "  —  " if r.get("agreement") is None else f"{r['agreement']:5.2f}"
-        print(f"{p} {r.get('rollouts') or 1:>2} {agree} {'ABS' if r.get('abstained') else '':3} "
-              f"{m:{wm}} {h:{wh}} {r['spectrum_key']} ({r['task']})")
+        print(f"{p} {k:>{wk}} {agree} {h:{wh}} {m:{wm}} {r['spectrum_key']} ({r['task']})")
     return 0
 
 

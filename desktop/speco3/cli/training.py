@@ -43,6 +43,8 @@ def cmd_export_training(args: argparse.Namespace) -> int:
     result = export_training(args.store, args.out, render, tasks=args.tasks, only_agreed=args.only_agreed,
                              image_max_tokens=args.image_max_tokens, renderer=name,
                              on_skip=lambda line: print(f"left out: {line}", file=sys.stderr))
+    for line in result.warnings:
+        print(f"warning: {line}", file=sys.stderr)
     totals = result.manifest["totals"]
     print(json.dumps({"out": str(result.out), **totals,
                       "per_task": {t: {"parquet": c["parquet"], "trajectories": c["trajectories"]}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -115,9 +116,14 @@ def _all_done(screening: Screening, items: list[VetItem], model_id: str) -> bool
     return all(check.state(item.key, item.path) == "done" for item in items)
 
 
-def _remove_new_store(store_path: Path) -> None:
-    for p in (store_path, *(store_path.with_name(store_path.name + s) for s in ("-wal", "-shm"))):
-        p.unlink(missing_ok=True)
+def _check_writable(store_path: Path) -> None:
+    """Refuse a new store whose folder (or the nearest one that exists) cannot be written."""
+    folder = store_path.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not os.access(folder, os.W_OK):
+        raise Speco3Error(f"{store_path}: cannot create the store: {folder} is not writable (a read-only file "
+                          "system or no permission)")
 
 
 def cmd_vet(args: argparse.Namespace) -> int:
@@ -137,22 +143,27 @@ def cmd_vet(args: argparse.Namespace) -> int:
         print(json.dumps({**summary, **BatchResult().to_dict()}))
         return 0
     render = renderer(args)
-    new_store = not store_path.exists()
-    store = VettingStore(store_path)
-    if index_root:
-        store.set_state(ARCHIVE_ROOT_STATE, index_root)  # reports are titled by it
     cancel = threading.Event()
-    screening = Screening(store, task, render, trace_root=traces, plan=plan, thresholds=settings.thresholds(),
-                          resume=not args.no_resume, cancel=cancel)
+    # A store that does not exist yet is created once the model is loaded: a run that fails before leaves nothing
+    # behind, and never removes a store that another run, started at the same moment, created and writes to.
+    store = VettingStore(store_path) if store_path.exists() else None
+    if store is None:
+        _check_writable(store_path)  # before minutes of model loading
     engines: list[Engine] = []
     try:
         if args.concurrency > 1 and not args.server:
             raise Speco3Error("--concurrency needs --server URL (a model server batches the episodes)")
         if args.server:
             engines = open_server_engines(args, settings.engine, max(1, args.concurrency), check=True)
+            served = engines[0].recorded_settings().get("server_reports") or {}
+            print(f"server model {engines[0].info.model_id}: recorded as the server reports it (context "
+                  f"{served.get('n_ctx') or 'unreported'} per conversation, {served.get('slots') or 'unreported'} "
+                  f"slots, file type {served.get('quant') or 'unreported'}); file digests: unknown, not verified",
+                  file=sys.stderr)
         else:
             engines = [open_cli_engine(args, settings, load=False)]
-            if not args.no_resume and _all_done(screening, items, engines[0].info.model_id):
+            if store is not None and not args.no_resume and _all_done(
+                    Screening(store, task, render, plan=plan), items, engines[0].info.model_id):
                 engines[0].close()
                 store.close()
                 print(f"all {len(items)} spectra were screened before with {engines[0].info.model_id}, this task and "
@@ -161,11 +172,18 @@ def cmd_vet(args: argparse.Namespace) -> int:
                 print(json.dumps({**summary, **BatchResult(total=len(items), skipped=len(items)).to_dict()}))
                 return 0
             load_cli_engine(engines[0], args)
-    except BaseException:  # no model, nothing screened: a store this run created is not left behind empty
-        store.close()
-        if new_store:
-            _remove_new_store(store_path)
+        if store is None:
+            store = VettingStore(store_path)
+    except BaseException:
+        for engine in engines:
+            engine.close()
+        if store is not None:
+            store.close()
         raise
+    if index_root:
+        store.set_state(ARCHIVE_ROOT_STATE, index_root)  # reports are titled by it
+    screening = Screening(store, task, render, trace_root=traces, plan=plan, thresholds=settings.thresholds(),
+                          resume=not args.no_resume, cancel=cancel)
     bar = ProgressBar(len(items))
     try:
         fill_model_digests(engines[0].info)

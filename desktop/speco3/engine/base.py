@@ -195,6 +195,12 @@ class Engine(ABC):
     def stats(self) -> EngineStats:
         """Counters since load."""
 
+    def recorded_settings(self) -> dict:
+        """The engine settings recorded with every verdict: `EngineSettings.to_dict`, plus what ran where the engine
+        knows it once loaded (``ran``: the backend and thread count of llama.cpp, whose sums — and so, for the same
+        seeds, the sampled answers — differ with both; a server's own context and slots)."""
+        return self.settings.to_dict()
+
     def parallel_sequences(self) -> int:
         """How many conversations `open_pool` can run at once (1: one at a time, through `SerialSlots`)."""
         return 1

@@ -7,6 +7,10 @@ retries); `ChatClient` talks to it with httpx. Rules kept here:
   are ignored (``trust_env=False``). TLS certificates are always verified (``ca_bundle`` adds a custom CA file).
 - The API key is read from an environment variable or the OS keyring (``keyring`` package, optional), kept only in
   the client's request headers, and never appears in a repr, a log line, an error message or a recorded setting.
+- A user name and password in the URL (``http://user:pw@host``) are taken out of ``ServerConfig.url`` at once (so
+  no log line, error, trace, store row or recorded setting holds them) and sent as HTTP basic auth; when an API key
+  is set too, the key is sent (``Authorization: Bearer``) and the URL's credentials are not. A secret sent over
+  plain ``http:`` to a host that is not this machine gets a warning.
 - A request that fails with 429, a 5xx status, a connection problem, a timeout or a stream that ends before its
   finish reason is retried with exponential backoff (a ``Retry-After`` header is honoured, capped); other statuses
   fail at once with the server's message; after the last retry `ServerError` says why.
@@ -20,11 +24,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from speco3.errors import ContextFullError, EngineError
+from speco3.netaddr import is_loopback_host, redact, split_credentials
 
 if TYPE_CHECKING:  # httpx is imported when a client is made (the local engine never needs it)
     import ssl
@@ -73,11 +78,16 @@ class ServerConfig:
     retries: int = 5
     backoff_s: float = 1.0
     max_backoff_s: float = 30.0
+    #: (user, password) taken out of the URL (see module doc); never in a repr, `to_dict` or a message
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.url.strip())
+        url, creds = split_credentials(self.url.strip())
+        if creds is not None:
+            self.basic_auth = creds
+        parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise EngineError(f"model server URL {self.url!r}: expected http(s)://host[:port][/v1]")
+            raise EngineError(f"model server URL {redact(self.url.strip())!r}: expected http(s)://host[:port][/v1]")
         path = parts.path.rstrip("/")
         if path.endswith("/v1"):
             path = path[:-3]
@@ -88,7 +98,9 @@ class ServerConfig:
         return urlsplit(self.url).netloc
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        del out["basic_auth"]
+        return out
 
 
 def read_api_key(config: ServerConfig) -> str | None:
@@ -119,6 +131,17 @@ class ChatClient:
         self._sleep = sleep
         key = read_api_key(config)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+        auth: httpx.BasicAuth | None = None
+        if config.basic_auth is not None:
+            if key:
+                logger.warning("%s: the user name and password in the server URL are not sent (an API key is set; "
+                               "it is sent instead)", config.url)
+            else:
+                auth = httpx.BasicAuth(*config.basic_auth)
+        parts = urlsplit(config.url)
+        if (key or auth) and parts.scheme == "http" and not is_loopback_host(parts.hostname):
+            logger.warning("%s: the %s travels unencrypted over plain http to another machine; use https", config.url,
+                           "API key" if key else "password")
         verify: bool | ssl.SSLContext = True
         if config.ca_bundle:
             import ssl
@@ -128,7 +151,7 @@ class ChatClient:
             except (OSError, ssl.SSLError) as exc:
                 raise EngineError(f"CA bundle {config.ca_bundle}: {exc}") from exc
         self._http = httpx.Client(
-            base_url=config.url, headers=headers, verify=verify, trust_env=False, follow_redirects=False,
+            base_url=config.url, headers=headers, auth=auth, verify=verify, trust_env=False, follow_redirects=False,
             timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
         )
         self.retried = 0  # requests repeated after a transient failure (all calls)

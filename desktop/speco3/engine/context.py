@@ -116,6 +116,7 @@ class LlamaContext:
         cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = int(n_ctx), self.n_batch, self.n_batch, max(1, int(s.n_seq))
         cp.kv_unified = True  # one cell buffer shared by all sequences (engine.sequences)
         cp.n_threads, cp.n_threads_batch = threads, threads_batch
+        self.stats.extra.update(n_threads=threads, n_threads_batch=threads_batch)  # recorded with every verdict
         fa = llama.LLAMA_FLASH_ATTN_TYPE_ENABLED if s.flash_attn else llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cp.flash_attn_type = fa
         cp.type_k = cp.type_v = KV_TYPES[s.kv_type]

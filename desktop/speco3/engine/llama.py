@@ -273,6 +273,18 @@ class LlamaMtmdEngine(Engine):
             raise outcome
         return outcome
 
+    def recorded_settings(self) -> dict:
+        """The settings, and once loaded what ran (``ran``): the backend, the thread counts (decode and prefill),
+        the context and the layers offloaded. llama.cpp's sums differ with the backend and the thread count, so
+        the same seeds can sample other answers under others: a rerun that should match uses the same ones."""
+        d = self.settings.to_dict()
+        if self.loaded:
+            st = self._stats
+            d["ran"] = {"backend": st.backend, "n_threads": st.extra.get("n_threads"),
+                        "n_threads_batch": st.extra.get("n_threads_batch"), "n_ctx": st.n_ctx,
+                        "n_gpu_layers": st.extra.get("n_gpu_layers"), "mmproj_backend": st.extra.get("mmproj_backend")}
+        return d
+
     def stats(self) -> EngineStats:
         st = replace(self._stats, extra=dict(self._stats.extra))
         st.kv_cells_used = self.kv_cells

@@ -54,6 +54,35 @@ class RemoteSettings(EngineSettings):
     served_model: str = ""
 
 
+#: Settings of the in-process engine that mean nothing for a server (it loaded the model its own way): left out of
+#: what a remote run records, so a verdict never carries the local defaults as if they had run.
+LOCAL_ONLY = ("n_threads", "n_gpu_layers", "flash_attn", "mmproj_on_gpu", "kv_type", "use_mmap", "image_cache_mib")
+#: What a server says about the digests of its model files: neither llama-server nor vLLM reports any.
+NOT_VERIFIED = "unknown, not verified (the server reports no digest of its model files)"
+
+
+def _number(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+
+
+def server_report(kind: str, model: dict, props: dict) -> dict:
+    """What a server reports about the model it serves (recorded with every verdict as ``server_reports``): its id,
+    file, quantization (llama-server's file type), size and parameters, its context per conversation and its slots (llama-server: ``/props`` and ``/v1/models``;
+    vLLM: ``/v1/models``' ``max_model_len`` and ``root``), its build, and that the digests are not verified.
+    Values the server does not report are None."""
+    meta, gen = model.get("meta"), props.get("default_generation_settings")
+    meta = meta if isinstance(meta, dict) else {}
+    gen = gen if isinstance(gen, dict) else {}
+    text = lambda v: v if isinstance(v, str) and v else None  # noqa: E731
+    return {"kind": kind, "model": text(model.get("id")),
+            "model_path": text(props.get("model_path")) or text(model.get("root")),
+            "n_ctx": _number(gen.get("n_ctx")) or _number(meta.get("n_ctx")) or _number(model.get("max_model_len")),
+            "slots": _number(props.get("total_slots")), "n_ctx_train": _number(meta.get("n_ctx_train")),
+            "n_params": _number(meta.get("n_params")), "size_bytes": _number(meta.get("size")),
+            "quant": text(props.get("model_ftype")) or text(meta.get("ftype")),
+            "build": text(props.get("build_info")), "digests": NOT_VERIFIED}
+
+
 def image_url(image: PreparedImage) -> dict:
     """An OpenAI ``image_url`` content part carrying the prepared PNG as a base64 data URL."""
     return {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(image.png).decode()}}
@@ -148,6 +177,7 @@ class RemoteEngine(Engine):
         self._sampling = Sampling.from_settings(self.settings)
         self._stats = EngineStats(backend=f"server {self.config.host}")
         self._server_kind = "unknown"
+        self._server: dict = {}  # what the server reports about its model (`server_report`), once loaded
         self._loaded = False
         self._t_decode = 0.0
 
@@ -178,14 +208,36 @@ class RemoteEngine(Engine):
             self.config.model = ids[0]
         elif ids and self.config.model not in ids:
             logger.warning("%s does not list model %r (it lists %s)", self.config.host, self.config.model, ids)
-        owner = next((m.get("owned_by") for m in models if m["id"] == self.config.model), None)
+        entry = next((m for m in models if m["id"] == self.config.model), {})
+        owner = entry.get("owned_by")
         self._server_kind = "llama.cpp" if owner == "llamacpp" else str(owner or "unknown")
+        props: dict = {}
+        if self._server_kind == "llama.cpp":
+            try:
+                props = dict(self.client.get_json("/props"))
+            except ServerError as exc:  # an older llama-server: its context and slots go unrecorded, said so
+                logger.warning("%s: /props not readable (%s): the server's context and slots are not recorded",
+                               self.config.host, exc)
+        self._server = server_report(self._server_kind, entry, props)
         self.settings.served_model = self.config.model
-        self.info = ModelInfo(model_id=self.config.model, server=self.config.url)
+        self.info = ModelInfo(model_id=self.config.model, quant=self._server["quant"], server=self.config.url)
         self._stats.load_seconds = time.perf_counter() - t0
         self._stats.extra["server_kind"] = self._server_kind
         self._loaded = True
-        logger.info("model %s on %s (%s)", self.config.model, self.config.host, self._server_kind)
+        logger.info("model %s on %s (%s): context %s per conversation, %s slots; file digests %s", self.config.model,
+                    self.config.host, self._server_kind, self._server["n_ctx"] or "unreported",
+                    self._server["slots"] or "unreported", NOT_VERIFIED)
+
+    def recorded_settings(self) -> dict:
+        """The settings that apply to a server run (the answer budget, sampling, image size; not the in-process
+        engine's `LOCAL_ONLY` loading options), its context and slots as the server reports them (None when it
+        does not) in place of the local defaults, and ``server``: what it reports about its model
+        (`server_report`)."""
+        d = {k: v for k, v in self.settings.to_dict().items() if k not in LOCAL_ONLY}
+        d["n_ctx"], d["n_seq"] = self._server.get("n_ctx"), self._server.get("slots")
+        if self._server:
+            d["server_reports"] = dict(self._server)
+        return d
 
     def close(self) -> None:
         if self._client is not None and self._own_client:

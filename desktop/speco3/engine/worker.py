@@ -132,6 +132,9 @@ class EngineWorker(Engine):
     def stats(self) -> EngineStats:
         return self.call(self.engine.stats)
 
+    def recorded_settings(self) -> dict:
+        return self.engine.recorded_settings()
+
     def parallel_sequences(self) -> int:
         return self.engine.parallel_sequences()
 

@@ -8,6 +8,11 @@ Optional per row: ``turns``, ``zooms``, ``seconds``, ``tokens``, and with K roll
 the answered rollouts) for the calibration figures and ``abstained`` for the operating point of the abstention
 thresholds (`selective`); ``rollouts`` (that ran), ``k_max`` and ``stop_reason`` for the rollouts' use
 (`rollout_use`).
+
+Undefined metrics keep scikit-learn's ``zero_division=0`` value in the numbers (so macro averages compare with the
+published ones) and are named in ``undefined`` with the reason (`undefined`): recall and F1 without any YES label,
+precision without any YES prediction, the accuracy of the answered when nothing was answered. Reports show them as
+"n/a" with that reason.
 """
 
 from __future__ import annotations
@@ -43,6 +48,16 @@ def scores(truth: Sequence[str], pred: Sequence[str | None]) -> dict[str, float]
     return {"accuracy": _ratio(correct, n), "precision": precision, "recall": recall, "f1": f1}
 
 
+def undefined(c: dict[str, int]) -> dict[str, str]:
+    """The scores of a confusion count that are undefined, each with the reason (see module doc)."""
+    out = {}
+    if c["tp"] + c["fp"] == 0:
+        out["precision"] = "no YES predictions"
+    if c["tp"] + c["fn"] == 0:
+        out["recall"] = out["f1"] = "no YES labels"
+    return out
+
+
 def _mean(values: Iterable[float | None]) -> float | None:
     vals = [float(v) for v in values if v is not None]
     return float(np.mean(vals)) if vals else None
@@ -54,6 +69,7 @@ def task_summary(rows: Sequence[dict]) -> dict:
     pred = [r.get("verdict") for r in rows]
     n = len(rows)
     out: dict = {"n": n, **scores(truth, pred), "confusion": confusion(truth, pred)}
+    out["undefined"] = undefined(out["confusion"])
     out["format_failure_rate"] = _ratio(sum(r["outcome"] == "format_error" for r in rows), n)
     out["no_answer_rate"] = _ratio(sum(r.get("verdict") is None for r in rows), n)
     for key in ("turns", "zooms", "seconds", "tokens"):
@@ -76,6 +92,9 @@ def summarize(rows: Sequence[dict]) -> dict:
         out[key] = _mean(r.get(key.removeprefix("mean_")) for r in rows)
     out.update(calibration(rows))
     out.update(rollout_use(rows))
+    bad = {f"{t}: {k}": why for t, s in tasks.items() for k, why in s["undefined"].items()}
+    if bad:
+        out["undefined"] = bad
     return out
 
 
@@ -122,12 +141,15 @@ def calibration(rows: Sequence[dict], figures: bool = True) -> dict:
 
 def selective(rows: Sequence[dict]) -> dict:
     """The operating point of the abstention thresholds: ``abstained`` share of the items the model abstained on,
-    ``coverage`` = 1 - abstained, ``accuracy_answered`` = accuracy on the others (0 when none is left), and the
-    ``accuracy`` over all items for comparison (an abstention counts as a wrong answer there)."""
+    ``coverage`` = 1 - abstained, ``accuracy_answered`` = accuracy on the others (0 when none is left, and
+    ``undefined`` then says so), and the ``accuracy`` over all items for comparison (an abstention counts as a wrong
+    answer there)."""
     n = len(rows)
     kept = [r for r in rows if not r.get("abstained")]
     correct = sum(1 for r in kept if r.get("verdict") is not None and r["verdict"] == r["truth"])
     return {"n": n, "abstained": _ratio(n - len(kept), n), "coverage": _ratio(len(kept), n),
+            **({} if kept else {"undefined": {"accuracy_answered": "nothing answered: the model abstained on "
+                                              "every item"}}),
             "accuracy_answered": _ratio(correct, len(kept)),
             "accuracy": _ratio(sum(1 for r in rows if r.get("verdict") is not None and r["verdict"] == r["truth"]), n)}
 

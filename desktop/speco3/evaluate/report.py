@@ -102,6 +102,32 @@ def figures(summary: dict, rows: list[dict], published: dict | None = None) -> d
 
 
 
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}"
+
+
+def compare_table(report: dict) -> dict:
+    """The ``--compare`` report as a table: a header (build, model, macro-F1, F1 per task, Δ macro-F1 against the
+    reference, verdict agreement, items changed, first-turn KL and top-1 agreement) and one row of text per build,
+    the reference first."""
+    builds = report.get("builds") or {}
+    tasks = sorted({t for b in builds.values() for t in b.get("f1", {})})
+    head = ["build", "model", "macro-F1 (%)", *(f"F1 {t} (%)" for t in tasks), "Δ macro-F1 (points)",
+            "same outcome", "items changed", "first turn: mean KL", "first turn: top-1 agreement"]
+    rows = []
+    for name, b in builds.items():
+        ref = name == report.get("reference")
+        delta, agree, first = b.get("macro_f1_delta"), b.get("verdict_agreement"), b.get("first_turn") or {}
+        rows.append([name + (" (reference)" if ref else ""), str(b.get("model_id", "")), _pct(b.get("macro_f1")),
+                     *(_pct(b.get("f1", {}).get(t)) for t in tasks),
+                     "—" if ref else ("n/a" if delta is None else f"{100 * delta:+.1f}"),
+                     "—" if ref else ("n/a" if agree is None else f"{100 * agree:.0f}% of {b.get('items', 0)}"),
+                     "—" if ref else str(len(b.get("changed", []))),
+                     "—" if ref or first.get("mean_kl") is None else f"{first['mean_kl']:.4f}",
+                     "—" if ref or first.get("top1_agreement") is None else f"{100 * first['top1_agreement']:.0f}%"])
+    return {"head": head, "rows": rows}
+
+
 def write_outputs(out_dir: str | Path, summary: dict, rows: list[dict], *, title: str = "",
                   extra: dict | None = None, benchmark: bool = True) -> dict[str, Path]:
     """Write ``summary.json``, ``items.csv`` and ``report.html`` into ``out_dir``; returns their paths.
@@ -109,7 +135,8 @@ def write_outputs(out_dir: str | Path, summary: dict, rows: list[dict], *, title
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "summary.json", "csv": out / "items.csv", "html": out / "report.html"}
-    text = json.dumps(summary, indent=1, sort_keys=True)
+    # ``--compare``: the builds' comparison is part of the summary (as ``--json`` prints it), and a table in the report
+    text = json.dumps({**summary, **({"compare": extra} if extra else {})}, indent=1, sort_keys=True)
     write_atomic(paths["json"], lambda tmp: tmp.write_text(text, encoding="utf-8"))
     buf = io.StringIO()
     fields = list(RESULT_FIELDS) + sorted({k for r in rows for k in r} - set(RESULT_FIELDS))
@@ -121,6 +148,6 @@ def write_outputs(out_dir: str | Path, summary: dict, rows: list[dict], *, title
     published = published_figures() if benchmark else {}
     html = env.get_template("report.html.jinja").render(title=title, summary=summary, published=published,
                                              figs=figures(summary, rows, published), version=__version__,
-                                             extra=json.dumps(extra, indent=1) if extra else "")
+                                             compare=compare_table(extra) if extra else None)
     write_atomic(paths["html"], lambda tmp: tmp.write_text(html, encoding="utf-8"))
     return paths

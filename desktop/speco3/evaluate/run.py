@@ -131,8 +131,8 @@ def evaluate_items(
             result.invalid += 1
             continue
         key = storable_text(item.key)
-        if item.truth in ("YES", "NO") and store.decision(key, item.task) is None:
-            store.record_decision(Decision(key, item.task, item.truth, vetter=TRUTH_VETTER))
+        if item.truth in ("YES", "NO") and store.decision(key, item.task) is None:  # once, however many runs
+            store.record_decision(Decision(key, item.task, item.truth, vetter=TRUTH_VETTER), if_undecided=True)
         scr = screenings.get(task.id)
         if scr is None:
             scr = screenings[task.id] = Screening(store, task, tap, trace_root=trace_root, plan=plan,
@@ -201,6 +201,19 @@ def _fold(store: VettingStore, vs: list[ModelVerdict], thresholds: Thresholds | 
             "rollouts": c.k, "p_yes": c.p_yes, "p_yes_token": c.p_yes_token, "agreement": c.agreement,
             "abstained": c.abstained, "format_failures": c.format_failures, "outcomes": ",".join(c.outcomes),
             "k_max": c.k, "stop_reason": None}
+
+
+def left_out(store: VettingStore, rows: list[dict], tasks: list[str] | None = None) -> dict[str, int]:
+    """What `results` leaves out of a store's evaluation, counted: spectra decided UNSURE (no label), spectra
+    decided YES/NO but not scored (the model has not run on them, or ``--limit`` cut them), and spectra the model
+    ran on that nobody decided (no label). Only the non-zero counts."""
+    scored = {(r["key"], r["task"]) for r in rows}
+    decided = {(d.spectrum_key, d.task): d.decision for d in store.decisions() if not tasks or d.task in tasks}
+    runs = {(v.spectrum_key, v.task) for v in store.model_verdicts() if not tasks or v.task in tasks}
+    counts = {"UNSURE_decisions": sum(d == "UNSURE" for d in decided.values()),
+              "decided_but_not_scored": sum(k not in scored for k, d in decided.items() if d != "UNSURE"),
+              "model_verdicts_without_a_decision": sum(k not in decided for k in runs)}
+    return {k: n for k, n in counts.items() if n}
 
 
 def results(store: VettingStore, tasks: list[str] | None = None, model_id: str | None = None,

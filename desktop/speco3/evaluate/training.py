@@ -66,7 +66,7 @@ from speco3.evaluate.benchwrite import bench_row, write_bench
 from speco3.fileio import sha256_file, write_text_atomic
 from speco3.imaging import DEFAULT_MAX_TOKENS, HasPixels, PreparedImage, png_bytes
 from speco3.spectra import Spectrum, View, read_spectrum, to_frame
-from speco3.vetting.records import Decision, Evidence, ModelVerdict
+from speco3.vetting.records import Decision, Evidence, ModelVerdict, vetter_key
 from speco3.vetting.store import VettingStore
 
 logger = logging.getLogger(__name__)
@@ -103,8 +103,9 @@ class Label:
 
 
 def label_of(history: Sequence[Decision]) -> Label:
-    """The latest decision, with the vetters' latest decisions (one per vetter name) to tell agreement."""
-    per_vetter = {d.vetter: d for d in history}  # in id order: each vetter's last one wins
+    """The latest decision, with the vetters' latest decisions (one per person: names counted case and spaces
+    aside, `vetter_key`) to tell agreement."""
+    per_vetter = {vetter_key(d.vetter): d for d in history}  # in id order: each vetter's last one wins
     latest = history[-1]
     answers = {d.decision for d in per_vetter.values()}
     return Label(latest, len(per_vetter), answers == {latest.decision} and latest.decision != "UNSURE")
@@ -232,6 +233,7 @@ class TrainingExport:
     out: Path
     manifest: dict[str, Any]
     skipped: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. a task whose labels are all YES (or all NO)
 
     @property
     def trajectories(self) -> int:
@@ -311,9 +313,13 @@ def export_training(
                 c["decided"][d.decision] += 1
                 if d.decision == "UNSURE":
                     c["unsure"] += 1
+                    skip(d, "decision", "UNSURE is not a label")
                     continue
                 if only_agreed and (label.vetters < 2 or not label.agreed):
                     c["not_agreed"] += 1
+                    skip(d, "decision", "--only-agreed: " + (
+                        "decided by one vetter" if label.vetters < 2 else
+                        f"the latest decisions of its {label.vetters} vetters differ"))
                     continue
                 if label.vetters > 1 and not label.agreed:
                     c["vetters_disagree"] += 1
@@ -351,6 +357,14 @@ def export_training(
                 records.append(_record(out, len(records), tid, d, spectrum, rep, task))
                 c["trajectories"][d.decision] += 1
         _write(out, rows, records)
+        for tid in wanted:  # a class learnt from one side only: said, not refused (a first export may be so)
+            labels = +counts[tid]["parquet"]
+            if len(labels) == 1:
+                (only, n), = labels.items()
+                export.warnings.append(f"task {tid}: every exported label is {only} ({n} spectra): a model trained "
+                                       "on these learns one answer; add decisions of the other kind")
+        for line in export.warnings:
+            logger.warning("%s", line)
         export.manifest = _manifest(store, out, wanted, counts, models, only_agreed, renderer, cap, known, export)
     write_text_atomic(out / MANIFEST_FILE, json.dumps(export.manifest, indent=1, ensure_ascii=False) + "\n")
     return export
@@ -442,4 +456,5 @@ def _manifest(store: VettingStore, out: Path, wanted: list[str], counts: dict[st
                    "trajectories": sum(sum(c["trajectories"].values()) for c in counts.values()),
                    "left_out": len(export.skipped)},
         "left_out": export.skipped,
+        "warnings": export.warnings,
     }

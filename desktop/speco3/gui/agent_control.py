@@ -192,9 +192,12 @@ class AgentController(QObject):
             raise KeyError(f"unknown task {task_id!r}")
         return task
 
-    def screening(self, task, model_id: str, *, resume: bool) -> Screening | None:
+    def screening(self, task, model_id: str, *, resume: bool, share: bool = True) -> Screening | None:
         """Where runs of ``task`` are recorded: the current store, the traces under the data folder, the rollout
-        plan and thresholds of the settings (the canned demo: one run, whatever K is set); None without a store."""
+        plan and thresholds of the settings (the canned demo: one run, whatever K is set); None without a store.
+        ``share``: leave spectra that another run on the store (a ``spec-o3 vet``) screens to it, without waiting
+        for them (the pre-screen takes its spectra one by one); False for a run asked for, which goes ahead
+        (`speco3.vetting.screening`)."""
         store = self.vetting.store
         if store is None:
             return None
@@ -203,7 +206,7 @@ class AgentController(QObject):
         return Screening(store, task, self.inference.render,
                          trace_root=Path(self.settings.resolved_data_folder()) / "traces",
                          plan=None if choice.scripted else run.plan(), thresholds=run.thresholds(),
-                         resume=resume)
+                         resume=resume, share=share, wait=False)
 
     def _job(self, entry: Any, screening: Screening, model_id: str, es: EngineSettings, spectrum=None,
              batch: bool = False) -> AgentJob:
@@ -240,7 +243,7 @@ class AgentController(QObject):
         es = self._checked_settings(task, model_id)
         if es is None:
             return None
-        screening = self.screening(task, model_id, resume=False)  # asked for: run again even when done
+        screening = self.screening(task, model_id, resume=False, share=False)  # asked for: run even when done
         if screening is None:
             self.message.emit("open an archive first: runs are recorded in its vetting store")
             return None
@@ -341,14 +344,16 @@ class AgentController(QObject):
             return
         verdict = info.get("verdict")
         if verdict is None:
-            if verdict_step is not None and verdict_step.outcome.value == "cancelled":
+            if info.get("elsewhere"):  # a `spec-o3 vet` on the same store screened it: show its verdict
+                self.verdictRecorded.emit(entry.key)
+            elif verdict_step is not None and verdict_step.outcome.value == "cancelled":
                 self.message.emit(f"agent run on {entry.key} cancelled; nothing stored")
             return
         conf = info.get("confidence")
         if conf is not None and (conf.k > 1 or verdict.k_max not in (None, 1)):
             p = "—" if conf.p_yes is None else f"{conf.p_yes:.2f}"
             self.message.emit(f"{entry.key}: p_yes {p}, {describe_use(conf.k, verdict.k_max, verdict.stop_reason)}"
-                              + (f" — abstained ({conf.abstain_reason})" if conf.abstained else ""))
+                              + (f" — {conf.headline}" if conf.abstained else ""))
             if interactive:
                 self.panel.show_confidence(conf, SCRIPTED_LABEL if info.get("scripted") else f"model {info.get('model')}",
                                            verdict.k_max, verdict.stop_reason)

@@ -41,12 +41,15 @@ from speco3.agent.trace import Trace
 from speco3.engine.base import LoraAdapter
 from speco3.errors import TaskError
 from speco3.gui.demo_session import SCRIPTED_LABEL
+from speco3.gui.text import esc, tooltip
 
 log = logging.getLogger(__name__)
 
 #: Item-data role of the model box holding an entry's adapter choice (`AppSettings.lora`): "" for a plain model
 #: entry (the task's own adapter when it has one, else none), "none" for "base only", else the adapter's path.
 LORA_ROLE = Qt.ItemDataRole.UserRole + 1
+#: Item-data role of the model box holding an entry's tool tip as plain text (the box's own tip joins it).
+TIP_ROLE = Qt.ItemDataRole.UserRole + 2
 #: What a model box entry adds when the task has an adapter of its own: it runs with it, or explicitly without.
 FROM_TASK = " + {name} (from the task)"
 BASE_ONLY = ", base only (without the task's adapter)"
@@ -101,13 +104,13 @@ class AgentPanel(QWidget):
         self.cancel_button = QPushButton("Cancel (Esc)", objectName="cancelButton", enabled=False)
         self.notice = QLabel(objectName="agentNotice", wordWrap=True, textFormat=Qt.TextFormat.RichText)
         self.notice.setStyleSheet("font-size: 9pt; color: #444")
-        self.status = QLabel("idle", objectName="agentStatus")
+        self.status = QLabel("idle", objectName="agentStatus", textFormat=Qt.TextFormat.PlainText)
         # which adapter the next run applies and where it comes from (the task file, the model box), or why the
         # run is refused (an adapter made for another base): said before Run is pressed
         self.adapter_note = QLabel(objectName="adapterNote", wordWrap=True, visible=False,
                                    textFormat=Qt.TextFormat.PlainText)
         # user task files that could not be read: said where tasks are picked (their task is missing from the box)
-        self.task_warning = QLabel(objectName="taskWarning", visible=False)
+        self.task_warning = QLabel(objectName="taskWarning", visible=False, textFormat=Qt.TextFormat.PlainText)
         self.task_warning.setStyleSheet("color: #a15c00; font-weight: bold")
         self.transcript = QTextBrowser(objectName="transcript", openLinks=False)
         self.zooms = QListWidget(objectName="zoomStrip")
@@ -160,7 +163,7 @@ class AgentPanel(QWidget):
         self.verdict_box.setMinimumHeight(48)
         self.verdict_box.setMaximumHeight(104)
         layout.addWidget(self.verdict_box)
-        self.hint = QLabel("", objectName="agentHint", wordWrap=True)
+        self.hint = QLabel("", objectName="agentHint", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         self.hint.setStyleSheet("color: #666")
         layout.addWidget(self.hint)
         self.hint.setVisible(False)
@@ -173,8 +176,7 @@ class AgentPanel(QWidget):
         self.task_box.currentIndexChanged.connect(lambda _i: self.taskChanged.emit(self.task_id()))
         # the box is narrower than "MODEL (QUANT) + ADAPTER (from the task)": its whole text on hover
         self.model_box.currentIndexChanged.connect(lambda _i: self.model_box.setToolTip(
-            "\n".join(t for t in (self.model_box.currentText(),
-                                   self.model_box.currentData(Qt.ItemDataRole.ToolTipRole)) if t)))
+            tooltip("\n".join(t for t in (self.model_box.currentText(), self.model_box.currentData(TIP_ROLE)) if t))))
         self._job: int | None = None
         self._zoom_windows: list[tuple[float, float, str]] = []
         self._t0 = 0.0
@@ -203,7 +205,7 @@ class AgentPanel(QWidget):
             name = exc.path.name if exc.path is not None else "task file"
             self.task_box.addItem(f"⚠ {name}: not read (hover for why)")
             i = self.task_box.count() - 1
-            self.task_box.setItemData(i, str(exc), Qt.ItemDataRole.ToolTipRole)
+            self.task_box.setItemData(i, tooltip(exc), Qt.ItemDataRole.ToolTipRole)
             item = model.item(i)  # a QStandardItemModel, the combo box's own
             item.setEnabled(False)
         if current is not None and (i := self.task_box.findData(current)) >= 0:
@@ -211,9 +213,9 @@ class AgentPanel(QWidget):
         self.task_box.blockSignals(False)
         files = "file" if len(errors) == 1 else "files"
         self.task_warning.setText(f"⚠ {len(errors)} task {files} not read" if errors else "")
-        self.task_warning.setToolTip("\n\n".join(
+        self.task_warning.setToolTip(tooltip("\n\n".join(
             ["These user task files could not be read; their tasks are not in the box (spec-o3 tasks validate "
-             "says the same):"] + [str(exc) for exc in errors]))
+             "says the same):"] + [str(exc) for exc in errors])))
         self.task_warning.setVisible(bool(errors))
 
     def task_id(self) -> str:
@@ -235,7 +237,8 @@ class AgentPanel(QWidget):
             self.model_box.addItem(text, model_id)
             self.model_box.setItemData(self.model_box.count() - 1, lora, LORA_ROLE)
             if tip:
-                self.model_box.setItemData(self.model_box.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+                self.model_box.setItemData(self.model_box.count() - 1, tooltip(tip), Qt.ItemDataRole.ToolTipRole)
+                self.model_box.setItemData(self.model_box.count() - 1, tip, TIP_ROLE)
 
         own = Path(task_lora.path).stem if task_lora is not None else ""
         for model_id, text, *lora in models:
@@ -280,7 +283,7 @@ class AgentPanel(QWidget):
         """The line under the task and model boxes: which adapter the next run applies and where it comes from,
         or (``refused``, in red) why it cannot run; hidden when empty."""
         self.adapter_note.setText(text)
-        self.adapter_note.setToolTip(tip)
+        self.adapter_note.setToolTip(tooltip(tip))
         self.adapter_note.setStyleSheet("color: #b32d2d; font-weight: bold" if refused else "color: #1d5a8a")
         self.adapter_note.setVisible(bool(text))
         self._fit_height()
@@ -432,7 +435,7 @@ class AgentPanel(QWidget):
                                                 Qt.TransformationMode.SmoothTransformation)
         item = QListWidgetItem(QIcon(thumb), f"{label}\n{lo:g}–{hi:g} Å")
         item.setData(Qt.ItemDataRole.UserRole, i)
-        item.setToolTip(f"{label}: {lo:g}–{hi:g} Å (rest frame). Click to show on the plot.")
+        item.setToolTip(tooltip(f"{label}: {lo:g}–{hi:g} Å (rest frame). Click to show on the plot."))
         self.zooms.addItem(item)
         self._append_html(f"<p>▶ zoom <a href='zoom:{i}'><b>{html.escape(label)}</b> {lo:g}–{hi:g} Å</a> "
                           f"(rest frame)</p><br>")
@@ -442,21 +445,21 @@ class AgentPanel(QWidget):
         scripted = self._info.get("scripted")
         who = SCRIPTED_LABEL if scripted else f"model {self._info.get('model', '?')}"
         if step.verdict:
-            head = f"<span style='{_VERDICT_STYLE.get(step.verdict, '')};font-size:16pt'><b>{step.verdict}</b></span>"
+            head = f"<span style='{_VERDICT_STYLE.get(step.verdict, '')};font-size:16pt'><b>{esc(step.verdict)}</b></span>"
         else:
             head = f"<b>no verdict</b> ({html.escape(outcome)}: {html.escape(step.detail)})"
         evidence = "; ".join(f"{lab} {lo:g}–{hi:g} Å" for lo, hi, lab in self._zoom_windows) or "no zooms"
-        answer = html.escape(step.answer.strip())[:600] if step.answer else ""
+        answer = esc(step.answer.strip()[:600]) if step.answer else ""  # cut, then escaped: no half entity
         self.verdict.setText(f"{head} — {html.escape(who)}<br><small>Evidence: {html.escape(evidence)}</small>"
                              + (f"<br><small>{answer}</small>" if answer else "") + _accept_hint(step.verdict))
 
     def show_confidence(self, conf, who: str, k_max: int | None = None, stop_reason: str | None = None) -> None:
         """The fold of K rollouts (`speco3.agent.confidence.Confidence`) in place of a single verdict; with
         ``--rollouts auto`` (``stop_reason`` other than ``fixed``) how many of the budget ``k_max`` ran and why."""
-        if conf.verdict:
-            head = f"<span style='{_VERDICT_STYLE.get(conf.verdict, '')};font-size:16pt'><b>{conf.verdict}</b></span>"
-        else:
-            head = "<b>no verdict</b> (a tie or no answer)"
+        if conf.verdict and not conf.abstained:
+            head = f"<span style='{_VERDICT_STYLE.get(conf.verdict, '')};font-size:16pt'><b>{esc(conf.verdict)}</b></span>"
+        else:  # what the run came to, named as everywhere: "tie: 1 YES / 1 NO", "abstained: split evidence, …"
+            head = f"<b>no verdict to accept</b> ({esc(conf.headline)})"
         adaptive = bool(stop_reason) and stop_reason != STOP_FIXED
         votes = f"{conf.yes} YES / {conf.no} NO " + (f"· {describe_use(conf.k, k_max, stop_reason)}" if adaptive
                                                       else f"of {conf.k} rollouts")
@@ -466,11 +469,11 @@ class AgentPanel(QWidget):
             votes += f" · P(YES) at the answer token {conf.p_yes_token:.2f}"
         if conf.format_failures:
             votes += f" · {conf.format_failures} format failures"
-        warn = (f"<br><span style='color:#8a6d00'><b>Abstained: {html.escape(conf.abstain_reason)}.</b></span>"
-                if conf.abstained else "")
+        warn = (f"<br><span style='color:#8a6d00'><b>Abstained: {html.escape(conf.reason or conf.abstain_reason)}."
+                "</b></span>" if conf.abstained else "")
         self.verdict.setText(f"{head} — {html.escape(str(who))}<br><small>{html.escape(votes)}</small>{warn}"
                              "<br><small>The transcript shows one rollout; all are stored and side by side in the "
-                             "HTML report.</small>" + _accept_hint(conf.verdict))
+                             "HTML report.</small>" + _accept_hint(None if conf.abstained else conf.verdict))
 
     def show_trace(self, trace: Trace, heading: str, others: Sequence[Trace | str] = ()) -> None:
         """Replay a stored trace (after a batch run or on revisit): transcript, clickable zooms, verdict; with

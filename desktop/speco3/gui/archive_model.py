@@ -18,7 +18,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QBrush, QColor
 
 from speco3.agent.adaptive import describe_use
-from speco3.agent.confidence import abstain_reason
+from speco3.gui.text import tooltip
 from speco3.spectra.index import IndexEntry
 from speco3.vetting.records import ModelVerdict
 
@@ -301,7 +301,8 @@ class ArchiveTableModel(QAbstractTableModel):
         return {
             "undecided": human is None, "decided": human is not None,
             "YES": human == "YES", "NO": human == "NO", "UNSURE": human == "UNSURE",
-            "model YES": model == "YES", "model NO": model == "NO", "no model verdict": model is None,
+            "model YES": model == "YES", "model NO": model == "NO",
+            "no model verdict": model not in ("YES", "NO"),  # not run, or a run without a verdict to accept
         }.get(want, True)
 
     def _state_sort(self) -> bool:
@@ -359,7 +360,7 @@ class ArchiveTableModel(QAbstractTableModel):
                 return f"{float(value):.1f}"
             return str(value)
         if role == Qt.ItemDataRole.ToolTipRole:  # the full path, and which spectrum of a multi-spectrum file
-            return (entry.path or entry.key) + (f" #{entry.index}" if entry.path and entry.index else "")
+            return tooltip((entry.path or entry.key) + (f" #{entry.index}" if entry.path and entry.index else ""))
         if role == Qt.ItemDataRole.TextAlignmentRole and name in ("redshift", "snr"):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
@@ -390,7 +391,7 @@ class ArchiveTableModel(QAbstractTableModel):
             if mv.format_failures:
                 text += f" · {mv.format_failures} format failures"
             if abstained:
-                text += " · abstained: " + abstain_reason(k, outcomes.count("YES"), outcomes.count("NO"))
+                text += " · " + (mv.headline if k > 1 else f"no answer ({mv.outcome})")
             return text
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)

@@ -108,12 +108,12 @@ class ArchivePanel(QWidget):
     def __init__(self, model: ArchiveTableModel, parent: QWidget | None = None):
         super().__init__(parent)
         self.model = model
-        self.folder = QLabel("No archive open", objectName="archiveFolder", wordWrap=True)
+        self.folder = QLabel("No archive open", objectName="archiveFolder", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         open_b = QPushButton("Open folder…", objectName="openFolder")
         open_b.clicked.connect(self.openRequested)
         self.progress = QProgressBar(objectName="indexProgress", visible=False)
         self.progress.setFormat("indexing %v / %m")
-        self.progress_label = QLabel("", objectName="indexLabel", visible=False)
+        self.progress_label = QLabel("", objectName="indexLabel", visible=False, textFormat=Qt.TextFormat.PlainText)
 
         self.survey = QComboBox(objectName="surveyFilter", editable=False)
         self.survey.addItems([ANY_SURVEY, *DEFAULT_SURVEYS])  # an opened archive lists its own (`reset_filters`)
@@ -132,7 +132,7 @@ class ArchivePanel(QWidget):
         self.unusable = QCheckBox("sky fibres, fully masked", objectName="includeUnusable",
                                   toolTip="also list sky fibres and spectra whose every pixel is masked "
                                           "(nothing to vet: left out of the queue and the pre-screen by default)")
-        self.count = QLabel("", objectName="rowCount")
+        self.count = QLabel("", objectName="rowCount", textFormat=Qt.TextFormat.PlainText)
 
         grid = QGridLayout()
         grid.addWidget(self.survey, 0, 0)

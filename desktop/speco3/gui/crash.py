@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QApplication, QMessageBox
 
@@ -36,6 +36,7 @@ def show_error(exc_type, exc, tb) -> QMessageBox | None:
         return None
     _showing = True
     box = QMessageBox(QMessageBox.Icon.Critical, "Spec-o3 Desktop: unexpected error", error_text(exc_type, exc))
+    box.setTextFormat(Qt.TextFormat.PlainText)  # the error quotes whatever the failing code was given
     box.addButton("Open log folder", QMessageBox.ButtonRole.ActionRole).clicked.connect(open_log_folder)
     box.addButton(QMessageBox.StandardButton.Close)
     box.finished.connect(_closed)

@@ -98,7 +98,7 @@ class DecisionPanel(QWidget):
     def __init__(self, keymap: Keymap, parent: QWidget | None = None):
         super().__init__(parent)
         self.keymap = keymap
-        self.position = QLabel("No queue", objectName="queuePosition")
+        self.position = QLabel("No queue", objectName="queuePosition", textFormat=Qt.TextFormat.PlainText)
         self.suggestion = QLabel("Model: —", objectName="modelSuggestion", textFormat=Qt.TextFormat.RichText,
                                  wordWrap=True)  # unwrapped, a long suggestion pushed the panel past the screen
         self.accept_button = QPushButton("Accept model (Enter)", objectName="acceptButton", enabled=False)
@@ -145,7 +145,7 @@ class DecisionPanel(QWidget):
         ev_layout.addLayout(self.evidence_list)
         ev_layout.addWidget(self.mark_button)
         ev_layout.addWidget(self.model_windows_button)
-        self.saved = QLabel("", objectName="savedStatus", wordWrap=True)
+        self.saved = QLabel("", objectName="savedStatus", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         nav = QHBoxLayout()
         prev_b = QPushButton(f"◀ Previous ({self._key('previous')})", objectName="prevButton")
         next_b = QPushButton(f"Next ({self._key('next')}) ▶", objectName="nextButton")
@@ -193,11 +193,16 @@ class DecisionPanel(QWidget):
         self.saved.setText(saved_text)
         self._updating = False
 
-    def show_suggestion(self, verdict: str | None, detail: str = "") -> None:
+    def show_suggestion(self, verdict: str | None, detail: str = "", *, abstained: bool = False) -> None:
+        """The model's suggestion (``verdict``), or why there is none: ``detail`` names what the run came to
+        ("tie: 1 YES / 1 NO"); ``abstained``: its rollouts abstained, shown as an abstention (nothing to accept)."""
         if verdict:
             self.suggestion.setText(f"Model suggests <b>{html.escape(verdict)}</b> {html.escape(detail)}")
+        elif abstained:
+            self.suggestion.setText("<span style='color:#8a6d00'><b>Model abstained</b></span> — "
+                                    f"{html.escape(detail)}; decide yourself (Y / N / U)")
         else:
-            self.suggestion.setText("Model: no verdict yet" + (f" ({html.escape(detail)})" if detail else ""))
+            self.suggestion.setText("Model: no verdict" + (f" ({html.escape(detail)})" if detail else " yet"))
         self.accept_button.setEnabled(bool(verdict))
         self.accept_button.setText(f"Accept model: {verdict} (Enter)" if verdict else "Accept model (Enter)")
 

@@ -10,8 +10,9 @@ import logging
 from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, QRect, Qt, Signal
 from PySide6.QtWidgets import (
+    QApplication,
     QCheckBox,
     QComboBox,
     QDialog,
@@ -30,6 +31,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSpinBox,
+    QStyle,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -44,14 +46,16 @@ log = logging.getLogger(__name__)
 
 
 def run_export(store, path: str | Path, fmt: str, task: str | None = None) -> Path:
-    """Write ``store`` as CSV / VOTable / FITS table or the HTML audit report (atomic writes)."""
+    """Write ``store`` as CSV / VOTable / FITS table or the HTML audit report (atomic writes).
+
+    The save dialog has asked before an existing file is replaced; the store itself is refused all the same."""
     if fmt == "html":
         from speco3.vetting.report import write_report
 
-        return write_report(store, path, task=task)
+        return write_report(store, path, task=task, overwrite=True)
     from speco3.vetting.export import export
 
-    return export(store, path, fmt=fmt, task=task)
+    return export(store, path, fmt=fmt, task=task, overwrite=True)
 
 
 class _Job(BackgroundTask):
@@ -142,7 +146,7 @@ class ModelManagerDialog(QDialog):
         row.addWidget(QLabel("Pull:"))
         row.addWidget(self.pull_name, 1)
         layout.addLayout(row)
-        self.fit_label = QLabel(objectName="pullFit", wordWrap=True)
+        self.fit_label = QLabel(objectName="pullFit", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         layout.addWidget(self.fit_label)
         self.pull_name.currentTextChanged.connect(self._show_pull_fit)
         layout.addLayout(buttons)
@@ -369,7 +373,7 @@ class SettingsDialog(QDialog):
             self.key_edits[a.name] = edit
             kform.addRow(a.text, edit)
         tabs.addTab(_scrolling(keys), "Keymap")
-        self.error = QLabel("", objectName="settingsError", styleSheet="color:#b32d2d")
+        self.error = QLabel("", objectName="settingsError", styleSheet="color:#b32d2d", textFormat=Qt.TextFormat.PlainText)
         box = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         box.accepted.connect(self.accept)
         box.rejected.connect(self.reject)
@@ -377,6 +381,27 @@ class SettingsDialog(QDialog):
         layout.addWidget(tabs)
         layout.addWidget(self.error)
         layout.addWidget(box)
+        self.tabs = tabs
+        for f in (form, sform, kform):  # on a narrow screen a field goes under its label rather than off the edge
+            f.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        self.fit_to()
+
+    def fit_to(self, available: QRect | None = None) -> None:
+        """Open as wide as the widest page and as tall as the tallest needs, within ``available`` (default: the
+        screen's free area, less a margin): at 1366×768 every label and field is whole, with no horizontal
+        scrollbar; the pages scroll vertically when the screen is shorter than they are."""
+        if available is None:
+            screen = self.screen() or QApplication.primaryScreen()
+            available = screen.availableGeometry()
+        pages = [self.tabs.widget(i) for i in range(self.tabs.count())]
+        inner = [p.widget() for p in pages if isinstance(p, QScrollArea) and p.widget() is not None]
+        bar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
+        chrome = self.sizeHint() - self.tabs.sizeHint()  # the buttons, the error line and the margins
+        width = max(w.sizeHint().width() for w in inner) + bar + 2 * self.tabs.style().pixelMetric(
+            QStyle.PixelMetric.PM_DefaultFrameWidth) + 24 + chrome.width()
+        height = max(w.sizeHint().height() for w in inner) + self.tabs.tabBar().sizeHint().height() + 24 \
+            + chrome.height()
+        self.resize(min(width, int(available.width() * 0.95)), min(height, int(available.height() * 0.9)))
 
     def _rollout_mode_changed(self) -> None:
         auto = bool(self.rollout_mode.currentData())

@@ -15,6 +15,8 @@ from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import QAbstractSpinBox, QComboBox, QLineEdit, QPlainTextEdit, QTextEdit, QWidget
 from shiboken6 import getCppPointer
 
+from speco3.gui.text import esc
+
 log = logging.getLogger(__name__)
 
 
@@ -142,7 +144,7 @@ class Keymap:
                 group = a.group
                 rows.append(f"<tr><td colspan=2><b>{group}</b></td></tr>")
             key = QKeySequence(self.keys[a.name]).toString(QKeySequence.SequenceFormat.NativeText)
-            rows.append(f"<tr><td><code>{key}</code>&nbsp;&nbsp;</td><td>{a.text}</td></tr>")
+            rows.append(f"<tr><td><code>{esc(key)}</code>&nbsp;&nbsp;</td><td>{a.text}</td></tr>")  # keys from keymap.json
         return "<table>" + "".join(rows) + "</table>"
 
 

@@ -13,6 +13,7 @@ import logging
 import numpy as np
 
 from speco3.agent.tasks import Line, Task
+from speco3.spectra.model import within_limits
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ def display_range(values: np.ndarray, edge_fraction: float = 0.03, edge_noise: f
     percentile of the scatter inside (the ragged LAMOST/SDSS ends), not where the flux just rises or falls.
     """
     raw = np.asarray(values, dtype=float)
-    raw = raw[np.isfinite(raw)]
+    raw = raw[within_limits(raw)]  # finite, and within ±1e150: spans and margins of the rest stay finite
     n = raw.size
     if n == 0:
         return None
@@ -186,7 +187,12 @@ def display_range(values: np.ndarray, edge_fraction: float = 0.03, edge_noise: f
         keep[:cut] = scatter[:cut] <= limit
         keep[n - cut:] = scatter[n - cut:] <= limit
     lo, hi = float(v[keep].min()), float(v[keep].max())
-    span = (hi - lo) or (abs(hi) * 0.1 or 1.0)
+    scale = max(abs(lo), abs(hi))
+    if 0 < scale < 1e-200:  # so close to 0 (subnormals) that the view's scale would overflow: drawn around 0
+        lo, hi = -0.05, 0.05
+    span = hi - lo
+    if span <= scale * 1e-12:  # flat (to the precision a view can show)
+        span = abs(hi) * 0.1 or 1.0
     return lo - margin * span, hi + margin * span
 
 

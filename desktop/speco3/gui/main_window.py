@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QInputDialog,
+    QLabel,
     QMainWindow,
     QMessageBox,
     QPushButton,
@@ -27,9 +28,10 @@ from PySide6.QtWidgets import (
 )
 
 from speco3 import __version__
+from speco3.agent.confidence import ABSTAINED
 from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
-from speco3.errors import TaskError
+from speco3.errors import Speco3Error, TaskError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
 from speco3.gui.agent_panel import AgentPanel
 from speco3.gui.archive_model import ArchiveTableModel, Filters
@@ -44,10 +46,12 @@ from speco3.gui.menus import build_menus
 from speco3.gui.samp_panel import SampPanel
 from speco3.gui.settings import AppSettings
 from speco3.gui.task_editor import TaskEditor
+from speco3.gui.text import message
 from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
 from speco3.gui.workers import IndexWorker, InferenceThread, render_png
 from speco3.vetting.records import ModelVerdict
+from speco3.vetting.session import Opened
 from speco3.vetting.writer_lock import Holder
 
 log = logging.getLogger(__name__)
@@ -212,6 +216,10 @@ class MainWindow(QMainWindow):
         self.batch_bar = self.batch.bar
         for w in (self.batch.bar, self.batch.pause, self.batch.cancel):
             self.statusBar().addPermanentWidget(w)
+        self.unsaved_label = QLabel("Decisions are not saved: the data folder is read-only (Settings)", self)
+        self.unsaved_label.setStyleSheet("color: #b00020; font-weight: bold")
+        self.unsaved_label.setVisible(False)
+        self.statusBar().addPermanentWidget(self.unsaved_label)
 
     def _connect(self) -> None:
         self.archive.openRequested.connect(self.choose_archive)
@@ -346,23 +354,24 @@ class MainWindow(QMainWindow):
                                              self._browse_read_only)
         except Exception as exc:
             self.show_error(f"cannot open the vetting store: {exc}")
-            opened = False
+            opened = Opened(False)
         self._show_read_only()
         self.vetting.cache.clear()
         surveys = [name for name in self.index.summary()["by_survey"] if name != "?"]
         view = self.vetting.session.view
         filters = self.archive.reset_filters(surveys)
-        if opened:  # the queue as the vetter left it (restart, crash)
+        if opened.opened:  # the queue as the vetter left it (restart, crash)
             filters = self.archive.show_filters(Filters.of(view.filters), view.order)
         self.table_model.set_index(self.index, filters)
         self._show_position(self.vetting.row)
         self.stack.setCurrentWidget(self.viewer)
-        if not opened:
+        if not opened.opened:
             self.table_model.set_entries([])
             self.show_message(f"{root}: not opened (its vetting store is in use)")
             return
         n = self.index.count()
         self.show_message(archive_summary(self.index.summary(), self.index.count(usable=False), root))
+        self._show_unsaved(opened.unsaved)  # after the summary: the warning is what the status bar shows
         self.settings.last_archive = root
         self._save_settings()
         if view.candidates:
@@ -380,7 +389,7 @@ class MainWindow(QMainWindow):
         if QApplication.instance().property("speco3_no_dialogs"):
             self.show_message(text)
             return True
-        box = QMessageBox(QMessageBox.Icon.Warning, "Spec-o3 Desktop", text, parent=self)
+        box = message(self, "Spec-o3 Desktop", text)  # plain text: the holder's host is read from its lock file
         browse = box.addButton("Browse read-only", QMessageBox.ButtonRole.AcceptRole)
         box.addButton(QMessageBox.StandardButton.Cancel)
         box.exec()
@@ -453,9 +462,11 @@ class MainWindow(QMainWindow):
         self.viewer.set_evidence(notes.evidence)
         self.decision.show_model_windows(mv is not None and mv.model_id != SCRIPTED_LABEL
                                          and bool(mv.zooms or (mv.rollouts or 1) > 1))
-        if mv is not None:
+        if mv is not None:  # an abstention is shown where the suggestion is, with its reason, and not accepted
             who = "(scripted demo — not a model)" if mv.model_id == SCRIPTED_LABEL else f"({mv.model_id})"
-            self.decision.show_suggestion(mv.verdict, who if mv.verdict else f"{mv.outcome} {who}")
+            self.decision.show_suggestion(mv.suggestion, who if mv.suggestion else
+                                          f"{mv.headline.removeprefix(ABSTAINED + ': ')} {who}",
+                                          abstained=bool(mv.abstained and (mv.rollouts or 1) > 1))
         else:
             self.decision.show_suggestion(None)
         self._show_stored_trace(mv)
@@ -545,10 +556,13 @@ class MainWindow(QMainWindow):
 
     def accept_model(self) -> None:
         mv = self.vetting.model_suggestion()
-        if mv is None or mv.verdict is None:
+        if mv is not None and mv.verdict is not None and mv.suggestion is None:  # Enter never takes an abstention
+            self.show_message(f"the model abstained ({mv.reason}): nothing to accept; decide yourself (Y / N / U)")
+            return
+        if mv is None or mv.suggestion is None:
             self.show_message("no model verdict to accept for this spectrum")
             return
-        self.decide(mv.verdict)
+        self.decide(mv.suggestion)
 
     def escape(self) -> None:
         """Escape: in a text field of the decision panel it leaves the field (the edit kept); elsewhere it cancels
@@ -657,6 +671,7 @@ class MainWindow(QMainWindow):
             self.samp.toggle.setChecked(self.settings.samp_enabled)  # connects or disconnects as chosen
             self.refresh_models()  # the model server entry comes and goes with its URL
             self._save_settings()
+            self._store_place_changed()
 
     def new_task(self) -> None:
         self.open_task_editor(None)
@@ -680,6 +695,34 @@ class MainWindow(QMainWindow):
         self._on_task(self.agent_panel.task_id())
         self.show_message(f"task {task.id} saved: {task.source}")
 
+    def _show_unsaved(self, reason: str | None) -> None:
+        """Say, and keep saying in the status bar, that decisions live in memory only (`VettingController.open_store`
+        fell back to it because the data folder is read-only); nothing when ``reason`` is None."""
+        self.unsaved_label.setVisible(reason is not None)
+        if reason is not None:
+            self.show_error(f"{reason}.\n\nYou can browse and vet, but decisions are kept in memory only and are lost "
+                            "when the app closes, until you choose a data folder you can write to (Settings).")
+
+    def _store_place_changed(self) -> None:
+        """After Settings: a session kept in memory moves to the newly chosen data folder (its decisions with it)."""
+        store = self.vetting.store
+        if store is None or not store.is_in_memory or not self.archive_root:
+            return
+        try:
+            opened = self.vetting.move_store(store_path_for(self.archive_root, self.settings.resolved_data_folder()),
+                                             self._browse_read_only)
+        except Speco3Error as exc:
+            self.show_error(str(exc))
+            return
+        self._show_read_only()
+        self.table_model.invalidate_states()
+        self._show_unsaved(opened.unsaved)
+        if not opened.opened:
+            self.table_model.set_entries([])
+            self.show_message(f"{self.archive_root}: not opened (its vetting store is in use)")
+        elif opened.unsaved is None and self.vetting.store is not None:
+            self.show_message(f"decisions are now saved in {self.vetting.store.path}")
+
     # -- misc ----------------------------------------------------------------------------------------------------
     def show_message(self, text: str) -> None:
         log.info("%s", text)
@@ -689,7 +732,7 @@ class MainWindow(QMainWindow):
         log.warning("%s", text)
         self.statusBar().showMessage(text, 15000)
         if not QApplication.instance().property("speco3_no_dialogs"):
-            QMessageBox.warning(self, "Spec-o3 Desktop", text)
+            message(self, "Spec-o3 Desktop", text).exec()  # plain text: errors quote file names and values
 
     def _save_settings(self) -> None:
         self.settings.model_id = self.agent_panel.model_id() if self.agent_panel.model_id() != SCRIPTED_LABEL else ""

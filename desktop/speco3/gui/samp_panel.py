@@ -5,8 +5,10 @@ thread-safe queue that a timer on the GUI thread drains and re-emits as the ``ev
 holds, touches or releases a Qt object. Received messages act on the window: TOPCAT's ``table.highlight.row`` /
 ``table.select.rowList`` of a table sent from here select those spectra, ``coord.pointAt.sky`` selects the
 nearest archive spectrum within ``AppSettings.samp_match_arcsec``, and ``table.load.votable`` opens the table as
-the vetting queue through the candidate-list loader. `shutdown` stops the link (joining its threads) and is called
-from the window's ``closeEvent`` before any widget goes away.
+the vetting queue through the candidate-list loader once the user has said yes (a dialog naming the peer; the
+answer may be remembered per peer name: `speco3.interop.consent.QueueConsent`, ``AppSettings.samp_table_peers``).
+What a peer may make the app read at all is `speco3.interop.fetch`'s to decide. `shutdown` stops the link (joining
+its threads) and is called from the window's ``closeEvent`` before any widget goes away.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QApplication, QLabel, QMenu, QMessageBox, QToolBar, QToolButton
+from PySide6.QtWidgets import QApplication, QCheckBox, QLabel, QMenu, QMessageBox, QToolBar, QToolButton
+
+from speco3.gui.text import message
+from speco3.interop.consent import QueueConsent
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +41,9 @@ class SampPanel(QObject):
         self.link: Any = None
         self.inbox: queue.Queue = queue.Queue()
         self.last_status = ""
+        # the user's answers per peer name; the same dict as the settings', saved with them
+        self.consent = QueueConsent(window.settings.samp_table_peers)
+        self.asking: QMessageBox | None = None  # the open "replace the queue?" question, one at a time
         self.timer = QTimer(self, interval=50)
         self.timer.timeout.connect(self.drain)
         self.event.connect(self._handle)
@@ -70,7 +78,8 @@ class SampPanel(QObject):
         if on and self.link is None:
             from speco3.interop import SampLink
 
-            self.link = SampLink(self.inbox.put, timeout=self.timeout)
+            self.link = SampLink(self.inbox.put, timeout=self.timeout,
+                                 max_table_bytes=int(self.window.settings.samp_max_table_mb) * 2**20)
             self.timer.start()
             self._watch(self.link.connect(), "connect")
         elif not on and self.link is not None:
@@ -157,7 +166,8 @@ class SampPanel(QObject):
             self.peers_menu.addAction(QAction("(no other application)", self.peers_menu, enabled=False))
         for p in peers:
             takes = ", ".join(p.capabilities) or "no shared message types"  # as the hub matched them (Peer.accepts)
-            self.peers_menu.addAction(QAction(f"{p.name} — {takes}", self.peers_menu, enabled=False))
+            name = p.name.replace("&", "&&")  # the peer's own text: no mnemonic from it
+            self.peers_menu.addAction(QAction(f"{name} — {takes}", self.peers_menu, enabled=False))
         if self.link is not None and self.link.connected:
             self.status.setText(f"{STATE_TEXT['connected']} ({len(peers)} peers)")
 
@@ -242,7 +252,45 @@ class SampPanel(QObject):
         self.message(f"SAMP: selected {entry.name}, {sep:.2f}″ from RA {ra:.5f}, Dec {dec:+.5f}")
 
     def load_table(self, item: Any) -> None:
+        """A table a peer sent: it replaces the queue once the user says so (remembered answers apply)."""
         if not item.path:
             return self.message(f"SAMP: table {item.name or item.url} could not be read")
+        peer, table = item.sender_name or item.sender, item.name or "a table"
+        known = self.consent.known(peer)
+        if known is not None:
+            return self._load(item) if known else self.message(
+                f"SAMP: ignored {table} from {peer} (you chose never to load tables from it)")
+        if QApplication.instance().property("speco3_no_dialogs"):
+            return self.message(f"SAMP: {peer} offers {table}; not loaded (no dialogs to ask you)")
+        if self.asking is not None:
+            return self.message(f"SAMP: ignored {table} from {peer}: another table is waiting for your answer")
+        box = message(self.window, "SAMP: replace the vetting queue?",
+                      f"The application “{peer}” sends the table “{table}”.\n\nReplace the vetting queue with the "
+                      "spectra of the open archive that it lists? (Your decisions are kept either way.)",
+                      QMessageBox.Icon.Question)
+        box.setObjectName("sampTableQuestion")
+        box.setStandardButtons(QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No)
+        box.setDefaultButton(QMessageBox.StandardButton.No)
+        remember = QCheckBox(f"Always answer this way for “{peer.replace('&', '&&')}”", objectName="sampRemember")
+        remember.setToolTip("SAMP applications name themselves: any application on this desktop could use this name")
+        box.setCheckBox(remember)
+        box.finished.connect(lambda result: self._answered(item, peer, result == QMessageBox.StandardButton.Yes,
+                                                           remember.isChecked()))
+        self.asking = box
+        box.open()
+
+    def _answered(self, item: Any, peer: str, load: bool, remember: bool) -> None:
+        box, self.asking = self.asking, None
+        if box is not None:
+            box.deleteLater()
+        self.consent.answer(peer, load, remember)
+        if remember:
+            self.window._save_settings()
+        if load:
+            self._load(item)
+        else:
+            self.message(f"SAMP: {item.name or 'the table'} from {peer} not loaded")
+
+    def _load(self, item: Any) -> None:
         n = self.window.load_candidates(item.path)
-        self.message(f"SAMP: {item.name or 'table'} from {item.sender}: {n} spectra in the queue")
+        self.message(f"SAMP: {item.name or 'table'} from {item.sender_name or item.sender}: {n} spectra in the queue")

@@ -22,11 +22,11 @@ from speco3.agent.tasks import Task, run_adapters
 from speco3.config import config_dir, data_dir
 from speco3.engine.base import DEFAULT_N_CTX, EngineSettings
 from speco3.fileio import write_text_atomic
-from speco3.vetting.records import login_vetter
+from speco3.vetting.records import SETTINGS_FILE, vetter_name
 
 log = logging.getLogger(__name__)
 
-FILE_NAME = "desktop.json"
+FILE_NAME = SETTINGS_FILE  # its "vetter" is also read by `spec-o3 decide` (`speco3.vetting.records.vetter_name`)
 #: The agent panel's model entry for the settings' "Model server" (shown when a server URL is set).
 SERVER_MODEL_ID = "model-server"
 
@@ -67,6 +67,11 @@ class AppSettings:
         Connect to a SAMP hub (TOPCAT, SPLAT-VO, Aladin) at start; off by default (no socket is opened then).
     samp_match_arcsec : int
         Tolerance for selecting the archive spectrum nearest a position sent over SAMP.
+    samp_table_peers : dict
+        SAMP application name → whether a table it sends may replace the vetting queue without asking (the
+        user's remembered answers, `speco3.interop.consent.QueueConsent`); other applications are asked.
+    samp_max_table_mb : int
+        The largest table a SAMP peer may make the app read or download (`speco3.interop.fetch`).
     rollouts : int
         Sampled agent runs per spectrum (K); 1 is the paper's greedy run. K > 1 gives ``p_yes``, agreement and
         abstention (`speco3.agent.confidence`) for the confidence column and the triage orders.
@@ -101,6 +106,8 @@ class AppSettings:
     last_archive: str = ""
     samp_enabled: bool = False
     samp_match_arcsec: int = 5
+    samp_table_peers: dict[str, bool] = field(default_factory=dict)
+    samp_max_table_mb: int = 64
     rollouts: int = 1
     rollouts_auto: bool = False
     max_rollouts: int = DEFAULT_K_MAX
@@ -146,6 +153,10 @@ class AppSettings:
             if f.name == "keymap":
                 if isinstance(value, dict):
                     out.keymap = {str(k): str(v) for k, v in value.items()}
+                continue
+            if f.name == "samp_table_peers":
+                if isinstance(value, dict):
+                    out.samp_table_peers = {str(k): v for k, v in value.items() if isinstance(v, bool)}
                 continue
             if f.name == "kv_type":
                 ok = value in ("f16", "f32", "q8_0")
@@ -213,5 +224,5 @@ class AppSettings:
         return None if cfg is None else (SERVER_MODEL_ID, f"{cfg.model or 'served model'} @ {cfg.url}")
 
     def vetter_name(self) -> str:
-        """The vetter's name, falling back to the login name."""
-        return login_vetter(self.vetter)
+        """The vetter's name (`speco3.vetting.records.vetter_name`: this setting, else the login name)."""
+        return vetter_name(self.vetter, configured="")

@@ -126,7 +126,7 @@ class TaskEditor(QDialog):
         self.browse = QPushButton("Browse…", objectName="browseAdapter")
         self.preview = QPlainTextEdit(objectName="taskPreview", readOnly=True)
         self.preview.setMinimumWidth(420)
-        self.error = QLabel("", objectName="taskError", wordWrap=True)
+        self.error = QLabel("", objectName="taskError", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         self.error.setStyleSheet("color: #c0392b")
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
 

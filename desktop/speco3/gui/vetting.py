@@ -3,7 +3,8 @@
 The session (Qt-free) holds the archive, store, task, queue and the spectrum shown, and refuses what cannot land on
 a readable spectrum of this archive; this controller observes it and turns its events into Qt signals, keeps the
 archive table's highlighted row on the spectrum shown, prefetches the neighbours and saves the position 0.5 s after
-the vetter pauses. The queue is the archive table's row order (the filtered, sorted index, or a loaded candidate
+the vetter pauses, and every `WATCH_MS` asks the session whether another process wrote to the store (`follow_store`).
+The queue is the archive table's row order (the filtered, sorted index, or a loaded candidate
 list). Every decision, flag change, comment and evidence window goes to the SQLite store immediately
 (`speco3.vetting.VettingStore`, WAL), with the vetter's name, the time and the app version, and apart from the
 model's verdicts. Flags, comment and the marked evidence windows are stored as notes of their own
@@ -26,7 +27,7 @@ from speco3.gui.archive_model import ArchiveTableModel
 from speco3.gui.prefetch import SpectrumCache
 from speco3.spectra.model import Spectrum
 from speco3.vetting.records import Decision, Evidence, ModelVerdict, Notes
-from speco3.vetting.session import Shown, VettingSession, store_key
+from speco3.vetting.session import Opened, Shown, VettingSession, store_key
 from speco3.vetting.store import VettingStore
 from speco3.vetting.writer_lock import Holder
 
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 PREFETCH_AHEAD = 3
 PREFETCH_BEHIND = 1
+WATCH_MS = 2000  # how often the table looks for writes of other processes to the store (`follow_store`)
 
 __all__ = ["VettingController", "store_key", "store_path_for"]
 
@@ -74,6 +76,10 @@ class VettingController(QObject):
         # never a decision) is saved 0.5 s after the last switch, and at once when the store closes
         self._position_save = QTimer(self, singleShot=True, interval=500)
         self._position_save.timeout.connect(self.save_position)
+        # decisions and verdicts written by other processes (`spec-o3 decide`, `vet` on the same store) reach the
+        # table's columns: one cheap `data_version` read every 2 s (`VettingSession.follow_store`)
+        self._watch = QTimer(self, interval=WATCH_MS)
+        self._watch.timeout.connect(self.follow_store)
         s = self.session
         s.leaving.connect(self._leaving)
         s.current_changed.connect(self._on_current)
@@ -119,10 +125,33 @@ class VettingController(QObject):
 
     # -- store ---------------------------------------------------------------------------------------------------
     def open_store(self, path: Path, archive_root: str | None = None,
-                   browse_read_only: Callable[[Holder], bool] = lambda holder: True) -> bool:
-        """Open the store of the archive ``archive_root`` (see `VettingSession.open_archive`); nothing is shown."""
+                   browse_read_only: Callable[[Holder], bool] = lambda holder: True) -> Opened:
+        """Open the store of the archive ``archive_root`` (see `VettingSession.open_archive`: a read-only data
+        folder gives a store kept in memory, ``Opened.unsaved`` says why); nothing is shown."""
         self._position_save.stop()
-        return self.session.open_archive(archive_root or path.parent, path, browse_read_only)
+        opened = self.session.open_archive(archive_root or path.parent, path, browse_read_only)
+        self._follow(opened)
+        return opened
+
+    def move_store(self, path: Path, browse_read_only: Callable[[Holder], bool] = lambda holder: True) -> Opened:
+        """Write a store kept in memory to ``path`` and go on there (`VettingSession.move_store`; raises
+        `speco3.errors.StoreError` when it cannot, the memory store staying open)."""
+        self._position_save.stop()
+        opened = self.session.move_store(path, browse_read_only)
+        self._follow(opened)
+        return opened
+
+    def _follow(self, opened: Opened) -> None:
+        if opened.opened:
+            self._watch.start()
+        else:
+            self._watch.stop()
+
+    def follow_store(self) -> None:
+        """Repaint the table's model and decision columns when another process wrote to the store since the last
+        look (the decision panel keeps what it shows: an edit in progress is never replaced under the vetter)."""
+        if self.session.follow_store():
+            self.model.invalidate_states()
 
     def bind_notes(self, panel: Any) -> None:
         """Store the decision panel's flags, comment and evidence as they change, and flush its pending edit on
@@ -145,6 +174,7 @@ class VettingController(QObject):
 
     def close_store(self) -> None:
         """Store what is pending and close the store (the window is closing: nothing more is shown)."""
+        self._watch.stop()
         self.session.close(notify=False)
 
     def state_of(self, entry: Any) -> tuple[str | None, str | None]:

@@ -18,7 +18,6 @@ What it draws, for the human (the model's images come from `speco3.render`, unch
 
 from __future__ import annotations
 
-import html
 import logging
 
 import numpy as np
@@ -38,7 +37,9 @@ from speco3.gui.lines import (
     mask_runs,
     vac_to_air,
 )
-from speco3.spectra.model import ERROR_SPECTRUM_NOTE, Frame, Spectrum, to_frame
+from speco3.gui.text import esc, literal, tooltip
+from speco3.render.layout import nonsingular
+from speco3.spectra.model import ERROR_SPECTRUM_NOTE, Frame, Spectrum, to_frame, within_limits
 from speco3.vetting.records import Evidence
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,7 @@ class SpectrumViewer(QWidget):
         self.header = WrapLabel("No spectrum")
         self.header.setObjectName("viewerHeader")
         self.header.setWordWrap(True)
+        self.header.setTextFormat(Qt.TextFormat.RichText)  # our markup; every value in it is escaped (_update_header)
         # room for two lines whatever the spectrum: a header that changes height would resize the plot on every switch
         self.header.setMinimumHeight(2 * self.header.fontMetrics().lineSpacing() + 4)
         self.plot = pg.PlotWidget(background="w")
@@ -192,7 +194,7 @@ class SpectrumViewer(QWidget):
         self._redraw(reset_x=not keep_range)
         if spectrum is None and unavailable:
             self.notice.setText(f"This entry cannot be shown.\n\n{unavailable}")
-            self.header.setText(f"<b>{html.escape(unavailable.split(': ', 1)[0])}</b> · cannot be shown")
+            self.header.setText(f"<b>{esc(unavailable.split(': ', 1)[0])}</b> · cannot be shown")
             self.pages.setCurrentWidget(self.notice)
         elif spectrum is not None and spectrum.n_pixels == 0:
             self.notice.setText(f"{spectrum.name}: the file holds no pixels to draw.")
@@ -236,8 +238,9 @@ class SpectrumViewer(QWidget):
 
     def reset_zoom(self) -> None:
         self._clear_highlight()
-        if self._x.size:
-            self.vb.setXRange(float(np.nanmin(self._x)), float(np.nanmax(self._x)), padding=0.01)
+        x = self._x[within_limits(self._x)]
+        if x.size:  # a single wavelength, or one repeated, gets matplotlib's widening instead of a zero-width range
+            self.vb.setXRange(*nonsingular(float(x.min()), float(x.max())), padding=0.01)
 
     def zoom(self, factor: float) -> None:
         """Zoom in (factor < 1) or out (factor > 1) about the centre of the visible range."""
@@ -289,7 +292,7 @@ class SpectrumViewer(QWidget):
         self.highlight = pg.LinearRegionItem(self._in_frame(lo, hi, frame), movable=False, brush=HIGHLIGHT_BRUSH)
         self.highlight.setZValue(-5)
         if label:  # keep a Python reference: PySide would otherwise drop the wrapper and its attributes
-            self.highlight.label = pg.InfLineLabel(self.highlight.lines[0], label, position=0.92,
+            self.highlight.label = pg.InfLineLabel(self.highlight.lines[0], literal(label), position=0.92,
                                                    anchors=[(0, 0), (0, 0)])
         self.plot.addItem(self.highlight)
         self.zoom_to(lo, hi, frame)
@@ -344,8 +347,9 @@ class SpectrumViewer(QWidget):
             self._draw_masks()
             return
         x = s.rest_wavelength() if self.frame == "rest" else s.wavelength
-        good = s.good
+        good = s.good & within_limits(x, s.flux)  # beyond ±1e150 (a spectrum not from a reader) counts as bad
         y, sig = boxcar(s.flux, good, self.smoothing, s.ivar)
+        x = np.where(within_limits(x), x, np.nan)
         self._x, self._y = x, y
         self._sig = sig if sig is not None else np.empty(0)
         self.curve.setData(x, y, connect="finite")
@@ -418,7 +422,7 @@ class SpectrumViewer(QWidget):
                 item = self._line_items[i]
                 if item.label.format != line.name:
                     item.label.setFormat(line.name)
-                    item.setToolTip(line.name)
+                    item.setToolTip(tooltip(line.name))
                 if item.value() != w:
                     item.setValue(w)
                 item.label.anchor = w
@@ -427,7 +431,7 @@ class SpectrumViewer(QWidget):
             item.label = MarkerLabel(line.name, (20, 120, 50), w, LABEL_FILL)  # referenced, see show_window
             item.label.setParentItem(self.vb)
             item.setZValue(-2)
-            item.setToolTip(line.name)
+            item.setToolTip(tooltip(line.name))
             self.plot.addItem(item)
             self._line_items.append(item)
         if layout:
@@ -489,16 +493,18 @@ class SpectrumViewer(QWidget):
         if s is None:
             return
         m = s.meta
-        parts = [f"<b>{s.name}</b>"]
+        # every value here comes from the file: escaped (speco3.gui.text), only the bold/italic markup is ours
+        parts = [f"<b>{esc(s.name)}</b>"]
         if m.survey:  # a release that already names the survey ("LAMOST DR7") is not prefixed with it again
             release = m.data_release or ""
-            parts.append(release if release.upper().startswith(m.survey.upper()) else f"{m.survey} {release}".strip())
+            parts.append(esc(release if release.upper().startswith(m.survey.upper())
+                             else f"{m.survey} {release}".strip()))
         if m.cls:
-            parts.append(f"{m.cls} {m.subclass or ''}".strip())
+            parts.append(esc(f"{m.cls} {m.subclass or ''}".strip()))
         if m.redshift is None:  # e.g. a DESI coadd without its redrock file: say so rather than show z = 0
             parts.append("z unknown (lines at z = 0)")
         else:
-            parts.append(f"z = {s.z:.5f}" + (f" ({m.redshift_source})" if m.redshift_source else ""))
+            parts.append(f"z = {s.z:.5f}" + (f" ({esc(m.redshift_source)})" if m.redshift_source else ""))
         if m.snr is not None:
             parts.append(f"S/N {m.snr:.1f}")
         medium = {"air": "air", "vacuum": "vacuum"}.get(s.medium, "medium unknown (lines in vacuum)")
@@ -508,12 +514,12 @@ class SpectrumViewer(QWidget):
         if self.smoothing > 1:
             parts.append(f"smoothed over {self.smoothing} px")
         if m.note:  # the reader's own word on it: "error spectrum (its flux spectrum is …)", "sky fibre"
-            parts.append(f"<i>{html.escape(m.note)}</i>")
+            parts.append(f"<i>{esc(m.note)}</i>")
         self.header.setText(" · ".join(parts))
         y_label = flux_axis_label(s)
         if self._axis_y != y_label:  # a new axis label re-lays out the whole plot: only when it changes
             self._axis_y = y_label
-            self.plot.getPlotItem().setLabel("left", y_label)
+            self.plot.getPlotItem().setLabel("left", esc(y_label))  # pyqtgraph renders axis labels as HTML
         if self._axis_frame != self.frame:  # a new axis label re-lays out the whole plot: only when it changes
             self._axis_frame = self.frame
             self.plot.getPlotItem().setLabel("bottom", f"{'Rest' if self.frame == 'rest' else 'Observed'} wavelength (Å)")

@@ -448,13 +448,15 @@ class InferenceThread(BackgroundTask):
     def _job_ended(self, live: _Live, event: Event) -> None:
         """Report a run's end: ``finished_job`` with its final step (rollout 0's; the cancelled one when cut
         short; None when it was skipped or its spectrum could not be read) and in ``info`` what the core recorded
-        (``verdict``, ``confidence``; absent when nothing was)."""
+        (``verdict``, ``confidence``; absent when nothing was; ``elsewhere``: another run on the store screened it)."""
         job, info = live.job, live.info
         final: VerdictStep | None = None
         if isinstance(event, Recorded | Cancelled) and event.started is not None:
             run = event.started.run
             final = next((f for f in run.finals if f is None or f.outcome.value == "cancelled"), run.finals[0])
             info.update(run=run, steps=run.traces[0].steps, spectrum=event.started.spectrum)
+        if isinstance(event, Skipped) and event.elsewhere and not event.held:  # another run on the store did it
+            info["elsewhere"] = True
         if isinstance(event, Recorded):
             info.update(verdict=event.verdict, confidence=event.confidence)
             if final is not None and not job.scripted:  # the spectrum's wall time, all its rollouts

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from speco3.interop.fetch import Refused, check_url
+
 SPECTRUM_LOAD = "spectrum.load.ssa-generic"
 TABLE_LOAD = "table.load.votable"
 POINT_AT = "coord.pointAt.sky"
@@ -91,7 +93,8 @@ class LoadTable:
     table_id: str
     name: str
     sender: str = ""
-    path: str = ""  # the local copy, filled in by the link
+    path: str = ""  # the file to read (a checked local table or the private copy of a download), by the link
+    sender_name: str = ""  # the sender's samp.name as it declared it (a peer may claim any name), by the link
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,10 @@ def parse_incoming(mtype: str, params: Any, sender: str = "") -> Highlight | Sel
             return PointAt(ra % 360.0, dec, sender)
         if mtype == TABLE_LOAD:
             url = _text(params, "url")
-            local_path(url)  # refuse remote URLs now, with the reason
+            try:
+                check_url(url)  # refuse what this app never reads now, with the reason (speco3.interop.fetch)
+            except Refused as exc:
+                raise BadMessage(f"{exc}: {url:.80}") from None
             return LoadTable(url, _text(params, "table-id", False), _text(params, "name", False), sender)
         raise BadMessage(f"this application does not handle {mtype}")
     except BadMessage as exc:
@@ -167,7 +173,8 @@ def parse_incoming(mtype: str, params: Any, sender: str = "") -> Highlight | Sel
 
 
 def local_path(url: str) -> Path | None:
-    """The file of a ``file:`` URL; None for an ``http(s)`` URL on this machine; `BadMessage` for anything else."""
+    """The file of a ``file:`` URL (not checked: for URLs this app wrote itself; a peer's go through
+    `speco3.interop.fetch`); None for an ``http(s)`` URL on this machine; `BadMessage` for anything else."""
     parsed = urlparse(url)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):

@@ -25,6 +25,7 @@ from typing import Any
 
 from speco3 import __version__
 from speco3.interop import messages as msg
+from speco3.interop.fetch import DEFAULT_MAX_BYTES, Refused, check_url, download, local_table
 from speco3.interop.files import MIME, Outbox, TempFolder, write_spectrum, write_table_votable
 from speco3.interop.hubs import (
     Peer,
@@ -49,15 +50,18 @@ ICON = Path(__file__).with_name("icon.png")
 
 
 class SampLink:
-    """See module doc. ``timeout`` bounds each hub call and each peer's reply (seconds)."""
+    """See module doc. ``timeout`` bounds each hub call and each peer's reply (seconds); ``max_table_bytes`` a
+    table a peer sends (a file it names or a download)."""
 
     def __init__(self, on_event: Callable[[Any], None] | None = None, *, timeout: float = 5.0,
-                 ping_interval: float = 2.0, name: str = APP_NAME, files: TempFolder | Outbox | None = None):
+                 ping_interval: float = 2.0, name: str = APP_NAME, files: TempFolder | Outbox | None = None,
+                 max_table_bytes: int = DEFAULT_MAX_BYTES):
         self.on_event = on_event or (lambda _e: None)
         self.timeout = float(timeout)
         self.ping_interval = ping_interval
         self.name = name
         self.files = files if files is not None else TempFolder()  # where sent copies live (see interop.files)
+        self.max_table_bytes = int(max_table_bytes)  # cap on a table a peer sends (speco3.interop.fetch)
         self.peers: tuple[Peer, ...] = ()
         self.state = "off"
         self._client: Any = None
@@ -358,8 +362,9 @@ class SampLink:
                 event = dataclasses.replace(event, keys=tuple(keys[r] for r in rows))
         if isinstance(event, msg.LoadTable):
             try:
-                event = dataclasses.replace(event, path=str(self._local_copy(event.url)))
-            except Exception as exc:  # unreadable file or URL: the sender is told why
+                event = dataclasses.replace(event, path=str(self._local_copy(event.url)),
+                                            sender_name=self._name_of(str(sender_id)))
+            except Refused as exc:  # a fixed sentence: never whether a path exists or what a file holds
                 event = msg.Malformed(mtype, f"cannot read {event.url:.80}: {exc}", str(sender_id))
         if msg_id is not None:
             error = event.reason if isinstance(event, msg.Malformed) else None
@@ -369,20 +374,25 @@ class SampLink:
         self._emit(event)
 
     def _local_copy(self, url: str) -> Path:
-        """The file behind a ``file:`` URL, or a copy of a loopback ``http:`` URL in the private folder."""
-        path = msg.local_path(url)
-        if path is not None:
-            if not path.is_file():
-                raise FileNotFoundError(f"no such file {path}")
-            return path
-        import shutil
+        """The checked local table behind a ``file:`` URL, or a bounded copy of a loopback ``http:`` URL in the
+        private folder (`speco3.interop.fetch`: what a peer may make this app read); `Refused` otherwise."""
+        if check_url(url) == "file":
+            return local_table(url, self.max_table_bytes)
+        return download(url, self.files.path, self.max_table_bytes, self.timeout)
 
-        from astropy.utils.data import download_file
-
-        tmp = download_file(url, cache=False, show_progress=False, timeout=self.timeout)
-        dest = self.files.path / f"received-{uuid.uuid4().hex[:8]}.vot"
-        shutil.move(tmp, dest)
-        return dest
+    def _name_of(self, client_id: str) -> str:
+        """The ``samp.name`` a client declared (the last peer list, else the hub's metadata), else its id."""
+        for p in self.peers:
+            if p.id == client_id:
+                return p.name
+        client = self._client
+        try:
+            meta = client.get_metadata(client_id) if client is not None else None
+        except Exception as exc:  # pyvo/XML-RPC faults: a client that has just left
+            log.debug("SAMP: no metadata for %s (%s)", client_id, exc)
+            meta = None
+        name = meta.get("samp.name") if isinstance(meta, dict) else None
+        return str(name) if isinstance(name, str) and name.strip() else client_id
 
     def _reply(self, msg_id: str, error: str | None) -> None:
         client = self._require()

@@ -22,6 +22,7 @@ import numpy as np
 from speco3.errors import Speco3Error
 from speco3.render import layout
 from speco3.render.geometry import FigureLayout, compute_layout, token_grid
+from speco3.spectra.model import within_limits
 from speco3.spectra.view import View
 
 logger = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ def render_arrays(
     y = np.asarray(y, dtype=np.float64)
     if x.shape != y.shape or x.ndim != 1:
         raise RenderError(f"wavelength {x.shape} and flux {y.shape} must be 1D arrays of equal length")
-    ok = np.isfinite(x) & np.isfinite(y)
+    ok = within_limits(x, y)  # non-finite points, and values beyond ±1e150 whose spans and ticks overflow
     if not ok.all():
         x, y = x[ok], y[ok]
     if x.size > 1 and np.any(np.diff(x) < 0):

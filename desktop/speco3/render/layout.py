@@ -107,11 +107,17 @@ def nonsingular(vmin: float, vmax: float, expander: float = 0.05) -> tuple[float
     if vmax < vmin:
         vmin, vmax = vmax, vmin
     maxabs = max(abs(vmin), abs(vmax))
-    if maxabs < 1e-300 or vmax - vmin <= maxabs * 1e-15:
+    if maxabs < _TINY_ABS:  # matplotlib's rule: data this close to 0 (subnormals included) is drawn around 0
+        return -expander, expander
+    if vmax - vmin <= maxabs * 1e-15:
         if vmax == 0 and vmin == 0:
             return -expander, expander
         return vmin - expander * abs(vmin), vmax + expander * abs(vmax)
     return vmin, vmax
+
+
+#: ``(1e6 / tiny) * finfo(float).tiny`` of ``matplotlib.transforms.nonsingular`` (tiny = 1e-15): about 2.2e-287.
+_TINY_ABS = 1e21 * float(np.finfo(float).tiny)
 
 
 def multiple_ticks(vmin: float, vmax: float, step: float) -> np.ndarray:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from speco3.errors import SpectrumReadError
-from speco3.spectra.model import Deferred, Spectrum, SpectrumMeta
+from speco3.spectra.model import VALUE_LIMIT, Deferred, Spectrum, SpectrumMeta, within_limits
 from speco3.spectra.source import Source
 
 log = logging.getLogger(__name__)
@@ -257,19 +257,44 @@ def make_spectrum(
         raise SpectrumReadError(src.display if src else "<spectrum>", "spectrum has no pixels")
     ivar = None if ivar is None else np.asarray(ivar, dtype=np.float64).ravel()
     bad = np.zeros(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).ravel().copy()
+    meta = meta or SpectrumMeta()
+    wave, flux, overflow = _without_overflow(wave, flux, meta)
     bad |= ~np.isfinite(flux) | ~np.isfinite(wave)
     if ivar is not None:
-        ok = ivar > 0
+        ok = ivar > IVAR_MIN
         bad |= ~ok
         ok &= ivar < np.inf
         if not ok.all():  # a clean ivar (the usual case) is kept as it is: no copy
             ivar = np.where(ok, ivar, 0.0)
+    if overflow and not bool(np.isfinite(wave).any()):
+        raise SpectrumReadError(src.display if src else "<spectrum>",
+                                f"no usable wavelength: every value is non-finite or beyond ±{VALUE_LIMIT:g}")
     wave, flux, ivar, bad = ascending(wave, flux, ivar, bad)
-    meta = meta or SpectrumMeta()
     spec = Spectrum(wave, flux, ivar, bad, flux_unit=flux_unit or "", medium=medium, meta=meta)  # type: ignore[arg-type]
     if meta.snr is None and ivar is not None:  # estimated on first access of meta.snr (viewers, the index)
         meta.snr = Deferred(lambda: _estimated_snr(spec))
     return spec
+
+
+#: Smallest inverse variance kept: below it σ would exceed `VALUE_LIMIT` (the pixel's error counts as unknown).
+IVAR_MIN = 1.0 / VALUE_LIMIT**2
+
+
+def _without_overflow(wave: np.ndarray, flux: np.ndarray, meta: SpectrumMeta) -> tuple[np.ndarray, np.ndarray, int]:
+    """``wave`` and ``flux`` with values beyond ±`VALUE_LIMIT` set to NaN (copies only when there are any), and
+    how many pixels that hit; the count goes into ``meta.note``."""
+    big_f = np.isfinite(flux) & ~within_limits(flux)
+    big_w = np.isfinite(wave) & ~within_limits(wave)
+    hits = int(np.count_nonzero(big_f | big_w))
+    if not hits:
+        return wave, flux, 0
+    if big_f.any():
+        flux = np.where(big_f, np.nan, flux)
+    if big_w.any():
+        wave = np.where(big_w, np.nan, wave)
+    note = f"{hits} pixel{'s' if hits != 1 else ''} with values beyond ±{VALUE_LIMIT:g} masked (overflow)"
+    meta.note = note if not meta.note else f"{meta.note}; {note}"
+    return wave, flux, hits
 
 
 def _estimated_snr(spec: Spectrum) -> float | None:

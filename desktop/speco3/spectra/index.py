@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -29,6 +29,7 @@ from speco3.errors import Speco3Error, SpectrumReadError
 from speco3.fileio import Progress
 from speco3.spectra._scan import scan_file, wanted
 from speco3.spectra.model import SKY_FIBRE_NOTE, Spectrum, spectrum_address
+from speco3.spectra.source import read_limits, set_read_limits
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +279,11 @@ class ArchiveIndex:
         batch: list[dict] = []
         if workers > 1 and len(todo) >= POOL_THRESHOLD:
             ctx = multiprocessing.get_context("spawn")  # fork is unsafe in the threaded GUI process
-            pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+            # the read limit holds for the reads in flight together: each worker gets its share of it
+            limits = read_limits()
+            share = replace(limits, ceiling=max(limits.ceiling // workers, 1 << 20))
+            pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=set_read_limits,
+                                       initargs=(share,))
             results: Iterable[dict] = pool.map(scan_file, args, chunksize=max(1, min(64, len(args) // (workers * 8))))
         else:
             pool = None

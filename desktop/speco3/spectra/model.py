@@ -21,6 +21,21 @@ SKY_FIBRE_NOTE = "sky fibre"
 ERROR_SPECTRUM_NOTE = "error spectrum"
 
 
+#: Largest magnitude a flux or wavelength value may have: squares, spans and S/N of values up to it stay finite in
+#: float64. The readers replace values beyond it (1e308 from a damaged file or a bit flip) by NaN and mask them
+#: (with a note); the renderer and the viewer leave such points out, as they leave out non-finite ones.
+VALUE_LIMIT = 1e150
+
+
+def within_limits(*arrays: np.ndarray) -> np.ndarray:
+    """True where every array's value is finite and within ±`VALUE_LIMIT` (NaN compares False)."""
+    ok = np.ones(np.shape(arrays[0]), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        for a in arrays:
+            ok &= np.abs(a) <= VALUE_LIMIT
+    return ok
+
+
 T = TypeVar("T")
 W = TypeVar("W", float, np.ndarray)
 
@@ -117,7 +132,8 @@ class Spectrum:
     wavelength : ndarray of float64
         Wavelength in Å, ascending.
     flux : ndarray of float64
-        Flux, as stored in the file (bad pixels are not altered).
+        Flux, as stored in the file (bad pixels are not altered; a value beyond ±1e150, which no real flux has,
+        reads as NaN: see `VALUE_LIMIT`).
     ivar : ndarray of float64 or None
         Inverse variance (0 where unknown or bad), or None if the file has no error information.
     mask : ndarray of bool

@@ -2,19 +2,22 @@
 
 The kind is decided from the first bytes (``SIMPLE  =`` for FITS, gzip/bzip2 magic numbers, printable text),
 never from the file name. FITS files are opened lazily with astropy; readers ask for the headers and HDUs they need.
+Reading is bounded (`ReadLimits`): one layer of compression, decompressed no further than the FITS headers
+declare (plus a margin) and never past a ceiling, so that a decompression bomb fails after a chunk, not gigabytes.
 """
 
 from __future__ import annotations
 
 import bz2
 import contextlib
-import gzip
 import io
 import logging
 import os
 import re
 import warnings
 import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -206,11 +209,116 @@ def _describe_hdu(i: int, h: Any) -> str:
 #: FITS limits on NAXIS and TFIELDS (standard 4.0, §4.4.1 and §7.3.1); astropy loops over every claimed one.
 MAX_AXES = 999
 _BLOCK, _CARD = 2880, 80
-_COUNT_CARD = re.compile(rb"^(NAXIS\d{0,3}|TFIELDS|BITPIX|PCOUNT|GCOUNT) *= *([+-]?\d+) *(?:/.*)?$")
+_COUNT_CARD = re.compile(rb"^(Z?NAXIS\d{0,3}|TFIELDS|Z?BITPIX|PCOUNT|GCOUNT) *= *([+-]?\d+) *(?:/.*)?$")
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """How much a file may expand to when it is read: the bounds on decompression.
+
+    Attributes
+    ----------
+    ceiling : int
+        Bytes a compressed file may decompress to, and bytes one HDU may declare for its (tile-compressed or
+        decompressed) data, whatever its header says. ``SPECO3_MAX_DECOMPRESSED_MB`` sets it (default 1024 MB);
+        the archive index divides it between its worker processes, so that parallel reads stay within it as a whole.
+    margin : int
+        Bytes a decompressed FITS file may hold past the end of the content its headers declare (padding).
+    """
+
+    ceiling: int = 1 << 30
+    margin: int = 1 << 20
+
+    @property
+    def text_ceiling(self) -> int:
+        """Bytes of a text (ASCII/CSV) spectrum: parsing costs several times its size, so a quarter of the ceiling."""
+        return self.ceiling // 4
+
+    @classmethod
+    def from_env(cls) -> ReadLimits:
+        text = os.environ.get(LIMIT_ENV, "").strip()
+        if not text:
+            return cls()
+        try:
+            mb = float(text)
+        except ValueError:
+            log.warning("%s=%r is not a number of MB; using the default", LIMIT_ENV, text)
+            return cls()
+        return cls(ceiling=max(1, int(mb * (1 << 20))))
+
+
+#: Environment variable of `ReadLimits.ceiling`, in MB.
+LIMIT_ENV = "SPECO3_MAX_DECOMPRESSED_MB"
+_limits: ReadLimits | None = None
+
+
+def read_limits() -> ReadLimits:
+    """The bounds in force in this process (`set_read_limits`, else from the environment)."""
+    global _limits
+    if _limits is None:
+        _limits = ReadLimits.from_env()
+    return _limits
+
+
+def set_read_limits(limits: ReadLimits | None) -> None:
+    """Set the bounds of this process (None: back to the environment's); the archive index's workers call it."""
+    global _limits
+    _limits = limits
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def _header_cards(block: bytes, values: dict[bytes, int]) -> bool:
+    """Collect the counting cards (NAXISn, BITPIX, ...) of one header block into ``values``; True at END."""
+    for k in range(0, _BLOCK, _CARD):
+        card = block[k : k + _CARD]
+        if card[:1] not in b"NTBPGEZ":  # cheap filter: only END and the counting keywords matter
+            continue
+        if card[:8] == b"END     ":
+            return True
+        m = _COUNT_CARD.match(card.rstrip())
+        if m and m.group(1) not in values:
+            values[m.group(1)] = int(m.group(2))
+    return False
+
+
+def _declared_data(values: dict[bytes, int], display: str, n: int, limits: ReadLimits) -> int:
+    """Data bytes an HDU's header declares; raises for counts FITS does not allow and for sizes over the ceiling."""
+    for key in (b"NAXIS", b"TFIELDS", b"ZNAXIS"):
+        v = values.get(key)
+        if v is not None and not 0 <= v <= MAX_AXES:
+            raise SpectrumReadError(
+                display, f"damaged header in HDU {n}: {key.decode()} = {v} (FITS allows 0..{MAX_AXES})")
+    naxis = values.get(b"NAXIS", 0)
+    nelem = 1 if naxis else 0
+    for a in range(1, naxis + 1):
+        v = values.get(b"NAXIS%d" % a, 0)
+        if v < 0:  # a negative size sends astropy's HDU walk backwards, over and over
+            raise SpectrumReadError(display, f"damaged header in HDU {n}: NAXIS{a} = {v} (negative)")
+        nelem *= v
+    if values.get(b"PCOUNT", 0) < 0:
+        raise SpectrumReadError(display, f"damaged header in HDU {n}: PCOUNT = {values[b'PCOUNT']} (negative)")
+    data = abs(values.get(b"BITPIX", 8)) // 8 * max(values.get(b"GCOUNT", 1), 1) * (
+        max(values.get(b"PCOUNT", 0), 0) + nelem) if naxis else 0
+    # a tile-compressed image expands to ZNAXIS1 x ZNAXIS2 x ... pixels of ZBITPIX when its data is read
+    znaxis = values.get(b"ZNAXIS", 0)
+    image = abs(values.get(b"ZBITPIX", 8)) // 8 if znaxis else 0
+    for a in range(1, znaxis + 1):
+        image *= max(values.get(b"ZNAXIS%d" % a, 0), 0)
+    biggest = max(data, image)
+    if biggest > limits.ceiling:
+        what = "tile-compressed image" if image > data else "data"
+        raise SpectrumReadError(
+            display, f"HDU {n} declares {_mb(biggest)} of {what}, over the {_mb(limits.ceiling)} read limit "
+                     f"(a damaged header or a decompression bomb; {LIMIT_ENV} raises the limit)")
+    return data
 
 
 def check_header_counts(fh: Any, display: str, max_hdus: int = 1000, max_header_bytes: int = 64 * _BLOCK) -> str | None:
-    """Refuse a FITS file whose headers claim a NAXIS or TFIELDS outside 0..999 or a negative size, before astropy.
+    """Refuse a FITS file whose headers claim a NAXIS or TFIELDS outside 0..999, a negative size, or data over the
+    read limit (`ReadLimits.ceiling`), before astropy.
 
     astropy builds its axis and column lists with a Python loop over the claimed count, so a damaged card such as
     ``NAXIS = 99999999`` keeps it busy for minutes, and a negative ``NAXISn`` or ``PCOUNT`` makes it walk the same
@@ -229,6 +337,7 @@ def check_header_counts(fh: Any, display: str, max_hdus: int = 1000, max_header_
         Naming the HDU and the card.
     """
     start = fh.tell()
+    limits = read_limits()
     try:
         fh.seek(0, os.SEEK_END)
         size = fh.tell()
@@ -246,33 +355,10 @@ def check_header_counts(fh: Any, display: str, max_hdus: int = 1000, max_header_
                 block = fh.read(_BLOCK)
                 if len(block) < _BLOCK:  # the file ends inside a header
                     return f"File may have been truncated: the header of HDU {n} ends early (file size {size})"
-                for k in range(0, _BLOCK, _CARD):
-                    card = block[k : k + _CARD]
-                    if card[:1] not in b"NTBPGE":  # cheap filter: only END and the counting keywords matter
-                        continue
-                    if card[:8] == b"END     ":
-                        header_end = block_pos + _BLOCK
-                        break
-                    m = _COUNT_CARD.match(card.rstrip())
-                    if m and m.group(1) not in values:
-                        values[m.group(1)] = int(m.group(2))
+                if _header_cards(block, values):
+                    header_end = block_pos + _BLOCK
                 block_pos += _BLOCK
-            for key in (b"NAXIS", b"TFIELDS"):
-                v = values.get(key)
-                if v is not None and not 0 <= v <= MAX_AXES:
-                    raise SpectrumReadError(
-                        display, f"damaged header in HDU {n}: {key.decode()} = {v} (FITS allows 0..{MAX_AXES})")
-            naxis = values.get(b"NAXIS", 0)
-            nelem = 1 if naxis else 0
-            for a in range(1, naxis + 1):
-                v = values.get(b"NAXIS%d" % a, 0)
-                if v < 0:  # a negative size sends astropy's HDU walk backwards, over and over
-                    raise SpectrumReadError(display, f"damaged header in HDU {n}: NAXIS{a} = {v} (negative)")
-                nelem *= v
-            if values.get(b"PCOUNT", 0) < 0:
-                raise SpectrumReadError(display, f"damaged header in HDU {n}: PCOUNT = {values[b'PCOUNT']} (negative)")
-            data = abs(values.get(b"BITPIX", 8)) // 8 * max(values.get(b"GCOUNT", 1), 1) * (
-                max(values.get(b"PCOUNT", 0), 0) + nelem) if naxis else 0
+            data = _declared_data(values, display, n, limits)
             if header_end + data > size:
                 return (f"File may have been truncated: HDU {n} declares {data} data bytes ending at byte "
                         f"{header_end + data}, the file has {size}")
@@ -283,6 +369,113 @@ def check_header_counts(fh: Any, display: str, max_hdus: int = 1000, max_header_
         with contextlib.suppress(OSError, ValueError):
             fh.seek(start)
     return None
+
+
+class _FitsExtent:
+    """Follows the HDUs of a FITS stream as it is decompressed: where the content its headers declare ends."""
+
+    def __init__(self, display: str, limits: ReadLimits):
+        self.display, self.limits = display, limits
+        self.pos = 0  # start of the next header
+        self.hdus = 0
+        self.end: int | None = None  # set once a block that starts no HDU follows the last one
+
+    def feed(self, buf: bytearray) -> None:
+        """Walk the headers that ``buf`` now holds completely."""
+        while self.end is None and self.pos + _BLOCK <= len(buf):
+            if self.pos and buf[self.pos : self.pos + 9] != b"XTENSION=":  # no further HDU: the content ends here
+                self.end = self.pos
+                return
+            values: dict[bytes, int] = {}
+            block_pos = self.pos
+            while True:
+                if block_pos + _BLOCK > len(buf):
+                    return  # the header is not all decompressed yet
+                if block_pos - self.pos >= 64 * _BLOCK:
+                    raise SpectrumReadError(self.display, f"header of HDU {self.hdus} has no END card in its first "
+                                                          f"{64 * _BLOCK} bytes")
+                if _header_cards(bytes(buf[block_pos : block_pos + _BLOCK]), values):
+                    break
+                block_pos += _BLOCK
+            data = _declared_data(values, self.display, self.hdus, self.limits)
+            self.pos = block_pos + _BLOCK + -(-data // _BLOCK) * _BLOCK
+            self.hdus += 1
+
+    def allowed(self) -> int:
+        """Bytes the stream may decompress to, given the headers walked so far."""
+        if self.end is not None:
+            return min(self.end + self.limits.margin, self.limits.ceiling)
+        return min(max(self.pos, _BLOCK) + self.limits.margin, self.limits.ceiling) if self.pos else self.limits.ceiling
+
+
+_CHUNK = 1 << 20
+
+
+def inflate(fh: IO[bytes], kind: str, display: str, limits: ReadLimits | None = None) -> bytes:
+    """Decompress a gzip or bzip2 stream (every member of it) from ``fh``, within the read limits.
+
+    The output is checked as it grows, so that a decompression bomb (a small file that expands to gigabytes)
+    fails after at most one chunk past the limit: a FITS stream may expand to what its headers declare plus
+    `ReadLimits.margin`, no HDU may declare more than `ReadLimits.ceiling`, any other content to
+    `ReadLimits.text_ceiling`. One layer only: compressed data inside compressed data is refused.
+    """
+    limits = limits or read_limits()
+    out = bytearray()
+    extent: _FitsExtent | None = None
+    try:
+        for chunk in _inflated_chunks(fh, kind, display):
+            out += chunk
+            if extent is None and len(out) >= 16:
+                if out.startswith(GZIP_MAGIC) or out.startswith(BZIP2_MAGIC):
+                    raise SpectrumReadError(display, "compressed data inside compressed data: only one layer of "
+                                                     "compression is read (decompress the file once yourself)")
+                if out.startswith(FITS_MAGIC):
+                    extent = _FitsExtent(display, limits)
+            if extent is not None:
+                extent.feed(out)
+                allowed = extent.allowed()
+                if len(out) > allowed:
+                    declared = extent.end if extent.end is not None else extent.pos
+                    raise SpectrumReadError(
+                        display, f"{kind} stream expands past the {_mb(declared)} its FITS headers declare (more "
+                                 f"than {_mb(allowed)} decompressed): a decompression bomb or a damaged file")
+            elif len(out) > limits.text_ceiling:
+                raise SpectrumReadError(display, f"{kind} stream expands to more than {_mb(limits.text_ceiling)} "
+                                                 f"of non-FITS data: over the read limit ({LIMIT_ENV} raises it)")
+    except (zlib.error, OSError, EOFError, ValueError) as exc:
+        raise SpectrumReadError(display, f"corrupt or truncated {kind} stream: {exc}") from exc
+    return bytes(out)
+
+
+def _inflated_chunks(fh: IO[bytes], kind: str, display: str) -> Iterator[bytes]:
+    """Decompressed pieces of at most `_CHUNK` bytes, member after member (concatenated gzip or bzip2 streams)."""
+    magic = GZIP_MAGIC if kind == "gzip" else BZIP2_MAGIC
+    data = fh.read(_CHUNK)
+    while True:
+        dec: Any = zlib.decompressobj(16 + zlib.MAX_WBITS) if kind == "gzip" else bz2.BZ2Decompressor()
+        while not dec.eof:
+            if kind == "gzip" or dec.needs_input:
+                if not data:
+                    data = fh.read(_CHUNK)
+                    if not data:
+                        raise SpectrumReadError(display, f"corrupt or truncated {kind} stream: it ends before its "
+                                                         "end-of-stream marker")
+                if kind == "gzip":
+                    chunk = dec.decompress(data, _CHUNK)
+                    data = dec.unconsumed_tail
+                else:
+                    chunk, data = dec.decompress(data, max_length=_CHUNK), b""
+            else:  # bzip2 holds more output for the input it has
+                chunk = dec.decompress(b"", max_length=_CHUNK)
+            yield chunk
+        data = dec.unused_data
+        while not data or not data.strip(b"\x00"):  # nothing more, or zero padding after the last member
+            data = fh.read(_CHUNK)
+            if not data:
+                return
+        data = data.lstrip(b"\x00") if not data.startswith(magic[:1]) else data
+        if not data.startswith(magic[: len(data)]):
+            raise SpectrumReadError(display, f"corrupt or truncated {kind} stream: other data after its end")
 
 
 def _sniff_text(raw: bytes) -> str | None:
@@ -297,23 +490,48 @@ def _sniff_text(raw: bytes) -> str | None:
     return text if printable >= 0.97 * len(sample) else None
 
 
-def _from_bytes(raw: bytes, display: str, path: Path | None) -> Source:
-    head = raw[:16]
-    if head.startswith(GZIP_MAGIC):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise SpectrumReadError(display, f"corrupt or truncated gzip stream: {exc}") from exc
-        return _from_bytes(raw, display, path)
-    if head.startswith(BZIP2_MAGIC):
-        try:
-            raw = bz2.decompress(raw)
-        except (OSError, EOFError, ValueError) as exc:
-            raise SpectrumReadError(display, f"corrupt or truncated bzip2 stream: {exc}") from exc
-        return _from_bytes(raw, display, path)
-    if raw.startswith(FITS_MAGIC):
+def _from_stream(fh: IO[bytes], head: bytes, display: str, path: Path | None) -> Source:
+    """A source from a stream positioned at its start whose first bytes are ``head``: compressed content is
+    decompressed once, within the read limits (`inflate`); other content is read up to the text limit."""
+    for kind, magic in (("gzip", GZIP_MAGIC), ("bzip2", BZIP2_MAGIC)):
+        if head.startswith(magic):
+            raw = inflate(fh, kind, display)
+            if raw.startswith(FITS_MAGIC):
+                return _open_fits(io.BytesIO(raw), display, path)
+            return _text_source(raw, display, path)
+    if head.startswith(FITS_MAGIC):  # a caller's stream, read whole (a file on disk is opened lazily instead)
+        raw = fh.read(read_limits().ceiling + 1)
+        if len(raw) > read_limits().ceiling:
+            raise SpectrumReadError(display, f"FITS stream larger than the {_mb(read_limits().ceiling)} read limit")
         return _open_fits(io.BytesIO(raw), display, path)
+    limit = read_limits().text_ceiling
+    raw = fh.read(min(limit + 1, 1 << 16))
+    if len(raw) == 1 << 16 and _sniff_text(raw) is not None:  # text so far (binary junk is refused unread)
+        raw += fh.read(limit + 1 - len(raw))
+    if len(raw) > limit:
+        raise SpectrumReadError(display, f"not a FITS file, and larger than the {_mb(limit)} read limit of a text "
+                                         f"file (starts with {raw[:16]!r})")
     return _text_source(raw, display, path)
+
+
+class _Prefixed(io.RawIOBase):
+    """A caller's binary stream with its first bytes, already read to sniff the kind, put back in front."""
+
+    def __init__(self, head: bytes, rest: IO[bytes]):
+        self._head, self._rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._head:
+            n = min(len(view), len(self._head))
+            view[:n], self._head = self._head[:n], self._head[n:]
+            return n
+        data = self._rest.read(len(view))
+        view[: len(data)] = data
+        return len(data)
 
 
 def _text_source(raw: bytes, display: str, path: Path | None) -> Source:
@@ -367,26 +585,26 @@ def open_source(source: SourceLike) -> Source:
             head = fh.read(16)
             if not head:
                 raise SpectrumReadError(display, "empty file (0 bytes)")
-            if head.startswith(FITS_MAGIC):
-                fh.seek(0)
+            fh.seek(0)
+            if head.startswith(FITS_MAGIC):  # astropy reads it lazily from the file
                 src = _open_fits(fh, display, path.resolve())
                 src.keep_open(fh)
                 return src
-            raw = head + fh.read()
         except BaseException:
             fh.close()
             raise
-        fh.close()
-        return _from_bytes(raw, display, path.resolve())
+        with fh:
+            return _from_stream(fh, head, display, path.resolve())
     if hasattr(source, "read"):
         name = getattr(source, "name", None)
         display = str(name) if isinstance(name, str) else "<file object>"
+        p = Path(name).resolve() if isinstance(name, str) and os.path.exists(name) else None
         try:
-            raw = source.read()
+            head = source.read(16)
+            if isinstance(head, str):  # a text stream: read whole, up to the text limit
+                text = head + source.read(read_limits().text_ceiling + 1 - len(head))
+                return _from_stream(io.BytesIO(text.encode("utf-8")), text[:16].encode("utf-8"), display, p)
+            return _from_stream(io.BufferedReader(_Prefixed(head, source)), head, display, p)
         except OSError as exc:
             raise SpectrumReadError(display, f"cannot read file object: {exc}") from exc
-        if isinstance(raw, str):
-            raw = raw.encode("utf-8")
-        p = Path(name).resolve() if isinstance(name, str) and os.path.exists(name) else None
-        return _from_bytes(raw, display, p)
     raise SpectrumReadError(repr(source)[:80], f"unsupported source type {type(source).__name__}")

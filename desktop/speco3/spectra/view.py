@@ -1,7 +1,7 @@
 """A `View`: what part of a spectrum to draw and how. Pure data, no Qt.
 
 The agent's zoom tool builds Views; ``speco3.render`` turns them into PNG bytes. The data selection follows the
-training renderer (docs/design.md §3): non-finite points dropped, sorted by wavelength, rest frame λ/(1+z) with the
+training renderer (docs/design.md §3): non-finite points (and values beyond ±`VALUE_LIMIT`) dropped, sorted by wavelength, rest frame λ/(1+z) with the
 catalogue redshift, flux drawn as stored (bad pixels are not masked in the model's view), and the points inside
 the requested range (partial overlap is fine).
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from speco3.spectra.model import Frame, Spectrum
+from speco3.spectra.model import Frame, Spectrum, within_limits
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,10 +51,11 @@ class View:
         return s.rest_wavelength() if self.frame == "rest" else s.wavelength
 
     def all_data(self) -> tuple[np.ndarray, np.ndarray]:
-        """All finite points in this frame, sorted by wavelength (as the training renderer prepared them)."""
+        """All finite points in this frame, sorted by wavelength (as the training renderer prepared them); points
+        beyond ±`VALUE_LIMIT` count as non-finite."""
         x = self.frame_wavelength()
         y = self.spectrum.flux
-        ok = np.isfinite(x) & np.isfinite(y)
+        ok = within_limits(x, y)
         x, y = x[ok], y[ok]
         order = np.argsort(x, kind="stable")
         return x[order], y[order]

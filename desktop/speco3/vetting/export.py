@@ -4,7 +4,8 @@ CSV and VOTable are UTF-8; FITS tables hold ASCII only, so other characters are 
 
 One row per spectrum and task, with the spectrum's identity and position, the latest model verdict (verdict,
 outcome, its confidence over K rollouts — ``p_yes``, ``p_yes_token``, ``rollouts``, ``agreement``, ``abstained``,
-``format_failures``, ``rollout_outcomes``, and ``k_used``, ``k_max``, ``stop_reason`` of adaptive rollouts —, model, prompt version, cost) and the latest human decision (decision, flags, comment, vetter, time, and
+``format_failures``, ``rollout_outcomes``, ``abstain_reason``, and ``k_used``, ``k_max``, ``stop_reason`` of adaptive
+rollouts —, model, prompt version, cost) and the latest human decision (decision, flags, comment, vetter, time, and
 the model verdict the vetter saw); flags, comment and evidence windows (``evidence``: ``6540-6590:Hα; 4840-4880:Hβ``,
 observed frame, Å) are the vetter's latest, saved as edited even before a
 decision (`VettingStore.save_annotation`). Missing values are masked (empty in CSV, null in VOTable, NaN/TNULL in FITS).
@@ -14,6 +15,7 @@ Every file is written atomically: to a temporary file beside the target, then ``
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,12 +47,15 @@ COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("file_sha256", "str", None, "SHA-256 of the spectrum file"),
     ("task", "str", None, "Task id"),
     ("model_verdict", "str", None, "Model verdict YES/NO (empty: none)"),
-    ("model_outcome", "str", None, "How the model run ended"),
+    ("model_outcome", "str", None, "What the model run came to: YES, NO, tie, no_answer, abstained (K>1), or how "
+     "its one run ended (format_error, budget_exhausted, ...)"),
     ("p_yes", "float", None, "Share of YES among the model's rollouts that answered (K=1: 1 or 0)"),
     ("p_yes_token", "float", None, "Mean model probability of YES at the verdict token (when recorded)"),
     ("rollouts", "int", None, "Number of model rollouts K"),
     ("agreement", "float", None, "Share of the answered rollouts that gave the majority verdict"),
     ("abstained", "int", None, "1: the model abstained (split evidence or too few answers), 0: it did not"),
+    ("abstain_reason", "str", None, "Why the rollouts give no verdict to act on (a tie, split evidence, too few "
+     "answers, no answer; empty for a verdict and a single run)"),
     ("format_failures", "int", None, "Rollouts that ended with a format error"),
     ("rollout_outcomes", "str", None, "Outcome of each rollout, comma separated"),
     ("k_used", "int", None, "Rollouts that ran (adaptive: as many as the stopping rule asked for)"),
@@ -130,7 +135,8 @@ def confidence_fields(v) -> dict[str, Any]:
             "agreement": get("agreement"), "abstained": None if abstained is None else int(abstained),
             "format_failures": get("format_failures"),
             "rollout_outcomes": ",".join(outcomes) if outcomes is not None else None,
-            "k_used": get("rollouts"), "k_max": get("k_max"), "stop_reason": get("stop_reason")}
+            "k_used": get("rollouts"), "k_max": get("k_max"), "stop_reason": get("stop_reason"),
+            "abstain_reason": (v.reason or None) if v is not None else None}
 
 
 def export_table(store: VettingStore, task: str | None = None) -> Table:
@@ -158,9 +164,42 @@ def rows_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str,
     return table
 
 
-def export(store: VettingStore, path: str | Path, fmt: str | None = None, task: str | None = None) -> Path:
-    """Write the export table as ``csv``, ``votable`` or ``fits`` (default: from the file extension)."""
-    path = Path(path)
+def check_target(store: VettingStore, path: str | Path, *, overwrite: bool = False) -> Path:
+    """Refuse to write an export where it would destroy something: the store being read (the same file by inode,
+    however it is spelled, or its ``-wal``/``-shm``/``-journal`` companions) always, any other existing file unless
+    ``overwrite`` (the CLI's ``--force``; the app asks first). Returns ``path``.
+
+    Raises
+    ------
+    StoreError
+        Naming the target and what it is.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        return path
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        own = Path(f"{store.path}{suffix}")
+        try:
+            same = own.exists() and os.path.samefile(path, own)
+        except OSError:
+            same = False
+        if same:
+            raise StoreError(f"{path}: is the vetting store being exported{' (' + suffix[1:] + ' file)' if suffix else ''}; "
+                             "refusing to overwrite it (choose another output file)")
+    if path.is_dir():
+        raise StoreError(f"{path}: is a folder; give a file name")
+    if not overwrite:
+        raise StoreError(f"{path}: already exists; give --force to replace it")
+    return path
+
+
+def export(store: VettingStore, path: str | Path, fmt: str | None = None, task: str | None = None, *,
+           overwrite: bool = False) -> Path:
+    """Write the export table as ``csv``, ``votable`` or ``fits`` (default: from the file extension), atomically.
+
+    An existing file is replaced only with ``overwrite``, and never when it is the store itself (`check_target`).
+    """
+    path = check_target(store, path, overwrite=overwrite)
     if fmt is None:
         ext = path.suffix.lower().lstrip(".")
         fmt = {"csv": "csv", "xml": "votable", "vot": "votable", "votable": "votable", "fits": "fits",

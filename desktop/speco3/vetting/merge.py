@@ -4,14 +4,17 @@
 transaction: an interrupted or failed merge leaves ``out`` as it was. What is merged:
 
 * model verdicts, each run once: a run found in two stores (the same store merged twice, a shard merged again) is
-  a duplicate and kept once; runs on the same spectrum that differ are all kept (the history is append-only);
+  a duplicate and kept once; runs on the same spectrum that differ are all kept (the history is append-only). Each
+  run comes with everything stored about it: its engine settings and model provenance (columns of its row), its
+  fold over K rollouts, and its ``rollouts`` rows (one per rollout: outcome, sampling, cost, trace, zoom windows),
+  renumbered to the run's new id;
 * human decisions likewise; their link to the model verdict the vetter saw follows the verdict's new id. When the
   stores' latest decisions on one spectrum and task differ (one vetter said YES, another NO), that is a conflict:
   it is reported and, by default, nothing is written; ``on_conflict="latest"`` merges anyway and the decision made
   last becomes the latest one (the others stay in the history), still reporting each conflict;
 * notes (flags and comment, one per spectrum and task): the newest edit wins; spectra rows: the newest, keeping a
   known file sha256; file stamps: the newest per path; session state: the newest per key;
-* trace folders: a relative ``trace_dir`` is resolved against the folder of the store it comes from when the
+* trace folders (of runs and of their rollouts): a relative ``trace_dir`` is resolved against the folder of the store it comes from when the
   trace is there (``spec-o3 vet --out results.sqlite`` writes ``results_traces/`` beside it), so the merged store
   points at the traces wherever it is read from; traces found nowhere are counted.
 
@@ -52,6 +55,7 @@ class MergeReport:
     inputs: list[str]
     verdicts_added: int = 0
     verdicts_duplicate: int = 0
+    rollouts_added: int = 0  # rollouts rows of the runs added
     decisions_added: int = 0
     decisions_duplicate: int = 0
     conflicts: list[dict[str, Any]] = field(default_factory=list)
@@ -69,6 +73,11 @@ class _Source:
     name: str
     folder: Path
     tables: dict[str, list[dict[str, Any]]]
+    rollouts: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # run id -> its rollouts, in order
+
+    def __post_init__(self):
+        for r in self.tables["rollouts"]:
+            self.rollouts.setdefault(r["verdict_id"], []).append(r)
 
 
 def _read(path: Path, name: str) -> _Source:
@@ -93,8 +102,9 @@ def _read(path: Path, name: str) -> _Source:
             raise StoreError(f"{path}: {why}")
         have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         tables = {}
-        for table in ("model_verdicts", "decisions", *(t for t, _, _ in _KEYED)):
-            order = " ORDER BY id" if table in ("model_verdicts", "decisions") else ""
+        for table in ("model_verdicts", "decisions", "rollouts", *(t for t, _, _ in _KEYED)):
+            order = {"model_verdicts": " ORDER BY id", "decisions": " ORDER BY id",
+                     "rollouts": " ORDER BY verdict_id, idx"}.get(table, "")
             tables[table] = ([dict(r) for r in db.execute(f"SELECT * FROM {table}{order}")]  # noqa: S608
                              if table in have else [])
         return _Source(name, path.resolve().parent, tables)
@@ -197,6 +207,7 @@ def merge_stores(out: str | os.PathLike, inputs: list[str | os.PathLike], on_con
 
 def _write(out: Path, sources: list[_Source], report: MergeReport) -> None:
     verdicts: list[dict[str, Any]] = []
+    rollouts: list[dict[str, Any]] = []
     decisions: list[dict[str, Any]] = []
     seen: set[tuple] = set()
     for i, row in _by_time(sources, "model_verdicts", "created_at"):
@@ -205,9 +216,13 @@ def _write(out: Path, sources: list[_Source], report: MergeReport) -> None:
             report.verdicts_duplicate += 1
             continue
         seen.add(ident)
-        row = {**row, "id": len(verdicts) + 1}
-        _trace(row, sources[i], report)
-        verdicts.append(row)
+        new = {**row, "id": len(verdicts) + 1}
+        _trace(new, sources[i], report)
+        verdicts.append(new)
+        for r in sources[i].rollouts.get(row["id"], []):
+            r = {**r, "verdict_id": new["id"]}
+            _trace(r, sources[i], report)
+            rollouts.append(r)
     new_id = _verdict_ids(sources, verdicts)
     seen_d: set[tuple] = set()
     for i, row in _by_time(sources, "decisions", "decided_at"):
@@ -222,12 +237,16 @@ def _write(out: Path, sources: list[_Source], report: MergeReport) -> None:
     own = len(sources[0].tables["model_verdicts"]) if sources[0].name == report.out else 0
     own_d = len(sources[0].tables["decisions"]) if sources[0].name == report.out else 0
     report.verdicts_added = len(verdicts) - own
+    report.rollouts_added = len(rollouts) - (len(sources[0].tables["rollouts"]) if sources[0].name == report.out
+                                             else 0)
     report.decisions_added = len(decisions) - own_d
     keyed = {t: _keyed(sources, t, pk, newest, report) for t, pk, newest in _KEYED}
     db = sqlite3.connect(out, timeout=30, isolation_level=None)
     try:
         db.execute("BEGIN IMMEDIATE")
-        for table, rows in (("model_verdicts", verdicts), ("decisions", decisions), *keyed.items()):
+        db.execute("DELETE FROM rollouts")  # before the runs they refer to
+        for table, rows in (("model_verdicts", verdicts), ("rollouts", rollouts), ("decisions", decisions),
+                            *keyed.items()):
             db.execute(f"DELETE FROM {table}")  # noqa: S608
             if rows:
                 cols = list(dict.fromkeys(c for r in rows for c in r))  # stores of older schemas lack columns

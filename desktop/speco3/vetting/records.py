@@ -5,13 +5,22 @@ from __future__ import annotations
 import getpass
 import json
 import math
+import os
+import re
+import socket
+import unicodedata
+import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from speco3 import __version__
 from speco3.agent.confidence import Confidence
+from speco3.agent.tasks import Line
+from speco3.config import config_dir
+from speco3.errors import StoreError
 from speco3.spectra.model import to_frame
 
 DECISIONS = ("YES", "NO", "UNSURE")
@@ -39,8 +48,11 @@ def now_iso() -> str:
 class ModelVerdict:
     """One model run on one spectrum for one task.
 
-    ``verdict`` is YES/NO or None; ``outcome`` is the `speco3.agent.Outcome` value (``YES``, ``NO``,
-    ``format_error``, ``budget_exhausted``, ``cancelled``, ``engine_error``, ``context_full``, ``input_error``).
+    ``verdict`` is YES/NO or None (with K rollouts: the majority, also when the model abstains on it); ``outcome``
+    is what the run came to (`speco3.agent.confidence.run_outcome`): ``YES``, ``NO``, one rollout's
+    `speco3.agent.Outcome` value (``format_error``, ``budget_exhausted``, ``cancelled``, ``engine_error``,
+    ``context_full``, ``input_error``), or for K > 1 ``tie``, ``no_answer``, ``abstained``; ``reason`` says why in
+    words and ``headline`` is what every surface shows.
     """
 
     spectrum_key: str
@@ -81,8 +93,27 @@ class ModelVerdict:
     def k_used(self) -> int | None:
         return self.rollouts
 
+    @property
+    def reason(self) -> str:
+        """Why the run gives no verdict to act on (`speco3.agent.confidence.run_reason`; "" for a verdict, a single
+        run and rows stored without the fold)."""
+        conf = self.confidence()
+        return conf.reason if conf is not None else ""
+
+    @property
+    def headline(self) -> str:
+        """The outcome with its reason: ``YES``, ``format_error``, ``tie: 1 YES / 1 NO`` (`describe_run` of the
+        stored fold; the stored outcome for rows without one)."""
+        conf = self.confidence()
+        return conf.headline if conf is not None else self.outcome
+
+    @property
+    def suggestion(self) -> str | None:
+        """The verdict a vetter may accept: YES or NO, None when the model abstained or gave none."""
+        return None if self.abstained else self.verdict
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "k_used": self.k_used}
+        return {**asdict(self), "k_used": self.k_used, "reason": self.reason}
 
     def confidence(self) -> Confidence | None:
         """The stored fold as a `Confidence` (None for rows stored without one)."""
@@ -185,6 +216,45 @@ def parse_evidence_list(text: str) -> list[Evidence]:
     return [Evidence.parse(part) for part in text.split(",") if part.strip()]
 
 
+_GREEK = {"α": "alpha", "β": "beta", "γ": "gamma", "δ": "delta", "ε": "epsilon"}
+#: Slack around a window for a named line (air and vacuum wavelengths differ by about 0.03 %).
+_LINE_SLACK = 5e-4
+
+
+def _tokens(text: str) -> list[str]:
+    """Lower-case alphanumeric runs, Greek letters spelled out and subscripts made plain ("C₂" → "c2")."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return re.findall(r"[a-z0-9]+", "".join(_GREEK.get(c, c) for c in text))
+
+
+def _names(label: str, name: str) -> bool:
+    """Whether ``label`` names the line ``name``: its designation ("He II 4686", "Hα") or its designation without
+    the wavelength ("He II"), as consecutive words of the label, spaces aside ("Halpha", "H alpha", "[OIII]")."""
+    words = _tokens(label)
+    runs = {"".join(words[i:j]) for i in range(len(words)) for j in range(i + 1, len(words) + 1)}
+    full = _tokens(name)
+    bare = [t for t in full if not t.isdigit()] or full
+    return "".join(full) in runs or "".join(bare) in runs
+
+
+def label_warnings(evidence: Sequence[Evidence], lines: Sequence[Line], z: float | None) -> list[str]:
+    """Evidence windows whose label names a line of the task's list (``lines``: `speco3.agent.tasks.Line`, rest
+    vacuum Å) that lies outside the window at redshift ``z``: windows are kept in the observed frame, so a window
+    given at the rest wavelength of a line of a spectrum at z > 0 misses it. A label naming a line designation
+    without its wavelength ("He I") warns when none of the lines so named lies in the window."""
+    if z is None or not math.isfinite(z):
+        return []
+    out = []
+    for w in evidence:
+        named = [line for line in lines if w.label and _names(w.label, line.name)]
+        observed = [to_frame(line.wavelength, z, "rest", "observed") for line in named]
+        if named and not any(w.lo - _LINE_SLACK * o <= o <= w.hi + _LINE_SLACK * o for o in observed):
+            where = ", ".join(f"{line.name} at {o:.0f} Å" for line, o in zip(named, observed, strict=True))
+            out.append(f"evidence window {w}: the label names {where} (observed frame at z = {z:g}), outside the "
+                       f"window {w.lo:g}-{w.hi:g} Å; evidence windows are in the observed frame (rest λ × (1 + z))")
+    return out
+
+
 def evidence_text(evidence: Sequence[Evidence]) -> str:
     """The windows as one line, ``"6540-6590:Hα; 4840-4880:Hβ"`` (the exports' ``evidence`` column)."""
     return "; ".join(str(e) for e in evidence)
@@ -209,8 +279,38 @@ def model_evidence(rollouts: Sequence[RolloutRecord], z: float) -> list[Evidence
     return out
 
 
+#: The settings file of the desktop app in the config folder; its ``vetter`` is the one name of the person at this
+#: account, read by the app and by ``spec-o3 decide`` (`vetter_name`).
+SETTINGS_FILE = "desktop.json"
+
+
+def configured_vetter(path: Path | None = None) -> str:
+    """The vetter name set in the app's Settings (``vetter`` of `SETTINGS_FILE`; "" when unset or unreadable)."""
+    path = path or config_dir() / SETTINGS_FILE
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):  # the app moves a broken file aside; here it only means no name is set
+        return ""
+    name = raw.get("vetter") if isinstance(raw, dict) else None
+    return " ".join(name.split()) if isinstance(name, str) else ""
+
+
+def vetter_name(name: str = "", configured: str | None = None) -> str:
+    """Who decides: ``name`` when given, else the configured name (`configured_vetter`, or ``configured``), else
+    the login name — the same person under the same name in the app and on the command line."""
+    for candidate in (name, configured_vetter() if configured is None else configured):
+        if candidate.strip():
+            return " ".join(candidate.split())
+    return login_vetter()
+
+
+def vetter_key(name: str) -> str:
+    """One person's key for counting vetters: case and spaces aside ("Ana  Lopez" and "ana lopez" are one)."""
+    return " ".join(name.split()).casefold()
+
+
 def login_vetter(name: str = "") -> str:
-    """The vetter's name: ``name`` when given, else the login name (as the app and ``spec-o3 decide`` store it)."""
+    """The vetter's name: ``name`` when given, else the login name."""
     if name.strip():
         return name.strip()
     try:  # LOGNAME, USER, LNAME, USERNAME, then the password database (os.getlogin needs a terminal)
@@ -223,9 +323,31 @@ def evidence_json(evidence: Sequence[Evidence]) -> str:
     return json.dumps([e.to_list() for e in evidence], ensure_ascii=False)
 
 
-def evidence_from_json(text: str | None) -> list[Evidence]:
+def stored_json(text: str | None, default: Any, where: str) -> Any:
+    """A JSON column as stored (``default`` for NULL or ''); damaged JSON, or a value of another JSON type than
+    ``default``'s (when that is a list or an object), raises `StoreError` naming ``where`` (store, table, row and
+    column), so that a command says it in one line instead of a traceback."""
+    if not text:
+        return default
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser recurses
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise StoreError(f"{where}: damaged store: not valid JSON ({why})") from exc
+    if isinstance(default, list | dict) and not isinstance(value, type(default)):
+        raise StoreError(f"{where}: damaged store: expected a JSON {'list' if isinstance(default, list) else 'object'},"
+                         f" got {type(value).__name__}")
+    return value
+
+
+def evidence_from_json(text: str | None, where: str = "evidence") -> list[Evidence]:
     """Stored evidence (JSON list of ``[lo, hi, label]``); NULL (rows written before schema 4) reads as none."""
-    return [Evidence.from_list(item) for item in json.loads(text)] if text else []
+    items = stored_json(text, [], where)
+    try:
+        out = [Evidence.from_list(item) for item in items]
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"{where}: damaged store: not a list of [lo, hi, label] windows ({exc})") from exc
+    return out
 
 
 @dataclass
@@ -296,6 +418,51 @@ class SpectrumInfo:
         m = spectrum.meta
         return cls(key, spectrum.name, m.path, m.index, m.survey, m.object_id, m.ra, m.dec, m.redshift, m.snr,
                    file_sha256)
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a claim covers besides the spectrum: one task screened with one model, prompt version and number of
+    rollouts (the done rule's terms, `speco3.vetting.screening.DoneCheck`)."""
+
+    task: str
+    model_id: str
+    prompt_version: str
+    rollouts: int = 1
+
+
+@dataclass(frozen=True)
+class ClaimHolder:
+    """Who holds a claim on a spectrum: a screening run (``run_id``, new per run) in process ``pid`` on ``host``."""
+
+    run_id: str
+    host: str
+    pid: int
+
+    @classmethod
+    def here(cls) -> ClaimHolder:
+        """A new run of this process."""
+        return cls(uuid.uuid4().hex, socket.gethostname(), os.getpid())
+
+    def gone(self) -> bool:
+        """True when the holder ran on this host and its process is no more (killed, crashed; a zombie waiting to
+        be reaped counts as gone). A holder on another host is never known to be gone: its lease decides."""
+        if self.host != socket.gethostname() or self.pid <= 0:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # another user's live process
+            return False
+        try:  # Linux: a killed process stays in the table as a zombie until its parent reaps it
+            with open(f"/proc/{self.pid}/stat", encoding="ascii", errors="replace") as f:
+                return f.read().rpartition(")")[2].split()[:1] == ["Z"]
+        except OSError:
+            return False
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} on {self.host}"
 
 
 def spectrum_key(spectrum) -> str:

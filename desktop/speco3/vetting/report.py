@@ -21,10 +21,12 @@ from typing import Any
 import jinja2
 
 from speco3 import __version__
+from speco3.agent.adaptive import describe_use
+from speco3.agent.confidence import describe_outcome
 from speco3.agent.steps import AssistantStep, PromptStep, ToolStep
 from speco3.agent.trace import Trace, TraceError
 from speco3.errors import StoreError
-from speco3.vetting.export import export_rows, write_atomic
+from speco3.vetting.export import check_target, export_rows, write_atomic
 from speco3.vetting.records import flag_words, now_iso
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 
@@ -66,17 +68,20 @@ class ReportEntry:
     trace_error: str | None = None
     confidence: str = ""
     rollouts: list[RolloutColumn] = field(default_factory=list)
+    outcome: str = ""  # what the model run came to, with its reason ("tie: 1 YES / 1 NO"; `describe_outcome`)
 
 
 def confidence_text(row: dict[str, Any]) -> str:
-    """``p_yes 0.67 (2 YES / 1 NO of K=3, agreement 0.67, 1 format failure) · abstained`` (empty without K)."""
+    """``p_yes 0.67 (2 YES / 1 NO of K=3, agreement 0.67, 1 format failure) · abstained: split evidence, …``, with
+    ``2 of up to 8 rollouts (stopped: …)`` for adaptive rollouts (empty without K)."""
     k = row.get("rollouts")
     if not k or row.get("p_yes") is None and not row.get("rollout_outcomes"):
         return ""
     outcomes = (row.get("rollout_outcomes") or "").split(",")
     yes, no = outcomes.count("YES"), outcomes.count("NO")
     parts = [f"p_yes {row['p_yes']:.2f}" if row.get("p_yes") is not None else "p_yes —"]
-    detail = f"{yes} YES / {no} NO of K={k}"
+    use = describe_use(k, row.get("k_max"), row.get("stop_reason"))  # "K=4", or "2 of up to 8 rollouts (…)"
+    detail = f"{yes} YES / {no} NO " + (f"of {use}" if use.startswith("K=") else f"from {use}")
     if row.get("agreement") is not None:
         detail += f", agreement {row['agreement']:.2f}"
     if row.get("format_failures"):
@@ -85,7 +90,7 @@ def confidence_text(row: dict[str, Any]) -> str:
     if row.get("p_yes_token") is not None:
         parts.append(f"P(YES) at the answer token {row['p_yes_token']:.2f}")
     if row.get("abstained"):
-        parts.append("abstained")
+        parts.append(describe_outcome("abstained", row.get("abstain_reason") or ""))
     return " · ".join(parts)
 
 
@@ -145,7 +150,8 @@ class _Images:
 
 
 def _entry(row: dict[str, Any], images: _Images, store: VettingStore) -> ReportEntry:
-    entry = ReportEntry(row, confidence=confidence_text(row))
+    entry = ReportEntry(row, confidence=confidence_text(row),
+                        outcome=describe_outcome(row.get("model_outcome") or "", row.get("abstain_reason") or ""))
     entry.rollouts = _rollout_columns(store, row, images)
     if not row.get("trace_dir"):
         return entry
@@ -222,9 +228,13 @@ def write_report(
     task: str | None = None,
     embed_images: bool = True,
     title: str | None = None,
+    overwrite: bool = False,
 ) -> Path:
-    """Write the HTML audit report of ``store`` (atomically) to :func:`report_path` of ``path``; return where it went."""
-    path = report_path(path)
+    """Write the HTML audit report of ``store`` (atomically) to :func:`report_path` of ``path``; return where it went.
+
+    An existing report is replaced only with ``overwrite``, and never when it is the store itself (`check_target`).
+    """
+    path = check_target(store, report_path(path), overwrite=overwrite)
     images = _Images(path, embed_images)
     rows = export_rows(store, task)
     entries = [_entry(r, images, store) for r in rows]

@@ -86,7 +86,7 @@ def new_run(engine: Engine, spectrum: Spectrum, task: Task, plan: RolloutPlan | 
     traces = [Trace(task_id=task.id, task_text=task.text, prompt_version=task.prompt_version,
                     spectrum={**spectrum_ref(spectrum), **(spectrum_extra or {})},
                     model=asdict(info) if is_dataclass(info) else dict(vars(info)),
-                    settings={**engine.settings.to_dict(), "sampling": sampling.to_dict(), "rollout": i,
+                    settings={**engine.recorded_settings(), "sampling": sampling.to_dict(), "rollout": i,
                               "rollouts": plan.k})
               for i, sampling in enumerate(samplings)]
     return RolloutRun(plan, samplings, traces)
@@ -160,16 +160,16 @@ def log_fold(spectrum: str, task: str, conf: Confidence) -> None:
     logger.info("%s (%s): %s from %d rollouts (outcomes %s): p_yes %s, agreement %s%s", spectrum, task,
                 conf.verdict or "no verdict", conf.k, ", ".join(conf.outcomes), p,
                 "none" if conf.agreement is None else f"{conf.agreement:.2f}",
-                f", abstained ({conf.abstain_reason})" if conf.abstained else "")
+                f" — {conf.headline}" if conf.abstained else "")
 
 
 def verdict_row(run: RolloutRun, records: list[RolloutRecord], conf: Confidence, **base) -> ModelVerdict:
-    """The model verdict row of a run: the majority verdict (None on a tie), the fold, and the turns, zooms,
+    """The model verdict row of a run: the majority verdict (None on a tie), what the run came to
+    (`Confidence.outcome`: the verdict, ``tie``, ``no_answer``, ``abstained`` …), the fold, and the turns, zooms,
     answer and trace of the first rollout that gave the majority verdict (rollout 0 without one); tokens summed."""
     rep = next((i for i, r in enumerate(records) if conf.verdict and r.verdict == conf.verdict), 0)
     final = run.finished[rep]
-    outcome = conf.verdict or (final.outcome.value if run.plan.k == 1 else max(conf.outcomes, key=conf.outcomes.count))
-    v = ModelVerdict(verdict=conf.verdict, outcome=outcome, turns=final.turns,
+    v = ModelVerdict(verdict=conf.verdict, outcome=conf.outcome, turns=final.turns,
                      tokens=sum(f.tokens_generated for f in run.finished), zooms=final.zooms, detail=final.detail,
                      answer=final.answer, trace_dir=records[rep].trace_dir, **base)
     if run.plan.k > 1:

@@ -62,6 +62,13 @@ ADDITIVE = {
     "file_stamps": """CREATE TABLE file_stamps (
         path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL,
         stamped_ns INTEGER NOT NULL)""",
+    # which run is screening a spectrum now (`VettingStore.claim`): several runs on one store share the work; a
+    # finished verdict deletes its claim, a killed run's claims are taken over (its lease ran out or its pid is gone)
+    "claims": """CREATE TABLE claims (
+        spectrum_key TEXT NOT NULL, task TEXT NOT NULL, model_id TEXT NOT NULL, prompt_version TEXT NOT NULL,
+        rollouts INTEGER NOT NULL, run_id TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,
+        claimed_at TEXT NOT NULL, expires_at REAL NOT NULL,
+        PRIMARY KEY (spectrum_key, task, model_id, prompt_version, rollouts))""",
 }
 
 _ROLLOUT_COLUMNS = ("rollouts INTEGER", "p_yes REAL", "p_yes_token REAL", "agreement REAL", "abstained INTEGER",

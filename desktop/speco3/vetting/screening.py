@@ -15,6 +15,13 @@ file digests, prompt version, engine settings, turns, tokens, time, the spectrum
 folder (`trace_folder`: one name for every caller); every rollout is stored with its trace. A spectrum cut short
 by a cancel is not recorded, so a resumed run does it again.
 
+Sharing a store (`speco3.vetting.claims`): `screen` claims each spectrum before the scheduler gets it; a spectrum
+another live run claimed is left to it (looked at again when this run's share is done: finished there, it is
+`Skipped` with ``elsewhere``; its run killed, it is screened here), and the verdict releases the claim in the
+transaction that writes it. Several ``vet`` runs and the app's pre-screen on one store so divide the work, each
+spectrum screened once. A run asked for explicitly (``share=False``: the app's single-spectrum run) claims a free
+spectrum but does not wait for a held one.
+
 Errors: a spectrum that cannot be read is recorded as ``input_error``; engine and transport failures end its
 episode as ``engine_error`` (`speco3.agent.loop`); anything else (a bug, a store that fails) propagates.
 """
@@ -43,14 +50,17 @@ from speco3.errors import Speco3Error
 from speco3.fileio import sha256_file
 from speco3.spectra.index import IndexEntry
 from speco3.spectra.model import Spectrum
-from speco3.vetting.records import ModelVerdict, SpectrumInfo
+from speco3.vetting.claims import RunClaims
+from speco3.vetting.records import ClaimHolder, ModelVerdict, SpectrumInfo, Work
 from speco3.vetting.rollout_runs import RolloutRun, new_run, save_rollouts, verdict_row
-from speco3.vetting.store import VettingStore, storable_text
+from speco3.vetting.store import DONE_ELSEWHERE, HELD, LEASE_S, VettingStore, storable_text
 
 logger = logging.getLogger(__name__)
 
 #: Outcomes counted as failed spectra (the input or the engine, not the model, stopped them).
 FAILED_OUTCOMES = (Outcome.ENGINE_ERROR.value, Outcome.INPUT_ERROR.value)
+#: Seconds between looks at the spectra other runs hold, once this run's share is done (first, most).
+POLL_S = (0.2, 5.0)
 
 
 @dataclass
@@ -220,9 +230,14 @@ class ItemRun:
 
 @dataclass(frozen=True)
 class Skipped:
-    """Done before (the done rule): not screened again."""
+    """Not screened by this run: done before (the done rule), or (``elsewhere``) screened by another run on the
+    same store while this one ran; ``started``: this run screened it too (it was stopped past its lease and its
+    claim taken over), but the other run's verdict was recorded first and counts: this one's is not written."""
 
     item: VetItem
+    elsewhere: bool = False
+    started: ItemRun | None = None
+    held: bool = False  # left to another live run that holds it now (``Screening.wait`` False): not done yet
 
 
 @dataclass(frozen=True)
@@ -281,15 +296,22 @@ class BatchResult:
     outcomes: dict[str, int] = field(default_factory=dict)
     changed: int = 0  # done before, screened again because the file's content changed
     abstained: int = 0  # spectra whose rollouts left the model undecided (K > 1)
+    elsewhere: int = 0  # of the skipped: screened by another run on the same store meanwhile
+    dropped: int = 0  # of those: screened here too (past a lost lease), the other run's verdict recorded first
+    held: int = 0  # of those: left to another live run that holds it (``Screening.wait`` False)
 
     def to_dict(self) -> dict:
-        keys = ("total", "done", "skipped", "changed", "failed", "abstained", "cancelled", "seconds", "outcomes")
+        keys = ("total", "done", "skipped", "elsewhere", "dropped", "held", "changed", "failed", "abstained", "cancelled", "seconds",
+                "outcomes")
         return {k: getattr(self, k) for k in keys}
 
     def add(self, event: Event) -> None:
         """Count one event (see `vet`)."""
         if isinstance(event, Skipped):
             self.skipped += 1
+            self.elsewhere += event.elsewhere
+            self.dropped += event.started is not None
+            self.held += event.held
         elif isinstance(event, Cancelled):
             self.cancelled = True
         elif isinstance(event, Recorded):
@@ -313,6 +335,9 @@ class ScreeningOptions(TypedDict, total=False):
     thresholds: Thresholds | None
     resume: bool
     cancel: threading.Event | None
+    share: bool
+    wait: bool
+    lease_s: float
 
 
 class Screening:
@@ -321,12 +346,17 @@ class Screening:
     ``store``: the vetting store; ``task``; ``render``: the training-faithful renderer (`RenderFn`);
     ``trace_root``: the traces go to `trace_folder` under it (None: not saved); ``plan``: K rollouts (None: one,
     sampled as the engine's settings say); ``thresholds``: abstention of the fold; ``resume``: apply the done rule
-    (False: screen everything); ``cancel``: set it to stop between tokens.
+    (False: screen everything); ``cancel``: set it to stop between tokens; ``share``: leave spectra other runs on
+    the store claimed to them (False: a run asked for explicitly, see module doc); ``wait``: once the rest is done,
+    wait for the spectra other runs hold and screen those whose run is gone (False: report them `Skipped` with
+    ``held`` at once; the app's pre-screen, which may take one spectrum per call); ``lease_s``: how long a claim
+    holds unrenewed.
     """
 
     def __init__(self, store: VettingStore, task: Task, render: RenderFn, *, trace_root: str | Path | None = None,
                  plan: RolloutPlan | None = None, thresholds: Thresholds | None = None, resume: bool = True,
-                 cancel: threading.Event | None = None):
+                 cancel: threading.Event | None = None, share: bool = True, wait: bool = True,
+                 lease_s: float = LEASE_S):
         self.store = store
         self.task = task
         self.render = render
@@ -335,7 +365,11 @@ class Screening:
         self.thresholds = thresholds
         self.resume = resume
         self.cancel = cancel if cancel is not None else threading.Event()
+        self.share = share
+        self.wait = wait
+        self.lease_s = lease_s
         self._check: DoneCheck | None = None
+        self._claims: RunClaims | None = None
         self._check_model: str | None = None
         self._lock = threading.Lock()  # `start` from several threads (`speco3.vetting.schedulers.on_threads`)
 
@@ -345,18 +379,29 @@ class Screening:
 
     def done_check(self, model_id: str) -> DoneCheck:
         """The done rule for ``model_id`` (read from the store once per model)."""
+        return self._rules(model_id)[0]
+
+    def claims(self, model_id: str) -> RunClaims:
+        """This run's claims for ``model_id`` (begun with the done rule: a verdict after it is another run's)."""
+        return self._rules(model_id)[1]
+
+    def _rules(self, model_id: str) -> tuple[DoneCheck, RunClaims]:
         with self._lock:
-            if self._check is None or self._check_model != model_id:
+            if self._check is None or self._claims is None or self._check_model != model_id:
+                since = self.store.last_verdict_id()  # before the done rule reads: nothing falls between
                 self._check = DoneCheck(self.store, self.task, model_id, resume=self.resume, rollouts=self.rollouts)
+                self._claims = RunClaims(self.store, Work(self.task.id, model_id, self.task.prompt_version,
+                                                          self.rollouts),
+                                         since_id=since, lease_s=self.lease_s, share=self.share)
                 self._check_model = model_id
-            return self._check
+            return self._check, self._claims
 
     def cancelled(self) -> bool:
         return self.cancel.is_set()
 
-    def start(self, item: VetItem, engine: Engine, changed: bool = False) -> Started | Recorded:
+    def start(self, item: VetItem, engine: Engine, changed: bool = False) -> Started | Recorded | Skipped:
         """Read the spectrum, record it and open its traces (`Started`); an unreadable one gets its verdict,
-        recorded (`Recorded` with outcome ``input_error``)."""
+        recorded (`Recorded` with outcome ``input_error``; `Skipped` when another run's came first)."""
         info = engine.info
         files = self.done_check(info.model_id).files
         with self._lock:
@@ -364,7 +409,7 @@ class Screening:
         base = RowBase(spectrum_key=item.key, task=self.task.id, model_id=info.model_id, quant=info.quant,
                        text_sha256=info.text_sha256, mmproj_sha256=info.mmproj_sha256,
                        prompt_version=self.task.prompt_version, file_sha256=sha,
-                       engine_settings=engine.settings.to_dict())
+                       engine_settings=engine.recorded_settings())
         t0 = time.perf_counter()
         spectrum = item.spectrum
         error = item.error if spectrum is None else None
@@ -376,9 +421,9 @@ class Screening:
         if spectrum is None:
             v = ModelVerdict(verdict=None, outcome=Outcome.INPUT_ERROR.value, detail=f"unreadable: {error}",
                              seconds=time.perf_counter() - t0, **base)
-            self.store.record_model_verdict(v)
+            recorded = self.claims(info.model_id).record(v)
             self.done_check(info.model_id).mark(item.key, v.file_sha256)
-            return Recorded(item, v, changed)
+            return Recorded(item, v, changed) if recorded else Skipped(item, elsewhere=True)
         self.store.record_spectrum(SpectrumInfo.of(item.key, spectrum, sha))
         run = new_run(engine, spectrum, self.task, self.plan, spectrum_extra={"key": item.key, "file_sha256": sha})
         return Started(item, ItemRun(item, spectrum, base, t0, run, changed))
@@ -390,8 +435,9 @@ class Screening:
         return trace_folder(self.trace_root, self.task.id, started.item.key,
                             started.item.name or started.spectrum.name)
 
-    def finish(self, started: ItemRun) -> Recorded | Cancelled:
-        """Save the rollouts' traces and record the verdict row with their fold (`Cancelled`: not recorded)."""
+    def finish(self, started: ItemRun) -> Recorded | Cancelled | Skipped:
+        """Save the rollouts' traces and record the verdict row with their fold, releasing its claim (`Cancelled`:
+        not recorded, the claim released when the run ends; `Skipped`: another run's verdict came first)."""
         run = started.run
         if run.cancelled:
             return Cancelled(started.item, started)
@@ -403,8 +449,11 @@ class Screening:
             records = save_rollouts(run, None)
         conf = run.confidence(self.thresholds)
         v = verdict_row(run, records, conf, seconds=time.perf_counter() - started.t0, **started.base)
-        self.store.record_model_verdict(v, records)
+        recorded = self.claims(v.model_id).record(v, records)
         self.done_check(v.model_id).mark(v.spectrum_key, v.file_sha256)
+        if not recorded:
+            logger.warning("%s: another run's verdict was recorded first; this run's is dropped", started.item.key)
+            return Skipped(started.item, elsewhere=True, started=started)
         return Recorded(started.item, v, started.changed, started, conf)
 
 
@@ -419,10 +468,29 @@ class Scheduler(Protocol):
 def screen(screening: Screening, items: Iterable[VetItem], scheduler: Scheduler, model_id: str) -> Iterator[Event]:
     """Screen ``items`` (taken lazily, in order) with ``scheduler``: yields every event (see module doc).
 
-    The done rule of ``model_id`` decides what is skipped (`Skipped`, in input order among the others); the cancel
-    stops taking items. Closing the iterator ends the spectra in flight (not recorded)."""
+    The done rule of ``model_id`` decides what is skipped (`Skipped`, in input order among the others); each other
+    item is claimed before the scheduler gets it, and one that another live run holds is looked at again when the
+    rest is done (`POLL_S`), until that run finished it or is gone; the cancel stops taking items. Closing the
+    iterator ends the spectra in flight (not recorded) and releases this run's claims."""
     check = screening.done_check(model_id)
+    claims = screening.claims(model_id)
     skipped: collections.deque[Event] = collections.deque()
+    held: list[tuple[VetItem, bool, ClaimHolder | None]] = []
+
+    def claimed(item: VetItem, changed: bool) -> bool:
+        """Claim ``item``; False when it is left to another run (done there, or held by a live one)."""
+        got = claims.take(item.key)
+        if screening.share and got.state == DONE_ELSEWHERE:
+            skipped.append(Skipped(item, elsewhere=True))
+            return False
+        if screening.share and got.state == HELD:
+            if screening.wait:
+                held.append((item, changed, got.holder))
+            else:
+                logger.info("%s: left to another run on the store (%s)", item.key, got.holder)
+                skipped.append(Skipped(item, elsewhere=True, held=True))
+            return False
+        return True
 
     def pending() -> Iterator[Pending]:
         for item in items:
@@ -432,14 +500,39 @@ def screen(screening: Screening, items: Iterable[VetItem], scheduler: Scheduler,
             if state == "done":
                 skipped.append(Skipped(item))
                 continue
-            yield item, state == "changed"
+            if claimed(item, state == "changed"):
+                yield item, state == "changed"
 
-    for event in scheduler(screening, pending()):
+    def run(todo: Iterator[Pending]) -> Iterator[Event]:
+        for event in scheduler(screening, todo):
+            while skipped:
+                yield skipped.popleft()
+            yield event
         while skipped:
             yield skipped.popleft()
-        yield event
-    while skipped:
-        yield skipped.popleft()
+
+    with claims.kept():
+        yield from run(pending())
+        wait, told = POLL_S[0], False
+        while held and not screening.cancelled():
+            waiting = list(held)
+            held.clear()
+            ready = [(item, changed) for item, changed, _ in waiting if claimed(item, changed)]
+            if ready:
+                yield from run(iter(ready))
+                wait = POLL_S[0]
+                continue
+            while skipped:
+                yield skipped.popleft()
+            if held:
+                if not told:
+                    holders = sorted({str(h) for _, _, h in held if h is not None})
+                    logger.warning("%d spectra are being screened by another run on %s (%s); waiting for them "
+                                   "(a run that is killed leaves them to this one)", len(held), screening.store.path,
+                                   ", ".join(holders))
+                    told = True
+                screening.cancel.wait(wait)
+                wait = min(wait * 1.5, POLL_S[1])
 
 
 def vet(screening: Screening, items: Iterable[VetItem], scheduler: Scheduler, model_id: str, *,
@@ -458,7 +551,7 @@ def vet(screening: Screening, items: Iterable[VetItem], scheduler: Scheduler, mo
 
 
 __all__ = [
-    "FAILED_OUTCOMES", "RACY_NS", "BatchResult", "Cancelled", "DoneCheck", "Event", "FileCheck", "ItemRun",
+    "FAILED_OUTCOMES", "POLL_S", "RACY_NS", "BatchResult", "Cancelled", "DoneCheck", "Event", "FileCheck", "ItemRun",
     "Pending", "Recorded", "RowBase", "Scheduler", "Screening", "ScreeningOptions", "Skipped", "Started", "Stepped", "VetItem", "file_sha256",
     "in_shard", "parse_shard", "screen", "trace_folder", "vet",
 ]

@@ -13,7 +13,9 @@ What the vetter arranged comes back after a restart or a crash: the queue's orde
 is the app's setting, saved by the app the moment it changes).
 
 One app instance writes a store (`speco3.vetting.writer_lock.WriterLock`): a second one is told who holds it and
-may browse read-only.
+may browse read-only. A data folder that cannot be written (`ReadOnlyStoreError`) leaves the session on a store kept
+in memory (`Opened.unsaved` says why) until `move_store` writes it to a folder that can be; `follow_store` tells
+when another process (``spec-o3 decide``, ``vet``) wrote to the store.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from speco3.agent.tasks import get_task
 from speco3.engine.choice import SCRIPTED_LABEL
-from speco3.errors import Speco3Error, SpectrumReadError
+from speco3.errors import Speco3Error, SpectrumReadError, StoreError, TaskError
 from speco3.spectra.index import IndexEntry
 from speco3.spectra.model import Spectrum
 from speco3.vetting.records import (
@@ -35,9 +38,10 @@ from speco3.vetting.records import (
     ModelVerdict,
     Notes,
     SpectrumInfo,
+    label_warnings,
     model_evidence,
 )
-from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
+from speco3.vetting.store import ARCHIVE_ROOT_STATE, ReadOnlyStoreError, VettingStore, read_only_place
 from speco3.vetting.writer_lock import Holder, WriterLock
 
 log = logging.getLogger(__name__)
@@ -150,6 +154,16 @@ class SessionView:
         return {"order": self.order, "filters": self.filters, "candidates": self.candidates}
 
 
+@dataclass(frozen=True)
+class Opened:
+    """What `VettingSession.open_archive` did: ``opened`` False when another instance writes the store and the
+    vetter chose not to browse it (nothing is open); ``unsaved``: why decisions are kept in memory only (the data
+    folder cannot be written), else None."""
+
+    opened: bool
+    unsaved: str | None = None
+
+
 # -- the session -------------------------------------------------------------------------------------------------
 class VettingSession:
     """See module doc.
@@ -180,6 +194,8 @@ class VettingSession:
         self.archive_root: str | None = None
         self.archive_serial = 0  # one more for every archive opened: a spectrum shown before belongs to another
         self.read_only: str | None = None  # why the store is read-only (None: this instance writes it)
+        self.unsaved: str | None = None  # why the store is kept in memory only (None: it is a file)
+        self._data_version: int | None = None  # the store's `data_version` at the last look (`follow_store`)
         self.queue: Queue = ListQueue([])
         self.shown: Shown | None = None
         self.view = SessionView()
@@ -196,23 +212,35 @@ class VettingSession:
 
     # -- archive and store ---------------------------------------------------------------------------------------
     def open_archive(self, root: str | Path, store_path: Path,
-                     browse_read_only: Callable[[Holder], bool] = lambda holder: True) -> bool:
+                     browse_read_only: Callable[[Holder], bool] = lambda holder: True) -> Opened:
         """Show nothing, close the store, and open ``store_path`` for the archive ``root``. When another instance
-        writes it, ``browse_read_only(holder)`` says whether to open it read-only (else nothing is opened: False).
-        Raises `speco3.errors.StoreError` when the store cannot be opened."""
+        writes it, ``browse_read_only(holder)`` says whether to open it read-only (else nothing is opened:
+        ``Opened.opened`` False). When its place cannot be written (a read-only data folder), the session goes on
+        with a store kept in memory, so that the archive can still be browsed and vetted, and ``Opened.unsaved``
+        says why (`move_store` then writes it elsewhere). Raises `speco3.errors.StoreError` when the store cannot
+        be opened otherwise."""
         self.close()
         self.archive_serial += 1
         lock = WriterLock(store_path)
-        holder = lock.acquire()
+        try:
+            holder = lock.acquire()
+        except OSError as exc:  # its lock file cannot be made: a read-only place, else a store we cannot use
+            why = read_only_place(store_path)
+            if why is None:
+                raise StoreError(f"{store_path}: cannot take its writer lock ({exc.strerror or exc})") from exc
+            return self._in_memory(root, f"{store_path}: cannot write the vetting store there: {why}")
         if holder is not None:
             if not browse_read_only(holder):
-                return False
+                return Opened(False)
             self.read_only = f"read-only: this archive's store is being written by {holder.describe()}"
             self.store = VettingStore(store_path, readonly=True)
         else:
             try:
                 self.store = VettingStore(store_path)
                 self.store.set_state(ARCHIVE_ROOT_STATE, str(root))  # reports are titled by it
+            except ReadOnlyStoreError as exc:
+                lock.release()
+                return self._in_memory(root, str(exc))
             except BaseException:
                 if self.store is not None:
                     self.store.close()
@@ -220,9 +248,58 @@ class VettingSession:
                 lock.release()
                 raise
             self._lock = lock
+        self._opened(root)
+        log.info("vetting store %s%s", store_path, " (read-only)" if self.read_only else "")
+        return Opened(True)
+
+    def _in_memory(self, root: str | Path, reason: str) -> Opened:
+        log.warning("%s; keeping decisions in memory", reason)
+        self.store = VettingStore.in_memory()
+        self.store.set_state(ARCHIVE_ROOT_STATE, str(root))
+        self.unsaved = reason
+        self._opened(root)
+        return Opened(True, reason)
+
+    def _opened(self, root: str | Path) -> None:
+        assert self.store is not None
         self.archive_root = str(root)
         self.view = SessionView.of(self.store.get_state(SESSION_STATE))
-        log.info("vetting store %s%s", store_path, " (read-only)" if self.read_only else "")
+        self._data_version = self.store.data_version()
+
+    def move_store(self, store_path: Path,
+                   browse_read_only: Callable[[Holder], bool] = lambda holder: True) -> Opened:
+        """Leave a store kept in memory for the file ``store_path`` (another data folder chosen): what it holds is
+        written there when no store exists there yet; when one does and the memory holds decisions or notes,
+        `StoreError` says so and the memory store stays open (nothing is lost unseen). The spectrum shown stays
+        shown. Returns what `open_archive` returns; a store that is a file already stays as it is."""
+        store, root = self.store, self.archive_root
+        if store is None or root is None or not store.is_in_memory:
+            return Opened(store is not None, self.unsaved)
+        self.leaving.emit()  # the notes being typed go into the memory store first
+        if not store_path.exists():
+            store.copy_to(store_path)
+        elif store.decisions() or store.annotations():
+            raise StoreError(f"{store_path}: a store exists there already; the decisions made since the app started "
+                             "are kept in memory only (choose a data folder without a store for this archive)")
+        row = self.row if self.shown is not None else None
+        opened = self.open_archive(root, store_path, browse_read_only)
+        if opened.opened and row is not None:
+            self.go_to(row)
+        return opened
+
+    def follow_store(self) -> bool:
+        """True when another process wrote to the store since the last look (SQLite's ``data_version``: not this
+        session's own writes); a store that cannot be read now is looked at again next time."""
+        if self.store is None:
+            return False
+        try:
+            version = self.store.data_version()
+        except Speco3Error as exc:  # a store gone or locked for long: tried again at the next look
+            log.warning("cannot read the store's version: %s", exc)
+            return False
+        if version == self._data_version:
+            return False
+        self._data_version = version
         return True
 
     def close(self, notify: bool = True) -> None:
@@ -235,7 +312,8 @@ class VettingSession:
             self.shown = None
         if self.store is not None:
             self.store.close()
-        self.store, self.archive_root, self.read_only = None, None, None
+        self.store, self.archive_root, self.read_only, self.unsaved = None, None, None, None
+        self._data_version = None
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -419,7 +497,21 @@ class VettingSession:
         except Speco3Error as exc:
             self.error.emit(f"flags/comment/evidence not saved: {exc}")
             return False
+        self._warn_labels(evidence)
         return True
+
+    def _warn_labels(self, evidence: list[Evidence]) -> None:
+        """A label naming a line of the task's list that lies outside its window at the spectrum's z (windows are
+        observed-frame; `speco3.vetting.records.label_warnings`, as ``spec-o3 decide`` warns) becomes a message."""
+        if self.spectrum is None or not evidence:
+            return
+        try:
+            lines = get_task(self.task_id).lines
+        except TaskError:  # a task file gone since: nothing to check against
+            return
+        warnings = label_warnings(evidence, lines, self.spectrum.z)
+        if warnings:
+            self.message.emit("warning: " + warnings[0])
 
     def update_notes(self, flags: list[str], comment: str, evidence: list[Evidence]) -> None:
         """Flags ticked, comment entered or evidence changed: store them now; a decided spectrum's decision is
@@ -446,13 +538,15 @@ class VettingSession:
         return self.store.decision(store_key(entry), self.task_id) if self.store is not None else None
 
     def state_of(self, entry: IndexEntry) -> tuple[str | None, str | None]:
-        """(latest model verdict, human decision) of an index entry for the task."""
+        """(latest model verdict, human decision) of an index entry for the task; a run without a verdict to accept
+        shows what it came to (``abstained``, ``tie``, ``no_answer``, ``format_error`` …), never the majority it
+        abstained on."""
         if self.store is None:
             return None, None
         key = store_key(entry)
         mv = self.store.latest_model_verdict(key, self.task_id)
         dec = self.store.decision(key, self.task_id)
-        verdict = mv.verdict if mv else None
+        verdict = (mv.suggestion or mv.outcome) if mv else None
         if verdict and mv is not None and mv.model_id == SCRIPTED_LABEL:  # never shown (or filtered) as a model's
             verdict = f"{verdict} (demo)"  # the scripted demo: its answers are the catalogue's, not a model's
         return verdict, (dec.decision if dec else None)

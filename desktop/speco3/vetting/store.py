@@ -5,16 +5,25 @@ disk when `record_decision` returns; a crash or ``kill -9`` loses at most the wr
 versioned with ``PRAGMA user_version``; a file from a newer version is refused rather than damaged. Decisions are
 append-only (the latest one per spectrum and task counts; the history stays for the audit). One store may be shared
 by threads (a lock serialises access) and by processes (SQLite locking with a busy timeout).
+
+Several writers on one store (one machine, a local disk): screening runs claim each spectrum before they screen it
+(`claim`, one ``BEGIN IMMEDIATE`` transaction) and the verdict releases it in the transaction that writes it
+(`record_claimed_verdict`); a claim held by a live run is left to it, one whose lease ran out or whose process is
+gone on this host is taken over. Every write is a short transaction; a writer waits for the others (busy timeout,
+then a few retries) rather than fail, so a decision is never lost to a screening run writing beside it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +33,18 @@ from speco3.vetting.records import (
     DECISIONS,
     VERDICTS,
     Annotation,
+    ClaimHolder,
     Decision,
     Evidence,
     ModelVerdict,
     Notes,
     RolloutRecord,
     SpectrumInfo,
+    Work,
     evidence_from_json,
     evidence_json,
     now_iso,
+    stored_json,
 )
 from speco3.vetting.schema import (
     SCHEMA_VERSION,
@@ -48,8 +60,87 @@ logger = logging.getLogger(__name__)
 RETRY_OUTCOMES = ("cancelled", "engine_error")
 
 
+#: Seconds a claim holds without being renewed (a run renews its claims every third of it while it screens them).
+LEASE_S = 60.0
+#: Seconds a writer waits for another one's write lock (SQLite's busy timeout), and how many times it waits again.
+BUSY_TIMEOUT_S = 30.0
+BUSY_RETRIES = 3
+
+#: What `VettingStore.claim` found: the spectrum is now this run's (``claimed``), another live run screens it
+#: (``held``), or another run finished it since this one began (``done``).
+CLAIMED, HELD, DONE_ELSEWHERE = "claimed", "held", "done"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer of `VettingStore.claim`: ``state`` and the other run concerned (``held``: the one screening it;
+    ``claimed``: the run whose expired or orphaned claim was taken over, None when the spectrum was free)."""
+
+    state: str
+    holder: ClaimHolder | None = None
+
+
+def _sqlite_reason(exc: sqlite3.Error) -> str:
+    """The SQLite error in words a user can act on (read-only place, full disk, a lock held too long)."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11; the message's words before that
+    if code is None:
+        text = str(exc).lower()
+        code = (sqlite3.SQLITE_READONLY if "readonly" in text else sqlite3.SQLITE_FULL if "is full" in text
+                else sqlite3.SQLITE_BUSY if "locked" in text else None)
+    if code is not None:
+        primary = code & 0xFF
+        if primary == sqlite3.SQLITE_READONLY:
+            return f"the store cannot be written: its file, folder or file system is read-only ({exc})"
+        if primary == sqlite3.SQLITE_FULL:
+            return f"the disk holding the store is full ({exc})"
+        if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return (f"another process kept the store locked for more than "
+                    f"{BUSY_TIMEOUT_S * (BUSY_RETRIES + 1):.0f} s ({exc})")
+        if primary in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN):
+            return f"the file system refused a read or write ({exc})"
+    return str(exc)
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return "locked" in str(exc).lower()
+    return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+#: A run of this work on this spectrum recorded after the verdict id given (input errors count for any K).
+_SCREENED_SINCE = ("SELECT 1 FROM model_verdicts WHERE spectrum_key=? AND task=? AND model_id=? AND prompt_version=? "
+                   "AND (COALESCE(k_max, rollouts, 1)=? OR outcome='input_error') AND id>? LIMIT 1")
+_CLAIM_WHERE = "spectrum_key=? AND task=? AND model_id=? AND prompt_version=? AND rollouts=?"
+
+
 #: State key naming the archive folder a store vets (set by the app and `spec-o3 vet`; reports are titled by it).
 ARCHIVE_ROOT_STATE = "archive_root"
+
+
+class ReadOnlyStoreError(StoreError):
+    """The store cannot be written where it is: its file or its folder is read-only (the app then keeps the session
+    in memory until the user chooses another place)."""
+
+
+def read_only_place(path: Path) -> str | None:
+    """Why a store at ``path`` cannot be written (the file, or the nearest existing folder above it, is read-only,
+    or on a read-only file system), else None. A store needs its folder writable too: SQLite keeps its journal
+    files beside the store."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        ro_fs = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        ro_fs = False
+    if ro_fs:
+        return f"{folder} is on a read-only file system; choose a folder you can write to"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "the store file is read-only; choose a file you can write to"
+    if not os.access(folder, os.W_OK):
+        return f"the folder {folder} is read-only; choose a folder you can write to"
+    return None
 
 
 class VettingStore:
@@ -72,15 +163,38 @@ class VettingStore:
                 if not self.path.is_file():
                     raise StoreError(f"{self.path}: no such vetting store")
                 uri = f"file:{self.path.resolve().as_posix()}?mode=ro"
-                self._db = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False, isolation_level=None)
+                if read_only_place(self.path):  # SQLite cannot make its shared-memory file beside it
+                    wal = Path(f"{self.path}-wal")
+                    if wal.exists() and wal.stat().st_size:
+                        raise StoreError(f"{self.path}: is in a read-only place with unmerged changes in {wal.name} "
+                                         "(it was not closed); copy the store and its -wal file to a folder you "
+                                         "can write to and read the copy")
+                    uri += "&immutable=1"  # nothing can change it there, and it holds everything (no -wal)
+                self._db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False,
+                                           isolation_level=None)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
+                self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False,
+                                           isolation_level=None)
             self._db.row_factory = sqlite3.Row
             self._init()
+        except sqlite3.OperationalError as exc:  # a read-only place, a full disk, a lock held too long
+            why = None if readonly else read_only_place(self.path)
+            if why:
+                raise ReadOnlyStoreError(f"{self.path}: cannot write the vetting store there: {why}") from exc
+            reason = _sqlite_reason(exc)
+            if not readonly and not os.access(self.path.parent, os.W_OK):
+                reason = f"its folder {self.path.parent} is not writable (a read-only file system?) ({exc})"
+            raise StoreError(f"{self.path}: cannot open: {reason}") from exc
         except sqlite3.DatabaseError as exc:
+            why = None if readonly else read_only_place(self.path)
+            if why:
+                raise ReadOnlyStoreError(f"{self.path}: cannot write the vetting store there: {why}") from exc
             raise StoreError(f"{self.path}: not a usable vetting store ({exc})") from exc
         except OSError as exc:
+            why = None if readonly else read_only_place(self.path)
+            if why:
+                raise ReadOnlyStoreError(f"{self.path}: cannot write the vetting store there: {why}") from exc
             raise StoreError(f"{self.path}: cannot open ({exc.strerror or exc})") from exc
 
     def _init(self) -> None:
@@ -106,7 +220,8 @@ class VettingStore:
                 logger.info("%s: vetting store migrated from schema %d to %d", self.path, version, SCHEMA_VERSION)
         have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if additive(have):
-            with self._tx() as cur:
+            with self._tx() as cur:  # read again under the write lock: another process may have just made them
+                have = {r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE type='table'")}
                 for stmt in additive(have):
                     cur.execute(stmt)
 
@@ -118,7 +233,15 @@ class VettingStore:
         with self._lock:
             cur = self._db.cursor()
             try:
-                cur.execute("BEGIN IMMEDIATE")
+                for attempt in range(BUSY_RETRIES + 1):  # each BEGIN waits up to the busy timeout for the lock
+                    try:
+                        cur.execute("BEGIN IMMEDIATE")
+                        break
+                    except sqlite3.OperationalError as exc:
+                        if not _busy(exc) or attempt == BUSY_RETRIES:
+                            raise
+                        logger.warning("%s: still locked by another writer after %.0f s; waiting again", self.path,
+                                       BUSY_TIMEOUT_S * (attempt + 1))
                 yield cur
                 cur.execute("COMMIT")
             except BaseException:
@@ -133,15 +256,16 @@ class VettingStore:
             try:
                 return self._db.execute(sql, tuple(storable_text(a) for a in args)).fetchall()
             except sqlite3.DatabaseError as exc:
-                raise StoreError(f"{self.path}: read failed ({exc})") from exc
+                raise StoreError(f"{self.path}: read failed: {_sqlite_reason(exc)}") from exc
 
     def _write(self, sql: str, args: tuple) -> int:
+        """One statement in its own transaction; the id of the row it inserted (0 when it inserted none)."""
         try:
             with self._tx() as cur:
                 cur.execute(sql, tuple(storable_text(a) for a in args))
-                return int(cur.lastrowid or 0)
+                return int(cur.lastrowid or 0) if cur.rowcount > 0 else 0
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: write failed ({exc})") from exc
+            raise StoreError(f"{self.path}: write failed: {_sqlite_reason(exc)}") from exc
 
     # -- spectra -----------------------------------------------------------------------------------
     def record_spectrum(self, info: SpectrumInfo) -> None:
@@ -165,8 +289,8 @@ class VettingStore:
         return SpectrumInfo(**r)
 
     # -- model verdicts ----------------------------------------------------------------------------
-    def record_model_verdict(self, v: ModelVerdict, rollouts: list[RolloutRecord] | tuple = ()) -> int:
-        """Store one model run and its rollouts (one transaction); returns its id."""
+    @staticmethod
+    def _check_verdict(v: ModelVerdict, rollouts: Sequence[RolloutRecord]) -> None:
         if v.verdict is not None and v.verdict not in VERDICTS:
             raise StoreError(f"model verdict must be YES, NO or None, got {v.verdict!r}")
         if not v.spectrum_key or not v.task:
@@ -174,27 +298,135 @@ class VettingStore:
         for r in rollouts:
             if r.verdict is not None and r.verdict not in VERDICTS:
                 raise StoreError(f"rollout verdict must be YES, NO or None, got {r.verdict!r}")
+
+    @staticmethod
+    def _insert_verdict(cur: sqlite3.Cursor, v: ModelVerdict, rollouts: Sequence[RolloutRecord]) -> int:
+        """Insert the verdict row and its rollouts' rows in the caller's transaction; set and return its id."""
         row = (v.spectrum_key, v.task, v.verdict, v.outcome, v.model_id, v.quant, v.text_sha256, v.mmproj_sha256,
                v.prompt_version, v.file_sha256, json.dumps(v.engine_settings, sort_keys=True), v.turns, v.tokens,
                v.seconds, v.zooms, v.detail, v.answer, v.trace_dir, v.created_at, v.app_version, v.rollouts, v.p_yes,
                v.p_yes_token, v.agreement, None if v.abstained is None else int(v.abstained), v.format_failures,
                None if v.outcomes is None else json.dumps(v.outcomes), v.k_max, v.stop_reason)
+        cur.execute(f"INSERT INTO model_verdicts ({', '.join(VERDICT_COLUMNS)}) "
+                    f"VALUES ({','.join('?' * len(VERDICT_COLUMNS))})", tuple(storable_text(a) for a in row))
+        v.id = int(cur.lastrowid or 0)
+        for r in rollouts:
+            r.verdict_id = v.id
+            cur.execute("INSERT INTO rollouts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", tuple(
+                storable_text(a) for a in (
+                    v.id, r.idx, r.outcome, r.verdict, r.p_yes_token, r.seed, r.temperature, r.top_p, r.top_k,
+                    r.turns, r.tokens, r.zooms, r.seconds, r.detail, r.answer, r.trace_dir,
+                    json.dumps(r.windows))))
+        return v.id
+
+    def record_model_verdict(self, v: ModelVerdict, rollouts: Sequence[RolloutRecord] = ()) -> int:
+        """Store one model run and its rollouts (one transaction); returns its id."""
+        self._check_verdict(v, rollouts)
         try:
             with self._tx() as cur:
-                cur.execute(
-                    f"INSERT INTO model_verdicts ({', '.join(VERDICT_COLUMNS)}) "
-                    f"VALUES ({','.join('?' * len(VERDICT_COLUMNS))})", tuple(storable_text(a) for a in row))
-                v.id = int(cur.lastrowid or 0)
-                for r in rollouts:
-                    r.verdict_id = v.id
-                    cur.execute("INSERT INTO rollouts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", tuple(
-                        storable_text(a) for a in (
-                            v.id, r.idx, r.outcome, r.verdict, r.p_yes_token, r.seed, r.temperature, r.top_p, r.top_k,
-                            r.turns, r.tokens, r.zooms, r.seconds, r.detail, r.answer, r.trace_dir,
-                            json.dumps(r.windows))))
+                return self._insert_verdict(cur, v, rollouts)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: write failed ({exc})") from exc
-        return v.id
+            raise StoreError(f"{self.path}: write failed: {_sqlite_reason(exc)}") from exc
+
+    def record_claimed_verdict(self, v: ModelVerdict, rollouts: Sequence[RolloutRecord], work: Work,
+                               holder: ClaimHolder, *, since_id: int | None) -> int | None:
+        """Store a verdict of a run that claimed its spectrum (`claim`) and release the claim, in one transaction.
+
+        ``since_id``: the last verdict id when the run began; when another run recorded this work on this spectrum
+        after it (this run was stopped past its lease and its claim taken over), nothing is written and None is
+        returned: the first verdict to finish counts. ``since_id`` None (a run asked for explicitly, e.g. the app's
+        single-spectrum run) always writes. Any claim on the spectrum for this work is released: the taker of an
+        expired claim finds this verdict when it ends.
+        """
+        self._check_verdict(v, rollouts)
+        key = storable_text(v.spectrum_key)
+        where = (key, work.task, work.model_id, work.prompt_version, work.rollouts)
+        try:
+            with self._tx() as cur:
+                if since_id is not None and cur.execute(_SCREENED_SINCE, (*where, since_id)).fetchone():
+                    cur.execute(f"DELETE FROM claims WHERE {_CLAIM_WHERE} AND run_id=?", (*where, holder.run_id))
+                    return None
+                vid = self._insert_verdict(cur, v, rollouts)
+                if since_id is None:  # a run asked for: it leaves another run's claim alone
+                    cur.execute(f"DELETE FROM claims WHERE {_CLAIM_WHERE} AND run_id=?", (*where, holder.run_id))
+                else:
+                    cur.execute(f"DELETE FROM claims WHERE {_CLAIM_WHERE}", where)
+                return vid
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: write failed: {_sqlite_reason(exc)}") from exc
+
+    # -- claims: several runs sharing one store ---------------------------------------------------------------------
+    def last_verdict_id(self) -> int:
+        """The id of the newest verdict row (0 when none): a run's start mark for `claim`."""
+        return int(self._query("SELECT COALESCE(MAX(id), 0) FROM model_verdicts")[0][0])
+
+    def claim(self, key: str, work: Work, holder: ClaimHolder, *, since_id: int, lease_s: float = LEASE_S) -> Claim:
+        """Claim spectrum ``key`` for ``work`` by ``holder`` for ``lease_s`` seconds, in one ``BEGIN IMMEDIATE``
+        transaction (see module doc).
+
+        ``DONE_ELSEWHERE`` when a verdict of this work on it was recorded after ``since_id``; ``HELD`` when another
+        run holds a claim on it that is alive (its lease runs and its process, on this host, exists); else the claim
+        is written (a dead run's claim is taken over) and the answer is ``CLAIMED``.
+        """
+        key = storable_text(key)
+        where = (key, work.task, work.model_id, work.prompt_version, work.rollouts)
+        try:
+            with self._tx() as cur:
+                if cur.execute(_SCREENED_SINCE, (*where, since_id)).fetchone():
+                    return Claim(DONE_ELSEWHERE)
+                row = cur.execute(f"SELECT run_id, host, pid, expires_at FROM claims WHERE {_CLAIM_WHERE}",
+                                  where).fetchone()
+                now = time.time()
+                previous = None
+                if row is not None and row[0] != holder.run_id:
+                    previous = ClaimHolder(row[0], row[1], int(row[2]))
+                    if row[3] > now and not previous.gone():
+                        return Claim(HELD, previous)
+                cur.execute("INSERT INTO claims VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(spectrum_key, task, model_id, "
+                            "prompt_version, rollouts) DO UPDATE SET "
+                            "run_id=excluded.run_id, host=excluded.host, pid=excluded.pid, "
+                            "claimed_at=excluded.claimed_at, expires_at=excluded.expires_at",
+                            (*where, holder.run_id, holder.host, holder.pid, now_iso(), now + lease_s))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: claim failed: {_sqlite_reason(exc)}") from exc
+        if previous is not None:
+            logger.warning("%s: taking over the claim of a run that is gone (%s)", key, previous)
+        return Claim(CLAIMED, previous)
+
+    def renew_claims(self, holder: ClaimHolder, lease_s: float = LEASE_S) -> int:
+        """Extend every claim of ``holder`` by ``lease_s`` from now; returns how many it still holds."""
+        try:
+            with self._tx() as cur:
+                cur.execute("UPDATE claims SET expires_at=? WHERE run_id=?", (time.time() + lease_s, holder.run_id))
+                return int(cur.rowcount)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: renewing claims failed: {_sqlite_reason(exc)}") from exc
+
+    def release_claims(self, holder: ClaimHolder, keys: Iterable[str] | None = None, work: Work | None = None
+                       ) -> None:
+        """Drop the claims of ``holder`` (only those on ``keys`` for ``work`` when given): spectra it will not end."""
+        try:
+            with self._tx() as cur:
+                if keys is None or work is None:
+                    cur.execute("DELETE FROM claims WHERE run_id=?", (holder.run_id,))
+                    return
+                for key in keys:
+                    cur.execute(f"DELETE FROM claims WHERE {_CLAIM_WHERE} AND run_id=?",
+                                (storable_text(key), work.task, work.model_id, work.prompt_version, work.rollouts,
+                                 holder.run_id))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: releasing claims failed: {_sqlite_reason(exc)}") from exc
+
+    def claims(self) -> list[tuple[str, Work, ClaimHolder, float]]:
+        """Every claim in the store: (spectrum key, work, holder, expiry as a Unix time)."""
+        try:
+            rows = self._query("SELECT * FROM claims ORDER BY claimed_at")
+        except StoreError:  # a read-only store never opened by a version with claims has no such table
+            if self.readonly:
+                return []
+            raise
+        return [(r["spectrum_key"], Work(r["task"], r["model_id"], r["prompt_version"], r["rollouts"]),
+                 ClaimHolder(r["run_id"], r["host"], r["pid"]), r["expires_at"]) for r in rows]
 
     def rollouts(self, verdict_id: int) -> list[RolloutRecord]:
         """The rollouts of one model run, in order (none for runs stored before rollouts were)."""
@@ -207,19 +439,27 @@ class VettingStore:
         out = []
         for row in rows:
             d = dict(row)
-            d["windows"] = json.loads(d["windows"] or "[]")
+            d["windows"] = stored_json(d["windows"], [], self._where("rollouts", d, "windows"))
             out.append(RolloutRecord(**d))
         return out
 
-    @staticmethod
-    def _verdict(row: sqlite3.Row) -> ModelVerdict:
+    def _where(self, table: str, d: dict[str, Any], column: str) -> str:
+        """What a message about a damaged value names: the store, the table, the row and the column."""
+        row = d["id"] if d.get("id") is not None else repr(d.get("spectrum_key", "?"))
+        return f"{self.path}: {table} row {row}, column {column}"
+
+    def _verdict(self, row: sqlite3.Row) -> ModelVerdict:
         d = dict(row)
-        d["engine_settings"] = json.loads(d["engine_settings"] or "{}")
+        d["engine_settings"] = stored_json(d["engine_settings"], {}, self._where("model_verdicts", d, "engine_settings"))
         if d.get("abstained") is not None:
             d["abstained"] = bool(d["abstained"])
         if d.get("outcomes") is not None:
-            d["outcomes"] = json.loads(d["outcomes"])
-        return ModelVerdict(**d)
+            d["outcomes"] = stored_json(d["outcomes"], None, self._where("model_verdicts", d, "outcomes"))
+        v = ModelVerdict(**d)
+        conf = v.confidence()
+        if conf is not None:  # rows written before the group outcomes were headed a tie by its first rollout
+            v.outcome = conf.outcome
+        return v
 
     def latest_model_verdict(self, key: str, task: str) -> ModelVerdict | None:
         rows = self._query("SELECT * FROM model_verdicts WHERE spectrum_key=? AND task=? ORDER BY id DESC LIMIT 1",
@@ -284,26 +524,32 @@ class VettingStore:
         return [self._verdict(r) for r in self._query(sql, args)]
 
     # -- human decisions ---------------------------------------------------------------------------
-    def record_decision(self, d: Decision) -> int:
-        """Store a human decision durably (committed with ``synchronous=FULL`` before returning)."""
+    def record_decision(self, d: Decision, *, if_undecided: bool = False) -> int:
+        """Store a human decision durably (committed with ``synchronous=FULL`` before returning).
+
+        ``if_undecided``: only when the spectrum has no decision for the task yet, checked in the same transaction
+        (several processes recording a benchmark's ground truth write it once); returns 0 when one was there.
+        """
         if d.decision not in DECISIONS:
             raise StoreError(f"decision must be one of {', '.join(DECISIONS)}, got {d.decision!r}")
         if not d.spectrum_key or not d.task:
             raise StoreError("a decision needs a spectrum key and a task")
         flags = [str(f).strip() for f in d.flags if str(f).strip()]
+        unless = " WHERE NOT EXISTS (SELECT 1 FROM decisions WHERE spectrum_key=? AND task=?)" if if_undecided else ""
         d.id = self._write(
             "INSERT INTO decisions (spectrum_key, task, decision, flags, comment, vetter, model_verdict_seen, "
-            "model_verdict_id, decided_at, app_version, evidence) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            f"model_verdict_id, decided_at, app_version, evidence) SELECT ?,?,?,?,?,?,?,?,?,?,?{unless}",
             (d.spectrum_key, d.task, d.decision, json.dumps(flags), d.comment or "", d.vetter or "",
-             d.model_verdict_seen, d.model_verdict_id, d.decided_at, d.app_version, evidence_json(d.evidence)),
+             d.model_verdict_seen, d.model_verdict_id, d.decided_at, d.app_version, evidence_json(d.evidence),
+             *((d.spectrum_key, d.task) if if_undecided else ())),
         )
         return d.id
 
-    @staticmethod
-    def _decision(row: sqlite3.Row) -> Decision:
+    def _decision(self, row: sqlite3.Row) -> Decision:
         d = dict(row)
-        d["flags"] = json.loads(d["flags"] or "[]")
-        d["evidence"] = evidence_from_json(d.get("evidence"))  # absent in a read-only store of an older schema
+        d["flags"] = stored_json(d["flags"], [], self._where("decisions", d, "flags"))
+        # absent in a read-only store of an older schema
+        d["evidence"] = evidence_from_json(d.get("evidence"), self._where("decisions", d, "evidence"))
         return Decision(**d)
 
     def decision(self, key: str, task: str) -> Decision | None:
@@ -358,11 +604,10 @@ class VettingStore:
                 return []
             raise
 
-    @staticmethod
-    def _annotation(row: sqlite3.Row) -> Annotation:
+    def _annotation(self, row: sqlite3.Row) -> Annotation:
         d = dict(row)
-        d["flags"] = json.loads(d["flags"] or "[]")
-        d["evidence"] = evidence_from_json(d.get("evidence"))
+        d["flags"] = stored_json(d["flags"], [], self._where("annotations", d, "flags"))
+        d["evidence"] = evidence_from_json(d.get("evidence"), self._where("annotations", d, "evidence"))
         return Annotation(**d)
 
     def annotation(self, key: str, task: str) -> Annotation | None:
@@ -396,7 +641,13 @@ class VettingStore:
 
     def get_state(self, key: str, default: Any = None) -> Any:
         rows = self._query("SELECT value FROM state WHERE key=?", (key,))
-        return json.loads(rows[0][0]) if rows else default
+        return stored_json(rows[0][0], None, f"{self.path}: state {key!r}") if rows and rows[0][0] else default
+
+    def data_version(self) -> int:
+        """A number that changes when another connection (another process: ``spec-o3 decide``, ``vet``, a second
+        window) commits to the store, and not for this connection's own writes (SQLite's ``PRAGMA data_version``;
+        one cheap read, for views that follow the store)."""
+        return int(self._query("PRAGMA data_version")[0][0])
 
     # -- overview ----------------------------------------------------------------------------------
     def tasks(self) -> list[str]:
@@ -425,6 +676,35 @@ class VettingStore:
                 "seconds": round(sum(v.seconds or 0.0 for v in verdicts), 3),
             }
         return out
+
+    #: `path` of a store kept in memory (`in_memory`): nothing of it is on disk until `copy_to` puts it there.
+    MEMORY = ":memory:"
+
+    @classmethod
+    def in_memory(cls) -> VettingStore:
+        """A store that lives in memory only (the app's fallback when its data folder is read-only)."""
+        return cls(cls.MEMORY)
+
+    @property
+    def is_in_memory(self) -> bool:
+        return str(self.path) == self.MEMORY
+
+    def copy_to(self, path: str | Path) -> None:
+        """Write this whole store to a new file ``path`` (SQLite's online backup); refuses an existing file."""
+        target = Path(path)
+        if target.exists():
+            raise StoreError(f"{target}: exists already; not replaced by the store kept in memory")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            dest = sqlite3.connect(target)
+            try:
+                with self._lock:
+                    self._db.backup(dest)
+            finally:
+                dest.close()
+        except (sqlite3.Error, OSError) as exc:
+            target.unlink(missing_ok=True)
+            raise StoreError(f"{target}: cannot write the store there ({exc})") from exc
 
     def close(self) -> None:
         with self._lock:

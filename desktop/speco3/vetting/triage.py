@@ -84,8 +84,9 @@ def triage(
 
 
 #: What ``spec-o3 queue --json`` reports per spectrum.
-QUEUE_FIELDS = ("spectrum_key", "task", "model_verdict", "p_yes", "p_yes_token", "rollouts", "agreement",
-                "abstained", "format_failures", "rollout_outcomes", "decision")
+QUEUE_FIELDS = ("spectrum_key", "task", "model_verdict", "model_outcome", "p_yes", "p_yes_token", "rollouts",
+                "agreement", "abstained", "abstain_reason", "format_failures", "rollout_outcomes", "k_used", "k_max",
+                "stop_reason", "decision")
 
 
 def queue_rows(store, task: str | None = None, order: str = "p_yes", *, abstained_only: bool = False,

@@ -117,7 +117,8 @@ class FaultProxy:
     ``plan`` is a list of fault names consumed one per chat-completions request (then requests pass): ``drop``
     (close the connection without an answer), ``500``, ``429`` (with ``Retry-After: 1``), ``truncate`` (forward
     the start of the stream, then close), ``slow`` (wait ``slow_s`` before answering), ``pass``. Every request
-    is counted in ``requests``; ``faults`` lists the faults injected.
+    is counted in ``requests``; ``faults`` lists the faults injected; ``heads`` holds each request's header lines
+    (what a client sent: the secrets tests read its Authorization).
     """
 
     def __init__(self, upstream: str, plan: list[str] | None = None, *, slow_s: float = 3.0):
@@ -126,6 +127,7 @@ class FaultProxy:
         self.slow_s = slow_s
         self.requests = 0
         self.faults: list[str] = []
+        self.heads: list[list[str]] = []
         self._lock = threading.Lock()
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
@@ -177,6 +179,8 @@ class FaultProxy:
             if head is None:
                 return
             method, path = head[0].split(" ")[:2]
+            with self._lock:
+                self.heads.append(head[1:])
             fault = self._next_fault(path)
             if fault == "drop":
                 return
