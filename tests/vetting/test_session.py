@@ -1,6 +1,7 @@
 """The Qt-free vetting session (`speco3.vetting.session`): every write lands on a readable spectrum of the archive
 shown, in its store; nothing shown, an unreadable file, another archive, task or queue refuse or follow; the
-arrangement and position come back after a restart and after ``kill -9``; one writer per store."""
+arrangement and position come back after a restart and after ``kill -9``; one writer per store; a read-only data
+folder keeps the store in memory until it moves; writes of other processes are noticed; outcomes and labels."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from speco3.demo import write_demo_archive
+from speco3.engine.choice import SCRIPTED_LABEL
+from speco3.errors import StoreError
 from speco3.spectra import ArchiveIndex
 from speco3.vetting import VettingStore
-from speco3.vetting.records import Evidence, spectrum_key
+from speco3.vetting.records import Decision, Evidence, ModelVerdict, spectrum_key
 from speco3.vetting.session import (
     POSITION_STATE,
     SESSION_STATE,
@@ -27,6 +30,7 @@ from speco3.vetting.session import (
     store_key,
 )
 from speco3.vetting.writer_lock import WriterLock
+from speco3_testkit.readonly import read_only_folder
 
 
 @dataclass
@@ -284,3 +288,66 @@ def test_the_writer_lock_names_its_holder_and_is_taken_again_after_release(tmp_p
     (tmp_path / "s.sqlite.writer").write_bytes(b"\xff garbage")  # a damaged lock file names nobody, locks nothing
     assert a.acquire() is None
     a.release()
+
+
+def test_a_read_only_data_folder_keeps_the_store_in_memory_until_it_moves(demo, tmp_path):
+    folder, entries = demo
+    ro = tmp_path / "ro-data"
+    with read_only_folder(ro):
+        s = VettingSession(Settings(), _load)
+        opened = s.open_archive(folder, ro / "vetting" / "store.sqlite")
+        assert opened.opened and opened.unsaved is not None and str(ro) in opened.unsaved
+        assert s.unsaved == opened.unsaved and s.store is not None and s.store.is_in_memory and s.read_only is None
+        s.set_queue(ListQueue(entries))
+        row = _readable_row(entries)
+        assert s.go_to(row) and s.decide("YES", [], "", [], advance=False)  # vetting goes on, in memory
+        assert not any(ro.iterdir())  # nothing written there, the lock file included
+        # a store with decisions already where the memory would go: refused, the memory stays
+        taken = tmp_path / "taken.sqlite"
+        with VettingStore(taken) as other:
+            other.record_decision(Decision(spectrum_key="elsewhere#0", task="cv", decision="NO", vetter="Bo"))
+        with pytest.raises(StoreError, match="exists there already"):
+            s.move_store(taken)
+        assert s.store.is_in_memory and s.decided_count() == 1
+        target = tmp_path / "data" / "store.sqlite"
+        moved = s.move_store(target)
+        assert moved.opened and moved.unsaved is None and s.unsaved is None and s.store.path == target
+        assert s.row == row and s.spectrum is not None and s.refusal() is None  # the same spectrum, writable
+        assert s.decide("NO", [], "", [])  # a new decision replaces the old for this spectrum
+        s.close()
+    with VettingStore(target, readonly=True) as store:
+        assert [d.decision for d in store.decisions("cv")] == ["NO"]
+        assert [d.decision for d in store.decision_history(store_key(entries[row]), "cv")] == ["YES", "NO"]
+
+
+def test_writes_of_another_process_are_noticed_and_own_writes_are_not(demo, tmp_path):
+    s, _ = _session(demo, tmp_path)
+    s.go_to(_readable_row(demo[1]))
+    assert not s.follow_store()
+    assert s.decide("YES", [], "", [], advance=False) and not s.follow_store()  # this session's own write
+    with VettingStore(tmp_path / "store.sqlite") as other:  # another connection: `spec-o3 decide`, a `vet` run
+        other.record_decision(Decision(spectrum_key=s.shown.key, task="cv", decision="NO", vetter="Bo"))
+    assert s.follow_store() and not s.follow_store()  # once per change
+    assert s.state_of(s.shown.entry) == (None, "NO")
+    s.close()
+    assert not s.follow_store()
+
+
+def test_the_table_shows_what_a_run_came_to_and_demo_answers_as_demo(demo, tmp_path):
+    s, _ = _session(demo, tmp_path)
+    a, b = [e for e in demo[1] if e.file_name != "aaa-notes.fits"][:2]
+    s.store.record_model_verdict(ModelVerdict(spectrum_key=store_key(a), task="cv", model_id="m", verdict=None,
+                                              outcome="no_answer"))
+    s.store.record_model_verdict(ModelVerdict(spectrum_key=store_key(b), task="cv", model_id=SCRIPTED_LABEL,
+                                              outcome="YES", verdict="YES"))
+    assert s.state_of(a) == ("no_answer", None)
+    assert s.state_of(b) == ("YES (demo)", None)
+
+
+def test_a_label_naming_a_line_outside_its_window_is_warned_of(demo, tmp_path):
+    s, messages = _session(demo, tmp_path)
+    row = next(i for i, e in enumerate(demo[1]) if e.file_name != "aaa-notes.fits" and e.redshift is not None)
+    assert s.go_to(row) and s.spectrum is not None
+    assert s.save_notes([], "", [Evidence(3000, 3100, "Hα")])  # stored all the same: a warning, not a refusal
+    assert messages[-1].startswith("warning: evidence window 3000-3100:Hα: the label names Hα")
+    assert s.current_notes().evidence == [Evidence(3000, 3100, "Hα")]
