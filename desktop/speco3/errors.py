@@ -51,8 +51,9 @@ class StoreError(Speco3Error):
 
 
 
-#: What ends an episode as an outcome (``engine_error``) instead of propagating: our typed errors (the engine's,
-#: the input's; the model-server client turns every error of its HTTP library into one, `ServerError`) and the
-#: operating system's (a file, a socket). Anything else is a bug: it propagates and fails the run (and the test)
+#: What ends a generation or an episode as an outcome (a slot's `StepResult`, an ``engine_error`` verdict) instead
+#: of propagating: our typed errors (the engine's, context full, the model file's, the input's; the model-server
+#: client turns every error of its HTTP library into one, `ServerError`) and the operating system's (a file, a
+#: socket). Anything else is a bug: it propagates and fails the run (and the test)
 #: that meets it, never landing in the store as a verdict.
 OUTCOME_ERRORS: tuple[type[Exception], ...] = (Speco3Error, OSError)

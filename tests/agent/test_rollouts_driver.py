@@ -10,7 +10,7 @@ import pytest
 
 from speco3.agent import Outcome, get_task
 from speco3.agent.driver import drive
-from speco3.agent.loop import episode_run
+from speco3.agent.loop import episode_steps
 from speco3.agent.rollouts import RolloutPlan, run_rollouts
 from speco3.agent.steps import AssistantStep, ToolStep, VerdictStep
 from speco3.engine.base import EngineSettings
@@ -95,7 +95,7 @@ def test_driver_runs_adversarial_episodes_side_by_side(spectrum, render):
 
     slots = ScriptedSlots(4, make)
     plan = RolloutPlan(k=4)
-    episodes = [episode_run(slots.engines[0], spectrum, get_task("cv"), render, sampling=s) for s in plan.samplings()]
+    episodes = [episode_steps(slots.engines[0], spectrum, get_task("cv"), render, sampling=s) for s in plan.samplings()]
     order: list[int] = []
     results: list[list] = [[] for _ in range(4)]
     for i, step in drive(episodes, slots, width=4):
@@ -109,14 +109,14 @@ def test_driver_runs_adversarial_episodes_side_by_side(spectrum, render):
 
 def test_driver_refills_slots_as_episodes_end(spectrum, render):
     slots = ScriptedSlots(2, lambda: ScriptedEngine([YES]))
-    episodes = [episode_run(slots.engines[0], spectrum, "t", render) for _ in range(5)]
+    episodes = [episode_steps(slots.engines[0], spectrum, "t", render) for _ in range(5)]
     finals = [step for _, step in drive(episodes, slots, width=2) if isinstance(step, VerdictStep)]
     assert [f.outcome for f in finals] == [Outcome.YES] * 5 and slots.steps == 3 and not slots.live
 
 
 def test_abandoned_drive_releases_its_slots(spectrum, render):
     slots = ScriptedSlots(2, lambda: ScriptedEngine([CALL, YES]))
-    episodes = [episode_run(slots.engines[0], spectrum, "t", render) for _ in range(2)]
+    episodes = [episode_steps(slots.engines[0], spectrum, "t", render) for _ in range(2)]
     gen = drive(episodes, slots, width=2)
     for _, step in gen:
         if isinstance(step, AssistantStep):

@@ -209,6 +209,7 @@ FALLBACK = """
 import json, sys
 from PySide6.QtWidgets import QApplication
 from speco3.engine.base import EngineSettings
+from speco3.engine.choice import InstalledModel
 from speco3.engine.llama import LlamaMtmdEngine
 from speco3.gui.workers import AgentJob, InferenceThread
 
@@ -224,7 +225,8 @@ e.close()
 thread = InferenceThread()  # what the status bar shows (the main window shows engine_status there)
 shown = []
 thread.engine_status.connect(shown.append)
-thread._engine_for(AgentJob(key="s", item=None, screening=None, engine_key="tiny-f32|cpu", engine_factory=make))
+thread._engine_for(AgentJob(key="s", item=None, screening=None, engine_key=InstalledModel("tiny-f32").engine_key(EngineSettings()),
+                           engine_factory=make))
 thread._close_engine()
 print(json.dumps({"backend": st.backend, "notice": st.extra["backend_notice"], "tokens": n, "status": shown[-1]}))
 """

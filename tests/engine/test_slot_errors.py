@@ -1,4 +1,4 @@
-"""The error policy of the slots (`speco3.engine.base.OUTCOME_ERRORS`): engine, input and operating-system errors
+"""The error policy of the slots (`speco3.errors.OUTCOME_ERRORS`): engine, input and operating-system errors
 end the one turn they belong to as its outcome; anything else is a bug and propagates out of `step`."""
 
 from __future__ import annotations

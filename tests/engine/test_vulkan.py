@@ -208,12 +208,13 @@ def test_self_test_without_a_usable_device_says_so(tiny_pair):
 def test_status_bar_names_the_device(vulkan_device, tiny_pair, qtbot):
     """What the app shows: the status-bar message after the load (`InferenceThread.engine_status`, shown by the
     main window's status bar) and the backend the agent panel's status line names during a run."""
+    from speco3.engine.choice import InstalledModel
     from speco3.gui.workers import AgentJob, InferenceThread
 
     thread = InferenceThread()
     shown: list[str] = []
     thread.engine_status.connect(shown.append)
-    job = AgentJob(key="spectrum", item=None, screening=None, engine_key="tiny-f32|vulkan",
+    job = AgentJob(key="spectrum", item=None, screening=None, engine_key=InstalledModel("tiny-f32").engine_key(EngineSettings()),
                    engine_factory=lambda: LlamaMtmdEngine(*tiny_pair, EngineSettings(**TIGHT, n_gpu_layers=-1),
                                                           warmup=False))
     try:

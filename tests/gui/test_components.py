@@ -265,12 +265,19 @@ def test_rows_of_a_multi_spectrum_file_stay_distinguishable(qtbot, make_window, 
 
 
 def test_engine_status_names_the_model_not_its_settings():
+    from speco3.engine.base import EngineSettings
+    from speco3.engine.chatapi import ServerConfig
+    from speco3.engine.choice import InstalledModel, ModelServer
     from speco3.gui.workers import engine_label
 
-    es = sorted({"flash_attn": True, "use_mmap": None}.items())
-    assert engine_label(f"tiny-q8_0|{es}") == "tiny-q8_0"
-    assert engine_label(f"server|http://gpu:8080|spec-o3-7b|{es}") == "spec-o3-7b on http://gpu:8080"
-    assert engine_label(f"server|http://gpu:8080||{es}") == "the served model on http://gpu:8080"
+    es = EngineSettings(flash_attn=True, use_mmap=None)
+    assert engine_label(InstalledModel("tiny-q8_0").engine_key(es)) == "tiny-q8_0"
+    served = ModelServer.of(ServerConfig("http://gpu:8080/v1", model="spec-o3-7b"))
+    assert engine_label(served.engine_key(es)) == "spec-o3-7b on http://gpu:8080"
+    assert engine_label(ModelServer.of(ServerConfig("http://gpu:8080")).engine_key(es)) \
+        == "the served model on http://gpu:8080"
+    assert served.engine_key(es) == ModelServer.of(ServerConfig("http://gpu:8080", "spec-o3-7b")).engine_key(es)
+    assert served.engine_key(es) != served.engine_key(EngineSettings(flash_attn=False))  # reopened on a change
 
 
 def test_prescreen_status_names_which_spectrum_of_a_file_it_follows(qtbot, make_window):

@@ -77,7 +77,7 @@ def test_filters_reset_when_another_archive_opens(qtbot, make_window, special_ar
     for rel in ("sdss/spec-0266-51602-0638.fits", "lamost/spec-55859-F5902_sp01-001.fits.gz",
                 "other/apStar-r6-2M00452143+1634446.fits"):
         shutil.copy(spectra_dir / rel, other)
-    w.vetting.entry = None
+    w.vetting.clear_current()  # open_and_wait then waits for the new archive's first spectrum
     open_and_wait(w, other)
     assert w.archive.survey.currentText() == "any survey"
     files = {n.split("#")[0] for n in _names(w)}

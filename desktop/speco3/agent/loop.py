@@ -257,7 +257,7 @@ class Episode:
         )
 
 
-def episode_run(
+def episode_steps(
     engine: Engine,
     spectrum: Spectrum,
     task: Task | str,
@@ -318,7 +318,7 @@ def run_episode(
     sampling : Sampling, optional
         How this episode samples (one rollout's temperature, top-p, top-k and seed). Defaults to the engine setting.
     """
-    steps = episode_run(engine, spectrum, task, render, cancel=cancel, on_token=on_token, max_turns=max_turns,
+    steps = episode_steps(engine, spectrum, task, render, cancel=cancel, on_token=on_token, max_turns=max_turns,
                         image_max_tokens=image_max_tokens, max_tokens_per_turn=max_tokens_per_turn, sampling=sampling)
     for _, step in drive([steps], SerialSlots(engine)):
         yield step

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from speco3.agent.adaptive import STOP_CANCELLED, STOP_FIXED, AdaptiveRule, next_round
 from speco3.agent.confidence import Thresholds
 from speco3.agent.driver import drive
-from speco3.agent.loop import episode_run
+from speco3.agent.loop import episode_steps
 from speco3.agent.steps import Step, VerdictStep
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn
@@ -135,7 +135,7 @@ def iter_rollouts(
             batch = samplings[first:first + want]
             group.rounds += 1
             results.extend([] for _ in batch)
-            episodes = (episode_run(engine, spectrum, task, render, cancel=cancel, sampling=s,
+            episodes = (episode_steps(engine, spectrum, task, render, cancel=cancel, sampling=s,
                                     **_token_sink(episode_kwargs, on_rollout_token, first + j))
                         for j, s in enumerate(batch))
             for j, step in drive(episodes, slots, width=len(batch)):

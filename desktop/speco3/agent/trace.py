@@ -54,9 +54,8 @@ def _versions() -> dict[str, str]:  # package metadata is read once per process 
 def spectrum_ref(spectrum) -> dict[str, Any]:
     """What identifies a spectrum in a trace."""
     m = spectrum.meta
-    address = f"{m.path}#{m.index}" if m.path else spectrum.name
     return {
-        "address": address, "name": spectrum.name, "path": m.path, "index": m.index, "survey": m.survey,
+        "address": spectrum.address, "name": spectrum.name, "path": m.path, "index": m.index, "survey": m.survey,
         "object_id": m.object_id, "ra": m.ra, "dec": m.dec, "redshift": m.redshift, "n_pixels": spectrum.n_pixels,
     }
 

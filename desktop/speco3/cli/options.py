@@ -21,8 +21,9 @@ from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED
 from speco3.agent.settings import DEFAULT_TOP_LOGPROBS, RolloutSettings, RunSettings
 from speco3.agent.tasks import Task, run_adapters
 from speco3.agent.tool import RenderFn
-from speco3.cli.server import open_server_engines, server_options
+from speco3.cli.server import open_server_engines, server_config, server_options
 from speco3.engine.base import Engine, EngineSettings, LoraAdapter, ModelInfo
+from speco3.engine.choice import FilePair, InstalledModel, ModelChoice, ModelServer, Scripted
 from speco3.errors import Speco3Error
 from speco3.vetting.screening import file_sha256
 
@@ -140,23 +141,25 @@ def run_settings(args: argparse.Namespace, task: Task | None = None) -> RunSetti
     return settings
 
 
-def open_cli_engine(args: argparse.Namespace, settings: RunSettings, *, load: bool = True) -> Engine:
-    """The engine the options ask for (scripted, explicit files, a server, or an installed model); ``load=False``
-    opens it without loading the model yet (its `ModelInfo` is known: `load_cli_engine` loads it later)."""
+def model_choice(args: argparse.Namespace) -> ModelChoice:
+    """The model the options choose (`speco3.engine.choice`): a server, a script, explicit files, or an installed
+    model (the store's default without ``--model``)."""
     if args.server:
-        return open_server_engines(args, settings.engine, 1)[0]
+        return ModelServer.of(server_config(args))
     if args.scripted:
-        from speco3.engine.scripted import load_script  # the test engine: not imported for real runs
-
-        scripted = load_script(args.scripted, settings=settings.engine)
-        if load:
-            scripted.load()
-        return scripted
+        return Scripted(args.scripted)
     if bool(args.text) != bool(args.mmproj):
         raise Speco3Error("--text and --mmproj go together (the text GGUF and its vision projector)")
-    from speco3.engine import open_engine  # llama.cpp's bindings: loaded only when a model is
+    return FilePair(args.text, args.mmproj) if args.text else InstalledModel(args.model)
 
-    engine = open_engine((args.text, args.mmproj) if args.text else args.model, settings.engine, load=False)
+
+def open_cli_engine(args: argparse.Namespace, settings: RunSettings, *, load: bool = True) -> Engine:
+    """The engine the options ask for (`model_choice`); ``load=False`` opens it without loading the model yet (its
+    `ModelInfo` is known: `load_cli_engine` loads it later). A server's engine is loaded and announced at once."""
+    choice = model_choice(args)
+    if isinstance(choice, ModelServer):
+        return open_server_engines(args, settings.engine, 1)[0]
+    engine = choice.open(settings.engine, threaded=not choice.scripted)
     if load:
         load_cli_engine(engine, args)
     return engine

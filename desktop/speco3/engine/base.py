@@ -17,20 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from speco3.errors import EngineError, Speco3Error
+from speco3.errors import EngineError
 from speco3.imaging import PreparedImage
 from speco3_base.defaults import DEFAULT_N_CTX  # noqa: F401 - re-exported: speco3.engine.base.DEFAULT_N_CTX
 
 Part = str | PreparedImage
 StopReason = Literal["stop", "length", "cancelled", "context_full"]
 TokenCallback = Callable[[str], None]
-
-#: The failures that end one generation as its outcome (a slot's `StepResult`, an episode's engine-error verdict):
-#: our own errors (engine, context full, server, model file, input) and the operating system's (files, sockets).
-#: The chat client turns the HTTP client's errors into `speco3.engine.chatapi.ServerError`. Anything else is a
-#: bug and propagates.
-OUTCOME_ERRORS: tuple[type[Exception], ...] = (Speco3Error, OSError)
-
 
 @dataclass(frozen=True)
 class Message:
@@ -228,7 +221,7 @@ class Engine(ABC):
 
 
 #: What `Slots.step` returns for each slot whose turn ended: the slot and its result, or the engine error (one of
-#: `OUTCOME_ERRORS`) that ended it.
+#: `speco3.errors.OUTCOME_ERRORS`) that ended it.
 StepResult = tuple[int, GenerationResult | Exception]
 
 

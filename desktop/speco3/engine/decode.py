@@ -10,7 +10,7 @@ its next token from its own output row with its own sampler. Every sampled token
 
 A turn that would not fit beside the others' cells and answer reserves waits until they finish theirs; when nothing
 is generating and it still does not fit, it ends with `ContextFullError` (the count is exact:
-`speco3.engine.sequences`). Engine and input errors (`speco3.engine.base.OUTCOME_ERRORS`) end the turn they belong
+`speco3.engine.sequences`). Engine and input errors (`speco3.errors.OUTCOME_ERRORS`) end the turn they belong
 to as its outcome; anything else is a bug and propagates.
 
 The engine's own conversation is a loop with one turn at a time on sequence 0
@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from speco3.engine.base import (
-    OUTCOME_ERRORS,
     GenerationResult,
     StepResult,
     StopReason,
@@ -36,7 +35,7 @@ from speco3.engine.context import LlamaContext
 from speco3.engine.sampling import PieceStream
 from speco3.engine.segments import EvalPlan, Segment, common_prefix, flatten
 from speco3.engine.sequences import SeqState
-from speco3.errors import ContextFullError, EngineError
+from speco3.errors import OUTCOME_ERRORS, ContextFullError, EngineError
 
 
 @dataclass

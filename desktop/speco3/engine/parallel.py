@@ -16,7 +16,7 @@ nothing is generating and it still does not fit, it gets `ContextFullError`. Rel
 
 `SerialSlots` is the same interface over any `Engine` with one slot (the scripted engine, a chat server, an engine
 with ``n_seq`` 1): each `step` runs one whole generation. Engine, transport and input errors
-(`speco3.engine.base.OUTCOME_ERRORS`) come back as a slot's outcome; anything else propagates.
+(`speco3.errors.OUTCOME_ERRORS`) come back as a slot's outcome; anything else propagates.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import threading
 from collections.abc import Sequence
 
 from speco3.engine.base import (
-    OUTCOME_ERRORS,
     Engine,
     Message,
     Part,
@@ -37,7 +36,7 @@ from speco3.engine.base import (
 from speco3.engine.context import LlamaContext
 from speco3.engine.decode import TokenLoop
 from speco3.engine.sequences import SeqState
-from speco3.errors import EngineError
+from speco3.errors import OUTCOME_ERRORS, EngineError
 
 
 class SerialSlots(Slots):

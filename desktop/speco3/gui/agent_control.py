@@ -21,10 +21,9 @@ from PySide6.QtWidgets import QProgressBar, QPushButton
 from speco3.agent.adaptive import describe_use
 from speco3.agent.eta import format_eta
 from speco3.agent.tasks import NO_LORA, Task
-from speco3.engine import open_engine
-from speco3.engine.base import EngineSettings, LoraAdapter
+from speco3.engine.base import Engine, EngineSettings, LoraAdapter
+from speco3.engine.choice import DEMO, InstalledModel, ModelChoice, ModelServer
 from speco3.engine.native import check_adapters
-from speco3.engine.remote import RemoteEngine
 from speco3.errors import Speco3Error
 from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectrum
 from speco3.gui.settings import SERVER_MODEL_ID
@@ -65,9 +64,9 @@ def check_installed_adapters(model_id: str, adapters: tuple[LoraAdapter, ...]) -
         check_adapters(adapters, model.text.sha256, model.name)
 
 
-def _open_remote_engine(server: Any, engine_settings: Any):
-    """The engine for the settings' "Model server" (loaded by the inference worker, like a local model)."""
-    return RemoteEngine(server, engine_settings)
+def _open_choice(choice: ModelChoice, engine_settings: EngineSettings) -> Engine:
+    """The engine of a model choice (loaded by the inference worker): the settings' "Model server", a local model."""
+    return choice.open(engine_settings)
 
 
 def _demo_engine_for(spectrum: Any, entry: Any, task: Any):
@@ -116,12 +115,25 @@ class AgentController(QObject):
     def current_task(self) -> Task | None:
         return self.tasks.get(self.panel.task_id())
 
+    def choice(self, model_id: str) -> ModelChoice:
+        """The model box's entry as a typed choice (`speco3.engine.choice`): the scripted demo, the settings' model
+        server, or an installed model. Raises `Speco3Error` for a model server the settings do not (or cannot) set."""
+        if model_id == SCRIPTED_LABEL:
+            return DEMO
+        if model_id == SERVER_MODEL_ID:
+            server = self.settings.server_config()
+            if server is None:
+                raise Speco3Error("no model server is set (Settings → Model server)")
+            return ModelServer.of(server)
+        return InstalledModel(model_id)
+
     def run_engine_settings(self, task: Task, model_id: str) -> EngineSettings:
         """The engine settings of a run of ``task`` on ``model_id``, adapters resolved as the command line resolves
         them (the model box's choice, else the task's own; `speco3.agent.tasks.run_adapters`) and checked against
         the installed base. Raises `Speco3Error` with the command line's message (another base, a chat server)."""
-        es = self.settings.engine_settings(task, server=model_id == SERVER_MODEL_ID)
-        if model_id not in (SCRIPTED_LABEL, SERVER_MODEL_ID) and es.lora:
+        choice = self.choice(model_id)
+        es = self.settings.engine_settings(task, server=choice.server)
+        if isinstance(choice, InstalledModel) and es.lora:
             self._check_adapters(model_id, es.lora)
         return es
 
@@ -148,7 +160,7 @@ class AgentController(QObject):
         """Say in the agent panel which adapter the next run applies and where it comes from, or why it is
         refused (an adapter made for another base, one for a chat server)."""
         task, model_id = self.current_task(), self.panel.model_id()
-        if task is None or not model_id or model_id == SCRIPTED_LABEL:
+        if task is None or not model_id or model_id == DEMO.label:
             self.panel.show_adapter("")
             return
         try:
@@ -171,8 +183,8 @@ class AgentController(QObject):
                                 if text else "")
 
     @staticmethod
-    def _open_engine(model_id: str, engine_settings: Any):
-        return open_engine(model_id, engine_settings, threaded=False, load=False)
+    def _open_engine(model_id: str, engine_settings: EngineSettings) -> Engine:
+        return InstalledModel(model_id).open(engine_settings)
 
     def _task(self, task_id: str):
         task = self.tasks.get(task_id)
@@ -189,10 +201,11 @@ class AgentController(QObject):
         store = self.vetting.store
         if store is None:
             return None
-        run = self.settings.run_settings(task, server=model_id == SERVER_MODEL_ID)
+        choice = self.choice(model_id)
+        run = self.settings.run_settings(task, server=choice.server)
         return Screening(store, task, self.inference.render,
                          trace_root=Path(self.settings.resolved_data_folder()) / "traces",
-                         plan=None if model_id == SCRIPTED_LABEL else run.plan(), thresholds=run.thresholds(),
+                         plan=None if choice.scripted else run.plan(), thresholds=run.thresholds(),
                          resume=resume, share=share, wait=False)
 
     def _job(self, entry: Any, screening: Screening, model_id: str, es: EngineSettings, spectrum=None,
@@ -202,26 +215,25 @@ class AgentController(QObject):
         destroyed there)."""
         item = VetItem.of_entry(entry, spectrum)
         task = screening.task
-        if model_id == SCRIPTED_LABEL:  # the canned demo: one run, whatever K is set (its script never varies)
-            return AgentJob(entry.key, item, screening, SCRIPTED_LABEL, partial(_demo_engine_for, spectrum, entry, task),
+        choice = self.choice(model_id)
+        key = choice.engine_key(es)
+        if choice.scripted:  # the canned demo: one run, whatever K is set (its script never varies)
+            return AgentJob(entry.key, item, screening, key, partial(_demo_engine_for, spectrum, entry, task),
                             batch=batch, scripted=True)
-        if model_id == SERVER_MODEL_ID:  # Settings → Model server: the model runs there
-            server = self.settings.server_config()
-            key = f"server|{server.url}|{server.model}|{sorted(es.to_dict().items())}"
-            return AgentJob(entry.key, item, screening, key, partial(_open_remote_engine, server, es), batch=batch)
-        key = f"{model_id}|{sorted(es.to_dict().items())}"
-        return AgentJob(entry.key, item, screening, key, partial(self.engine_opener, model_id, es), batch=batch)
+        if isinstance(choice, InstalledModel):  # the opener the window was given (tests: a scripted engine)
+            return AgentJob(entry.key, item, screening, key, partial(self.engine_opener, model_id, es), batch=batch)
+        return AgentJob(entry.key, item, screening, key, partial(_open_choice, choice, es), batch=batch)
 
     # -- interactive ---------------------------------------------------------------------------------------------
     def run_current(self, task_id: str, model_id: str) -> int | None:
         entry, spectrum = self.vetting.entry, self.vetting.spectrum
-        if entry is None or spectrum is None:
-            self.message.emit("select a readable spectrum first")
+        if (reason := self.vetting.session.refusal("nothing run")) is not None or entry is None or spectrum is None:
+            self.message.emit(reason or "select a readable spectrum first")
             return None
         if not model_id:
             self.message.emit("no model installed — see the agent panel for how to get one")
             return None
-        if model_id == SCRIPTED_LABEL and not is_demo_spectrum(spectrum):
+        if model_id == DEMO.label and not is_demo_spectrum(spectrum):
             self.message.emit("the scripted demo session runs only on the demo archive's spectra")
             return None
         if self.interactive_job is not None:
@@ -267,6 +279,9 @@ class AgentController(QObject):
         if not model_id:
             self.message.emit("no model installed — batch pre-screen needs one")
             return 0
+        if (reason := self.vetting.session.store_refusal()) is not None:
+            self.message.emit(f"{reason}: nothing pre-screened")
+            return 0
         task = self._task(task_id)
         es = self._checked_settings(task, model_id)
         if es is None:
@@ -282,7 +297,7 @@ class AgentController(QObject):
         for entry in entries:
             if getattr(entry, "error", None):
                 continue
-            if model_id == SCRIPTED_LABEL and not str(getattr(entry, "file_name", "")).startswith("spec-60001-SPECO3DEMO"):
+            if model_id == DEMO.label and not str(getattr(entry, "file_name", "")).startswith("spec-60001-SPECO3DEMO"):
                 continue
             if check.state(store_key(entry), entry.path) == "done":
                 continue

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
@@ -81,6 +81,19 @@ class Filters:
     include_unusable: bool = False
     #: only spectra whose pipeline states no redshift warning (ZWARNING / ZWARN = 0, or none stated)
     zwarn_clean: bool = False
+
+    @classmethod
+    def of(cls, saved: dict[str, Any]) -> Filters:
+        """Filters as `dataclasses.asdict` stored them (a field missing or of another type: its default)."""
+        out = cls()
+        for f in fields(cls):
+            value = saved.get(f.name)
+            kind = {"bool": bool, "str": str, "str | None": str, "float | None": float}[str(f.type)]
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+                setattr(out, f.name, value)
+        return out
 
     def index_kwargs(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in ("survey", "cls", "z_min", "z_max", "snr_min", "text")}
@@ -272,6 +285,13 @@ class ArchiveTableModel(QAbstractTableModel):
             self.beginInsertRows(QModelIndex(), start, start + len(pending) - 1)
             self._rows.extend(pending)
             self.endInsertRows()
+
+    def fetch_next(self) -> bool:
+        """Read the next page (the queue of `speco3.vetting.session.VettingSession`); False when all are loaded."""
+        if not self.canFetchMore():
+            return False
+        self.fetchMore()
+        return True
 
     def fetch_all(self) -> None:
         while self.canFetchMore():

@@ -242,6 +242,30 @@ class ArchivePanel(QWidget):
         self.model.triage_order = "queue"
         return self.filters()
 
+    def show_filters(self, filters: Filters, order: str) -> Filters:
+        """Set the filter widgets and the triage box to ``filters`` and ``order`` (a reopened session), without
+        applying them; returns the filters the widgets now say (a survey this archive lacks reads as any)."""
+        widgets = (self.survey, self.cls, self.z_min, self.z_max, self.snr_min, self.text, self.state, self.triage,
+                   self.unusable)
+        for w in widgets:
+            w.blockSignals(True)
+        try:
+            self.survey.setCurrentIndex(max(self.survey.findText(filters.survey or ANY_SURVEY), 0))
+            self.cls.setText(filters.cls or "")
+            for line, value in ((self.z_min, filters.z_min), (self.z_max, filters.z_max),
+                                (self.snr_min, filters.snr_min)):
+                line.setText("" if value is None else f"{value:g}")
+            self.text.setText(filters.text or "")
+            self.state.setCurrentIndex(max(self.state.findText(filters.state), 0))
+            self.triage.setCurrentIndex(max(self.triage.findData(order), 0))
+            self.unusable.setChecked(filters.include_unusable)
+        finally:
+            for w in widgets:
+                w.blockSignals(False)
+        self._debounce.stop()
+        self.model.triage_order = self.triage.currentData()
+        return self.filters()
+
     def apply_filters(self) -> None:
         self._debounce.stop()
         self.model.set_filters(self.filters())

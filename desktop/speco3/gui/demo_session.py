@@ -14,12 +14,13 @@ import re
 from speco3.agent.protocol import tool_call_text
 from speco3.agent.tasks import Task
 from speco3.demo import CATALOGUE
+from speco3.engine.choice import SCRIPTED_LABEL
 from speco3.engine.scripted import ScriptedEngine
 from speco3.spectra.model import Spectrum
 
 log = logging.getLogger(__name__)
 
-SCRIPTED_LABEL = "scripted demo — not a model"
+__all__ = ["SCRIPTED_LABEL", "demo_engine", "demo_script", "demo_truth", "is_demo_spectrum"]
 _DEMO_NAME = re.compile(r"spec-60001-SPECO3DEMO_sp01-(\d{3})\.fits")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import (
     QInputDialog,
     QLabel,
     QMainWindow,
+    QMessageBox,
     QPushButton,
     QScrollArea,
     QSplitter,
@@ -32,7 +34,7 @@ from speco3.agent.trace import Trace, TraceError
 from speco3.errors import Speco3Error, StoreError, TaskError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
 from speco3.gui.agent_panel import AgentPanel
-from speco3.gui.archive_model import ArchiveTableModel
+from speco3.gui.archive_model import ArchiveTableModel, Filters
 from speco3.gui.archive_panel import ArchivePanel
 from speco3.gui.collector import collect_garbage_on_gui_thread
 from speco3.gui.decision_panel import DecisionPanel
@@ -50,8 +52,14 @@ from speco3.gui.viewer import SpectrumViewer
 from speco3.gui.workers import IndexWorker, InferenceThread, render_png
 from speco3.vetting import stopping
 from speco3.vetting.records import ModelVerdict
+from speco3.vetting.session import Opened
+from speco3.vetting.writer_lock import Holder
 
 log = logging.getLogger(__name__)
+
+#: Key actions that write for the spectrum shown (or run the model on it): refused with nothing readable shown.
+WRITING_ACTIONS = frozenset({"decide_yes", "decide_no", "decide_unsure", "accept_model", "comment", "run_agent",
+                             "mark_evidence", *FLAG_ACTIONS})
 
 
 def archive_summary(summary: dict[str, Any], unusable: int, root: str) -> str:
@@ -268,6 +276,7 @@ class MainWindow(QMainWindow):
         """New filters: stay on the spectrum shown when it is still listed (the trial lost its place when it set
         the state filter back to "any"), else go to the first row; an empty table shows nothing, so that no
         decision key acts on a spectrum the queue no longer holds."""
+        self.vetting.session.remember(filters=asdict(self.table_model.filters), order=self.table_model.triage_order)
         entry = self.vetting.entry
         if entry is not None and 0 <= self.vetting.row < self.table_model.loaded_rows() \
                 and self.table_model.entry(self.vetting.row).key == entry.key:
@@ -279,10 +288,18 @@ class MainWindow(QMainWindow):
             self.show_message("no spectrum matches the filters")
 
     def trigger(self, action: str) -> None:
-        """Run a keymap action by name (the key filter calls this)."""
+        """Run a keymap action by name (the key filter calls this); a decision, note or agent key while no readable
+        spectrum of this archive is shown (or the store is read-only) says why and does nothing."""
         fn = self.key_actions.get(action)
-        if fn is not None:
-            fn()
+        if fn is None:
+            return
+        if action in WRITING_ACTIONS:
+            what = "nothing run" if action == "run_agent" else "nothing decided" if action.startswith(
+                ("decide_", "accept_")) else "nothing noted"
+            if (reason := self.vetting.session.refusal(what)) is not None:
+                self.show_message(reason)
+                return
+        fn()
 
     # -- archive -------------------------------------------------------------------------------------------------
     def choose_archive(self) -> None:
@@ -341,22 +358,68 @@ class MainWindow(QMainWindow):
             self.index.close()
         self.index = ArchiveIndex.for_root(root)
         self.archive_root = root
-        try:
-            unsaved = self.vetting.open_store(store_path_for(root, self.settings.resolved_data_folder()), root)
+        try:  # nothing of the last archive stays shown, whatever follows
+            opened = self.vetting.open_store(store_path_for(root, self.settings.resolved_data_folder()), root,
+                                             self._browse_read_only)
         except Exception as exc:
             self.show_error(f"cannot open the vetting store: {exc}")
-            return
+            opened = Opened(False)
+        self._show_read_only()
         self.vetting.cache.clear()
         surveys = [name for name in self.index.summary()["by_survey"] if name != "?"]
-        self.table_model.set_index(self.index, self.archive.reset_filters(surveys))
+        view = self.vetting.session.view
+        filters = self.archive.reset_filters(surveys)
+        if opened.opened:  # the queue as the vetter left it (restart, crash)
+            filters = self.archive.show_filters(Filters.of(view.filters), view.order)
+        self.table_model.set_index(self.index, filters)
+        self._show_position(self.vetting.row)
         self.stack.setCurrentWidget(self.viewer)
+        if not opened.opened:
+            self.table_model.set_entries([])
+            self.show_message(f"{root}: not opened (its vetting store is in use)")
+            return
         n = self.index.count()
         self.show_message(archive_summary(self.index.summary(), self.index.count(usable=False), root))
-        self._show_unsaved(unsaved)  # after the summary: the warning is what the status bar shows
+        self._show_unsaved(opened.unsaved)  # after the summary: the warning is what the status bar shows
         self.settings.last_archive = root
         self._save_settings()
-        if n:
+        if view.candidates:
+            self._restore_candidates(view.candidates)
+        if self.table_model.loaded_rows():
             self.vetting.resume()
+        elif n:
+            self.show_message("no spectrum matches the filters")
+
+    def _browse_read_only(self, holder: Holder) -> bool:
+        """Another instance writes this archive's store: say so and offer to browse it read-only."""
+        text = (f"This archive's vetting store is being written by {holder.describe()}. Two writers would "
+                "interleave their decisions, so this window can only browse it: decisions, notes and model runs "
+                "are off here.")
+        if QApplication.instance().property("speco3_no_dialogs"):
+            self.show_message(text)
+            return True
+        box = message(self, "Spec-o3 Desktop", text)  # plain text: the holder's host is read from its lock file
+        browse = box.addButton("Browse read-only", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        box.deleteLater()
+        return box.clickedButton() is browse
+
+    def _show_read_only(self) -> None:
+        title = f"Spec-o3 Desktop {__version__}"
+        self.setWindowTitle(title + (" — read-only" if self.vetting.session.read_only else ""))
+
+    def _restore_candidates(self, path: str) -> None:
+        if not Path(path).is_file():
+            self.show_message(f"the candidate list {path} of the last session is gone: the table is the queue")
+            self.vetting.session.remember(candidates=None)
+            return
+        self.load_candidates(path, go=False)
+
+    def use_table_queue(self) -> None:
+        """Queue → the filtered table again (after a candidate list)."""
+        self.table_model.set_entries(None)
+        self.vetting.session.remember(candidates=None)
 
     def choose_candidates(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Load candidate list", self.archive_root or "",
@@ -364,7 +427,9 @@ class MainWindow(QMainWindow):
         if path:
             self.load_candidates(path)
 
-    def load_candidates(self, path: str | Path) -> int:
+    def load_candidates(self, path: str | Path, go: bool = True) -> int:
+        """Make the candidate list at ``path`` the queue (remembered for the next session); ``go``: show its first
+        spectrum."""
         from speco3.gui.candidates import match_candidates
 
         if self.index is None:
@@ -376,9 +441,10 @@ class MainWindow(QMainWindow):
             self.show_error(str(exc))
             return 0
         self.table_model.set_entries(match.entries)
+        self.vetting.session.remember(candidates=str(Path(path).resolve()))
         note = f", {len(match.unmatched)} not found ({', '.join(match.unmatched[:5])}…)" if match.unmatched else ""
         self.show_message(f"candidate list {Path(path).name}: {len(match.entries)} spectra by {match.column}{note}")
-        if match.entries:
+        if match.entries and go:
             self.vetting.go_to(0)
         return len(match.entries)
 
@@ -415,6 +481,11 @@ class MainWindow(QMainWindow):
         else:
             self.decision.show_suggestion(None)
         self._show_stored_trace(mv)
+        self._show_position(self.vetting.row)  # the decided count of this task
+        writable = self.vetting.session.refusal() is None  # nothing readable shown, or read-only: the keys say why
+        for widget in (*self.decision.buttons.values(), *self.decision.flag_boxes.values(), self.decision.comment,
+                       self.decision.mark_button):
+            widget.setEnabled(writable)
 
     def _show_stored_trace(self, mv: Any) -> None:
         if self.agent_panel.running:
@@ -448,7 +519,9 @@ class MainWindow(QMainWindow):
 
     def _on_task(self, task_id: str) -> None:
         self.settings.task = task_id
+        self._save_settings()  # at once: a crash keeps the task chosen
         self.vetting.set_task(task_id)
+        self._show_position(self.vetting.row)  # the decided count of this task, shown or not
         self.viewer.set_task(self.tasks.get(task_id))
         self.refresh_models()  # the model box says whether the task's own adapter runs
 
@@ -566,8 +639,8 @@ class MainWindow(QMainWindow):
     def mark_evidence(self) -> None:
         """Mark the plot's visible wavelength window (observed frame, within the data) as evidence; its label field
         then has the focus."""
-        if self.vetting.store is None or self.vetting.entry is None or self.vetting.spectrum is None:
-            self.show_message("no spectrum shown: nothing to mark")
+        if (reason := self.vetting.session.refusal("nothing to mark")) is not None:
+            self.show_message(reason)
             return
         window = self.viewer.visible_window()
         if window is None:
@@ -699,13 +772,18 @@ class MainWindow(QMainWindow):
         if store is None or not store.is_in_memory or not self.archive_root:
             return
         try:
-            unsaved = self.vetting.move_store(store_path_for(self.archive_root, self.settings.resolved_data_folder()),
-                                              self.archive_root)
+            opened = self.vetting.move_store(store_path_for(self.archive_root, self.settings.resolved_data_folder()),
+                                             self._browse_read_only)
         except Speco3Error as exc:
             self.show_error(str(exc))
             return
-        self._show_unsaved(unsaved)
-        if unsaved is None:
+        self._show_read_only()
+        self.table_model.invalidate_states()
+        self._show_unsaved(opened.unsaved)
+        if not opened.opened:
+            self.table_model.set_entries([])
+            self.show_message(f"{self.archive_root}: not opened (its vetting store is in use)")
+        elif opened.unsaved is None and self.vetting.store is not None:
             self.show_message(f"decisions are now saved in {self.vetting.store.path}")
 
     # -- misc ----------------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from speco3.agent.steps import AssistantStep, VerdictStep
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn
 from speco3.engine.base import Engine
+from speco3.engine.choice import EngineKey
 from speco3.engine.parallel import parallel_sequences
 from speco3.render import release_thread_scene, render_view
 from speco3.vetting.schedulers import on_slots, one_at_a_time
@@ -167,7 +168,7 @@ class AgentJob:
     key: str
     item: VetItem
     screening: Screening
-    engine_key: str
+    engine_key: EngineKey
     engine_factory: EngineFactory
     batch: bool = False
     scripted: bool = False
@@ -202,13 +203,10 @@ class _Live:
     eta: TimeToVerdict
 
 
-def engine_label(engine_key: str) -> str:
+def engine_label(engine_key: EngineKey) -> str:
     """The model an engine key names, for people: ``tiny-q8_0`` or ``MODEL on URL`` (the key also holds the
     settings the engine was opened with, which are not shown)."""
-    parts = engine_key.split("|")
-    if parts[0] == "server" and len(parts) > 2:
-        return f"{parts[2] or 'the served model'} on {parts[1]}"
-    return parts[0]
+    return engine_key.label
 
 
 class InferenceThread(BackgroundTask):
@@ -250,7 +248,7 @@ class InferenceThread(BackgroundTask):
         self._current: AgentJob | None = None
         self._flight: dict[int, AgentJob] = {}  # batch items running together in slots
         self._engine: Engine | None = None
-        self._engine_key: str | None = None
+        self._engine_key: EngineKey | None = None
         self._next_id = 1
         self._queue_eta = QueueEstimate()
 

@@ -28,7 +28,7 @@ from speco3.config import cache_dir, ensure
 from speco3.errors import Speco3Error, SpectrumReadError
 from speco3.fileio import Progress
 from speco3.spectra._scan import scan_file, wanted
-from speco3.spectra.model import SKY_FIBRE_NOTE, Spectrum
+from speco3.spectra.model import SKY_FIBRE_NOTE, Spectrum, spectrum_address
 from speco3.spectra.source import read_limits, set_read_limits
 
 log = logging.getLogger(__name__)
@@ -124,6 +124,11 @@ class IndexEntry:
         """Display name: the file name, plus ``#N`` when the file holds several spectra (``#0`` for the first)."""
         base = self.file_name or PurePosixPath(self.key.rsplit("#", 1)[0]).name
         return base if self.index == 0 and (self.in_file or 1) < 2 else f"{base}#{self.index}"
+
+    @property
+    def address(self) -> str:
+        """The spectrum's address ``PATH#N`` (`speco3.spectra.model.spectrum_address`): its key in a vetting store."""
+        return spectrum_address(self.path, self.index)
 
     @property
     def unusable(self) -> str | None:

@@ -164,6 +164,12 @@ class SpectrumMeta:
         return {k: getattr(self, k) for k in self.__dict__}
 
 
+def spectrum_address(path: str, index: int) -> str:
+    """The address of the ``index``-th spectrum of the file at ``path``: ``PATH#N``, the key a spectrum is stored
+    and traced under (`Spectrum.address`, `speco3.spectra.index.IndexEntry.address`)."""
+    return f"{path}#{index}"
+
+
 @dataclass
 class Spectrum:
     """One 1D spectrum.
@@ -251,6 +257,11 @@ class Spectrum:
         """Short display name: file name, plus ``#N`` for multi-spectrum files."""
         base = self.meta.file_name or "spectrum"
         return base if self.meta.index == 0 and not self.meta.extra.get("multi") else f"{base}#{self.meta.index}"
+
+    @property
+    def address(self) -> str:
+        """Its address ``PATH#N`` (`spectrum_address`), or its name when it was not read from a file."""
+        return spectrum_address(self.meta.path, self.meta.index) if self.meta.path else self.name
 
     def rest_wavelength(self) -> np.ndarray:
         """Wavelength divided by (1 + z) with the catalogue redshift."""

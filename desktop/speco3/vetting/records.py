@@ -496,6 +496,5 @@ class ClaimHolder:
 
 
 def spectrum_key(spectrum) -> str:
-    """The store key of a spectrum: its address ``PATH#N`` (or its name when it has no path)."""
-    m = spectrum.meta
-    return f"{m.path}#{m.index}" if m.path else spectrum.name
+    """The store key of a spectrum: its address ``PATH#N`` (or its name when it has no path; `Spectrum.address`)."""
+    return spectrum.address

@@ -26,7 +26,7 @@ from typing import Unpack
 
 from speco3.agent.adaptive import STOP_FIXED
 from speco3.agent.driver import drive
-from speco3.agent.loop import episode_run
+from speco3.agent.loop import episode_steps
 from speco3.agent.rollouts import RolloutGroup, RolloutPlan, iter_rollouts
 from speco3.agent.steps import VerdictStep
 from speco3.agent.tasks import Task
@@ -96,7 +96,7 @@ def on_slots(engine: Engine, width: int) -> Scheduler:
                 if isinstance(event, Started):
                     run = event.started
                     started.append(run)
-                    yield episode_run(engine, run.spectrum, screening.task, screening.render,
+                    yield episode_steps(engine, run.spectrum, screening.task, screening.render,
                                       cancel=screening.cancel, sampling=run.run.samplings[0])
 
         slot_set = open_slots(engine, width)

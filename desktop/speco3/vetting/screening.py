@@ -78,7 +78,7 @@ class VetItem:
     def of_entry(cls, entry: IndexEntry, spectrum: Spectrum | None = None) -> VetItem:
         """The item of an archive index entry (key ``PATH#N``, the index's display name and read error), as
         ``spec-o3 vet`` and the app screen it."""
-        return cls(key=f"{entry.path}#{entry.index}", load=entry.load, path=entry.path, name=entry.name,
+        return cls(key=entry.address, load=entry.load, path=entry.path, name=entry.name,
                    error=entry.error, spectrum=spectrum)
 
 

@@ -1,0 +1,180 @@
+"""A decision always lands on the spectrum shown, in the store of the archive shown (issue 41).
+
+Driven with the keys a vetter presses, as the new-user trial met the faults: after an archive, an empty folder kept
+the old spectrum on screen and Y stored a YES for it in the empty folder's store (and A ran the model there); Y on
+a text file named ``.fits`` stored a YES; a task switch left the "decided" counter wrong; a restart or a kill lost
+the task and the candidate-list queue; a second instance wrote to the same store without a word.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from PySide6.QtCore import Qt
+
+from speco3.gui.settings import AppSettings
+from speco3.gui.vetting import store_path_for
+from speco3.vetting import VettingStore
+from speco3.vetting.session import SESSION_STATE
+
+pytestmark = pytest.mark.gui
+
+
+def _all_decisions(store: VettingStore) -> list:
+    return [d for task in ("carbon", "cv", "gm", "ss", "wd") for d in store.decisions(task)]
+
+
+def _open_empty(qtbot, w, folder) -> None:
+    folder.mkdir()
+    w.open_archive(folder)
+    qtbot.waitUntil(lambda: w.archive_root == str(folder.resolve()) and w.index is not None, timeout=30000)
+
+
+def test_an_empty_folder_after_an_archive_shows_nothing_and_takes_no_decision(qtbot, make_window, demo_archive,
+                                                                              open_and_wait, key, tmp_path):
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    old_store, old_key = w.vetting.store.path, w.vetting._current_key()
+    _open_empty(qtbot, w, tmp_path / "empty")
+    assert w.vetting.store.path != old_store
+    assert w.vetting.entry is None and w.vetting.spectrum is None  # the old spectrum is gone from the screen
+    assert w.viewer.pages.currentWidget() is w.viewer.notice
+    assert w.decision.position.text().startswith("Queue is empty · 0 decided")  # the shot showed "0 of 20"
+    assert not any(b.isEnabled() for b in w.decision.buttons.values()) and not w.decision.mark_button.isEnabled()
+    key(w, Qt.Key.Key_Y)
+    assert "nothing decided" in w.statusBar().currentMessage()
+    key(w, Qt.Key.Key_A)  # the agent key: no run on a spectrum of another archive
+    assert w.agent.interactive_job is None
+    assert _all_decisions(w.vetting.store) == [] and w.vetting.store.model_verdicts("cv") == []
+    with VettingStore(old_store, readonly=True) as store:
+        assert store.decision(old_key, "cv") is None  # nor in the old archive's store
+    w.close()
+
+
+def test_y_on_a_text_file_named_fits_stores_nothing(qtbot, make_window, demo_archive, open_and_wait, key):
+    (demo_archive / "aaa-notes.fits").write_text("observing notes, not a FITS file\n")
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    w.table_model.fetch_all()
+    row = next(r for r in range(w.table_model.loaded_rows()) if w.table_model.entry(r).file_name == "aaa-notes.fits")
+    w.vetting.go_to(row)
+    assert w.vetting.entry.file_name == "aaa-notes.fits" and w.vetting.spectrum is None
+    for k in (Qt.Key.Key_Y, Qt.Key.Key_N, Qt.Key.Key_Return, Qt.Key.Key_A):
+        key(w, k)
+    assert "not readable" in w.statusBar().currentMessage()
+    assert _all_decisions(w.vetting.store) == [] and w.agent.interactive_job is None
+    assert w.vetting.row == row  # refused decisions do not advance
+    assert not w.decision.buttons["YES"].isEnabled() and not w.decision.comment.isEnabled()
+    key(w, Qt.Key.Key_Right)  # the vetter moves on and decides the next one
+    assert w.decision.buttons["YES"].isEnabled() and w.decision.comment.isEnabled()
+    key(w, Qt.Key.Key_Y)
+    assert len(_all_decisions(w.vetting.store)) == 1
+
+
+def test_a_task_switch_keeps_the_decided_counter(qtbot, make_window, demo_archive, open_and_wait, key):
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    for k in (Qt.Key.Key_Y, Qt.Key.Key_N, Qt.Key.Key_U):
+        key(w, k)
+    assert "· 3 decided" in w.decision.position.text()
+    box = w.agent_panel.task_box
+    box.setCurrentIndex(box.findData("wd"))
+    assert w.vetting.task_id == "wd"
+    assert "· 0 decided" in w.decision.position.text()  # the trial saw "3 decided" until the next move
+    key(w, Qt.Key.Key_Y)
+    assert "· 1 decided" in w.decision.position.text()
+    box.setCurrentIndex(box.findData("cv"))
+    assert "· 3 decided" in w.decision.position.text()
+
+
+def _arrange(qtbot, w, demo_archive) -> str:
+    """Task wd, the p(YES) order, the undecided filter, the demo candidate list, the third spectrum of it."""
+    box = w.agent_panel.task_box
+    box.setCurrentIndex(box.findData("wd"))
+    w.archive.state.setCurrentText("undecided")
+    w.archive.triage.setCurrentIndex(w.archive.triage.findData("uncertainty"))
+    assert w.load_candidates(demo_archive / "candidates.vot") == 14
+    w.vetting.go_to(2)
+    return w.vetting.entry.key
+
+
+def _assert_arranged(w, demo_archive, shown: str) -> None:
+    assert w.agent_panel.task_id() == "wd" and w.vetting.task_id == "wd"
+    assert w.archive.state.currentText() == "undecided" and w.table_model.filters.state == "undecided"
+    assert w.archive.triage.currentData() == "uncertainty" and w.table_model.triage_order == "uncertainty"
+    assert w.table_model.is_candidate_list and w.table_model.loaded_rows() == 14
+    assert w.vetting.entry.key == shown and w.vetting.row == 2
+
+
+def test_a_restart_brings_back_the_task_order_filter_and_candidate_list(qtbot, make_window, demo_archive,
+                                                                       open_and_wait):
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    shown = _arrange(qtbot, w, demo_archive)
+    w.close()
+    w2 = make_window(settings=AppSettings.load())
+    open_and_wait(w2, w2.settings.last_archive)
+    _assert_arranged(w2, demo_archive, shown)
+
+
+def test_what_a_kill_leaves_on_disk_brings_the_session_back(qtbot, make_window, demo_archive, open_and_wait):
+    """Read while the window still runs (a kill -9 now would leave exactly this): the task in the settings file,
+    the order, filter, candidate list and position in the store."""
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    shown = _arrange(qtbot, w, demo_archive)
+    qtbot.wait(700)  # the position is written once the vetter pauses
+    assert AppSettings.load().task == "wd"
+    with VettingStore(w.vetting.store.path, readonly=True) as store:
+        saved = store.get_state(SESSION_STATE)
+        assert store.get_state("current_key") == shown
+    assert saved["order"] == "uncertainty" and saved["filters"]["state"] == "undecided"
+    assert saved["candidates"] == str((demo_archive / "candidates.vot").resolve())
+
+
+def _hold_writer_lock(store_path) -> subprocess.Popen:
+    """Another Spec-o3 process holding the store's writer lock (as a second app instance does)."""
+    code = ("import sys, time\nfrom pathlib import Path\nfrom speco3.vetting.writer_lock import WriterLock\n"
+            "lock = WriterLock(Path(sys.argv[1]))\nassert lock.acquire() is None\nprint('held', flush=True)\n"
+            "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(store_path)], stdout=subprocess.PIPE, text=True,
+                            env=os.environ.copy())
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_instance_is_told_and_browses_read_only(qtbot, make_window, demo_archive, open_and_wait, key):
+    store_path = store_path_for(demo_archive, AppSettings.load().resolved_data_folder())
+    VettingStore(store_path).close()  # the other instance made the store
+    other = _hold_writer_lock(store_path)
+    try:
+        w = make_window()
+        open_and_wait(w, demo_archive)
+        assert w.vetting.store.readonly
+        assert "read-only" in w.windowTitle()
+        told = w.vetting.session.refusal()
+        assert told is not None and f"process {other.pid}" in told
+        shown = w.vetting._current_key()
+        key(w, Qt.Key.Key_Y)
+        key(w, Qt.Key.Key_A)
+        assert "read-only" in w.statusBar().currentMessage()
+        key(w, Qt.Key.Key_Right)  # browsing works
+        assert w.vetting.row == 1 and w.vetting.spectrum is not None
+        assert _all_decisions(w.vetting.store) == [] and w.agent.interactive_job is None
+        other.send_signal(signal.SIGKILL)  # the other instance is killed: its lock goes with it
+        other.wait(10)
+        w.open_archive(demo_archive)  # opened again: this window now writes
+        qtbot.waitUntil(lambda: w.vetting.store is not None and not w.vetting.store.readonly
+                        and w.vetting.entry is not None, timeout=30000)
+        assert not w.vetting.store.readonly and "read-only" not in w.windowTitle()
+        w.vetting.go_to(0)
+        key(w, Qt.Key.Key_Y)
+        assert w.vetting.store.decision(shown, "cv").decision == "YES"
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.wait(10)
