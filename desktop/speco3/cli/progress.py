@@ -38,6 +38,8 @@ class ProgressBar:
         self.last = skipped
         if verdict is not None:  # the run's outcome as every surface names it: "YES", "tie: 1 YES / 1 NO" …
             self.last = verdict.headline
+            if verdict.outcome in ("input_error", "engine_error") and verdict.detail:  # why, as the store has it
+                self.last += f" ({verdict.detail[:200]})"
             self.ran += 1
             self.counts[verdict.outcome] = self.counts.get(verdict.outcome, 0) + 1
         self.draw(key, i)

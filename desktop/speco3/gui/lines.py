@@ -203,8 +203,10 @@ def display_range(values: np.ndarray, edge_fraction: float = 0.03, edge_noise: f
     return lo - margin * span, hi + margin * span
 
 
-def mask_runs(mask: np.ndarray, merge_gap: int = 2, max_runs: int = 300) -> list[tuple[int, int]]:
-    """Index runs ``[start, stop)`` of True values; runs closer than ``merge_gap`` are merged."""
+def mask_runs(mask: np.ndarray, merge_gap: int = 2, max_runs: int = 4000) -> list[tuple[int, int]]:
+    """Index runs ``[start, stop)`` of True values; runs closer than ``merge_gap`` are merged (further, while there
+    are more than ``max_runs``: one bar item draws them all, so only tens of thousands would cost; merging a spectrum
+    with every tenth pixel masked down to a few hundred runs shaded all of it)."""
     if mask.size == 0 or not mask.any():
         return []
     m = np.concatenate([[False], mask.astype(bool), [False]])

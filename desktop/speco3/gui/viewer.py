@@ -101,6 +101,17 @@ def flux_axis_label(spectrum: Spectrum) -> str:
     return f"{what} ({unit})" if unit else what
 
 
+
+def finite_curve(x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    """``setData``'s ``x``, ``y`` and ``connect`` for a curve: only the finite points, each joined to the next only when the two are
+    neighbouring pixels, so a masked pixel stays a gap. pyqtgraph's peak downsampling (the full view of a long
+    spectrum) takes each bin's max and min, which a NaN left in the data turns into NaN: a spectrum with masked
+    pixels scattered through it then drew no line at all at full view."""
+    keep = np.flatnonzero(np.isfinite(x) & np.isfinite(y))
+    connect = np.zeros(keep.size, dtype=bool)
+    connect[:-1] = np.diff(keep) == 1
+    return {"x": x[keep], "y": y[keep], "connect": connect}
+
 class PlotBars(pg.BarGraphItem):
     """Shaded wavelength ranges (masks, telluric bands). The plot item lists them with its curves, and its context
     menu applies downsampling, clipping, FFT mode and alpha to every one of those: bars (a rectangle per range) have
@@ -601,13 +612,13 @@ class SpectrumViewer(QWidget):
         x = np.where(within_limits(x), x, np.nan)
         self._x, self._y = x, y
         self._sig = sig if sig is not None else np.empty(0)
-        self.curve.setData(x, y, connect="finite")
+        self.curve.setData(**finite_curve(x, y))
         if sig is not None and self.show_sigma:
-            self.sigma.setData(x, sig, connect="finite")
+            self.sigma.setData(**finite_curve(x, sig))
         else:
             self.sigma.setData([], [])
         if s.model is not None and self.show_model:  # smoothed as the flux is, so that the two compare
-            self.model_curve.setData(x, boxcar(s.model, good, self.smoothing)[0], connect="finite")
+            self.model_curve.setData(**finite_curve(x, boxcar(s.model, good, self.smoothing)[0]))
             self.legend.setVisible(True)
         else:
             self.model_curve.setData([], [])

@@ -265,7 +265,7 @@ class Certificate:
         pct, conf = f"{self.recall:.0%}", f"{self.confidence:.0%}"
         head = (f"reviewed {self.reviewed:,} of {self.screened:,}"
                 + (" (likely first)" if self.reviewed_in_order == self.reviewed else
-                   f" ({self.reviewed_in_order:,} likely first)") + f", {self.found:,} candidates found")
+                   f" ({self.reviewed_in_order:,} likely first)") + f", {self.found:,} candidate{'' if self.found == 1 else 's'} found")
         if self.verdict == "stop":
             share = "no" if self.bound is not None and self.bound <= 0 else f"at most {self.bound or 0:.0%} of"
             return (f"{head}; stop: {share} candidates are among the {self.remaining:,} unread "
