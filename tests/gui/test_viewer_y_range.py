@@ -6,14 +6,18 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QMouseEvent
+from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
 pytestmark = pytest.mark.gui
 
 
 def _drag(widget, start: QPoint, end: QPoint, modifiers=Qt.KeyboardModifier.NoModifier) -> None:
-    """A left-button drag as the window system delivers it (press, moves with the button held, release)."""
+    """A left-button drag as the window system delivers it (press, moves with the button held, release). It waits
+    out the double-click interval first: a press that soon after the last drag's press is a double click to Qt,
+    and no drag (on an idle machine the drags followed each other within it)."""
     left, none = Qt.MouseButton.LeftButton, Qt.MouseButton.NoButton
+    QTest.qWait(QApplication.styleHints().mouseDoubleClickInterval() + 50)
 
     def send(kind, pos, button, buttons):
         p = QPointF(pos)

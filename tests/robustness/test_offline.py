@@ -31,6 +31,8 @@ DOWNLOAD_MODULE = "models/speco3_models/pull.py"
 #: The one other module that may: the model-server client, used only with a server the user configured (--server
 #: URL, Settings → Model server), and which contacts that host only.
 SERVER_MODULE = "desktop/speco3/engine/chatapi.py"
+#: what a SAMP peer on this desktop may make the app fetch: loopback URLs only, every redirect hop checked
+SAMP_FETCH_MODULE = "desktop/speco3/interop/fetch.py"
 
 GUARD = r'''
 import os, socket, sys
@@ -228,11 +230,12 @@ def test_only_the_download_module_imports_network_libraries():
     for path in files:
         rel = path.relative_to(REPO).as_posix()
         hits = {m for m in _imports(path) for net in NETWORK_MODULES if m == net or m.startswith(net + ".")}
-        if hits and rel not in (DOWNLOAD_MODULE, SERVER_MODULE):
+        if hits and rel not in (DOWNLOAD_MODULE, SERVER_MODULE, SAMP_FETCH_MODULE):
             offenders[rel] = sorted(hits)
     assert not offenders, offenders
     assert "huggingface_hub" in _imports(REPO / DOWNLOAD_MODULE)  # the scan does see imports inside functions
     assert "httpx" in _imports(REPO / SERVER_MODULE)
+    assert "httpx" in _imports(REPO / SAMP_FETCH_MODULE)
 
 
 def test_templates_from_model_files_render_only_in_a_sandbox():

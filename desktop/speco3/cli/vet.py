@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import threading
 from pathlib import Path
@@ -33,7 +32,7 @@ from speco3.spectra import ArchiveIndex
 from speco3.spectra.index import IndexEntry
 from speco3.vetting.schedulers import choose, on_threads
 from speco3.vetting.screening import BatchResult, Scheduler, Screening, VetItem, in_shard, parse_shard, vet
-from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
+from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore, read_only_place
 
 
 def register(sub) -> None:
@@ -117,13 +116,10 @@ def _all_done(screening: Screening, items: list[VetItem], model_id: str) -> bool
 
 
 def _check_writable(store_path: Path) -> None:
-    """Refuse a new store whose folder (or the nearest one that exists) cannot be written."""
-    folder = store_path.absolute().parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not os.access(folder, os.W_OK):
-        raise Speco3Error(f"{store_path}: cannot create the store: {folder} is not writable (a read-only file "
-                          "system or no permission)")
+    """Refuse a store that cannot be written there before the model loads (`read_only_place`, as the store says)."""
+    why = read_only_place(store_path.absolute())
+    if why:
+        raise Speco3Error(f"{store_path}: cannot write the vetting store there: {why}")
 
 
 def cmd_vet(args: argparse.Namespace) -> int:

@@ -383,7 +383,7 @@ class SampLink:
     def _name_of(self, client_id: str) -> str:
         """The ``samp.name`` a client declared (the last peer list, else the hub's metadata), else its id."""
         for p in self.peers:
-            if p.id == client_id:
+            if p.id == client_id and p.name != client_id:  # a name listed as the id: unknown when listed, ask again
                 return p.name
         client = self._client
         try:

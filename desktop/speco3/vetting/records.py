@@ -6,8 +6,8 @@ import getpass
 import json
 import math
 import os
+import platform
 import re
-import socket
 import unicodedata
 import uuid
 from collections.abc import Sequence
@@ -472,12 +472,12 @@ class ClaimHolder:
     @classmethod
     def here(cls) -> ClaimHolder:
         """A new run of this process."""
-        return cls(uuid.uuid4().hex, socket.gethostname(), os.getpid())
+        return cls(uuid.uuid4().hex, platform.node(), os.getpid())
 
     def gone(self) -> bool:
         """True when the holder ran on this host and its process is no more (killed, crashed; a zombie waiting to
         be reaped counts as gone). A holder on another host is never known to be gone: its lease decides."""
-        if self.host != socket.gethostname() or self.pid <= 0:
+        if self.host != platform.node() or self.pid <= 0:
             return False
         try:
             os.kill(self.pid, 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+import platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,7 @@ class Holder:
     since: str
 
     def describe(self) -> str:
-        where = "" if self.host == socket.gethostname() else f" on {self.host}"
+        where = "" if self.host == platform.node() else f" on {self.host}"
         return f"another Spec-o3 (process {self.pid}{where}, since {self.since[:19].replace('T', ' ')} UTC)"
 
 
@@ -68,7 +68,7 @@ class WriterLock:
             holder = _read_holder(fd)
             os.close(fd)
             return holder
-        me = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": now_iso()}).encode()
+        me = json.dumps({"pid": os.getpid(), "host": platform.node(), "since": now_iso()}).encode()
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, me.ljust(256))
         self._fd = fd
