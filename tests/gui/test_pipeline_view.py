@@ -55,10 +55,11 @@ def test_sdss_model_is_overlaid_with_a_key_and_m_toggles_it(qtbot, spectra_dir, 
     w = make_window()
     open_and_wait(w, folder)
     v = w.viewer
-    assert v.model_curve.xData is not None and len(v.model_curve.yData) == sdss.n_pixels  # as stored, undrawn thinning
+    drawn = int(np.count_nonzero(good & np.isfinite(sdss.model)))  # every good pixel: a masked one is a gap
+    assert v.model_curve.xData is not None and len(v.model_curve.yData) == drawn  # as stored, no thinning
     assert v.legend.isVisible()
     qtbot.keyClick(w.archive.table, Qt.Key.Key_M)
     assert not v.show_model and (v.model_curve.xData is None or len(v.model_curve.xData) == 0)
     assert not v.legend.isVisible()
     qtbot.keyClick(w.archive.table, Qt.Key.Key_M)
-    assert v.show_model and len(v.model_curve.yData) == sdss.n_pixels
+    assert v.show_model and len(v.model_curve.yData) == drawn
