@@ -111,7 +111,7 @@ def running_median(values: np.ndarray, width: int = 7) -> np.ndarray:
     half = width // 2
     padded = np.pad(values.astype(float), half, mode="edge")
     if np.isfinite(values).all():  # the common case (display_range passes finite values): the middle of each
-        # window by a partial sort, no NaN bookkeeping (numpy only: the bundle leaves scipy out)
+        # window by a partial sort, no NaN bookkeeping
         return np.partition(np.lib.stride_tricks.sliding_window_view(padded, width), half, axis=1)[:, half]
     # np.nanmedian over the windows takes its slow masked-array path (20 ms for 20,000 pixels); sorting each window
     # (NaN sort last) and averaging its two middle non-NaN values is the same median, 5-7x faster
