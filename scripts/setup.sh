@@ -24,8 +24,9 @@ fi
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
 if [ "$want_tests" = 1 ]; then
   # Everything the suite needs, parity against transformers included (CPU torch; a local file on the project
-  # machines). Any failure here stops the setup: under SPECO3_STRICT_SKIPS=1 a missing package fails the tests.
-  .venv/bin/python -m pip install -q -e ".[llm,hub,server,test,parity]"
+  # machines) and the manual's tools (docs: scripts/build-docs.sh). Any failure here stops the setup: under
+  # SPECO3_STRICT_SKIPS=1 a missing package fails the tests.
+  .venv/bin/python -m pip install -q -e ".[llm,hub,server,test,parity,docs]"
   # llama.cpp's llama-server, built from the sources llama-cpp-python compiled (cached; about 8 minutes the first
   # time): the remote-engine tests run the tiny model on it. A failure stops the setup (strict skips would fail).
   scripts/build-llama-tools.sh .venv/bin/python >/dev/null

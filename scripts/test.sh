@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh --tests) and run lint, the import contract, the type check and the whole test suite.
+# Set up (scripts/setup.sh --tests) and run lint, the import contract, the type check, the manual's build and the
+# whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
@@ -10,6 +11,8 @@ export SPECO3_STRICT_SKIPS=1   # a skip fails the run unless the test is opt-in 
 # type check (config: [tool.mypy] in pyproject.toml)
 .venv/bin/mypy -p speco3_base -p speco3.spectra -p speco3.engine -p speco3.agent -p speco3.vetting -p speco3.evaluate \
   -p speco3_models -p speco3_converters
+# the manual: warnings are errors, links checked within the site (offline); screenshots made by the app
+bash scripts/build-docs.sh
 # Outer bound on the whole run: SIGABRT makes Python's faulthandler print every thread's stack, then the run ends.
 # (macOS has no `timeout` unless coreutils is installed; the per-test watchdogs still apply there.)
 bound=(); command -v timeout >/dev/null 2>&1 && bound=(timeout --signal=ABRT --kill-after=30 "${SPECO3_SUITE_TIMEOUT:-60m}")

@@ -1,8 +1,8 @@
-"""Every ``benchmarks/bench_*.py`` runs in ``--quick`` mode and prints JSON with the keys the README names.
+"""Every ``benchmarks/bench_*.py`` runs in ``--quick`` mode and prints JSON with the keys the manual names.
 
 The benchmarks are found by file name, so a new one is covered without editing this file. Each declares
-``JSON_KEYS`` (the headline keys of its JSON, listed in the README's benchmark table) and, when it needs an
-optional package, ``REQUIRES``; both are read from the source without importing it. Figures are not checked:
+``JSON_KEYS`` (the headline keys of its JSON, listed in the benchmark table of docs/contributing/benchmarks.md)
+and, when it needs an optional package, ``REQUIRES``; both are read from the source without importing it. Figures are not checked:
 timings belong to the benchmarks, not to tests.
 """
 
@@ -31,20 +31,21 @@ def declared(script: Path, name: str) -> tuple[str, ...]:
 
 
 def readme_rows() -> dict[str, str]:
-    """Row of the README's benchmark table per script name."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Benchmarks", 1)[1].split("\n## ", 1)[0]
+    """Row of the manual's benchmark table (docs/contributing/benchmarks.md, before its first section) per
+    script name."""
+    text = (REPO / "docs" / "contributing" / "benchmarks.md").read_text(encoding="utf-8")
+    section = text.split("\n## ", 1)[0]
     return {m.group(1): line for line in section.splitlines() if (m := re.match(r"\|\s*`(bench_\w+\.py)", line))}
 
 
 def test_readme_table_lists_every_benchmark_with_its_json_keys():
     rows = readme_rows()
-    assert sorted(rows) == [s.name for s in SCRIPTS], "one README row per benchmarks/bench_*.py"
+    assert sorted(rows) == [s.name for s in SCRIPTS], "one row of the manual's table per benchmarks/bench_*.py"
     for script in SCRIPTS:
         keys = declared(script, "JSON_KEYS")
         assert keys, f"{script.name} declares no JSON_KEYS"
         missing = [k for k in keys if f"`{k}`" not in rows[script.name]]
-        assert not missing, f"the README row of {script.name} does not name {missing}"
+        assert not missing, f"the manual's row of {script.name} does not name {missing}"
         assert f"benchmarks/{script.name}" in rows[script.name], f"no full-size command for {script.name}"
 
 
@@ -145,7 +146,7 @@ def test_measured_cost_interpolates_between_measured_plans():
 
 @pytest.mark.slow
 def test_bench_convert_keeps_the_converted_pair_for_the_model_benchmarks(tmp_path):
-    """``--keep DIR``: the quantized text GGUF and the projector stay (the README's 7B recipe feeds them to
+    """``--keep DIR``: the quantized text GGUF and the projector stay (the 7B recipe of docs/contributing/benchmarks.md feeds them to
     bench_parallel); both read back as valid GGUF files of their kind; the scratch folder is gone."""
     from gguf import GGUFReader
 

@@ -1,4 +1,4 @@
-"""Fast, default: the README's vLLM command is the one the opt-in vLLM tests run, and the HTTP error vLLM answers
+"""Fast, default: the manual's vLLM command (docs/howto/servers.md) is the one the opt-in vLLM tests run, and the HTTP error vLLM answers
 a template failure with (captured from vLLM 0.32, replayed on loopback) reaches `server check` with its status."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ VLLM_TEMPLATE_FAILURE = (500, b'{"error":{"message":"Failed to apply prompt repl
                               b'"type":"InternalServerError","param":null,"code":500}}')
 
 
-def test_the_readme_carries_the_tested_vllm_command():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    joined = re.sub(r" *\\\n *", " ", readme)  # backslash-continued lines as one
+def test_the_manual_carries_the_tested_vllm_command():
+    page = (REPO / "docs" / "howto" / "servers.md").read_text(encoding="utf-8")
+    joined = re.sub(r" *\\\n *", " ", page)  # backslash-continued lines as one
     assert readme_command() in joined, readme_command()
     cmd = serve_command(REPO / ".venv-vllm/bin/python", REPO / "m", 8123)
     assert cmd[cmd.index("--chat-template") + 1] == str(REPO / CHAT_TEMPLATE) and (REPO / CHAT_TEMPLATE).is_file()

@@ -1,7 +1,7 @@
-"""Opt-in (``SPECO3_SLURM=1``, root, about a minute): the README's Slurm job script on a real one-node cluster.
+"""Opt-in (``SPECO3_SLURM=1``, root, about a minute): the Slurm job script of the manual (docs/howto/survey.md) on a real one-node cluster.
 
 `scripts/start-slurm.sh` starts MUNGE, slurmctld and slurmd on this machine (Debian ``slurm-wlm`` and ``munge``,
-installed by the script when missing). The test takes the README's section "Splitting a survey over a cluster" as
+installed by the script when missing). The test takes the manual's section "Splitting a survey over a cluster" as
 written, the index command, the job script and the merge command, and changes only paths and sizes (a 2-task array
 and ``/2`` shards, one CPU, 2 GB, a 6-spectrum archive of LAMOST files from ``tests/data``); the model is the tiny
 random Qwen2.5-VL of the test kit, installed as the default model, run by the real engine. Afterwards the merged
@@ -35,26 +35,27 @@ pytestmark = [
 SPECTRA = ("spec-55859-F5902_sp01-001.fits.gz", "spec-55859-F5902_sp01-002.fits.gz",
            "spec-55859-F5902_sp01-005.fits.gz", "spec-55859-F5902_sp01-012.fits.gz",
            "spec-60591-LN042429N340750BM01_sp01-001.fits.gz", "spec-60591-LN042429N340750BM01_sp01-004.fits.gz")
-#: README text -> what the test runs instead (each must occur: a README edit that drops one fails here).
+#: The manual's text -> what the test runs instead (each must occur: an edit of the page that drops one fails here).
 JOB_SIZES = {"--array=0-15": "--array=0-1", "--cpus-per-task=8": "--cpus-per-task=1", "--mem=16G": "--mem=2G",
              "--threads 8": "--threads 1", '/16"': '/2"'}
 
 
 def readme_cluster_section() -> tuple[str, str, str]:
-    """(index command, job script, merge command) of the README's cluster section, verbatim."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Splitting a survey over a cluster", 1)[1].split("\n### ", 1)[0]
+    """(index command, job script, merge command) of the manual's cluster section (docs/howto/survey.md),
+    verbatim."""
+    text = (REPO / "docs" / "howto" / "survey.md").read_text(encoding="utf-8")
+    section = text.split("\n## Splitting a survey over a cluster", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
     index = [b for b in blocks if b.startswith("spec-o3 index")]
     job = [b for b in blocks if b.startswith("#!/bin/bash\n#SBATCH")]
     merge = re.findall(r"`(spec-o3 merge [^`]+)`", section)
-    assert len(index) == len(job) == len(merge) == 1, "the README's cluster section changed shape"
+    assert len(index) == len(job) == len(merge) == 1, "the manual's cluster section changed shape"
     return index[0], job[0], merge[0]
 
 
 def substitute(text: str, replacements: dict[str, str]) -> str:
     for old, new in replacements.items():
-        assert old in text, f"the README's command no longer has {old!r}"
+        assert old in text, f"the manual's command no longer has {old!r}"
         text = text.replace(old, new)
     return text
 

@@ -4,8 +4,8 @@ vLLM lives in its own virtual environment, built by ``scripts/setup-vllm.sh`` (d
 repository root; ``SPECO3_VLLM_VENV`` names another). `find_vllm_python` returns None when there is none; the
 tests are opt-in (``SPECO3_VLLM=1``) because a start takes minutes on two cores.
 
-`SERVE_FLAGS` are the flags the README's vLLM command uses (`readme_command` writes that command; a default test
-checks the README carries it): the Spec-o3 chat template, room for a conversation's images, and the image-token
+`SERVE_FLAGS` are the flags the manual's vLLM command uses (docs/howto/servers.md; `readme_command` writes that
+command; a default test checks the page carries it): the Spec-o3 chat template, room for a conversation's images, and the image-token
 range of the local engine, so that vLLM's processor keeps our prepared images at their size.
 """
 
@@ -24,7 +24,7 @@ from speco3.imaging import DEFAULT_MAX_TOKENS, FACTOR, MIN_PIXELS
 from speco3_testkit.llamaserver import healthy
 
 REPO = Path(__file__).resolve().parents[3]
-#: The Spec-o3 chat template, as the README's command names it (relative to the repository root).
+#: The Spec-o3 chat template, as the manual's command names it (relative to the repository root).
 CHAT_TEMPLATE = "converters/speco3_converters/speco3_chat.jinja"
 #: The image-token range of the local engine (speco3.imaging), in pixels as transformers' Qwen2-VL processor takes
 #: it (``size``; its ``min_pixels``/``max_pixels`` are deprecated): vLLM then resizes none of our images (each is
@@ -73,7 +73,7 @@ def shell_quote(arg: str) -> str:
 
 
 def readme_command(model: str = "MODEL_DIR", port: int = 8000) -> str:
-    """The README's vLLM command (one line; the README may wrap it with backslashes)."""
+    """The manual's vLLM command (docs/howto/servers.md; one line, which the page may wrap with backslashes)."""
     env = " ".join(f"{k}={v}" for k, v in SERVE_ENV.items())
     flags = " ".join(shell_quote(a) for a in SERVE_FLAGS)
     return f"{env} python -m vllm.entrypoints.openai.api_server --model {model} {flags} --port {port}"
@@ -81,7 +81,7 @@ def readme_command(model: str = "MODEL_DIR", port: int = 8000) -> str:
 
 def serve_command(python: Path, model: Path, port: int, *, chat_template: bool = True,
                   extra: tuple[str, ...] = ()) -> list[str]:
-    """The command `vllm_server` runs: the README's, on 127.0.0.1 (without ``--chat-template`` when asked, which
+    """The command `vllm_server` runs: the manual's, on 127.0.0.1 (without ``--chat-template`` when asked, which
     leaves vLLM on the checkpoint's own template: the forgotten-flag case), then ``extra``."""
     flags = list(SERVE_FLAGS)
     if not chat_template:

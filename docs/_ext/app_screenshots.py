@@ -1,0 +1,91 @@
+"""Screenshots of the app made by the app itself, offscreen at 1366×768, for the manual.
+
+Run by the Sphinx extension `speco3_docs` at build time (``python app_screenshots.py OUTDIR``) and, with
+``--front-page FILE``, to make the README's one picture. It drives `speco3.gui.screenshot_tour.ScreenshotTour` (the
+scripted walk on the demo archive) and adds the manual's own steps after it: the task editor and the queue ordered
+by the triage box. Every folder the app writes (data, settings, cache, log) is a fresh temporary one, so a build
+never reads or changes the user's models, settings or stores, and the agent run is the labelled scripted demo
+session (no model is installed there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+WIDTH, HEIGHT = 1366, 768
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("outdir", help="folder for the PNG files (created)")
+    parser.add_argument("--front-page", metavar="FILE", help="also copy the agent-verdict shot (the README's picture) to FILE")
+    args = parser.parse_args(argv)
+    out = Path(args.outdir).resolve()
+    with tempfile.TemporaryDirectory(prefix="speco3-docs-shots-") as tmp:
+        for var, sub in (("SPECO3_DATA_DIR", "data"), ("SPECO3_CONFIG_DIR", "config"),
+                         ("SPECO3_CACHE_DIR", "cache"), ("SPECO3_LOG_DIR", "log")):
+            os.environ[var] = str(Path(tmp) / sub)
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
+        code = _tour(out)
+    if code == 0 and args.front_page:
+        shutil.copyfile(out / "04-agent-verdict.png", args.front_page)
+    return code
+
+
+def _tour(out: Path) -> int:
+    import pyqtgraph as pg
+    from PySide6.QtWidgets import QApplication
+
+    from speco3.gui.main_window import MainWindow
+    from speco3.gui.screenshot_tour import ScreenshotTour
+
+    class ManualTour(ScreenshotTour):
+        """The app's screenshot tour, then the manual's extra pictures."""
+
+        def __init__(self, window: MainWindow, folder: Path) -> None:
+            super().__init__(window, folder)
+            self.steps += [("task editor", self._task_editor), ("triage order", self._triage)]
+
+        def _task_editor(self) -> bool:
+            w = self.window
+            w.decision.cheat.setVisible(False)
+            dialog = w.open_task_editor(w.tasks.get("cv"))
+            dialog.resize(1100, 700)
+            QApplication.processEvents()
+            dialog.grab().save(str(self.folder / "07-task-editor.png"))
+            dialog.close()
+            return True
+
+        def _triage(self) -> bool:
+            box = self.window.archive.triage
+            box.setCurrentIndex(box.count() - 1)
+            self.shot("08-triage-order")
+            return True
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Spec-o3 Desktop")
+    pg.setConfigOptions(antialias=True, background="w", foreground="k")
+    window = MainWindow()
+    window.resize(WIDTH, HEIGHT)
+    side = window.main_splitter.widget(2).minimumWidth()
+    archive = max(300, int(0.3 * WIDTH))
+    window.main_splitter.setSizes([archive, max(400, WIDTH - archive - side), side])
+    window.show()
+    tour = ManualTour(window, out)
+    tour.start()
+    code = app.exec()
+    error = out / "tour-error.txt"
+    if error.is_file():
+        print(f"app_screenshots: {error.read_text().strip()}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
