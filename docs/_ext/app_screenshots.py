@@ -2,8 +2,8 @@
 
 Run by the Sphinx extension `speco3_docs` at build time (``python app_screenshots.py OUTDIR``) and, with
 ``--front-page FILE``, to make the README's one picture. It drives `speco3.gui.screenshot_tour.ScreenshotTour` (the
-scripted walk on the demo archive) and adds the manual's own steps after it: the task editor and the queue ordered
-by the triage box. Every folder the app writes (data, settings, cache, log) is a fresh temporary one, so a build
+scripted walk on the demo archive) and adds the manual's own steps after it: the task editor, and the queue after a
+batch pre-screen, ordered by the triage box. Every folder the app writes (data, settings, cache, log) is a fresh temporary one, so a build
 never reads or changes the user's models, settings or stores, and the agent run is the labelled scripted demo
 session (no model is installed there).
 """
@@ -50,7 +50,8 @@ def _tour(out: Path) -> int:
 
         def __init__(self, window: MainWindow, folder: Path) -> None:
             super().__init__(window, folder)
-            self.steps += [("task editor", self._task_editor), ("triage order", self._triage)]
+            self.steps += [("task editor", self._task_editor), ("batch pre-screen", self._batch),
+                           ("pre-screen done", self._batch_done), ("triage order", self._triage)]
 
         def _task_editor(self) -> bool:
             w = self.window
@@ -62,9 +63,16 @@ def _tour(out: Path) -> int:
             dialog.close()
             return True
 
+        def _batch(self) -> bool:
+            self.window.start_batch()  # Agent → Batch pre-screen: the scripted demo session on the whole queue
+            return True
+
+        def _batch_done(self) -> bool:
+            return not self.window.agent._jobs  # every queued spectrum has its verdict
+
         def _triage(self) -> bool:
             box = self.window.archive.triage
-            box.setCurrentIndex(box.count() - 1)
+            box.setCurrentIndex(box.findData("p_yes"))
             self.shot("08-triage-order")
             return True
 
