@@ -106,6 +106,19 @@ def test_docstrings_are_plain_text_to_docutils():
     assert "item one continued" in text and "Example::" in text and ">>> x = 1" in text
 
 
+def test_numpydoc_sections_become_rubrics_and_entries():
+    from docutils.core import publish_doctree
+
+    doc = ["Summary.", "", "Parameters", "----------", "user_dir : path, optional", "    Folder (default",
+           "    config_dir()/tasks).", "errors : list", "    Bad *files*.", "", "Notes", "-----", "A `code` note."]
+    tree = publish_doctree("\n".join(speco3_docs.plain_docstring(doc)),
+                           settings_overrides={"report_level": 1, "halt_level": 5})
+    assert [m.astext() for m in tree.findall() if m.tagname == "system_message"] == []
+    assert [r.astext() for r in tree.findall() if r.tagname == "rubric"] == ["Parameters", "Notes"]
+    items = [i.astext() for i in tree.findall() if i.tagname == "list_item"]
+    assert items == ["user_dir (path, optional) — Folder (default config_dir()/tasks).", "errors (list) — Bad *files*."]
+
+
 def test_readme_is_a_front_page_into_the_manual():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 200

@@ -202,32 +202,65 @@ def _escaped(text: str) -> str:
     return "".join(out)
 
 
+_UNDERLINE = re.compile(r"^\s*-{3,}\s*$")
+#: numpydoc sections whose entries are ``name : type`` lines with indented descriptions
+_ENTRY_SECTIONS = {"parameters", "other parameters", "returns", "yields", "raises", "attributes", "warns"}
+
+
+def _paragraphs(lines: list[str]) -> list[str]:
+    """Plain lines (blank-separated paragraphs, "- " items, continuation lines) as escaped paragraphs and items."""
+    out: list[str] = []
+    items: list[list[str]] = []
+    for line in lines + [""]:
+        text = line.strip()
+        if not text:
+            for item in items:
+                joined = " ".join(item)
+                bullet = _BULLET.match(joined)
+                out += [f"- {_escaped(joined[bullet.end():])}" if bullet else _escaped(joined), ""]
+            items = []
+        elif _BULLET.match(text) or not items:
+            items.append([text])
+        else:
+            items[-1].append(text)
+    return out
+
+
+def _entries(lines: list[str]) -> list[str]:
+    """A numpydoc section's ``name : type`` entries with their indented descriptions, as a bullet list."""
+    out: list[str] = []
+    base = min((len(x) - len(x.lstrip()) for x in lines if x.strip()), default=0)
+    for line in lines:
+        if not line.strip():
+            continue
+        if len(line) - len(line.lstrip()) <= base:
+            name, _, kind = line.strip().partition(" : ")
+            out.append(f"- ``{name}``" + (f" ({_escaped(kind)})" if kind else "") if "``" not in name
+                       else f"- {_escaped(line.strip())}")
+        elif out:
+            out[-1] += (" — " if out[-1].endswith(("``", ")")) else " ") + _escaped(line.strip())
+    return [*out, ""] if out else []
+
+
 def plain_docstring(lines: list[str]) -> list[str]:
     """A docstring as our sources write it (plain text, `code` in backticks, "- " lists, indented continuation
-    lines) turned into reStructuredText that says exactly that: paragraphs, bullet items and inline literals, with
-    every other character taken literally, so that no docstring can break the build or be misread as markup."""
-    blocks: list[list[str]] = [[]]
-    for line in lines:
-        if line.strip():
-            blocks[-1].append(line)
-        elif blocks[-1]:
-            blocks.append([])
+    lines, numpydoc sections such as "Parameters" over a dashed line) turned into reStructuredText that says exactly
+    that: paragraphs, bullet items, section rubrics and inline literals, with every other character taken literally,
+    so that no docstring can break the build or be misread as markup."""
+    sections: list[tuple[str | None, list[str]]] = [(None, [])]
+    i = 0
+    while i < len(lines):
+        if i + 1 < len(lines) and lines[i].strip() and _UNDERLINE.match(lines[i + 1]):
+            sections.append((lines[i].strip(), []))
+            i += 2
+            continue
+        sections[-1][1].append(lines[i])
+        i += 1
     out: list[str] = []
-    for block in blocks:
-        items: list[list[str]] = []
-        for line in block:
-            text = line.strip()
-            if _BULLET.match(text) or not items:
-                items.append([text])
-            else:
-                items[-1].append(text)
-        for item in items:
-            joined = " ".join(item)
-            bullet = _BULLET.match(joined)
-            if bullet:
-                out += [f"- {_escaped(joined[bullet.end():])}", ""]
-            else:
-                out += [_escaped(joined), ""]
+    for title, body in sections:
+        if title is not None:
+            out += [f".. rubric:: {_escaped(title)}", ""]
+        out += _entries(body) if title is not None and title.lower() in _ENTRY_SECTIONS else _paragraphs(body)
     return out
 
 
