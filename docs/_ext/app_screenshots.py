@@ -49,7 +49,7 @@ def _tour(out: Path) -> int:
         """The app's screenshot tour, then the manual's extra pictures."""
 
         def __init__(self, window: MainWindow, folder: Path) -> None:
-            super().__init__(window, folder)
+            super().__init__(window, folder, timeout_s=600.0)  # a step (the batch) may be slow on a busy machine
             self.steps += [("task editor", self._task_editor), ("batch pre-screen", self._batch),
                            ("pre-screen done", self._batch_done), ("triage order", self._triage)]
 
