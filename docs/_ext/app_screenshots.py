@@ -2,8 +2,8 @@
 
 Run by the Sphinx extension `speco3_docs` at build time (``python app_screenshots.py OUTDIR``) and, with
 ``--front-page FILE``, to make the README's one picture. It drives `speco3.gui.screenshot_tour.ScreenshotTour` (the
-scripted walk on the demo archive) and adds the manual's own steps after it: the task editor, and the queue after a
-batch pre-screen, ordered by the triage box. Every folder the app writes (data, settings, cache, log) is a fresh temporary one, so a build
+scripted walk on the demo archive) and adds the manual's own steps after it: the task editor, the queue after a
+batch pre-screen ordered by the triage box, and the Export menu. Every folder the app writes (data, settings, cache, log) is a fresh temporary one, so a build
 never reads or changes the user's models, settings or stores, and the agent run is the labelled scripted demo
 session (no model is installed there).
 """
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _tour(out: Path) -> int:
     import pyqtgraph as pg
+    from PySide6.QtGui import QPainter
     from PySide6.QtWidgets import QApplication
 
     from speco3.gui.main_window import MainWindow
@@ -51,7 +52,8 @@ def _tour(out: Path) -> int:
         def __init__(self, window: MainWindow, folder: Path) -> None:
             super().__init__(window, folder, timeout_s=600.0)  # a step (the batch) may be slow on a busy machine
             self.steps += [("task editor", self._task_editor), ("batch pre-screen", self._batch),
-                           ("pre-screen done", self._batch_done), ("triage order", self._triage)]
+                           ("pre-screen done", self._batch_done), ("triage order", self._triage),
+                           ("export menu", self._export_menu)]
 
         def _task_editor(self) -> bool:
             w = self.window
@@ -74,6 +76,21 @@ def _tour(out: Path) -> int:
             box = self.window.archive.triage
             box.setCurrentIndex(box.findData("p_yes"))
             self.shot("08-triage-order")
+            return True
+
+        def _export_menu(self) -> bool:
+            """The window with its Export menu open (a popup is a window of its own: drawn onto the grab)."""
+            bar = self.window.menuBar()
+            action = next(a for a in bar.actions() if a.text().replace("&", "") == "Export")
+            menu = action.menu()
+            menu.popup(bar.mapToGlobal(bar.actionGeometry(action).bottomLeft()))
+            QApplication.processEvents()
+            picture = self.window.grab()
+            painter = QPainter(picture)
+            painter.drawPixmap(self.window.mapFromGlobal(menu.pos()), menu.grab())
+            painter.end()
+            menu.hide()
+            picture.save(str(self.folder / "09-export-menu.png"))
             return True
 
     app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 #: Every picture the app's tour makes; a page may show any of them.
 SHOTS = ("01-start-screen", "02-archive-and-viewer", "03-agent-streaming", "04-agent-verdict", "05-zoom-clicked",
-         "06-decided-cheat-sheet", "07-task-editor", "08-triage-order")
+         "06-decided-cheat-sheet", "07-task-editor", "08-triage-order", "09-export-menu")
 
 
 # -- the command reference ----------------------------------------------------------------------------------------
