@@ -250,6 +250,7 @@ class MainWindow(QMainWindow):
         self.decision.evidenceChanged.connect(self.viewer.set_evidence)
         self.decision.markRequested.connect(self.mark_evidence)
         self.decision.markerZRequested.connect(lambda: self.decision.set_fit_z(self.viewer.line_z()))
+        self.viewer.markerDragged.connect(self._marker_dragged)
         self.decision.modelWindowsRequested.connect(self.start_from_model_windows)
         self.decision.zoomRequested.connect(lambda lo, hi: self.viewer.zoom_to(lo, hi, "observed"))
         self.decision.fieldLeft.connect(lambda: self.viewer.plot.setFocus(Qt.FocusReason.OtherFocusReason))
@@ -274,6 +275,7 @@ class MainWindow(QMainWindow):
             "y_zoom_out": lambda: self.viewer.zoom_y(2.0), "y_up": lambda: self.viewer.pan_y(0.25),
             "y_down": lambda: self.viewer.pan_y(-0.25), "y_auto": self.viewer.auto_y_range, "run_agent": self.run_agent, "cancel_agent": self.escape,
             "cheat_sheet": self.decision.toggle_cheat_sheet, "mark_evidence": self.mark_evidence,
+            "z_from_line": self.z_from_line,
         }
         for action, flag in FLAG_ACTIONS.items():
             self.key_actions[action] = lambda flag=flag: self.decision.toggle_flag(flag)
@@ -747,9 +749,30 @@ class MainWindow(QMainWindow):
 
     # -- decisions -----------------------------------------------------------------------------------------------
     def decide(self, decision: str) -> None:
+        try:
+            fit = self.decision.fit()
+        except ValueError as exc:  # a z that is not a number: said, never stored as empty
+            self.show_message(f"{exc}: nothing decided")
+            return
         if self._ensure_vetter():
             self.vetting.decide(decision, self.decision.flags(), self.decision.comment.text(), self.decision.evidence(),
-                                fit=self.decision.fit())
+                                fit=fit)
+
+    def z_from_line(self) -> None:
+        """Key Z: the vetter's z from the centroid of the line in view (the markers move there)."""
+        got = self.viewer.centroid_z()
+        if isinstance(got, str):
+            self.show_message(got)
+            return
+        z, line, centre = got
+        self.decision.set_fit_z(z)
+        self.show_message(f"your z = {z:.5f}: {line.name} centred at {centre:.1f} Å ({self.viewer.frame} frame); "
+                          "stored with your next decision")
+
+    def _marker_dragged(self, z: float, name: str) -> None:
+        """A line marker dragged and let go: its z is the vetter's (stored with the next decision)."""
+        self.decision.set_fit_z(z)
+        self.show_message(f"your z = {z:.5f} from dragging {name}; stored with your next decision")
 
     def _ensure_vetter(self) -> bool:
         """Before the first decision without a vetter name in the settings: ask for it (the login name offered),

@@ -514,6 +514,9 @@ class VettingSession:
                        vetter=self.settings.vetter_name(), model_verdict_seen=mv.verdict if mv else None,
                        model_verdict_id=mv.id if mv else None, evidence=list(evidence), vetter_z=fit[0],
                        z_conf=fit[1], vetter_class=fit[2], vetter_subclass=fit[3])
+        if (problem := rec.fit_problem()) is not None:  # a confidence without a z, a z out of range …
+            self.message.emit(f"{problem}: nothing decided")
+            return False
         try:
             info = self.store.spectrum_info(key)
             if shown.spectrum is not None and (info is None or info.file_sha256 is None):  # what exports show of it
@@ -572,7 +575,8 @@ class VettingSession:
             return
         if (dec.flags, dec.comment, dec.evidence) == (list(flags), comment, list(evidence)):
             return
-        self.decide(dec.decision, flags, comment, evidence, advance=False)
+        self.decide(dec.decision, flags, comment, evidence, advance=False,  # the vetter's z and class stay with it
+                    fit=(dec.vetter_z, dec.z_conf, dec.vetter_class, dec.vetter_subclass))
 
     def current_notes(self) -> Notes:
         """(flags, comment, evidence) of the spectrum shown as last left (notes or the decision, whichever is
