@@ -98,12 +98,17 @@ Z_SLIDER_SPAN = 0.02
 
 
 def flux_axis_label(spectrum: Spectrum) -> str:
-    """The y-axis label: what the values are (an error spectrum's are errors) and the file's flux unit."""
+    """The y-axis label: what the values are (an error spectrum's are errors) and the flux unit as the file states
+    it; a file that states none says so (LAMOST's files state none: their flux is calibrated relatively, against
+    the flux standard stars their FSTAR names, not in physical units)."""
     what = "Flux error (σ)" if (spectrum.meta.note or "").startswith(ERROR_SPECTRUM_NOTE) else "Flux"
     unit = spectrum.flux_unit.strip()
     if unit.lower().startswith("flux"):  # a unit string that names the quantity ("Flux (10^-17 erg/s/cm^2/Ang)")
         return f"Flux error: {unit}" if what != "Flux" else unit
-    return f"{what} ({unit})" if unit else what
+    if unit:
+        return f"{what} ({unit})"
+    relative = (spectrum.meta.survey or "").upper().startswith("LAMOST")
+    return f"{what} ({'relative; ' if relative else ''}no unit in the file)"
 
 
 
@@ -851,6 +856,8 @@ class SpectrumViewer(QWidget):
             parts.append(f"{esc(fit.zwarn_name)} {fit.zwarn}" + ("" if fit.zwarn == 0 else " ⚠"))
         if fit.deltachi2 is not None:
             parts.append(f"Δχ² {fit.deltachi2:.0f}")
+        if fit.no_model and s.model is None:  # DESI: why redrock's fit is not drawn
+            parts.append(f"<i>{esc(fit.no_model)}</i>")
         if m.snr is not None:  # one definition for every survey (SNR_DEFINITION: the table's header and tooltip
             parts.append(f"S/N {m.snr:.1f}")  # name it; spelled out here it wrapped the header to a third line)
         medium = {"air": "air", "vacuum": "vacuum"}.get(s.medium, "medium unknown (lines in vacuum)")
