@@ -203,3 +203,11 @@ def _beside_is_used(qtbot, make_window, open_and_wait, archive: Path, beside: Pa
     qtbot.waitUntil(lambda: w.index is not None and w._index_worker is None and w.vetting.entry is not None,
                     timeout=30000)
     assert w.store_label.text() == "store: the app's own"
+
+
+def test_store_option_without_a_store_or_an_archive(capsys, tmp_path):
+    from speco3.gui.app import build_parser, main
+
+    assert main(["--store", str(tmp_path / "missing.sqlite")]) == 2
+    assert "missing.sqlite: no such vetting store" in capsys.readouterr().err
+    assert "--store STORE" in build_parser().format_help()
