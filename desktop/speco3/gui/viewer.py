@@ -856,8 +856,6 @@ class SpectrumViewer(QWidget):
             parts.append(f"{esc(fit.zwarn_name)} {fit.zwarn}" + ("" if fit.zwarn == 0 else " ⚠"))
         if fit.deltachi2 is not None:
             parts.append(f"Δχ² {fit.deltachi2:.0f}")
-        if fit.no_model and s.model is None:  # DESI: why redrock's fit is not drawn
-            parts.append(f"<i>{esc(fit.no_model)}</i>")
         if m.snr is not None:  # one definition for every survey (SNR_DEFINITION: the table's header and tooltip
             parts.append(f"S/N {m.snr:.1f}")  # name it; spelled out here it wrapped the header to a third line)
         medium = {"air": "air", "vacuum": "vacuum"}.get(s.medium, "medium unknown (lines in vacuum)")
@@ -868,6 +866,8 @@ class SpectrumViewer(QWidget):
             parts.append(f"smoothed over {self.smoothing} px")
         if m.note:  # the reader's own word on it: "error spectrum (its flux spectrum is …)", "sky fibre"
             parts.append(f"<i>{esc(m.note)}</i>")
+        if fit.no_model and s.model is None:  # DESI: why redrock's fit is not drawn (last: the rest comes first)
+            parts.append(f"<i>{esc(fit.no_model)}</i>")
         self.header.setText(" · ".join(parts))
         y_label = flux_axis_label(s)
         if self._axis_y != y_label:  # a new axis label re-lays out the whole plot: only when it changes
