@@ -211,3 +211,13 @@ def test_store_option_without_a_store_or_an_archive(capsys, tmp_path):
     assert main(["--store", str(tmp_path / "missing.sqlite")]) == 2
     assert "missing.sqlite: no such vetting store" in capsys.readouterr().err
     assert "--store STORE" in build_parser().format_help()
+
+
+def test_open_store_without_an_archive_opens_the_one_it_names(qtbot, make_window, screened):
+    archive, store = screened
+    w = make_window()
+    assert w.archive_root is None
+    assert w.open_store(store)  # the store names the archive `vet` screened
+    qtbot.waitUntil(lambda: w.vetting.entry is not None, timeout=30000)
+    assert w.archive_root == str(archive.resolve())
+    _check_night_table(w, store)
