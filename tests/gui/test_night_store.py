@@ -221,3 +221,11 @@ def test_open_store_without_an_archive_opens_the_one_it_names(qtbot, make_window
     qtbot.waitUntil(lambda: w.vetting.entry is not None, timeout=30000)
     assert w.archive_root == str(archive.resolve())
     _check_night_table(w, store)
+
+
+def test_the_stores_chosen_per_archive_survive_a_hand_edited_settings_file(tmp_path):
+    settings = AppSettings.from_dict({"archive_stores": {"/a": "/a/r.sqlite", "/b": "", "/c": 3}})
+    assert settings.archive_stores == {"/a": "/a/r.sqlite", "/b": ""}  # a value of the wrong type is left out
+    assert AppSettings.from_dict({"archive_stores": ["x"]}).archive_stores == {}
+    settings.save(tmp_path / "s.json")
+    assert AppSettings.load(tmp_path / "s.json").archive_stores == {"/a": "/a/r.sqlite", "/b": ""}
