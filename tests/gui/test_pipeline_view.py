@@ -63,3 +63,62 @@ def test_sdss_model_is_overlaid_with_a_key_and_m_toggles_it(qtbot, spectra_dir, 
     assert not v.legend.isVisible()
     qtbot.keyClick(w.archive.table, Qt.Key.Key_M)
     assert v.show_model and len(v.model_curve.yData) == drawn
+
+
+def test_desi_header_says_why_redrock_is_not_drawn_and_lamost_flux_its_unit(qtbot, spectra_dir):
+    """What the DESI test files hold: a redrock file whose REDSHIFTS table has the best fit only (its COEFF needs
+    redrock's templates, not shipped; no next-best list): the header says so. LAMOST files state no flux unit."""
+    from astropy.io import fits
+
+    from speco3.gui.viewer import SpectrumViewer
+    from speco3.spectra.model import REDROCK_NO_MODEL
+
+    with fits.open(spectra_dir / "desi/redrock-4-80613-thru20210324.fits") as rr:
+        cols = set(rr["REDSHIFTS"].columns.names)
+        assert {"Z", "ZERR", "ZWARN", "COEFF", "DELTACHI2"} <= cols  # the best fit and its template coefficients
+        assert not cols & {"Z_2", "ZNUM", "Z_NEXT"} and len(rr["REDSHIFTS"].data) == 1  # one row: no Nth-best list
+        assert not any(h.name.startswith(("TEMPLATE", "MODEL")) for h in rr)  # no template or model spectrum
+    viewer = SpectrumViewer()
+    qtbot.addWidget(viewer)
+    viewer.set_spectrum(read_spectrum(spectra_dir / "desi/coadd-4-80613-thru20210324.fits"))
+    assert viewer.spectrum.model is None and REDROCK_NO_MODEL in viewer.header.text()
+    assert "templates are not shipped" in REDROCK_NO_MODEL and "rrdetails" in REDROCK_NO_MODEL
+    viewer.set_spectrum(read_spectrum(spectra_dir / "sdss/spec-0332-52367-0639.fits"))
+    assert "redrock" not in viewer.header.text()
+    axis = viewer.plot.getPlotItem().getAxis("left")
+    assert "10^-17" in axis.labelText or "1E-17" in axis.labelText.upper()  # SDSS's BUNIT, as the file states it
+    lamost = read_spectrum(spectra_dir / "lamost/spec-55859-F5902_sp01-001.fits.gz")
+    assert lamost.flux_unit == ""  # neither BUNIT nor TUNIT: the file states no unit
+    viewer.set_spectrum(lamost)
+    assert axis.labelText == "Flux (relative; no unit in the file)"
+
+
+def test_z_err_and_deltachi2_filters(make_window, open_and_wait, spectra_dir, tmp_path):
+    """The table's z-error and Δχ² filters (a spectrum whose file states neither is kept), kept with the session."""
+    import shutil
+
+    from speco3.gui.archive_model import Filters
+
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for name in ("desi/coadd-4-80613-thru20210324.fits", "desi/redrock-4-80613-thru20210324.fits",
+                 "sdss/spec-0332-52367-0639.fits", "lamost/spec-55859-F5902_sp01-001.fits.gz"):
+        shutil.copy(spectra_dir / name, folder)
+    w = make_window()
+    open_and_wait(w, folder)
+    m, panel = w.table_model, w.archive
+
+    def shown() -> set[str]:
+        m.fetch_all()
+        return {m.entry(r).survey for r in range(m.rowCount())}
+
+    assert shown() == {"DESI", "SDSS", "LAMOST"}
+    panel.deltachi2_min.setText("200000")  # above the DESI fit's 150344: it goes, the others state none
+    panel.apply_filters()
+    assert shown() == {"SDSS", "LAMOST"} and "Δχ² ≥ 200000" in m.filters.describe()
+    panel.deltachi2_min.setText("100")
+    panel.z_err_max.setText("1e-5")  # DESI 1e-06 stays, SDSS 4e-05 and LAMOST 2e-05 go
+    panel.apply_filters()
+    assert shown() == {"DESI"}
+    assert Filters.of(w.vetting.session.view.filters) == m.filters  # remembered in the store for the next session
+    assert Filters.of({"z_err_max": "x", "deltachi2_min": 5}).deltachi2_min == 5.0

@@ -80,7 +80,7 @@ def test_a_unit_that_names_the_quantity_is_not_doubled():
     apogee = Spectrum(w, np.ones(10), flux_unit="Flux (10^-17 erg/s/cm^2/Ang)")
     assert flux_axis_label(apogee) == "Flux (10^-17 erg/s/cm^2/Ang)"
     assert flux_axis_label(Spectrum(w, np.ones(10), flux_unit="erg/s/cm2/A")) == "Flux (erg/s/cm2/A)"
-    assert flux_axis_label(Spectrum(w, np.ones(10))) == "Flux"
+    assert flux_axis_label(Spectrum(w, np.ones(10))) == "Flux (no unit in the file)"
 
 
 def test_the_report_is_titled_by_the_archive(qtbot, make_window, demo_archive, open_and_wait, key, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from speco3.spectra.linelists import (
@@ -12,7 +13,9 @@ from speco3.spectra.linelists import (
     Line,
     LineListError,
     builtin_line_lists,
+    line_centroid,
     marker_position,
+    marker_z,
     read_line_list,
     vac_to_air,
 )
@@ -84,3 +87,39 @@ def test_large_or_missing_files_are_refused(tmp_path):
         read_line_list(big)
     with pytest.raises(LineListError, match="cannot read"):
         read_line_list(tmp_path / "missing.csv")
+
+
+@pytest.mark.parametrize(("medium", "frame"), [("vacuum", "observed"), ("air", "observed"), ("air", "rest")])
+def test_marker_z_inverts_marker_position(medium, frame):
+    """A marker dragged to where the line is drawn at z gives z back (air or vacuum, either frame shown)."""
+    line = Line("[O III] 5007", 5008.24, "emission")
+    for z in (0.0, 0.308, 2.1):
+        at = marker_position(line, medium, z, 0.3, frame)
+        assert marker_z(line, medium, at, 0.3, frame) == pytest.approx(z, abs=1e-12)
+
+
+def test_line_centroid_of_emission_and_absorption_lines():
+    """The centroid of a Gaussian line over a sloping continuum with noise, to a tenth of a pixel; None for a
+    window too small or flat."""
+    rng = np.random.default_rng(4)
+    w = np.linspace(6400, 6700, 301)  # 1 Å pixels
+    cont = 10 + 0.01 * (w - 6400)
+    good = np.ones(w.size, dtype=bool)
+    emission = cont + 8 * np.exp(-0.5 * ((w - 6551.3) / 3.0) ** 2) + rng.normal(0, 0.1, w.size)
+    assert line_centroid(w, emission, good, 6520, 6585, "emission") == pytest.approx(6551.3, abs=0.1)
+    assert line_centroid(w, emission, good, 6520, 6585) == pytest.approx(6551.3, abs=0.1)  # kind "line": the larger side
+    absorption = cont - 5 * np.exp(-0.5 * ((w - 6600.7) / 4.0) ** 2) + rng.normal(0, 0.1, w.size)
+    assert line_centroid(w, absorption, good, 6570, 6630, "absorption") == pytest.approx(6600.7, abs=0.15)
+    masked = good.copy()
+    masked[150:] = False
+    assert line_centroid(w, emission, masked, 6549, 6560) is None  # 0 good pixels in the window
+    assert line_centroid(w, cont, good, 6500, 6600, "emission") is None  # a straight continuum: no line
+
+
+def test_line_centroid_of_the_line_near_its_marker():
+    """Two lines in the window (Hα and [N II]): the one nearest the marker counts, else the stronger."""
+    w = np.linspace(6900, 7050, 151)
+    flux = 5 + 3 * np.exp(-0.5 * ((w - 6966.4) / 3.0) ** 2) + 4 * np.exp(-0.5 * ((w - 6988.3) / 3.0) ** 2)
+    good = np.ones(w.size, dtype=bool)
+    assert line_centroid(w, flux, good, 6930, 7010, "emission", near=6971.0) == pytest.approx(6966.4, abs=0.2)
+    assert line_centroid(w, flux, good, 6930, 7010, "emission") == pytest.approx(6988.3, abs=0.2)

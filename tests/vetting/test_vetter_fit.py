@@ -69,3 +69,21 @@ def test_an_older_store_opened_read_only_exports_empty_fields(tmp_path):
     db = sqlite3.connect(path)
     assert "decision_fit" not in {r[0] for r in db.execute("SELECT name FROM sqlite_master")}  # file untouched
     db.close()
+
+
+def test_decide_prints_the_fit_and_refuses_a_confidence_without_a_z(tmp_path, spectra_dir, capsys):
+    spec = spectra_dir / "sdss/spec-0332-52367-0639.fits"
+    store = tmp_path / "s.sqlite"
+    assert main(["decide", str(store), str(spec), "--task", "cv", "--verdict", "YES", "--z-conf", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "error: a redshift confidence (3) needs the redshift it is about: give --z too" in err
+    assert not store.exists()  # refused before anything, the store included, is written
+    assert main(["decide", str(store), str(spec), "--task", "cv", "--verdict", "YES", "--z", "0.1007", "--z-conf",
+                 "3", "--class", "QSO", "--subclass", "Sy1"]) == 0
+    assert "your fit: z 0.1007 (confidence 3) · class QSO Sy1" in capsys.readouterr().out
+    assert main(["decide", str(store), str(spec), "--task", "cv", "--verdict", "NO", "--class", "STAR"]) == 0
+    assert "your fit: class STAR" in capsys.readouterr().out
+    assert main(["decide", str(store), str(spec), "--task", "cv", "--verdict", "NO"]) == 0
+    assert "your fit" not in capsys.readouterr().out
+    with VettingStore(store) as s, pytest.raises(StoreError, match="needs the redshift"):
+        s.record_decision(Decision("k#0", "cv", "YES", vetter="Bo", z_conf=2))

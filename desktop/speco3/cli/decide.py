@@ -101,7 +101,22 @@ def check_windows(values: list[str], spectrum: Spectrum) -> list[Evidence]:
     return windows
 
 
+def fit_text(d: Decision) -> str | None:
+    """The vetter's z, confidence, class and subclass of a stored decision in words (None: none given)."""
+    parts = []
+    if d.vetter_z is not None:
+        parts.append(f"z {d.vetter_z:g}" + (f" (confidence {d.z_conf})" if d.z_conf is not None else ""))
+    if d.vetter_class or d.vetter_subclass:
+        parts.append("class " + " ".join(v for v in (d.vetter_class, d.vetter_subclass) if v))
+    return " · ".join(parts) or None
+
+
 def cmd_decide(args: argparse.Namespace) -> int:
+    # the vetter's z, confidence and class first: a refusal writes nothing, not even a new store
+    problem = Decision("", args.task, args.verdict, vetter_z=args.z, z_conf=args.z_conf, vetter_class=args.cls,
+                       vetter_subclass=args.subclass).fit_problem()
+    if problem is not None:
+        return _refuse(problem.replace("give your z too", "give --z too") if args.z is None else problem)
     try:
         spectrum = read_address(args.address)
     except (Speco3Error, OSError) as exc:
@@ -135,6 +150,8 @@ def cmd_decide(args: argparse.Namespace) -> int:
     seen = f"{mv.headline} (run #{mv.id}, {mv.model_id})" if mv else "none"
     print(f"stored {decision.decision} for {key} · task {task.id} · vetter {decision.vetter} · decision #{decision.id}")
     print(f"evidence: {evidence_text(evidence) or 'none'}")
+    if (fit := fit_text(decision)) is not None:
+        print(f"your fit: {fit}")
     if decision.flags:
         print(f"flags: {', '.join(decision.flags)}")
     if decision.comment:

@@ -129,7 +129,8 @@ def cmd_vet(args: argparse.Namespace) -> int:
     entries, index_root = _archive_entries(args)
     items = [VetItem.of_entry(e) for e in entries]
     store_path = Path(args.out)
-    traces = Path(args.traces) if args.traces else store_path.with_name(store_path.stem + "_traces")
+    # absolute: the app finds them wherever it is started (the store's verdicts name their trace folders)
+    traces = (Path(args.traces) if args.traces else store_path.with_name(store_path.stem + "_traces")).absolute()
     summary = {"store": str(store_path), "traces": str(traces), "task": task.id, "prompt_version": task.prompt_version,
                "shard": args.shard, "rollouts": plan.k if plan else 1}
     if not items:  # the same summary as a run (a shard of a SLURM array may be empty): scripts parse every shard

@@ -1,8 +1,9 @@
-"""Entry point of ``spec-o3-desktop``: ``spec-o3-desktop [FOLDER] [--demo] [--version]``.
+"""Entry point of ``spec-o3-desktop``: ``spec-o3-desktop [FOLDER] [--store STORE] [--demo] [--version]``.
 
 Without arguments the app reopens the archive used last (and resumes the vetting session there); on a fresh
 machine it shows the start screen, which offers the demo archive. ``--demo`` writes the demo archive once into
-``data_dir()/demo`` and opens it. The hidden option ``--screenshot-tour DIR`` drives a scripted session on
+``data_dir()/demo`` and opens it. ``--store STORE`` vets in that store (a night's ``spec-o3 vet ARCHIVE --out
+STORE``): FOLDER with it, else the archive the store names. The hidden option ``--screenshot-tour DIR`` drives a scripted session on
 the demo archive and saves screenshots (used by the Xvfb test); ``SPECO3_DEMO_AUTORUN=1`` does the same into
 ``./screenshots``. ``--self-test [--json FILE] [--require-gpu] [--hashes]`` checks the installation offscreen,
 without a window, and exits non-zero on any failure (`speco3.selftest`). On Linux, when the platform plugin Qt
@@ -27,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spec-o3-desktop",
                                      description="Inspect FITS spectra and vet candidates with Spec-o3, offline.")
     parser.add_argument("folder", nargs="?", help="archive folder to open (FITS spectra, searched recursively)")
+    parser.add_argument("--store", metavar="STORE",
+                        help="vet in this vetting store (e.g. the night's 'spec-o3 vet FOLDER --out STORE'): its "
+                        "verdicts in the table, your decisions written to it; without FOLDER, the archive it names")
     parser.add_argument("--demo", action="store_true", help="open the embedded demo archive (written on first use)")
     parser.add_argument("--version", action="version", version=f"spec-o3-desktop {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
@@ -50,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     install_thread_hook()
     if args.folder and not Path(args.folder).is_dir():
         print(f"spec-o3-desktop: {args.folder}: not a folder", file=sys.stderr)
+        return 2
+    if args.store and not args.folder and not Path(args.store).is_file():
+        print(f"spec-o3-desktop: {args.store}: no such vetting store (give the archive folder too to start a new "
+              "one there)", file=sys.stderr)
         return 2
     problem = syslibs.window_problem()  # Linux: a platform plugin that cannot load would make Qt abort (SIGABRT)
     if problem:
@@ -79,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.demo:
         window.open_demo()
     elif args.folder:
-        window.open_archive(args.folder)
+        window.open_archive(args.folder, store=args.store)
+    elif args.store:
+        window.open_store(args.store)
     elif window.settings.last_archive and Path(window.settings.last_archive).is_dir():
         window.open_archive(window.settings.last_archive)
     return app.exec()

@@ -81,6 +81,10 @@ class Filters:
     include_unusable: bool = False
     #: only spectra whose pipeline states no redshift warning (ZWARNING / ZWARN = 0, or none stated)
     zwarn_clean: bool = False
+    #: the pipeline's z error at most this, and redrock's DELTACHI2 (DESI) at least this; a spectrum whose file
+    #: states none is kept
+    z_err_max: float | None = None
+    deltachi2_min: float | None = None
 
     @classmethod
     def of(cls, saved: dict[str, Any]) -> Filters:
@@ -102,13 +106,17 @@ class Filters:
             kwargs["usable"] = True
         if self.zwarn_clean:
             kwargs["zwarn_clean"] = True
+        for name in ("z_err_max", "deltachi2_min"):
+            if getattr(self, name) is not None:
+                kwargs[name] = getattr(self, name)
         return kwargs
 
     def describe(self) -> str:
         """The active filters in words ("" when none narrows the table beyond the default)."""
         parts = [f"{name} {value}" for name, value in (("survey", self.survey), ("class", self.cls),
                                                         ("z ≥", self.z_min), ("z ≤", self.z_max),
-                                                        ("S/N ≥", self.snr_min), ("text", self.text))
+                                                        ("S/N ≥", self.snr_min), ("z err ≤", self.z_err_max),
+                                                        ("Δχ² ≥", self.deltachi2_min), ("text", self.text))
                  if value not in (None, "")]
         if self.state != "any":
             parts.append(self.state)

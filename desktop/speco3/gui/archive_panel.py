@@ -123,7 +123,14 @@ class ArchivePanel(QWidget):
         self.z_max = QLineEdit(objectName="zMax", placeholderText="z ≤")
         self.snr_min = QLineEdit(objectName="snrMin", placeholderText=f"{SNR_LABEL} ≥",
                                  toolTip=f"Minimum {SNR_LABEL}: {SNR_DEFINITION}")
-        for w in (self.z_min, self.z_max, self.snr_min):
+        self.z_err_max = QLineEdit(objectName="zErrMax", placeholderText="z err ≤",
+                                   toolTip="The pipeline's redshift error at most this (spectra whose file states "
+                                           "none are kept)")
+        self.deltachi2_min = QLineEdit(objectName="deltachi2Min", placeholderText="Δχ² ≥ (DESI)",
+                                       toolTip="redrock's DELTACHI2 at least this: the best fit's χ² gap to the "
+                                               "next-best (DESI; small is ambiguous, redrock flags < 9). Spectra "
+                                               "of other surveys state none and are kept")
+        for w in (self.z_min, self.z_max, self.snr_min, self.z_err_max, self.deltachi2_min):
             w.setValidator(QDoubleValidator())
         self.state = QComboBox(objectName="stateFilter")
         self.state.addItems(list(VERDICT_STATES))
@@ -150,6 +157,8 @@ class ArchivePanel(QWidget):
         grid.addWidget(self.triage, 2, 2)
         grid.addWidget(self.unusable, 3, 0, 1, 2)
         grid.addWidget(self.zwarn, 3, 2)
+        grid.addWidget(self.z_err_max, 4, 0)
+        grid.addWidget(self.deltachi2_min, 4, 1)
 
         self.table = QTableView(objectName="archiveTable")
         self.table.setModel(model)
@@ -194,7 +203,7 @@ class ArchivePanel(QWidget):
 
         self._debounce = QTimer(self, singleShot=True, interval=300)
         self._debounce.timeout.connect(self.apply_filters)
-        for w in (self.cls, self.z_min, self.z_max, self.snr_min, self.text):
+        for w in (self.cls, self.z_min, self.z_max, self.snr_min, self.z_err_max, self.deltachi2_min, self.text):
             w.textChanged.connect(lambda _t: self._debounce.start())
         self.survey.currentIndexChanged.connect(lambda _i: self.apply_filters())
         self.state.currentIndexChanged.connect(lambda _i: self.apply_filters())
@@ -217,19 +226,20 @@ class ArchivePanel(QWidget):
             z_min=_float(self.z_min.text()), z_max=_float(self.z_max.text()), snr_min=_float(self.snr_min.text()),
             text=self.text.text().strip() or None, state=self.state.currentText(),
             include_unusable=self.unusable.isChecked(), zwarn_clean=self.zwarn.isChecked(),
+            z_err_max=_float(self.z_err_max.text()), deltachi2_min=_float(self.deltachi2_min.text()),
         )
 
     def reset_filters(self, surveys: list[str]) -> Filters:
         """Clear every filter and the triage order for a newly opened archive, whose own surveys the survey box
         then lists (a filter left from the last archive hid most of a new folder); returns the filters to use."""
         widgets = (self.survey, self.cls, self.z_min, self.z_max, self.snr_min, self.text, self.state, self.triage,
-                   self.unusable, self.zwarn)
+                   self.unusable, self.zwarn, self.z_err_max, self.deltachi2_min)
         for w in widgets:
             w.blockSignals(True)
         try:
             self.survey.clear()
             self.survey.addItems([ANY_SURVEY, *surveys])
-            for line in (self.cls, self.z_min, self.z_max, self.snr_min, self.text):
+            for line in (self.cls, self.z_min, self.z_max, self.snr_min, self.z_err_max, self.deltachi2_min, self.text):
                 line.clear()
             self.state.setCurrentIndex(0)
             self.triage.setCurrentIndex(ORDERS.index("queue"))
@@ -246,14 +256,16 @@ class ArchivePanel(QWidget):
         """Set the filter widgets and the triage box to ``filters`` and ``order`` (a reopened session), without
         applying them; returns the filters the widgets now say (a survey this archive lacks reads as any)."""
         widgets = (self.survey, self.cls, self.z_min, self.z_max, self.snr_min, self.text, self.state, self.triage,
-                   self.unusable)
+                   self.unusable, self.zwarn, self.z_err_max, self.deltachi2_min)
         for w in widgets:
             w.blockSignals(True)
         try:
             self.survey.setCurrentIndex(max(self.survey.findText(filters.survey or ANY_SURVEY), 0))
             self.cls.setText(filters.cls or "")
+            self.zwarn.setChecked(filters.zwarn_clean)
             for line, value in ((self.z_min, filters.z_min), (self.z_max, filters.z_max),
-                                (self.snr_min, filters.snr_min)):
+                                (self.snr_min, filters.snr_min), (self.z_err_max, filters.z_err_max),
+                                (self.deltachi2_min, filters.deltachi2_min)):
                 line.setText("" if value is None else f"{value:g}")
             self.text.setText(filters.text or "")
             self.state.setCurrentIndex(max(self.state.findText(filters.state), 0))

@@ -261,12 +261,13 @@ class DecisionPanel(QWidget):
         self.saved.setText(text)
 
     def fit(self) -> tuple[float | None, int | None, str | None, str | None]:
-        """The vetter's (z, confidence 0-4, class, subclass) as entered; None where left empty."""
+        """The vetter's (z, confidence 0-4, class, subclass) as entered; None where left empty. Raises ValueError
+        naming a z that is not a number (never read as empty)."""
         text = self.fit_z.text().strip().replace(",", ".")
         try:
             z = float(text) if text else None
         except ValueError:
-            z = None
+            raise ValueError(f"your z {self.fit_z.text().strip()!r} is not a number") from None
         conf = self.fit_conf.currentIndex() - 1
         return (z, conf if conf >= 0 else None, self.fit_class.text().strip() or None,
                 self.fit_subclass.text().strip() or None)

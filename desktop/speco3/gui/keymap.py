@@ -33,6 +33,8 @@ ACTIONS: tuple[Action, ...] = (
     Action("decide_no", "N", "Decision NO", "Decide"),
     Action("decide_unsure", "U", "Decision UNSURE", "Decide"),
     Action("accept_model", "Return", "Accept the model's suggestion", "Decide"),
+    Action("z_from_line", "Z", "Your z from the centroid of the line in view (the marker nearest the middle names "
+           "it; or drag a marker)", "Decide"),
     Action("flag_bad_spectrum", "1", "Flag: bad spectrum (artefacts, gaps)", "Flags"),
     Action("flag_bad_redshift", "2", "Flag: catalogue redshift looks wrong", "Flags"),
     Action("flag_bad_class", "3", "Flag: pipeline class looks wrong", "Flags"),

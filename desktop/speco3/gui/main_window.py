@@ -51,8 +51,10 @@ from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
 from speco3.gui.workers import IndexWorker, InferenceThread, render_png
 from speco3.vetting import stopping
+from speco3.vetting.archive_store import StoreFit, store_fit, stores_beside
 from speco3.vetting.records import ModelVerdict
 from speco3.vetting.session import Opened
+from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 from speco3.vetting.writer_lock import Holder
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,7 @@ class MainWindow(QMainWindow):
         self.archive_root: str | None = None
         self._last_export_dir: Path | None = None
         self._index_worker: IndexWorker | None = None
+        self._store_request: Path | None = None  # the store to open the archive being indexed with (`open_archive`)
         self.setWindowTitle(f"Spec-o3 Desktop {__version__}")
 
         self.table_model = ArchiveTableModel(parent=self)
@@ -217,6 +220,9 @@ class MainWindow(QMainWindow):
         self.batch_bar = self.batch.bar
         for w in (self.batch.bar, self.batch.pause, self.batch.cancel):
             self.statusBar().addPermanentWidget(w)
+        self.store_label = QLabel("", self, objectName="storeLabel")
+        self.store_label.setStyleSheet("color: #333")
+        self.statusBar().addPermanentWidget(self.store_label)
         self.unsaved_label = QLabel("Decisions are not saved: the data folder is read-only (Settings)", self)
         self.unsaved_label.setStyleSheet("color: #b00020; font-weight: bold")
         self.unsaved_label.setVisible(False)
@@ -244,6 +250,7 @@ class MainWindow(QMainWindow):
         self.decision.evidenceChanged.connect(self.viewer.set_evidence)
         self.decision.markRequested.connect(self.mark_evidence)
         self.decision.markerZRequested.connect(lambda: self.decision.set_fit_z(self.viewer.line_z()))
+        self.viewer.markerDragged.connect(self._marker_dragged)
         self.decision.modelWindowsRequested.connect(self.start_from_model_windows)
         self.decision.zoomRequested.connect(lambda lo, hi: self.viewer.zoom_to(lo, hi, "observed"))
         self.decision.fieldLeft.connect(lambda: self.viewer.plot.setFocus(Qt.FocusReason.OtherFocusReason))
@@ -268,6 +275,7 @@ class MainWindow(QMainWindow):
             "y_zoom_out": lambda: self.viewer.zoom_y(2.0), "y_up": lambda: self.viewer.pan_y(0.25),
             "y_down": lambda: self.viewer.pan_y(-0.25), "y_auto": self.viewer.auto_y_range, "run_agent": self.run_agent, "cancel_agent": self.escape,
             "cheat_sheet": self.decision.toggle_cheat_sheet, "mark_evidence": self.mark_evidence,
+            "z_from_line": self.z_from_line,
         }
         for action, flag in FLAG_ACTIONS.items():
             self.key_actions[action] = lambda flag=flag: self.decision.toggle_flag(flag)
@@ -318,12 +326,16 @@ class MainWindow(QMainWindow):
             return
         self.open_archive(folder)
 
-    def open_archive(self, folder: str | Path) -> None:
-        """Index ``folder`` in the background, then show it and resume the vetting session."""
+    def open_archive(self, folder: str | Path, store: str | Path | None = None) -> None:
+        """Index ``folder`` in the background, then show it and resume the vetting session. ``store``: the vetting
+        store to vet it in (a night's ``spec-o3 vet … --out r.sqlite``: checked against the archive, remembered for
+        it); else the one remembered for this archive, else a ``vet`` store found beside it (offered), else the
+        app's own (`_chosen_store`)."""
         folder = str(Path(folder).expanduser().resolve())
         if not Path(folder).is_dir():
             self.show_error(f"{folder}: not a folder")
             return
+        self._store_request = Path(store).expanduser().resolve() if store else None
         self._stop_index_worker()
         self.archive.set_folder(folder)
         self.archive.show_progress(0, 1, "starting …")
@@ -358,12 +370,134 @@ class MainWindow(QMainWindow):
             self.index.close()
         self.index = ArchiveIndex.for_root(root)
         self.archive_root = root
+        path, chosen = self._chosen_store(root)
+        if not self._use_store(root, path, chosen):  # a chosen store refused (the reason shown): the app's own
+            self._use_store(root, self._own_store(root), False)
+
+    # -- the vetting store of the archive ---------------------------------------------------------------------
+    def _own_store(self, root: str) -> Path:
+        return store_path_for(root, self.settings.resolved_data_folder())
+
+    def _holds(self, key: str) -> bool:
+        """Whether the open archive holds the spectrum of store key ``key`` (a chosen store's fit)."""
+        return self._index_entry(key) is not None
+
+    def _chosen_store(self, root: str) -> tuple[Path, bool]:
+        """The store to vet the archive ``root`` in, and whether the vetter chose it (checked against the archive):
+        the one asked for (``--store``, File → Open store…), else the one remembered for the archive, else a
+        ``vet`` store found beside it when the vetter takes it (offered once; asked no more once declined), else
+        the app's own."""
+        own = self._own_store(root)
+        request, self._store_request = self._store_request, None
+        if request is not None:
+            return request, True
+        remembered = self.settings.archive_stores.get(root)
+        if remembered == "":
+            return own, False
+        if remembered:
+            if Path(remembered).is_file():
+                return Path(remembered), True
+            self.show_message(f"the store {remembered} chosen for this archive is gone: the app's own is used")
+            del self.settings.archive_stores[root]
+            return own, False
+        found = stores_beside(root, self._holds, exclude=own)
+        if found and self._offer_store(found[0]):
+            return found[0].path, True
+        if found:
+            self._remember_store(root, "")
+        return own, False
+
+    def _offer_store(self, fit: StoreFit) -> bool:
+        """A store of ``spec-o3 vet`` lies beside the archive: offer to vet in it (taken at once without dialogs,
+        and said so)."""
+        text = (f"A vetting store that fits this archive lies beside it:\n\n{fit.path}\n{fit.describe()}\n\n"
+                "Vet in it (its model verdicts, p(YES), abstentions and traces shown in the table; your decisions "
+                "written to it)? File → Use the app's own store goes back.")
+        if QApplication.instance().property("speco3_no_dialogs"):
+            self.show_message(f"using the store found beside the archive: {fit.describe()}")
+            return True
+        box = message(self, "Spec-o3 Desktop", text)
+        use = box.addButton("Vet in this store", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton("Keep the app's own store", QMessageBox.ButtonRole.RejectRole)
+        box.exec()
+        box.deleteLater()
+        return box.clickedButton() is use
+
+    def _remember_store(self, root: str, path: str) -> None:
+        """Remember the store chosen for the archive ``root`` ("" = the app's own) in the settings, at once."""
+        if self.settings.archive_stores.get(root) != path:
+            self.settings.archive_stores[root] = path
+            self._save_settings()
+
+    def choose_store(self) -> None:
+        """File → Open store…: a vetting store file (a night's ``spec-o3 vet … --out r.sqlite``)."""
+        start = str(Path(self.archive_root).parent) if self.archive_root else ""
+        path, _ = QFileDialog.getOpenFileName(self, "Open vetting store", start,
+                                              "Vetting stores (*.sqlite *.db);;All files (*)")
+        if path:
+            self.open_store(path)
+
+    def open_store(self, path: str | Path) -> bool:
+        """Vet in the store ``path``: the open archive, when the store fits it (`speco3.vetting.archive_store`);
+        else the archive the store names, opened with it; remembered for that archive. False (the reason shown)
+        when it cannot be used."""
+        path = Path(path).expanduser().resolve()
+        if not path.is_file():
+            self.show_error(f"{path}: no such vetting store")
+            return False
+        if self.inference.batch_running():
+            self.show_error("a pre-screen is running on the current store: cancel it before changing the store")
+            return False
+        try:
+            with VettingStore(path, readonly=True) as store:
+                named = store.get_state(ARCHIVE_ROOT_STATE)
+        except StoreError as exc:
+            self.show_error(str(exc))
+            return False
+        named = named if isinstance(named, str) and named else None
+        root = self.archive_root
+        if root is not None and self.index is not None and self._index_worker is None:
+            fits = store_fit(path, root, self._holds).problem() is None
+            if fits or named is None or not Path(named).is_dir():
+                if not self._use_store(root, path, True) and self.vetting.store is None:
+                    self._use_store(root, self._own_store(root), False)
+                return self.vetting.store is not None and self.vetting.store.path == path
+        if named is None or not Path(named).is_dir():
+            self.show_error(f"{path} names no archive folder found here ({named or 'none'}): open its archive first "
+                            "(File → Open archive folder…), then the store")
+            return False
+        self.open_archive(named, store=path)
+        return True
+
+    def use_own_store(self) -> None:
+        """File → Use the app's own store: vet the open archive in the store the app keeps for it (remembered)."""
+        root = self.archive_root
+        if root is None or self.index is None:
+            self.show_message("open an archive first")
+            return
+        if self.inference.batch_running():
+            self.show_error("a pre-screen is running on the current store: cancel it before changing the store")
+            return
+        self._use_store(root, self._own_store(root), False)
+
+    def _use_store(self, root: str, path: Path, chosen: bool) -> bool:
+        """Vet the indexed archive ``root`` in the store ``path`` (``chosen``: checked against the archive first,
+        remembered for it) and show the queue as the vetter left it there. False when a chosen store was refused
+        (the reason shown)."""
         try:  # nothing of the last archive stays shown, whatever follows
-            opened = self.vetting.open_store(store_path_for(root, self.settings.resolved_data_folder()), root,
-                                             self._browse_read_only)
+            opened = self.vetting.open_store(path, root, self._browse_read_only, self._holds if chosen else None)
+        except StoreError as exc:
+            if chosen:
+                self.show_error(f"the vetting store {path} is not used: {exc}")
+                return False
+            self.show_error(f"cannot open the vetting store: {exc}")
+            opened = Opened(False)
         except Exception as exc:
             self.show_error(f"cannot open the vetting store: {exc}")
             opened = Opened(False)
+        if opened.opened and (chosen or root in self.settings.archive_stores):
+            self._remember_store(root, str(path) if chosen else "")
+        self._show_store(path if opened.opened else None, chosen)
         self._show_read_only()
         self.vetting.cache.clear()
         surveys = [name for name in self.index.summary()["by_survey"] if name != "?"]
@@ -377,9 +511,14 @@ class MainWindow(QMainWindow):
         if not opened.opened:
             self.table_model.set_entries([])
             self.show_message(f"{root}: not opened (its vetting store is in use)")
-            return
+            return True
         n = self.index.count()
-        self.show_message(archive_summary(self.index.summary(), self.index.count(usable=False), root))
+        summary = archive_summary(self.index.summary(), self.index.count(usable=False), root)
+        if chosen and opened.fit is not None:
+            summary = f"vetting in {opened.fit.describe()} · {summary}"
+        self.show_message(summary)
+        if opened.fit is not None and (note := opened.fit.note()):
+            self.show_message(f"{note} · {summary}")
         self._show_unsaved(opened.unsaved)  # after the summary: the warning is what the status bar shows
         self.settings.last_archive = root
         self._save_settings()
@@ -389,6 +528,15 @@ class MainWindow(QMainWindow):
             self.vetting.resume()
         elif n:
             self.show_message("no spectrum matches the filters")
+        return True
+
+    def _show_store(self, path: Path | None, chosen: bool) -> None:
+        """Name the store vetted in, in the status bar (a chosen one by its file, the app's own as such)."""
+        if path is None:
+            self.store_label.setText("")
+        else:
+            self.store_label.setText(f"store: {path.name}" if chosen else "store: the app's own")
+        self.store_label.setToolTip(str(path) if path is not None else "")
 
     def _browse_read_only(self, holder: Holder) -> bool:
         """Another instance writes this archive's store: say so and offer to browse it read-only."""
@@ -494,7 +642,8 @@ class MainWindow(QMainWindow):
             self.agent_panel.show_idle("No model run for this spectrum and task yet — press A to run the agent.")
             return
         try:
-            trace = Trace.load(Path(mv.trace_dir).parent if mv.trace_dir.endswith(".json") else mv.trace_dir)
+            where = self.vetting.session.trace_path(mv.trace_dir)  # a night's store: its traces beside it
+            trace = Trace.load(where.parent if mv.trace_dir.endswith(".json") else where)
         except Exception as exc:
             self.agent_panel.show_idle(f"stored trace unreadable: {exc}")
             return
@@ -512,7 +661,8 @@ class MainWindow(QMainWindow):
         out: list[Trace | str] = []
         for r in self.vetting.store.rollouts(mv.id)[1:]:
             try:
-                out.append(Trace.load(r.trace_dir) if r.trace_dir else f"rollout {r.idx + 1}: no trace stored")
+                out.append(Trace.load(self.vetting.session.trace_path(r.trace_dir)) if r.trace_dir
+                           else f"rollout {r.idx + 1}: no trace stored")
             except TraceError as exc:
                 out.append(f"rollout {r.idx + 1}: stored trace unreadable: {exc}")
         return out
@@ -599,9 +749,30 @@ class MainWindow(QMainWindow):
 
     # -- decisions -----------------------------------------------------------------------------------------------
     def decide(self, decision: str) -> None:
+        try:
+            fit = self.decision.fit()
+        except ValueError as exc:  # a z that is not a number: said, never stored as empty
+            self.show_message(f"{exc}: nothing decided")
+            return
         if self._ensure_vetter():
             self.vetting.decide(decision, self.decision.flags(), self.decision.comment.text(), self.decision.evidence(),
-                                fit=self.decision.fit())
+                                fit=fit)
+
+    def z_from_line(self) -> None:
+        """Key Z: the vetter's z from the centroid of the line in view (the markers move there)."""
+        got = self.viewer.centroid_z()
+        if isinstance(got, str):
+            self.show_message(got)
+            return
+        z, line, centre = got
+        self.decision.set_fit_z(z)
+        self.show_message(f"your z = {z:.5f}: {line.name} centred at {centre:.1f} Å ({self.viewer.frame} frame); "
+                          "stored with your next decision")
+
+    def _marker_dragged(self, z: float, name: str) -> None:
+        """A line marker dragged and let go: its z is the vetter's (stored with the next decision)."""
+        self.decision.set_fit_z(z)
+        self.show_message(f"your z = {z:.5f} from dragging {name}; stored with your next decision")
 
     def _ensure_vetter(self) -> bool:
         """Before the first decision without a vetter name in the settings: ask for it (the login name offered),

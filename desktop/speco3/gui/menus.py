@@ -28,6 +28,8 @@ def build_menus(w) -> None:
     f = mb.addMenu("&File")
     add_action(w, f, "Open archive folder…", w.choose_archive, "Ctrl+O")
     add_action(w, f, "Open the demo archive", w.open_demo)
+    add_action(w, f, "Open store…", w.choose_store)
+    add_action(w, f, "Use the app's own store", w.use_own_store)
     f.addSeparator()
     add_action(w, f, "Load candidate list (CSV, FITS, VOTable)…", w.choose_candidates)
     add_action(w, f, "Use the filtered table as the queue", w.use_table_queue)

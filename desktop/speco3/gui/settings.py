@@ -63,6 +63,10 @@ class AppSettings:
         Go to the next spectrum after a decision.
     last_archive : str
         Archive folder opened last (reopened at start).
+    archive_stores : dict
+        Archive folder → the vetting store chosen for it (``--store``, File → Open store…, a night's ``spec-o3
+        vet`` store found beside it and accepted); "" = the app's own store, chosen (a store found beside the
+        archive is then not offered again). An archive not listed is vetted in the app's own store.
     samp_enabled : bool
         Connect to a SAMP hub (TOPCAT, SPLAT-VO, Aladin) at start; off by default (no socket is opened then).
     samp_match_arcsec : int
@@ -104,6 +108,7 @@ class AppSettings:
     keymap: dict[str, str] = field(default_factory=dict)
     auto_advance: bool = True
     last_archive: str = ""
+    archive_stores: dict[str, str] = field(default_factory=dict)
     samp_enabled: bool = False
     samp_match_arcsec: int = 5
     samp_table_peers: dict[str, bool] = field(default_factory=dict)
@@ -153,6 +158,10 @@ class AppSettings:
             if f.name == "keymap":
                 if isinstance(value, dict):
                     out.keymap = {str(k): str(v) for k, v in value.items()}
+                continue
+            if f.name == "archive_stores":
+                if isinstance(value, dict):
+                    out.archive_stores = {str(k): v for k, v in value.items() if isinstance(v, str)}
                 continue
             if f.name == "samp_table_peers":
                 if isinstance(value, dict):

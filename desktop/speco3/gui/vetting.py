@@ -26,6 +26,7 @@ from PySide6.QtCore import QItemSelectionModel, QObject, QTimer, Signal
 from speco3.gui.archive_model import ArchiveTableModel
 from speco3.gui.prefetch import SpectrumCache
 from speco3.spectra.model import Spectrum
+from speco3.vetting.archive_store import Holds
 from speco3.vetting.records import Decision, Evidence, ModelVerdict, Notes
 from speco3.vetting.session import Opened, Shown, VettingSession, store_key
 from speco3.vetting.store import VettingStore
@@ -125,11 +126,13 @@ class VettingController(QObject):
 
     # -- store ---------------------------------------------------------------------------------------------------
     def open_store(self, path: Path, archive_root: str | None = None,
-                   browse_read_only: Callable[[Holder], bool] = lambda holder: True) -> Opened:
+                   browse_read_only: Callable[[Holder], bool] = lambda holder: True,
+                   holds: Holds | None = None) -> Opened:
         """Open the store of the archive ``archive_root`` (see `VettingSession.open_archive`: a read-only data
-        folder gives a store kept in memory, ``Opened.unsaved`` says why); nothing is shown."""
+        folder gives a store kept in memory, ``Opened.unsaved`` says why; ``holds``: a store the vetter chose,
+        checked against the archive first); nothing is shown."""
         self._position_save.stop()
-        opened = self.session.open_archive(archive_root or path.parent, path, browse_read_only)
+        opened = self.session.open_archive(archive_root or path.parent, path, browse_read_only, holds)
         self._follow(opened)
         return opened
 

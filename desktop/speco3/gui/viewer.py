@@ -9,7 +9,9 @@ What it draws, for the human (the model's images come from `speco3.render`, unch
   CSV/ECSV file; `speco3.spectra.linelists`), optionally with night-sky lines (observed frame), drawn at a z the
   vetter types or slides (the catalogue z until then), in air for spectra in air; laid out in up to
   three rows so that none overlap at the current zoom (labels that fit nowhere are hidden; re-laid out on zoom,
-  pan and resize; the marker's tooltip still names the line);
+  pan and resize; the marker's tooltip still names the line); a rest-frame marker dragged sideways takes every
+  marker with it (the z follows, `markerDragged` when let go), and `centroid_z` measures the z from the line in
+  view;
 * a y-range spanning the good pixels in the visible x-range except isolated one-pixel spikes and noisy ends
   (`speco3.gui.lines.display_range`): no real line or steep continuum is cut, and cosmic rays and ragged edges
   never squash the plot; mouse drag/wheel pan and zoom in wavelength; a y-range by hand (`zoom_y`, `pan_y`,
@@ -60,7 +62,9 @@ from speco3.spectra.linelists import (
     LineList,
     LineListError,
     builtin_line_lists,
+    line_centroid,
     marker_position,
+    marker_z,
     read_line_list,
 )
 from speco3.spectra.model import ERROR_SPECTRUM_NOTE, Frame, Spectrum, pipeline_fit, to_frame, within_limits
@@ -81,6 +85,7 @@ EVIDENCE_PEN = pg.mkPen(30, 130, 70, 160, width=1)
 EVIDENCE_LABEL_AT = 0.2  # rows of evidence labels, stacked up from here (the bottom of row 0, a share of the view
 # height from the bottom): above the telluric band labels
 LINE_PEN = pg.mkPen((20, 140, 60), width=1, style=pg.QtCore.Qt.PenStyle.DashLine)
+LINE_HOVER_PEN = pg.mkPen((20, 140, 60), width=3)  # a marker under the mouse: drag it and every marker follows
 LABEL_ROWS = 3  # rows of line labels, stacked down from the top (row 0 at LABEL_TOP of the view height)
 LABEL_TOP = 0.97
 TELLURIC_ROWS = 2  # rows of telluric band labels, stacked up from the bottom (row 0 at TELLURIC_BOTTOM)
@@ -93,12 +98,17 @@ Z_SLIDER_SPAN = 0.02
 
 
 def flux_axis_label(spectrum: Spectrum) -> str:
-    """The y-axis label: what the values are (an error spectrum's are errors) and the file's flux unit."""
+    """The y-axis label: what the values are (an error spectrum's are errors) and the flux unit as the file states
+    it; a file that states none says so (LAMOST's files state none: their flux is calibrated relatively, against
+    the flux standard stars their FSTAR names, not in physical units)."""
     what = "Flux error (σ)" if (spectrum.meta.note or "").startswith(ERROR_SPECTRUM_NOTE) else "Flux"
     unit = spectrum.flux_unit.strip()
     if unit.lower().startswith("flux"):  # a unit string that names the quantity ("Flux (10^-17 erg/s/cm^2/Ang)")
         return f"Flux error: {unit}" if what != "Flux" else unit
-    return f"{what} ({unit})" if unit else what
+    if unit:
+        return f"{what} ({unit})"
+    relative = (spectrum.meta.survey or "").upper().startswith("LAMOST")
+    return f"{what} ({'relative; ' if relative else ''}no unit in the file)"
 
 
 
@@ -154,6 +164,9 @@ class SpectrumViewer(QWidget):
     """
 
     viewChanged = Signal(str)
+    #: A line marker was dragged and let go: the markers' new z and the line's name (the owner takes it as the
+    #: vetter's z).
+    markerDragged = Signal(float, str)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -175,6 +188,8 @@ class SpectrumViewer(QWidget):
         self._x = self._y = self._sig = np.empty(0)
         self._mask_runs = np.empty((0, 2))  # (lo, hi) of the masked runs, drawn by one bar item
         self._line_items: list[pg.InfiniteLine] = []
+        self._line_of: dict[int, tuple[Line, Frame]] = {}  # id of a marker item -> the line it marks, its list's frame
+        self._dragging: str | None = None  # the name of the line whose marker is being dragged
         self._telluric_labels: list[MarkerLabel] = []
         self._telluric_key: tuple | None = None
         self._axis_frame = ""
@@ -388,6 +403,53 @@ class SpectrumViewer(QWidget):
         self._z_centre = self.line_z()
         self._sync_z_widgets(centre=True)
         self._draw_lines()
+
+    def _marker_dragged(self, item: pg.InfiniteLine) -> None:
+        """A rest-frame marker is being dragged: the markers' z follows it (every marker moves with it)."""
+        marked, s = self._line_of.get(id(item)), self.spectrum
+        if marked is None or marked[1] != "rest" or s is None:
+            return
+        z = marker_z(marked[0], s.medium, float(item.value()), s.z, self.frame)
+        if not self.z_box.minimum() <= z <= self.z_box.maximum():
+            return
+        self._dragging = marked[0].name
+        self.z_lines = round(z, 5)
+        self._sync_z_widgets(centre=False)
+        self._draw_lines()
+
+    def _marker_released(self, _item: pg.InfiniteLine) -> None:
+        name, self._dragging = self._dragging, None
+        if name is None:
+            return
+        self._z_centre = self.line_z()
+        self._sync_z_widgets(centre=True)
+        self.markerDragged.emit(self.line_z(), name)
+
+    def centroid_z(self) -> tuple[float, Line, float] | str:
+        """The markers' z from the centroid of the line in view (`line_centroid` over the visible window, unsmoothed
+        good pixels): the rest-frame marker nearest the window's middle names the line. Returns (z, line, centroid
+        on the axis shown), and draws the markers there; or a sentence saying why not."""
+        s = self.spectrum
+        if s is None or not self._x.size:
+            return "no spectrum shown: no line to measure"
+        lo, hi = self.x_range()
+        mid = (lo + hi) / 2
+        z_lines = self.line_z()
+        near = [(abs(w - mid), ln) for ln, frame in self._marked_lines() if frame == "rest"
+                and lo <= (w := marker_position(ln, s.medium, z_lines, s.z, self.frame)) <= hi]
+        if not near:
+            return "no line marker in view: zoom onto a marked line (its marker inside the plot), then measure"
+        line = min(near, key=lambda t: t[0])[1]
+        good = s.good & within_limits(self._x, s.flux)
+        centre = line_centroid(self._x, s.flux, good, lo, hi, line.kind,
+                               near=marker_position(line, s.medium, z_lines, s.z, self.frame))
+        if centre is None:
+            return f"{line.name}: no line to measure in {lo:.0f}–{hi:.0f} Å (too few good pixels or flat)"
+        z = marker_z(line, s.medium, centre, s.z, self.frame)
+        if not self.z_box.minimum() <= z <= self.z_box.maximum():
+            return f"{line.name}: its centroid {centre:.1f} Å gives z = {z:.4f}, outside what the markers take"
+        self.set_line_z(round(z, 5))
+        return round(z, 5), line, centre
 
     def _z_slid(self, position: int) -> None:
         z = self._z_centre + (position / Z_SLIDER_STEPS * 2 - 1) * Z_SLIDER_SPAN * (1 + self._z_centre)
@@ -679,6 +741,7 @@ class SpectrumViewer(QWidget):
         wanted = self._marked_lines() if s is not None and self.show_lines else []
         while len(self._line_items) > len(wanted):
             item = self._line_items.pop()
+            self._line_of.pop(id(item), None)
             self.plot.removeItem(item)
             self.vb.scene().removeItem(item.label)
         z_lines = self.line_z()
@@ -686,6 +749,9 @@ class SpectrumViewer(QWidget):
             w = marker_position(line, s.medium, z_lines, s.z, self.frame, list_frame)
             if i < len(self._line_items):
                 item = self._line_items[i]
+                if self._line_of.get(id(item)) != (line, list_frame):
+                    self._line_of[id(item)] = (line, list_frame)
+                    item.setMovable(list_frame == "rest")  # sky lines stay where the sky puts them
                 if item.label.format != line.name:
                     item.label.setFormat(line.name)
                     item.setToolTip(tooltip(line.name))
@@ -693,13 +759,16 @@ class SpectrumViewer(QWidget):
                     item.setValue(w)
                 item.label.anchor = w
                 continue
-            item = pg.InfiniteLine(w, angle=90, pen=LINE_PEN, movable=False)
+            item = pg.InfiniteLine(w, angle=90, pen=LINE_PEN, hoverPen=LINE_HOVER_PEN, movable=list_frame == "rest")
             item.label = MarkerLabel(line.name, (20, 120, 50), w, LABEL_FILL)  # referenced, see show_window
             item.label.setParentItem(self.vb)
             item.setZValue(-2)
             item.setToolTip(tooltip(line.name))
+            item.sigDragged.connect(self._marker_dragged)
+            item.sigPositionChangeFinished.connect(self._marker_released)
             self.plot.addItem(item)
             self._line_items.append(item)
+            self._line_of[id(item)] = (line, list_frame)
         note = self._line_problem or self._line_note_text()
         if self.line_note.text() != note:
             self.line_note.setText(note)
@@ -797,6 +866,8 @@ class SpectrumViewer(QWidget):
             parts.append(f"smoothed over {self.smoothing} px")
         if m.note:  # the reader's own word on it: "error spectrum (its flux spectrum is …)", "sky fibre"
             parts.append(f"<i>{esc(m.note)}</i>")
+        if fit.no_model and s.model is None:  # DESI: why redrock's fit is not drawn (last: the rest comes first)
+            parts.append(f"<i>{esc(fit.no_model)}</i>")
         self.header.setText(" · ".join(parts))
         y_label = flux_axis_label(s)
         if self._axis_y != y_label:  # a new axis label re-lays out the whole plot: only when it changes

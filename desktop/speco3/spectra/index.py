@@ -344,7 +344,7 @@ class ArchiveIndex:
     # -- queries ----------------------------------------------------------------------------------------
     @staticmethod
     def _where(survey=None, cls=None, z_min=None, z_max=None, snr_min=None, text=None, has_error=None,
-               format=None, usable=None, zwarn_clean=None) -> tuple[str, list]:
+               format=None, usable=None, zwarn_clean=None, z_err_max=None, deltachi2_min=None) -> tuple[str, list]:
         clauses, params = [], []
         for column, value in (("survey", survey), ("cls", cls), ("format", format)):
             if value is None or value == "":
@@ -375,18 +375,26 @@ class ArchiveIndex:
             params.append(SKY_FIBRE_NOTE + "%")
         if zwarn_clean is not None:  # the pipeline's redshift warning bits: none (or none stated) / some
             clauses.append("COALESCE(zwarn, 0) = 0" if zwarn_clean else "COALESCE(zwarn, 0) != 0")
+        # the pipeline's z error and redrock's DELTACHI2: a spectrum whose file states none is kept (as for zwarn)
+        if z_err_max is not None:
+            clauses.append("(z_err IS NULL OR z_err <= ?)")
+            params.append(float(z_err_max))
+        if deltachi2_min is not None:
+            clauses.append("(deltachi2 IS NULL OR deltachi2 >= ?)")
+            params.append(float(deltachi2_min))
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
     def query(self, survey=None, cls=None, z_min=None, z_max=None, snr_min=None, text=None, has_error=None,
               format=None, usable=None, sort: str = "file_name", descending: bool = False, limit: int | None = None,
-              offset: int = 0, zwarn_clean=None) -> list[IndexEntry]:
+              offset: int = 0, zwarn_clean=None, z_err_max=None, deltachi2_min=None) -> list[IndexEntry]:
         """Entries matching the filters, sorted (ties broken by key), paged by ``limit``/``offset``.
 
         ``usable=True`` leaves out sky fibres and spectra with every pixel masked (`is_unusable`); False keeps only
         those; None (the default) both."""
         if sort not in SORTABLE:
             raise ValueError(f"cannot sort by {sort!r}; choose one of {', '.join(SORTABLE)}")
-        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable, zwarn_clean)
+        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable, zwarn_clean,
+                                    z_err_max, deltachi2_min)
         direction = "DESC" if descending else "ASC"
         # ties (and "key") in file order, then by position in the file: #2 before #10
         tie = f"rel {direction}, idx {direction}"
@@ -401,8 +409,9 @@ class ArchiveIndex:
         return [self._entry(root, r) for r in rows]
 
     def count(self, survey=None, cls=None, z_min=None, z_max=None, snr_min=None, text=None, has_error=None,
-              format=None, usable=None, zwarn_clean=None) -> int:
-        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable, zwarn_clean)
+              format=None, usable=None, zwarn_clean=None, z_err_max=None, deltachi2_min=None) -> int:
+        where, params = self._where(survey, cls, z_min, z_max, snr_min, text, has_error, format, usable, zwarn_clean,
+                                    z_err_max, deltachi2_min)
         with self._lock:
             return int(self._db.execute(f"SELECT COUNT(*) FROM spectra{where}", params).fetchone()[0])
 

@@ -10,7 +10,8 @@ conversion and of where a marker goes.
 * `read_line_list`: the user's own file, CSV or ECSV, with columns ``name`` and ``wavelength`` (and optionally
   ``kind``); an ECSV file may state ``medium: air`` and ``frame: observed`` in its meta and a wavelength unit (nm,
   µm); without them the file is read as rest-frame vacuum Å, and the viewer says so.
-* `marker_position`: where a line is drawn for a spectrum in air or vacuum, at a redshift, in the frame shown.
+* `marker_position`: where a line is drawn for a spectrum in air or vacuum, at a redshift, in the frame shown;
+  `marker_z` the other way round (a dragged marker, a measured line), `line_centroid` where a line in a window is.
 """
 
 from __future__ import annotations
@@ -95,6 +96,61 @@ def marker_position(line: Line, medium: Medium, z_lines: float, z_spectrum: floa
     w = float(vac_to_air(line.wavelength)) if medium == "air" else line.wavelength
     observed = to_frame(w, z_lines, "rest", "observed") if list_frame == "rest" else w
     return to_frame(observed, z_spectrum, "observed", frame)
+
+
+def marker_z(line: Line, medium: Medium, position: float, z_spectrum: float, frame: Frame) -> float:
+    """The redshift at which the rest-frame ``line`` is drawn at ``position`` on the axis of ``frame`` (the inverse
+    of `marker_position`): a marker dragged there, or the line's measured centroid (`line_centroid`)."""
+    w = float(vac_to_air(line.wavelength)) if medium == "air" else line.wavelength
+    return float(to_frame(position, z_spectrum, frame, "observed")) / w - 1.0
+
+
+def line_centroid(wavelength: np.ndarray, flux: np.ndarray, good: np.ndarray, lo: float, hi: float,
+                  kind: str = "line", near: float | None = None) -> float | None:
+    """The flux-weighted centroid (Å, on ``wavelength``'s axis) of the line in the window ``[lo, hi]``.
+
+    The continuum is the straight line through the medians of the outer fifth of the window's good pixels on each
+    side; the weights are the flux above it for an emission line, below it for an absorption line, and for another
+    kind on the side that holds more, over the run of pixels beyond the continuum around the line's peak (the
+    noise elsewhere in the window does not pull the centroid). Of several lines in the window the one nearest
+    ``near`` (where its marker is) counts, else the strongest. None when the window has fewer than 7 good pixels
+    or nothing stands out of the continuum by three times its scatter."""
+    x, y = np.asarray(wavelength, dtype=float), np.asarray(flux, dtype=float)
+    sel = np.asarray(good, dtype=bool) & np.isfinite(x) & np.isfinite(y) & (x >= lo) & (x <= hi)
+    x, y = x[sel], y[sel]
+    if x.size < 7:
+        return None
+    edge = max(2, x.size // 5)
+    xl, yl, xr, yr = (float(np.median(v)) for v in (x[:edge], y[:edge], x[-edge:], y[-edge:]))
+    cont = yl + (yr - yl) * (x - xl) / (xr - xl) if xr > xl else np.full(x.size, yl)
+    d = y - cont
+    up, down = float(np.clip(d, 0, None).sum()), float(np.clip(-d, 0, None).sum())
+    sign = 1.0 if kind == "emission" else -1.0 if kind == "absorption" else (1.0 if up >= down else -1.0)
+    excess = sign * d
+    edges = np.concatenate([d[:edge], d[-edge:]])
+    noise = 1.4826 * float(np.median(np.abs(edges - np.median(edges))))
+    strong = excess > max(3 * noise, 1e-9 * max(abs(yl), abs(yr)))
+    # the lines in the window: local maxima (over 7 pixels) that stand out of the noise
+    padded = np.pad(excess, 3, mode="constant", constant_values=-np.inf)
+    peaks = np.flatnonzero(strong & (excess >= np.lib.stride_tricks.sliding_window_view(padded, 7).max(axis=1)))
+    if not peaks.size:  # nothing stands out of the noise
+        return None
+    peak = int(peaks[np.argmax(excess[peaks])] if near is None else peaks[np.argmin(np.abs(x[peaks] - near))])
+    # its pixels: out from the peak while beyond the continuum, up to where a neighbouring line's rise begins
+    half = 0.5 * excess[peak]
+    left = peak
+    while left > 0 and excess[left - 1] > 0 and not (excess[left] < half and excess[left - 1] > excess[left]):
+        left -= 1
+    right = peak
+    while right < x.size - 1 and excess[right + 1] > 0 and not (excess[right] < half
+                                                                and excess[right + 1] > excess[right]):
+        right += 1
+    weights = excess[left:right + 1]
+    x = x[left:right + 1]
+    total = float(weights.sum())
+    if not total > 0:
+        return None
+    return float((x * weights).sum() / total)
 
 
 def _lines_in_vacuum(rows: list[tuple[str, float, str]], medium: str) -> tuple[Line, ...]:

@@ -43,6 +43,16 @@ class PipelineFit:
     zwarn: int | None = None
     zwarn_name: str | None = None
     deltachi2: float | None = None
+    #: why the pipeline's model spectrum is not drawn though its fit is known (None: nothing to say)
+    no_model: str | None = None
+
+
+#: What a DESI redrock file holds and why its fit is not drawn: its REDSHIFTS table has the best fit only (Z, ZERR,
+#: ZWARN, CHI2, SPECTYPE, SUBTYPE, DELTACHI2 and the COEFF of the template's terms); the model is those
+#: coefficients times redrock's templates, which are not shipped with the app, and the next-best fits are written
+#: only to redrock's rrdetails HDF5 files, which it does not read.
+REDROCK_NO_MODEL = ("redrock model not drawn: its templates are not shipped; the file holds the best fit only "
+                    "(next-best fits are in rrdetails files, not read)")
 
 
 def pipeline_fit(meta: SpectrumMeta) -> PipelineFit:
@@ -65,7 +75,8 @@ def pipeline_fit(meta: SpectrumMeta) -> PipelineFit:
     warn_key = next((k for k in names if num(k) is not None), None)
     zwarn = num(warn_key) if warn_key else None
     return PipelineFit(num("z_err", "zerr", "Z_ERR"), None if zwarn is None else int(zwarn),
-                       names[warn_key] if warn_key else None, num("deltachi2"))
+                       names[warn_key] if warn_key else None, num("deltachi2"),
+                       REDROCK_NO_MODEL if e.get("redrock_file") else None)
 
 
 #: Largest magnitude a flux or wavelength value may have: squares, spans and S/N of values up to it stay finite in

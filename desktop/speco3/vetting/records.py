@@ -384,6 +384,8 @@ class Decision:
             return f"redshift {z!r} is not a redshift (-0.1 to 15)"
         if conf is not None and (isinstance(conf, bool) or not isinstance(conf, int) or not 0 <= conf <= 4):
             return f"redshift confidence must be 0-4, got {conf!r}"
+        if conf is not None and z is None:
+            return f"a redshift confidence ({conf}) needs the redshift it is about: give your z too"
         for what, v in (("class", self.vetter_class), ("subclass", self.vetter_subclass)):
             if v is not None and (not v.strip() or len(v) > 40 or not v.isprintable()):
                 return f"{what} must be 1-40 printable characters, got {v!r}"

@@ -32,6 +32,7 @@ from speco3.engine.choice import SCRIPTED_LABEL
 from speco3.errors import Speco3Error, SpectrumReadError, StoreError, TaskError
 from speco3.spectra.index import IndexEntry
 from speco3.spectra.model import Spectrum
+from speco3.vetting.archive_store import Holds, StoreFit, store_fit
 from speco3.vetting.records import (
     Decision,
     Evidence,
@@ -163,6 +164,7 @@ class Opened:
 
     opened: bool
     unsaved: str | None = None
+    fit: StoreFit | None = None  # how a store the vetter chose fits the archive (None: not checked)
 
 
 # -- the session -------------------------------------------------------------------------------------------------
@@ -214,13 +216,26 @@ class VettingSession:
 
     # -- archive and store ---------------------------------------------------------------------------------------
     def open_archive(self, root: str | Path, store_path: Path,
-                     browse_read_only: Callable[[Holder], bool] = lambda holder: True) -> Opened:
+                     browse_read_only: Callable[[Holder], bool] = lambda holder: True,
+                     holds: Holds | None = None) -> Opened:
         """Show nothing, close the store, and open ``store_path`` for the archive ``root``. When another instance
         writes it, ``browse_read_only(holder)`` says whether to open it read-only (else nothing is opened:
         ``Opened.opened`` False). When its place cannot be written (a read-only data folder), the session goes on
         with a store kept in memory, so that the archive can still be browsed and vetted, and ``Opened.unsaved``
         says why (`move_store` then writes it elsewhere). Raises `speco3.errors.StoreError` when the store cannot
-        be opened otherwise."""
+        be opened otherwise.
+
+        ``holds`` (the archive's index: store key -> held) marks a store the vetter chose (``--store``, File → Open
+        store…, a night's ``vet`` store found beside the archive): an existing one is checked first
+        (`speco3.vetting.archive_store.store_fit`, read only) and one that does not belong to the archive is
+        refused with `StoreError` saying why, the session left as it was; one in a place that cannot be written is
+        opened read-only (its verdicts shown) rather than replaced by an empty store in memory. ``Opened.fit`` says
+        how it fits."""
+        fit = None
+        if holds is not None and store_path.exists():
+            fit = store_fit(store_path, root, holds)
+            if (problem := fit.problem()) is not None:
+                raise StoreError(f"{problem}: not opened for this archive")
         self.close()
         self.archive_serial += 1
         lock = WriterLock(store_path)
@@ -230,6 +245,8 @@ class VettingSession:
             why = read_only_place(store_path)
             if why is None:
                 raise StoreError(f"{store_path}: cannot take its writer lock ({exc.strerror or exc})") from exc
+            if fit is not None:
+                return self._browse_only(root, store_path, why, fit)
             return self._in_memory(root, f"{store_path}: cannot write the vetting store there: {why}")
         if holder is not None:
             if not browse_read_only(holder):
@@ -242,6 +259,8 @@ class VettingSession:
                 self.store.set_state(ARCHIVE_ROOT_STATE, str(root))  # reports are titled by it
             except ReadOnlyStoreError as exc:
                 lock.release()
+                if fit is not None:
+                    return self._browse_only(root, store_path, read_only_place(store_path) or str(exc), fit)
                 return self._in_memory(root, str(exc))
             except BaseException:
                 if self.store is not None:
@@ -252,7 +271,28 @@ class VettingSession:
             self._lock = lock
         self._opened(root)
         log.info("vetting store %s%s", store_path, " (read-only)" if self.read_only else "")
-        return Opened(True)
+        return Opened(True, fit=fit)
+
+    def _browse_only(self, root: str | Path, store_path: Path, why: str, fit: StoreFit) -> Opened:
+        """A chosen store that cannot be written where it is: shown read-only (its verdicts and decisions)."""
+        self.store = VettingStore(store_path, readonly=True)
+        self.read_only = f"read-only: {store_path} cannot be written there ({why})"
+        self._opened(root)
+        log.info("vetting store %s (read-only: %s)", store_path, why)
+        return Opened(True, fit=fit)
+
+    def trace_path(self, trace_dir: str) -> Path:
+        """Where a stored trace folder is: as stored when absolute or found from here, else beside the store (a
+        ``vet`` run stores its traces beside its store; an older one stored them relative to where it ran)."""
+        path = Path(trace_dir)
+        if path.is_absolute() or path.exists() or self.store is None or self.store.is_in_memory:
+            return path
+        folder = self.store.path.absolute().parent
+        for i in range(len(path.parts)):  # "night/r_traces/cv/x" stored by a run in the folder above "night"
+            beside = folder.joinpath(*path.parts[i:])
+            if beside.exists():
+                return beside
+        return path
 
     def _in_memory(self, root: str | Path, reason: str) -> Opened:
         log.warning("%s; keeping decisions in memory", reason)
@@ -474,6 +514,9 @@ class VettingSession:
                        vetter=self.settings.vetter_name(), model_verdict_seen=mv.verdict if mv else None,
                        model_verdict_id=mv.id if mv else None, evidence=list(evidence), vetter_z=fit[0],
                        z_conf=fit[1], vetter_class=fit[2], vetter_subclass=fit[3])
+        if (problem := rec.fit_problem()) is not None:  # a confidence without a z, a z out of range …
+            self.message.emit(f"{problem}: nothing decided")
+            return False
         try:
             info = self.store.spectrum_info(key)
             if shown.spectrum is not None and (info is None or info.file_sha256 is None):  # what exports show of it
@@ -532,7 +575,8 @@ class VettingSession:
             return
         if (dec.flags, dec.comment, dec.evidence) == (list(flags), comment, list(evidence)):
             return
-        self.decide(dec.decision, flags, comment, evidence, advance=False)
+        self.decide(dec.decision, flags, comment, evidence, advance=False,  # the vetter's z and class stay with it
+                    fit=(dec.vetter_z, dec.z_conf, dec.vetter_class, dec.vetter_subclass))
 
     def current_notes(self) -> Notes:
         """(flags, comment, evidence) of the spectrum shown as last left (notes or the decision, whichever is

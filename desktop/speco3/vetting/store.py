@@ -742,6 +742,13 @@ class VettingStore:
         return int(self._query("PRAGMA data_version")[0][0])
 
     # -- overview ----------------------------------------------------------------------------------
+    def spectrum_keys(self) -> list[str]:
+        """Every spectrum key the store holds a model verdict, a decision or notes of, sorted (whether the store
+        fits an archive: `speco3.vetting.archive_store.store_fit`)."""
+        rows = self._query("SELECT spectrum_key FROM model_verdicts UNION SELECT spectrum_key FROM decisions "
+                           "UNION SELECT spectrum_key FROM annotations ORDER BY 1")
+        return [r[0] for r in rows]
+
     def tasks(self) -> list[str]:
         rows = self._query("SELECT task FROM model_verdicts UNION SELECT task FROM decisions ORDER BY 1")
         tasks = {r[0] for r in rows} | {a.task for a in self.annotations()}
