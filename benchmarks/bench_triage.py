@@ -186,7 +186,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="N 2,000 and 150 trials per setting (a few minutes)")
     p.add_argument("--json", action="store_true", help="print the JSON only (no table on stderr)")
     p.add_argument("--n", type=int, nargs="+", help="population sizes (default 2000 20000 170000)")
-    p.add_argument("--trials", type=int, help="trials per setting (default 1000; --quick 200)")
+    p.add_argument("--trials", type=int, help="trials per setting (default 1000; --quick 150)")
     p.add_argument("--recall", type=float, default=0.9)
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--seed", type=int, default=0)

@@ -156,3 +156,40 @@ def test_stopping_settings_are_kept_and_bad_values_ignored(tmp_path):
         s = AppSettings.from_dict(bad)
         assert (s.stop_recall, s.stop_confidence) == (0.9, 0.95), bad
     assert AppSettings.from_dict({"stop_recall": 1, "stop_confidence": 0.5}).stop_recall == 1
+
+
+def test_the_worker_answers_in_order_keeps_every_audit_and_says_why_it_cannot(qtbot, tmp_path):
+    from speco3.gui.workers import StoppingJob, StoppingWorker
+    from speco3.vetting import Decision, ModelVerdict, VettingStore
+
+    store = VettingStore(tmp_path / "s.sqlite")
+    for i in range(60):
+        p = 1.0 if i < 6 else 0.0
+        store.record_model_verdict(ModelVerdict(f"s{i:02d}", "cv", "YES" if p else "NO", "YES" if p else "NO",
+                                                p_yes=p, rollouts=3))
+    for i in range(6):
+        store.record_decision(Decision(f"s{i:02d}", "cv", "YES"))
+    worker = StoppingWorker()
+    answers: list[tuple[int, object, str]] = []
+    worker.done.connect(lambda i, cert, error: answers.append((i, cert, error)))
+    try:
+        for i in range(1, 6):
+            worker.submit(StoppingJob(i, store, "cv", 0.9, 0.95))
+        worker.submit(StoppingJob(6, store, "cv", 0.9, 0.95, audit=True, vetter="me"))
+        worker.submit(StoppingJob(7, store, "cv", 0.9, 0.95))
+        qtbot.waitUntil(lambda: bool(answers) and answers[-1][0] == 7, timeout=30000)
+        ids = [i for i, _c, _e in answers]
+        assert ids == sorted(ids) and 6 in ids and not any(e for _i, _c, e in answers)
+        by_id = {i: c for i, c, _e in answers}
+        assert by_id[6].sample_drawn == by_id[7].sample_drawn > 0  # the audit drew; the refresh after it sees it
+        assert store.audit_draws("cv")[0]["vetter"] == "me"
+        gone = VettingStore(tmp_path / "gone.sqlite")
+        gone.close()
+        (tmp_path / "gone.sqlite").unlink()
+        worker.submit(StoppingJob(8, gone, "cv", 0.9, 0.95))
+        qtbot.waitUntil(lambda: answers[-1][0] == 8, timeout=30000)
+        assert answers[-1][1] is None and "no such vetting store" in answers[-1][2]
+    finally:
+        worker.stop()
+        worker.deleteLater()
+        store.close()
