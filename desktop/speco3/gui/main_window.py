@@ -596,6 +596,7 @@ class MainWindow(QMainWindow):
         if error:
             if job.audit:
                 self.show_error(error)
+                self.auditReady.emit(0)
             else:
                 self.show_message(f"stopping test unavailable: {error}")
             return
