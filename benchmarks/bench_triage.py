@@ -23,8 +23,10 @@ down the order until recall R, knowing the truth: no certificate can do better i
 stopping after 50 NO decisions in a row, and trusting ``p_yes < 0.5`` (reading only ``p_yes ≥ 0.5``). Under
 ``score_chosen``: the same test on a "sample" of the lowest-``p_yes`` spectra instead of a random one.
 
-Run: ``.venv/bin/python benchmarks/bench_triage.py`` (N 2,000, 20,000 and 170,000; 1,000 trials per setting);
-``--quick``: N 2,000 and 150 trials (every prevalence and separation).
+Run: ``.venv/bin/python benchmarks/bench_triage.py`` (N 2,000, 20,000 and 170,000; 1,000 trials per setting: 20
+minutes at ``nice`` on a loaded 2-core machine); ``--quick``: N 2,000 and 150 trials (every prevalence and
+separation; under half a minute). ``by_n_prevalence`` in the JSON: per N and prevalence, the lowest coverage of the
+rule, of the baselines and of the score-chosen sample, the skip shares and the labels against the lower bound.
 """
 
 from __future__ import annotations
