@@ -123,7 +123,7 @@ class MainWindow(QMainWindow):
         self.agent = AgentController(self.inference, self.vetting, self.agent_panel, self.settings, self.tasks,
                                      engine_opener=engine_opener, parent=self)
         self.inference.start()
-        # the stopping test runs on its own thread (170,000 screened spectra take about a second to read and order)
+        # the stopping test runs on its own thread (170,000 screened spectra take 1-2 s to read and order)
         self.stopping_worker = StoppingWorker(self)
         self.stopping_worker.done.connect(self._stopping_done)
         self._stopping_jobs: dict[int, StoppingJob] = {}

@@ -598,14 +598,14 @@ class StoppingJob:
 
 class StoppingWorker(BackgroundTask):
     """The stopping test (`speco3.vetting.stopping`) off the GUI thread: at 170,000 screened spectra one test reads
-    and orders them all (about a second), which would freeze the queue after every decision.
+    and orders them all (1-2 s), which would freeze the queue after every decision.
 
     Jobs run one at a time, in the order submitted; a refresh still waiting when another is submitted is dropped (the
     later one answers for both: no signal for it), an audit never is. A refresh reads through a read-only connection
     of its own to the store's file (SQLite's WAL lets it read while the window writes, so the window never waits
-    for it); an audit, which writes the draw, and a store kept in memory go through the window's store, whose
-    connection serialises every use under one lock (as the inference thread's recordings do). Signal: done(job id,
-    `Certificate` or None, error text: "" when none)."""
+    for it); an audit (it writes the draw), a store kept in memory and a store that cannot be opened a second time
+    go through the window's store, whose connection serialises every use under one lock (as the inference thread's
+    recordings do). Signal: done(job id, `Certificate` or None, error text: "" when none)."""
 
     done = Signal(int, object, str)
 
@@ -658,7 +658,13 @@ class StoppingWorker(BackgroundTask):
     def _run(job: StoppingJob) -> Certificate | None:
         if job.audit:
             return stopping.audit_rest(job.store, job.task, job.vetter, job.recall, job.confidence)
-        if job.store.is_in_memory:
+        reader = None
+        if not job.store.is_in_memory:
+            try:
+                reader = VettingStore(job.store.path, readonly=True)
+            except StoreError:  # e.g. unmerged changes in a read-only place: read through the window's connection
+                log.info("the stopping test reads %s through the window's connection", job.store.path)
+        if reader is None:
             return stopping.current(job.store, job.task, job.recall, job.confidence)
-        with VettingStore(job.store.path, readonly=True) as reader:
+        with reader:
             return stopping.current(reader, job.task, job.recall, job.confidence)
