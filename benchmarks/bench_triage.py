@@ -11,8 +11,8 @@ truthfully. The rule under test:
   labels, as a rate times the spectra left, fall to half of ``k_target`` (any policy will do: the guarantee does not
   depend on when the audit starts), or stops at once where the frame cannot hold ``k_target`` candidates;
 - then decides a uniform random sample of the unread, one label at a time, and stops at the first label where the
-  test passes (`speco3.vetting.stopping.sample_needed` per count of sample candidates, the code the app runs), or when
-  everything is read.
+  test passes (`speco3.vetting.stopping.stop_label`: `passes` once per count of sample candidates and
+  `sample_needed` where it stops, the code the app runs), or when everything is read.
 
 Per setting: ``coverage`` = share of trials whose realised recall met R when the rule stopped (reading everything
 counts, with recall 1; must be ≥ C), ``coverage_when_certified`` (only the trials the certificate stopped before the
@@ -23,8 +23,10 @@ down the order until recall R, knowing the truth: no certificate can do better i
 stopping after 50 NO decisions in a row, and trusting ``p_yes < 0.5`` (reading only ``p_yes ≥ 0.5``). Under
 ``score_chosen``: the same test on a "sample" of the lowest-``p_yes`` spectra instead of a random one.
 
-Run: ``.venv/bin/python benchmarks/bench_triage.py`` (N 2,000, 20,000 and 170,000; 1,000 trials per setting);
-``--quick``: N 2,000 and 150 trials (every prevalence and separation).
+Run: ``.venv/bin/python benchmarks/bench_triage.py`` (N 2,000, 20,000 and 170,000; 1,000 trials per setting: 20
+minutes at ``nice`` on a loaded 2-core machine); ``--quick``: N 2,000 and 150 trials (every prevalence and
+separation; under half a minute). ``by_n_prevalence`` in the JSON: per N and prevalence, the lowest coverage of the
+rule, of the baselines and of the score-chosen sample, the skip shares and the labels against the lower bound.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import _kit  # noqa: F401 - puts the test kit on sys.path
 import numpy as np
 from scipy.stats import binom, norm
 
-from speco3.vetting.stopping import k_target, labels_lower_bound, sample_needed
+from speco3.vetting.stopping import k_target, labels_lower_bound, stop_label
 
 #: Headline keys of the printed JSON (the README's benchmark table lists them).
 JSON_KEYS = ("recall", "confidence", "trials", "settings", "worst", "seconds")
@@ -93,24 +95,6 @@ def audit_start(found: np.ndarray, n: int, recall: float, confidence: float) -> 
     return start, False
 
 
-def sequential_stop(frame: int, outside: int, hits: np.ndarray, recall: float, confidence: float) -> tuple[int, int]:
-    """(labels, candidates) at which the test stops on a sample whose c-th candidate is label ``hits[c-1]``."""
-    kk = len(hits)
-    t = np.concatenate([[0], hits, [frame + 1]])
-    block = 16
-    c0 = 0
-    while c0 <= kk:
-        c = np.arange(c0, min(kk, c0 + block - 1) + 1)
-        need = np.asarray(sample_needed(frame, outside + c, outside, recall, confidence, c))
-        at = np.maximum(need, t[c])
-        ok = np.flatnonzero(at < t[c + 1])
-        if ok.size:
-            i = ok[0]
-            return int(min(at[i], frame)), int(c[i])
-        c0, block = c0 + len(c), block * 2
-    return frame, kk
-
-
 def run_setting(rng, n: int, prevalence: float, sep: float, trials: int, recall: float, confidence: float) -> dict:
     pos = max(1, round(prevalence * n))
     q_pos, q_neg = level_probs(sep / 2), level_probs(-sep / 2)
@@ -128,14 +112,14 @@ def run_setting(rng, n: int, prevalence: float, sep: float, trials: int, recall:
             used, c = 0, 0
         else:
             hits = np.sort(rng.choice(frame, size=left, replace=False)) + 1 if left else np.zeros(0, int)
-            used, c = sequential_stop(frame, f_out, hits, recall, confidence)
+            used, c = stop_label(frame, f_out, hits, recall, confidence)
             bound = int(labels_lower_bound(frame, f_out, f_out, recall, confidence))
             lb.append(h + bound)
             if bound:
                 ratio.append(used / bound)
             # the same test on the lowest-p_yes spectra (the end of the order) instead of a random sample
             tail = np.flatnonzero(lab[h:][::-1]) + 1
-            u2, c2 = sequential_stop(frame, f_out, tail, recall, confidence)
+            u2, c2 = stop_label(frame, f_out, tail, recall, confidence)
             chosen.append((f_out + c2) / pos >= recall - 1e-12 or u2 >= frame)
         r = 1.0 if used >= frame else (f_out + c) / pos
         rec.append(r >= recall - 1e-12)
@@ -176,12 +160,35 @@ def run_setting(rng, n: int, prevalence: float, sep: float, trials: int, recall:
     return out
 
 
+def by_n_prevalence(settings: list[dict]) -> list[dict]:
+    """Per N and prevalence, over the score separations: the lowest coverage (the rule's, and the baselines' and the
+    score-chosen sample's), the range of skip shares, and the rule's labels against the lower bound."""
+    out = []
+    for n, prev in dict.fromkeys((s["n"], s["prevalence"]) for s in settings):
+        group = [s for s in settings if (s["n"], s["prevalence"]) == (n, prev)]
+        chosen = [s["score_chosen"]["coverage"] for s in group if s["score_chosen"]["coverage"] is not None]
+        ratios = [s["sample_vs_lower_bound"] for s in group if s["sample_vs_lower_bound"]]
+        out.append({
+            "n": n, "prevalence": prev,
+            "coverage_min": min(s["coverage"] for s in group),
+            "skip_share": [min(s["skip_share"] for s in group), max(s["skip_share"] for s in group)],
+            "labels": [s["labels"] for s in group],
+            "labels_lower_bound": [s["labels_lower_bound"] for s in group],
+            "sample_vs_lower_bound": [min(ratios), max(ratios)] if ratios else None,
+            "naive_no_run_50_coverage_min": min(s["naive"]["no_run_50"]["coverage"] for s in group),
+            "naive_trust_p_yes_below_half_coverage_min": min(s["naive"]["trust_p_yes_below_half"]["coverage"]
+                                                             for s in group),
+            "score_chosen_coverage_min": min(chosen) if chosen else None,
+        })
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     p.add_argument("--quick", action="store_true", help="N 2,000 and 150 trials per setting (a few minutes)")
     p.add_argument("--json", action="store_true", help="print the JSON only (no table on stderr)")
     p.add_argument("--n", type=int, nargs="+", help="population sizes (default 2000 20000 170000)")
-    p.add_argument("--trials", type=int, help="trials per setting (default 1000; --quick 200)")
+    p.add_argument("--trials", type=int, help="trials per setting (default 1000; --quick 150)")
     p.add_argument("--recall", type=float, default=0.9)
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--seed", type=int, default=0)
@@ -217,7 +224,8 @@ def main(argv=None) -> int:
         "sample_vs_lower_bound_median": float(np.median(ratios)) if ratios else None,
     }
     report = {"recall": args.recall, "confidence": args.confidence, "trials": trials, "sizes": sizes,
-              "settings": settings, "worst": worst, "seconds": round(time.perf_counter() - t0, 1)}
+              "settings": settings, "worst": worst, "by_n_prevalence": by_n_prevalence(settings),
+              "seconds": round(time.perf_counter() - t0, 1)}
     print(json.dumps(report, indent=1))
     return 0
 

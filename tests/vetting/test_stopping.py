@@ -15,8 +15,10 @@ from speco3.errors import StoreError
 from speco3.vetting import Decision, ModelVerdict, VettingStore
 from speco3.vetting.stopping import (
     assess,
+    audit_rest,
     candidates_upper_bound,
     check_target,
+    current,
     draw,
     k_target,
     labels_lower_bound,
@@ -25,7 +27,9 @@ from speco3.vetting.stopping import (
     more_found_needed,
     p_value,
     passes,
+    percent,
     sample_needed,
+    stop_label,
 )
 
 
@@ -184,6 +188,37 @@ def test_looking_after_every_label_keeps_the_error_below_delta(m, outside):
     assert worst_plain > 1 - confidence
 
 
+def brute_stop_label(frame: int, outside: int, hits: list[int], recall: float, confidence: float) -> tuple[int, int]:
+    """The rule looked at after every label, with scipy's cdf and the definitions (k_target by fractions)."""
+    delta = 1 - confidence
+    for n in range(frame + 1):
+        c = sum(h <= n for h in hits)
+        kt = brute_k_target(outside + c, outside, recall)
+        if kt > frame or hypergeom.cdf(c, frame, kt, n) <= delta * 6 / (math.pi ** 2 * (c + 1) ** 2):
+            return n, c
+    raise AssertionError("the whole frame always passes")
+
+
+def test_stop_label_is_the_first_label_where_the_rule_passes():
+    """`stop_label` (one test per count of sample candidates, the simulation's) stops where a look after every label
+    does: random frames, heads and candidate positions, and the edges (no candidate, all candidates, the last label)."""
+    rng = np.random.default_rng(5)
+    cases = [(40, 0, []), (40, 0, list(range(1, 41))), (30, 27, []), (50, 5, [50]), (60, 9, [1, 2, 3])]
+    for _ in range(120):
+        frame = int(rng.integers(1, 400))
+        left = int(rng.integers(0, min(frame, 40) + 1))
+        cases.append((frame, int(rng.integers(0, 80)), sorted(int(h) + 1 for h in rng.choice(frame, left, False))))
+    for recall, confidence in ((0.9, 0.95), (0.8, 0.9)):
+        for frame, outside, hits in cases:
+            assert stop_label(frame, outside, hits, recall, confidence) == \
+                brute_stop_label(frame, outside, hits, recall, confidence), (frame, outside, hits)
+
+
+def test_percent():
+    assert [percent(x) for x in (0.9, 0.95, 0.975, 1.0, 0.0, 0.07345)] == ["90 %", "95 %", "97.5 %", "100 %", "0 %",
+                                                                          "7.3 %"]
+
+
 def test_check_target():
     check_target(0.9, 0.95)
     for r, c in [(0, 0.9), (1.1, 0.9), (0.9, 1.0), (0.9, 0), (float("nan"), 0.9)]:
@@ -215,7 +250,8 @@ def test_before_a_draw_the_head_and_what_the_sample_must_show(tmp_path):
         assert c.verdict == "continue" and c.sample_drawn == 0 and c.labels_used == 0 and c.bound is None
         assert c.sample_needed == sample_needed(45, 5, 5, 0.9, 0.95)
         assert c.labels_lower_bound == labels_lower_bound(45, 5, 5, 0.9, 0.95)
-        assert "to stop now with ≥ 90% recall at 95% confidence decide" in c.line()
+        assert f"to stop now with ≥ 90 % recall at 95 % confidence decide {c.sample_needed} random spectra of the 45 left" \
+            in c.line()
         assert "reviewed 5 of 50 (likely first), 5 candidates found" in c.line()
 
 
@@ -358,7 +394,74 @@ def test_spectra_screened_after_the_draw_are_outside_the_guarantee(tmp_path):
         store.record_model_verdict(ModelVerdict("late", "cv", "NO", "NO", p_yes=0.0, rollouts=3))
         c = assess(store, "cv", 0.9, 0.95)
         assert (c.verdict, c.unframed, c.remaining, c.skipped, c.skippable_keys) == ("continue", 1, 2, 0, [])
-        assert "1 spectra screened after the audit draw" in c.line()
+        assert "1 spectra screened after the audit sample was drawn" in c.line()
         decide(store, "late", "NO")
         c = assess(store, "cv", 0.9, 0.95)
         assert (c.verdict, c.unframed, c.skippable_keys) == ("stop", 0, ["s30"])
+
+
+def test_the_settings_target_counts_until_a_draw_records_its_own(tmp_path):
+    with screened(tmp_path / "s.sqlite", [1.0] * 10 + [0.0] * 90) as store:
+        for i in range(10):
+            decide(store, f"s{i:02d}", "YES")
+        c = current(store, "cv", 0.8, 0.9)
+        assert (c.recall, c.confidence) == (0.8, 0.9)
+        assert "to stop now with ≥ 80 % recall at 90 % confidence decide" in c.line()
+        assert (current(store, "cv").recall, current(store, "cv").confidence) == (0.9, 0.95)  # the defaults
+        c = audit_rest(store, "cv", "me", 0.8, 0.9)  # draws at the settings' target, which the draw records
+        assert c.sample_drawn == sample_needed(90, 10, 10, 0.8, 0.9)
+        assert [(d["recall"], d["confidence"]) for d in store.audit_draws("cv")] == [(0.8, 0.9)]
+        c = current(store, "cv", 0.95, 0.99)  # the draw's own target wins over the settings'
+        assert (c.recall, c.confidence) == (0.8, 0.9)
+        assert "audit sample: 0 of" in c.line() and "≥ 80 % recall at 90 % confidence" in c.line()
+
+
+def test_scores_and_labels_are_the_latest_per_spectrum(tmp_path):
+    with screened(tmp_path / "s.sqlite", [0.9, 0.1, 0.5]) as store:
+        store.record_model_verdict(ModelVerdict("s01", "cv", "YES", "YES", p_yes=0.7, p_yes_token=0.66, rollouts=3))
+        store.record_model_verdict(ModelVerdict("s09", "other", "NO", "NO", p_yes=0.0, rollouts=3))
+        decide(store, "s00", "NO")
+        decide(store, "s02", "UNSURE")
+        decide(store, "s00", "YES")  # changed: the latest counts
+        decide(store, "s09", "NO", task="other")
+        scores = store.verdict_scores("cv")
+        assert scores == [(v.spectrum_key, v.p_yes, v.p_yes_token) for v in store.model_verdicts("cv")]
+        assert scores == [("s00", 0.9, None), ("s02", 0.5, None), ("s01", 0.7, 0.66)]
+        labels = store.decision_labels("cv")
+        assert labels == {d.spectrum_key: d.decision for d in store.decisions("cv")} == {"s02": "UNSURE", "s00": "YES"}
+        assert list(labels) == [d.spectrum_key for d in store.decisions("cv")]
+        assert store.verdict_scores("none") == [] and store.decision_labels("none") == {}
+
+
+def _bulk_store(path, n: int, yes: int, decided: int):
+    """A store of the real schema holding ``n`` screened spectra (p_yes falling with the key), the first ``decided``
+    of them decided, YES for the first ``yes``: written with one executemany per table (a durable transaction per
+    row, as the screening path writes them, would take minutes at 170,000)."""
+    VettingStore(path).close()
+    con = sqlite3.connect(path)
+    con.executemany(
+        "INSERT INTO model_verdicts (spectrum_key, task, verdict, outcome, model_id, prompt_version, engine_settings, "
+        "created_at, rollouts, p_yes) VALUES (?, 'cv', 'NO', 'NO', 'm', 'v1', '{}', '2026-01-01T00:00:00', 5, ?)",
+        ((f"k{i:06d}", round(1 - i / n, 6)) for i in range(n)))
+    con.executemany(
+        "INSERT INTO decisions (spectrum_key, task, decision, flags, comment, vetter, decided_at) "
+        "VALUES (?, 'cv', ?, '[]', '', 'me', '2026-01-01T00:00:00')",
+        ((f"k{i:06d}", "YES" if i < yes else "NO") for i in range(decided)))
+    con.commit()
+    con.close()
+
+
+def test_the_stopping_test_reads_170000_screened_spectra(tmp_path):
+    """The app's refresh at the LAMOST CV search's size: 170,000 screened, 20,000 read likely first, 300 found; the
+    reads are one query each (`verdict_scores`, `decision_labels`), so this runs in seconds."""
+    path = tmp_path / "big.sqlite"
+    _bulk_store(path, 170_000, 300, 20_000)
+    with VettingStore(path) as store:
+        c = current(store, "cv")
+        assert (c.screened, c.reviewed, c.reviewed_in_order, c.found, c.remaining) == (170_000, 20_000, 20_000, 300,
+                                                                                       150_000)
+        assert c.sample_needed == sample_needed(150_000, 300, 300, 0.9, 0.95)
+        assert f"decide {c.sample_needed:,} random spectra of the 150,000 left" in c.line()
+        c = audit_rest(store, "cv")
+        assert c.sample_drawn == sample_needed(150_000, 300, 300, 0.9, 0.95)
+        assert len(store.audit_frame("cv")) == 150_000 and len(c.drawn_keys) == c.sample_drawn

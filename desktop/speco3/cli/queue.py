@@ -24,8 +24,8 @@ def register(sub) -> None:
     q.add_argument("--abstained", action="store_true", help="only spectra where the model abstained")
     q.add_argument("--undecided", action="store_true", help="only spectra without a human decision")
     q.add_argument("--audit", action="store_true",
-                   help="only the spectra of the task's audit draw (spec-o3 triage --draw), in draw order: decide "
-                   "them in this order, their decisions then count as random labels")
+                   help="only the task's audit sample (spec-o3 triage --draw), in its drawn order: decide them in "
+                   "this order, their decisions then count as random labels")
     q.add_argument("--limit", type=int, help="at most N rows")
     q.add_argument("--json", action="store_true", help="print the rows as JSON")
     q.set_defaults(func=cmd_queue)

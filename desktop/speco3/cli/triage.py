@@ -8,7 +8,7 @@ import json
 
 from speco3.errors import StoreError
 from speco3.vetting.records import login_vetter
-from speco3.vetting.stopping import Certificate, assess, check_target, draw
+from speco3.vetting.stopping import Certificate, assess, check_target, draw, percent
 from speco3.vetting.store import VettingStore
 
 #: Exit status when the verdict is ``continue`` (0: ``stop``; 1: an error).
@@ -17,19 +17,20 @@ EXIT_CONTINUE = 3
 
 def register(sub) -> None:
     t = sub.add_parser(
-        "triage", help="may I stop vetting? a certified recall from a random audit of the unread spectra",
+        "triage", help="may I stop vetting? a certified recall from a random audit sample of the unread spectra",
         description="Working down the likely-first order (spec-o3 queue), an observer may stop once a uniform random "
         "sample of the spectra left shows, at the confidence asked, that the unread hold at most a share 1-R of all "
         "candidates (an exact hypergeometric test; see the README). Without a sample it says how many random "
-        "spectra must be decided; --draw N draws them (recorded in the store with its seed; a further --draw "
-        "extends the same draw, never redraws). Decide the drawn spectra in their order (spec-o3 queue --audit). "
+        "spectra must be decided; --draw N draws them, the audit sample (recorded in the store with its seed; a "
+        "further --draw extends the same sample, never redraws). Decide the audit sample in its order (spec-o3 queue "
+        "--audit). "
         "Exit status: 0 stop, 3 continue, 1 error.")
     t.add_argument("store", metavar="STORE", help="vetting store (SQLite)")
     t.add_argument("--task", help="the task (default: the store's only task)")
     t.add_argument("--recall", type=float, default=0.9, help="recall target R (default 0.9)")
     t.add_argument("--confidence", type=float, default=0.95, help="confidence C (default 0.95)")
-    t.add_argument("--draw", type=int, metavar="N", help="draw N more random spectra of the unread for the audit")
-    t.add_argument("--seed", type=int, help="seed of the first draw (default: a fresh one, recorded)")
+    t.add_argument("--draw", type=int, metavar="N", help="draw N more random spectra of the unread into the audit sample")
+    t.add_argument("--seed", type=int, help="seed of the audit sample's first draw (default: a fresh one, recorded)")
     t.add_argument("--miss-rate", type=float, metavar="ALPHA",
                    help="also the p_yes threshold for the next archive: the largest whose share of candidates below "
                    "it is at most ALPHA at the confidence (Learn-then-Test, binomial p-values), from a draw uniform "
@@ -56,14 +57,15 @@ def report_text(c: Certificate) -> str:
     lines = [c.line(), f"verdict: {c.verdict}"]
     if c.sample_drawn:
         how = ", ".join(f"{d['added']} on {d['created_at'][:19]}Z" for d in c.draws)
-        lines.append(f"audit: {c.sample_drawn:,} drawn at random (seed {c.seed}) from {c.frame:,} unread at the first "
-                     f"draw ({how}); {c.labels_used:,} decided in draw order count as labels, {c.positives_used:,} "
-                     "of them candidates (YES or UNSURE)")
+        lines.append(f"audit sample: {c.sample_drawn:,} drawn at random (seed {c.seed}) from {c.frame:,} unread at "
+                     f"the first draw ({how}); {c.labels_used:,} decided in its order count as labels, "
+                     f"{c.positives_used:,} of them candidates (YES or UNSURE)")
     if c.p_value is not None and c.frame:
         lines.append(f"test: p = {c.p_value:.4g} against a level {1 - c.confidence:g} spent over the sample's "
                      f"candidates; the fewest random labels any certificate would need now: {c.labels_lower_bound:,}")
     if c.bound is not None:
-        lines.append(f"bound: at most {c.bound:.1%} of all candidates are unread ({c.confidence:.0%} confidence)")
+        lines.append(f"bound: at most {percent(c.bound)} of all candidates are unread ({percent(c.confidence)} "
+                     "confidence)")
     if c.miss_rate is not None:
         if c.threshold is not None:
             lines.append(f"next archive: read p_yes >= {c.threshold:g}; at most {c.miss_rate:.0%} of its candidates "

@@ -351,6 +351,18 @@ class SettingsDialog(QDialog):
                                    value=settings.samp_match_arcsec)
         form.addRow("SAMP", self.samp)
         form.addRow("Sky position match", self.samp_match)
+        # certified stopping (speco3.vetting.stopping): the target until an audit sample records its own
+        self.stop_recall = QDoubleSpinBox(
+            objectName="stopRecall", minimum=1.0, maximum=100.0, singleStep=1.0, decimals=1, suffix=" %",
+            value=settings.stop_recall * 100,
+            toolTip="the queue's stopping line and File → Audit the rest: the share of all candidates the spectra "
+            "you read must hold before it says stop (an audit sample keeps the target it was drawn for)")
+        self.stop_confidence = QDoubleSpinBox(
+            objectName="stopConfidence", minimum=50.0, maximum=99.9, singleStep=0.5, decimals=1, suffix=" %",
+            value=settings.stop_confidence * 100,
+            toolTip="how sure the stopping test must be that the recall is met (95 %: wrong at most 1 time in 20)")
+        form.addRow("Stop vetting at recall", self.stop_recall)
+        form.addRow("Stopping confidence", self.stop_confidence)
         tabs.addTab(_scrolling(general), "General")
         server = QWidget()
         sform = QFormLayout(server)
@@ -446,5 +458,7 @@ class SettingsDialog(QDialog):
         s.min_agreement = self.min_agreement.value()
         s.samp_enabled = self.samp.isChecked()
         s.samp_match_arcsec = self.samp_match.value()
+        s.stop_recall = round(self.stop_recall.value() / 100, 4)
+        s.stop_confidence = round(self.stop_confidence.value() / 100, 4)
         s.keymap = keymap.overrides()
         super().accept()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
@@ -31,7 +31,7 @@ from speco3 import __version__
 from speco3.agent.confidence import ABSTAINED
 from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
-from speco3.errors import Speco3Error, StoreError, TaskError
+from speco3.errors import Speco3Error, TaskError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
 from speco3.gui.agent_panel import AgentPanel
 from speco3.gui.archive_model import ArchiveTableModel, Filters
@@ -49,7 +49,7 @@ from speco3.gui.task_editor import TaskEditor
 from speco3.gui.text import message
 from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
-from speco3.gui.workers import IndexWorker, InferenceThread, render_png
+from speco3.gui.workers import IndexWorker, InferenceThread, StoppingJob, StoppingWorker, render_png
 from speco3.vetting import stopping
 from speco3.vetting.archive_store import StoreFit, store_fit, stores_beside
 from speco3.vetting.records import ModelVerdict
@@ -88,7 +88,16 @@ class MainWindow(QMainWindow):
         ``View -> PNG bytes`` for the agent (the training-faithful renderer by default).
     engine_opener : callable, optional
         ``(model id, EngineSettings) -> Engine`` (tests pass a scripted engine).
+
+    Signals
+    -------
+    stoppingShown(certificate or None) -- a stopping test came back from its worker and is shown (the line, the
+    greyed rows) ; auditReady(n) -- "Audit the rest" made its audit sample (n spectra) the queue, or had nothing to add
+    (0)
     """
+
+    stoppingShown = Signal(object)
+    auditReady = Signal(int)
 
     def __init__(self, settings: AppSettings | None = None, render=None, engine_opener=None):
         super().__init__()
@@ -117,6 +126,12 @@ class MainWindow(QMainWindow):
         self.agent = AgentController(self.inference, self.vetting, self.agent_panel, self.settings, self.tasks,
                                      engine_opener=engine_opener, parent=self)
         self.inference.start()
+        # the stopping test runs on its own thread (170,000 screened spectra take 1-2 s to read and order)
+        self.stopping_worker = StoppingWorker(self)
+        self.stopping_worker.done.connect(self._stopping_done)
+        self._stopping_jobs: dict[int, StoppingJob] = {}
+        self._stopping_ids = 0
+        self._stopping_shown = 0  # the newest job whose result is shown
 
         self.stack = QStackedWidget()
         self.stack.addWidget(self._start_page())
@@ -679,6 +694,10 @@ class MainWindow(QMainWindow):
         self.table_model.invalidate_states([key])
         if self.table_model.rows_follow_states():  # e.g. "model abstained": the rows themselves change
             self._requery.start()
+        # the stopping line counts the screened spectra: it follows a pre-screen (at most every 0.3 s; restarting
+        # the timer on each verdict, as decisions do, would hold it off for as long as the batch runs)
+        if not self._stopping_timer.isActive():
+            self._stopping_timer.start()
         if self.vetting.entry is not None and self.vetting.entry.key == key:
             self.decision.flush_notes()  # a comment or label being typed is stored before the record is shown again
             self._on_record()
@@ -698,43 +717,75 @@ class MainWindow(QMainWindow):
 
     # -- certified stopping (speco3.vetting.stopping) -------------------------------------------------------------
     def refresh_stopping(self) -> None:
-        """Show whether the vetter may stop (the decision panel's line) and grey what a stop leaves unread."""
-        store, task = self.vetting.store, self.vetting.task_id
-        try:
-            cert = stopping.current(store, task) if store is not None and task else None
-        except StoreError as exc:
-            self.show_message(f"stopping test unavailable: {exc}")
-            cert = None
+        """Ask the stopping worker whether the vetter may stop; the answer (the decision panel's line, the greyed
+        spectra a stop leaves unread) is shown when it comes back (`_stopping_done`)."""
+        if self.vetting.store is None or not self.vetting.task_id:
+            self._show_certificate(None)
+            return
+        self._submit_stopping(audit=False)
+
+    def _submit_stopping(self, audit: bool) -> int:
+        """Queue a stopping test of the current store and task at the settings' target (``audit``: Audit the rest)."""
+        self._stopping_ids += 1
+        job = StoppingJob(self._stopping_ids, self.vetting.store, self.vetting.task_id, self.settings.stop_recall,
+                          self.settings.stop_confidence, audit=audit,
+                          vetter=self.settings.vetter_name() if audit else "")
+        self._stopping_jobs[job.job_id] = job
+        self.stopping_worker.submit(job)
+        return job.job_id
+
+    def _stopping_done(self, job_id: int, cert: Any, error: str) -> None:
+        """A stopping test came back: shown when it is of the store and task shown now, and newer than the one
+        shown; Audit the rest then makes the audit sample the queue."""
+        job = self._stopping_jobs.pop(job_id, None)
+        for dropped in [i for i in self._stopping_jobs if i < job_id]:  # refreshes the worker dropped for a later one
+            del self._stopping_jobs[dropped]
+        if job is None or job.store is not self.vetting.store or job.task != self.vetting.task_id \
+                or job_id < self._stopping_shown:
+            return
+        if error:
+            if job.audit:
+                self.show_error(error)
+                self.auditReady.emit(0)
+            else:
+                self.show_message(f"stopping test unavailable: {error}")
+            return
+        self._stopping_shown = job_id
+        self._show_certificate(cert)
+        if job.audit:
+            self._audit_ready(cert, job.task)
+
+    def _show_certificate(self, cert: stopping.Certificate | None) -> None:
         self.decision.show_stopping(cert.line() if cert is not None else "")
         self.table_model.set_skippable(set(cert.skippable_keys) if cert is not None else set())
+        self.stoppingShown.emit(cert)
 
-    def audit_rest(self) -> int:
-        """Draw the random spectra the stopping test asks for (recorded with its seed; a later draw extends it) and
-        make the drawn spectra the queue, in draw order; returns how many are in it."""
-        store, task = self.vetting.store, self.vetting.task_id
-        if store is None or self.index is None:
-            self.show_error("open an archive and screen it first: the audit draws from its screened spectra")
-            return 0
-        try:
-            cert = stopping.audit_rest(store, task, self.settings.vetter_name())
-        except StoreError as exc:
-            self.show_error(str(exc))
-            return 0
+    def audit_rest(self) -> None:
+        """File → Audit the rest: add to the audit sample the random spectra the stopping test asks for (recorded
+        with its seed; a later one extends it), on the stopping worker; when it comes back the audit sample is the
+        queue, in its drawn order (`auditReady`)."""
+        if self.vetting.store is None or self.index is None:
+            self.show_error("open an archive and screen it first: the audit sample is drawn from its screened spectra")
+            return
+        self.show_message("drawing the audit sample …")
+        self._submit_stopping(audit=True)
+
+    def _audit_ready(self, cert: stopping.Certificate | None, task: str) -> None:
         if cert is None:
             self.show_error(f"no spectrum is screened for the task {task!r}: nothing to audit")
-            return 0
+            self.auditReady.emit(0)
+            return
         if cert.verdict == "stop" and not cert.drawn_keys:
-            self.refresh_stopping()
             self.show_message(cert.line())
-            return 0
+            self.auditReady.emit(0)
+            return
         entries = [e for e in (self._index_entry(key) for key in cert.drawn_keys) if e is not None]
         self.table_model.set_entries(entries)
-        self.show_message(f"audit draw: {cert.sample_drawn:,} random spectra (seed {cert.seed}); decide them in "
+        self.show_message(f"audit sample: {cert.sample_drawn:,} random spectra (seed {cert.seed}); decide them in "
                           "this order, only then do they count")
-        self.refresh_stopping()
         if entries:
             self.vetting.go_to(min(cert.labels_used, len(entries) - 1))
-        return len(entries)
+        self.auditReady.emit(len(entries))
 
     def _index_entry(self, key: str) -> Any:
         """The archive index's entry of a store key ``PATH#N`` (None when the archive does not hold it)."""
@@ -906,6 +957,7 @@ class MainWindow(QMainWindow):
             self.refresh_models()  # the model server entry comes and goes with its URL
             self._save_settings()
             self._store_place_changed()
+            self.refresh_stopping()  # the stopping target may have changed
 
     def new_task(self) -> None:
         self.open_task_editor(None)
@@ -980,6 +1032,7 @@ class MainWindow(QMainWindow):
         QApplication.instance().removeEventFilter(self.key_filter)
         self.samp.shutdown()  # SAMP threads joined before any widget goes
         self.inference.stop()
+        self.stopping_worker.stop()  # joined before the store it reads closes
         self._stop_index_worker()
         self.vetting.cache.close()
         self.vetting.close_store()

@@ -33,7 +33,7 @@ def build_menus(w) -> None:
     f.addSeparator()
     add_action(w, f, "Load candidate list (CSV, FITS, VOTable)…", w.choose_candidates)
     add_action(w, f, "Use the filtered table as the queue", w.use_table_queue)
-    add_action(w, f, "Audit the rest (random draw: may I stop?)", w.audit_rest)
+    add_action(w, f, "Audit the rest (audit sample: may I stop?)", w.audit_rest)
     f.addSeparator()
     add_action(w, f, "Quit", w.close, "Ctrl+Q")
     e = mb.addMenu("&Export")

@@ -23,12 +23,21 @@ from speco3.config import config_dir, data_dir
 from speco3.engine.base import DEFAULT_N_CTX, EngineSettings
 from speco3.fileio import write_text_atomic
 from speco3.vetting.records import SETTINGS_FILE, vetter_name
+from speco3.vetting.stopping import DEFAULT_CONFIDENCE, DEFAULT_RECALL, check_target
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = SETTINGS_FILE  # its "vetter" is also read by `spec-o3 decide` (`speco3.vetting.records.vetter_name`)
 #: The agent panel's model entry for the settings' "Model server" (shown when a server URL is set).
 SERVER_MODEL_ID = "model-server"
+
+
+def _target_ok(recall: float, confidence: float) -> bool:
+    try:
+        check_target(recall, confidence)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass
@@ -92,6 +101,10 @@ class AppSettings:
         "Model server": run the model on this OpenAI-compatible server instead of locally ("" = local model);
         the served model's name ("" = the first it lists) and the environment variable holding its API key ("" =
         the OS keyring entry, when keyring is installed). The key itself is never stored here.
+    stop_recall, stop_confidence : float
+        "Stop vetting at recall … confidence …": the target of the queue's stopping line and of File → Audit the rest
+        (`speco3.vetting.stopping`) until an audit sample has recorded its own (a sample keeps the target it was
+        drawn for); recall in (0, 1], confidence in (0, 1).
     """
 
     vetter: str = ""
@@ -122,6 +135,8 @@ class AppSettings:
     server_url: str = ""
     server_model: str = ""
     server_api_key_env: str = ""
+    stop_recall: float = DEFAULT_RECALL
+    stop_confidence: float = DEFAULT_CONFIDENCE
 
     # -- persistence ---------------------------------------------------------------------------------------------
     @staticmethod
@@ -169,6 +184,10 @@ class AppSettings:
                 continue
             if f.name == "kv_type":
                 ok = value in ("f16", "f32", "q8_0")
+            elif f.name in ("stop_recall", "stop_confidence"):
+                ok = isinstance(value, int | float) and not isinstance(value, bool) and _target_ok(
+                    value if f.name == "stop_recall" else DEFAULT_RECALL,
+                    value if f.name == "stop_confidence" else DEFAULT_CONFIDENCE)
             elif f.name in ("n_threads", "n_gpu_layers", "image_max_tokens"):
                 ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= -1)
             elif isinstance(default, bool):

@@ -569,3 +569,102 @@ class InferenceThread(BackgroundTask):
                 self.failed_job.emit(job.job_id, job.key, failure)
                 self._item_done(job)
             self.batch_follow.emit(0, "", 0)
+
+
+# -- the stopping test (speco3.vetting.stopping) -------------------------------------------------------------------
+# Imported beside the class, not at the head of the file, while another change rewrites InferenceThread above (so
+# that the two merge without touching the same lines); to move up with the others afterwards.
+from speco3.errors import StoreError  # noqa: E402
+from speco3.vetting import stopping  # noqa: E402
+from speco3.vetting.stopping import Certificate  # noqa: E402
+from speco3.vetting.store import VettingStore  # noqa: E402
+
+
+@dataclass(frozen=True)
+class StoppingJob:
+    """One request to `StoppingWorker`: the stopping test of ``task`` in ``store`` (`speco3.vetting.stopping.current`:
+    at the latest draw's target, or ``recall`` and ``confidence``, the app's settings, until a draw records one);
+    ``audit``: first add to the audit sample what the test asks for (`speco3.vetting.stopping.audit_rest`, "Audit the
+    rest", recorded as ``vetter``)."""
+
+    job_id: int
+    store: VettingStore
+    task: str
+    recall: float
+    confidence: float
+    audit: bool = False
+    vetter: str = ""
+
+
+class StoppingWorker(BackgroundTask):
+    """The stopping test (`speco3.vetting.stopping`) off the GUI thread: at 170,000 screened spectra one test reads
+    and orders them all (1-2 s), which would freeze the queue after every decision.
+
+    Jobs run one at a time, in the order submitted; a refresh still waiting when another is submitted is dropped (the
+    later one answers for both: no signal for it), an audit never is. A refresh reads through a read-only connection
+    of its own to the store's file (SQLite's WAL lets it read while the window writes, so the window never waits
+    for it); an audit (it writes the draw), a store kept in memory and a store that cannot be opened a second time
+    go through the window's store, whose connection serialises every use under one lock (as the inference thread's
+    recordings do). Signal: done(job id, `Certificate` or None, error text: "" when none)."""
+
+    done = Signal(int, object, str)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__("speco3-stopping", parent)
+        self._jobs: collections.deque[StoppingJob] = collections.deque()
+        self._wake = threading.Condition()
+
+    def submit(self, job: StoppingJob) -> None:
+        """Queue ``job`` (see class doc) and start the thread when it is not running."""
+        with self._wake:
+            if not job.audit:
+                self._jobs = collections.deque(j for j in self._jobs if j.audit)
+            self._jobs.append(job)
+            self._wake.notify()
+        self.start()
+
+    def pending(self) -> int:
+        """Jobs submitted and not yet started."""
+        with self._wake:
+            return len(self._jobs)
+
+    def stop(self, cancel: bool = True) -> None:
+        with self._wake:
+            if cancel:
+                self.cancel.set()
+            self._jobs.clear()
+            self._wake.notify_all()
+        super().stop(cancel)
+
+    def work(self) -> None:
+        while True:
+            with self._wake:
+                while not self._jobs and not self.cancel.is_set():
+                    self._wake.wait()
+                if self.cancel.is_set():
+                    return
+                job = self._jobs.popleft()
+            try:
+                cert = self._run(job)
+            except StoreError as exc:  # a store that cannot be read or written now: said, not a crash
+                self.done.emit(job.job_id, None, str(exc))
+            except Exception as exc:  # the app's boundary: logged with its traceback, the thread goes on
+                log.exception("the stopping test of task %s failed", job.task)
+                self.done.emit(job.job_id, None, f"{type(exc).__name__}: {exc}")
+            else:
+                self.done.emit(job.job_id, cert, "")
+
+    @staticmethod
+    def _run(job: StoppingJob) -> Certificate | None:
+        if job.audit:
+            return stopping.audit_rest(job.store, job.task, job.vetter, job.recall, job.confidence)
+        reader = None
+        if not job.store.is_in_memory:
+            try:
+                reader = VettingStore(job.store.path, readonly=True)
+            except StoreError:  # e.g. unmerged changes in a read-only place: read through the window's connection
+                log.info("the stopping test reads %s through the window's connection", job.store.path)
+        if reader is None:
+            return stopping.current(job.store, job.task, job.recall, job.confidence)
+        with reader:
+            return stopping.current(reader, job.task, job.recall, job.confidence)

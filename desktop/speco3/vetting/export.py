@@ -95,9 +95,9 @@ COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("decided_at", "str", None, "When the decision was made (UTC)"),
     ("model_verdict_seen", "str", None, "Model verdict shown to the vetter"),
     ("notes_at", "str", None, "When the flags or comment were last changed (UTC)"),
-    ("audit_draw", "int", None, "Place in the task's random audit draw (1: drawn first; empty: not drawn)"),
-    ("skippable", "int", None, "1: left unread by a certified stop at the audit draw's recall target (spec-o3 "
-     "triage), 0: not; empty: no audit draw for the task, or not screened"),
+    ("audit_draw", "int", None, "Place in the task's audit sample, in its random order (1: drawn first; empty: not in it)"),
+    ("skippable", "int", None, "1: left unread by a certified stop at the audit sample's recall target (spec-o3 "
+     "triage), 0: not; empty: no audit sample for the task, or not screened"),
 ]
 FORMATS = {"csv": "ascii.csv", "votable": "votable", "fits": "fits"}
 #: How FITS exports spell what ASCII lacks (FITS character columns are ASCII): Greek letters by name as astronomers

@@ -75,6 +75,12 @@ METHOD = ("hypergeometric test of 'recall < R' on a uniform sample without repla
 SAMPLE_CANDIDATE = ("YES", "UNSURE")
 
 
+def percent(share: float) -> str:
+    """A share as the app and the command line write a target or a bound: 0.9 -> "90 %", 0.975 -> "97.5 %"."""
+    text = f"{share * 100:.1f}".removesuffix(".0")
+    return f"{text} %"
+
+
 def check_target(recall: float, confidence: float) -> None:
     """Refuse a target outside (0, 1] recall or (0, 1) confidence (`ValueError` with the reason)."""
     if not (isinstance(recall, int | float) and math.isfinite(recall) and 0 < recall <= 1):
@@ -144,6 +150,34 @@ def sample_needed(frame, found, found_outside, recall: float, confidence: float,
     out = _smallest_n(lambda n: np.asarray(passes(k, n, frame, found, found_outside, recall, confidence)),
                       np.minimum(k, frame), frame)
     return out if out.ndim else int(out)
+
+
+def stop_label(frame: int, found_outside: int, hits: Sequence[int] | np.ndarray, recall: float,
+               confidence: float) -> tuple[int, int]:
+    """Where the rule stops on a sample of a frame of ``frame`` spectra (the head found ``found_outside`` candidates)
+    whose c-th candidate is its label ``hits[c - 1]`` (1-based, increasing; every candidate of the sample counts as
+    found, as a YES does): (labels, candidates in the sample) at the first label where `passes`; the whole frame when
+    nothing earlier passes (the sample is then everything unread: (frame, len(hits))).
+
+    Evaluated once per count of sample candidates, not once per label: while the sample holds c candidates (labels
+    ``hits[c - 1]`` to ``hits[c] - 1``) k_target is fixed and the p-value falls with every label (the cdf decreases
+    in n at fixed k and K), so the test passes in that stretch exactly when it passes at its last label, and first
+    at the larger of `sample_needed` at c and the stretch's first label. Counts are tried in blocks that double
+    (16, 32, ...): a sequence costs about twice the candidates it stops at, whatever its length (the simulation,
+    `benchmarks/bench_triage.py`, runs it on 170,000-spectrum campaigns)."""
+    kk = len(hits)
+    t = np.concatenate([[0], np.asarray(hits, dtype=np.int64), [frame + 1]])
+    c0, block = 0, 16
+    while c0 <= kk:
+        c = np.arange(c0, min(kk, c0 + block - 1) + 1)
+        ok = np.flatnonzero(np.asarray(passes(c, t[c + 1] - 1, frame, found_outside + c, found_outside, recall,
+                                              confidence)))
+        if ok.size:
+            ci = int(c[ok[0]])
+            need = int(sample_needed(frame, found_outside + ci, found_outside, recall, confidence, ci))
+            return min(max(need, int(t[ci])), frame), ci
+        c0, block = c0 + len(c), block * 2
+    return frame, kk
 
 
 def labels_lower_bound(frame, found, found_outside, recall: float, confidence: float):
@@ -261,24 +295,25 @@ class Certificate:
         return out
 
     def line(self) -> str:
-        """The queue's one line (see README): where the observer stands and what stopping now needs or loses."""
-        pct, conf = f"{self.recall:.0%}", f"{self.confidence:.0%}"
+        """The queue's one line (see README): where the observer stands and what stopping now needs or loses, at
+        which target."""
+        pct, conf = percent(self.recall), percent(self.confidence)
         head = (f"reviewed {self.reviewed:,} of {self.screened:,}"
                 + (" (likely first)" if self.reviewed_in_order == self.reviewed else
                    f" ({self.reviewed_in_order:,} likely first)") + f", {self.found:,} candidate{'' if self.found == 1 else 's'} found")
         if self.verdict == "stop":
-            share = "no" if self.bound is not None and self.bound <= 0 else f"at most {self.bound or 0:.0%} of"
+            share = "no" if self.bound is not None and self.bound <= 0 else f"at most {percent(self.bound or 0)} of"
             return (f"{head}; stop: {share} candidates are among the {self.remaining:,} unread "
-                    f"({conf} confidence)")
+                    f"({conf} confidence; target ≥ {pct} recall)")
         if self.unframed:
-            return (f"{head}; {self.unframed:,} spectra screened after the audit draw are outside it: decide them "
-                    "before stopping")
+            return (f"{head}; {self.unframed:,} spectra screened after the audit sample was drawn are outside it: "
+                    "decide them before stopping")
         if self.sample_drawn:
             more = (f"; or find {self.more_found_needed:,} more candidates down the order"
                     if self.more_found_needed else "")
-            return (f"{head}; audit: {self.labels_used:,} random labels, {self.positives_used:,} candidates; to stop "
-                    f"with ≥ {pct} recall at {conf} confidence decide {self.sample_needed:,} more random spectra"
-                    f"{more}")
+            return (f"{head}; audit sample: {self.labels_used:,} of {self.sample_drawn:,} decided, "
+                    f"{self.positives_used:,} candidates; to stop with ≥ {pct} recall at {conf} confidence decide "
+                    f"{self.sample_needed:,} more random spectra{more}")
         return (f"{head}; to stop now with ≥ {pct} recall at {conf} confidence decide {self.sample_needed:,} random "
                 f"spectra of the {self.remaining:,} left")
 
@@ -289,9 +324,10 @@ def assess(store: VettingStore, task: str, recall: float, confidence: float,
     threshold for the next archive (`next_archive_threshold`) when the draw is uniform over the whole screened
     archive (made before any decision)."""
     check_target(recall, confidence)
-    verdicts = {v.spectrum_key: v for v in store.model_verdicts(task)}
-    decided = {d.spectrum_key: d.decision for d in store.decisions(task)}
-    order = sorted(verdicts, key=lambda key: rank(verdicts[key].p_yes, verdicts[key].p_yes_token, "p_yes"))
+    scores = store.verdict_scores(task)  # one query each: 170,000 screened spectra read in well under a second
+    verdicts = {key: p_yes for key, p_yes, _token in scores}
+    decided = store.decision_labels(task)
+    order = [key for key, _p, _t in sorted(scores, key=lambda s: rank(s[1], s[2], "p_yes"))]
     in_order = next((i for i, key in enumerate(order) if key not in decided), len(order))
     frame_keys = store.audit_frame(task)
     draws = store.audit_draws(task)
@@ -318,8 +354,8 @@ def assess(store: VettingStore, task: str, recall: float, confidence: float,
             t_note = ("no audit draw uniform over the whole screened archive (draw before deciding anything: "
                       "--draw with an empty head)")
         else:
-            cands = [verdicts[key].p_yes for key in sample[:used] if decided[key] in SAMPLE_CANDIDATE]
-            grid = [v.p_yes for v in verdicts.values() if v.p_yes is not None]
+            cands = [verdicts[key] for key in sample[:used] if decided[key] in SAMPLE_CANDIDATE]
+            grid = [p for p in verdicts.values() if p is not None]
             threshold, t_needed = next_archive_threshold(cands, grid, miss_rate, confidence)
     return Certificate(
         threshold=threshold, miss_rate=miss_rate, threshold_positives_needed=t_needed, threshold_note=t_note,
@@ -339,29 +375,33 @@ def assess(store: VettingStore, task: str, recall: float, confidence: float,
         skippable_keys=unread if stop else [])
 
 
-#: The target the app shows before a draw records one (a draw keeps the target it was made for).
+#: The target before the user sets one (the app's Settings: "Stop vetting at recall", "confidence"); a draw keeps
+#: the target it was made for.
 DEFAULT_RECALL, DEFAULT_CONFIDENCE = 0.9, 0.95
 
 
-def current(store: VettingStore, task: str) -> Certificate | None:
-    """The certificate of ``task`` at its draw's target (`DEFAULT_RECALL`/`DEFAULT_CONFIDENCE` before a draw); None
-    when the task has no screened spectrum (nothing to certify)."""
+def current(store: VettingStore, task: str, recall: float = DEFAULT_RECALL,
+            confidence: float = DEFAULT_CONFIDENCE) -> Certificate | None:
+    """The certificate of ``task`` at its latest draw's target, or at ``recall`` and ``confidence`` (the app's
+    settings) when no draw has recorded one; None when the task has no screened spectrum (nothing to certify)."""
     draws = store.audit_draws(task)
-    recall = (draws[-1]["recall"] if draws else None) or DEFAULT_RECALL
-    confidence = (draws[-1]["confidence"] if draws else None) or DEFAULT_CONFIDENCE
+    recall = (draws[-1]["recall"] if draws else None) or recall
+    confidence = (draws[-1]["confidence"] if draws else None) or confidence
     cert = assess(store, task, recall, confidence)
     return cert if cert.screened else None
 
 
-def audit_rest(store: VettingStore, task: str, vetter: str = "") -> Certificate | None:
-    """"Audit the rest" (the app's queue): draw as many random spectra as the test asks for, unless the draw made
-    before still has undecided spectra or the verdict is stop; returns the certificate after it (None: nothing
-    screened). The drawn spectra are `Certificate.drawn_keys`, to be decided in that order."""
-    cert = current(store, task)
+def audit_rest(store: VettingStore, task: str, vetter: str = "", recall: float = DEFAULT_RECALL,
+               confidence: float = DEFAULT_CONFIDENCE) -> Certificate | None:
+    """"Audit the rest" (the app's queue): add to the audit sample as many random spectra as the test asks for
+    (at the target of `current`), unless the spectra drawn before are not all decided yet or the verdict is stop;
+    returns the certificate after it (None: nothing screened). The audit sample is `Certificate.drawn_keys`, to be
+    decided in that order."""
+    cert = current(store, task, recall, confidence)
     if cert is None or cert.verdict == "stop" or cert.labels_used < cert.sample_drawn:
         return cert
     draw(store, task, max(1, cert.sample_needed), recall=cert.recall, confidence=cert.confidence, vetter=vetter)
-    return current(store, task)
+    return current(store, task, recall, confidence)
 
 
 class AuditMarks(NamedTuple):
@@ -398,10 +438,10 @@ def draw(store: VettingStore, task: str, n: int, seed: int | None = None, *, rec
                              f"redrawn (a further draw extends it; leave out --seed)")
         store.extend_audit_draw(task, n, recall=recall, confidence=confidence, vetter=vetter)
         return store.audit_draws(task)
-    verdicts = {v.spectrum_key for v in store.model_verdicts(task)}
+    verdicts = {key for key, _p, _t in store.verdict_scores(task)}
     if not verdicts:
         raise StoreError(f"task {task!r} has no screened spectra in {store.path}")
-    decided = {d.spectrum_key for d in store.decisions(task)}
+    decided = set(store.decision_labels(task))
     frame = sorted(verdicts - decided)
     if not frame:
         raise StoreError(f"task {task!r}: every screened spectrum has a decision, nothing to draw from")
@@ -416,5 +456,4 @@ def draw(store: VettingStore, task: str, n: int, seed: int | None = None, *, rec
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_RECALL", "METHOD", "SAMPLE_CANDIDATE", "AuditMarks", "Certificate", "assess",
            "audit_marks", "audit_rest", "current", "candidates_upper_bound", "check_target", "draw",
            "k_target", "labels_lower_bound", "level", "missed_share_bound", "more_found_needed", "next_archive_threshold",
-           "p_value", "passes",
-           "sample_needed"]
+           "p_value", "passes", "percent", "sample_needed", "stop_label"]
