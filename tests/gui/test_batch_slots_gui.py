@@ -65,7 +65,7 @@ def watch(w) -> dict:
     w.inference.eta.connect(lambda _job, _left, queue: seen["queue"].append(queue))
     w.inference.batch_follow.connect(lambda _job, key, n: (seen.__setitem__("flight", max(seen["flight"], n)),
                                                            seen["follow"].append((key, n))))
-    w.inference.finished_job.connect(lambda _job, _key, step, _info: seen["outcomes"].append(step.outcome.value))
+    w.inference.finished_job.connect(lambda _job, _key, ended: seen["outcomes"].append(ended.final.outcome.value))
     return seen
 
 
@@ -99,7 +99,7 @@ def test_prescreen_runs_two_at_once_and_records_what_vet_slots_records(qtbot, wi
     assert w.agent.start_batch(batch, "cv", MODEL) == 4
     wait_idle(qtbot, w)
     assert w.batch_bar.value() == 4
-    parallel = w.inference._engine.stats().extra.get("parallel")  # the worker is idle: its engine is quiet
+    parallel = w.inference.service._engine.stats().extra.get("parallel")  # the worker is idle: its engine is quiet
     assert parallel and parallel["rounds"] < parallel["round_tokens"], parallel  # decodes of several sequences
     assert seen["flight"] == 2, seen  # two spectra in flight at once
     assert any(n == 2 and key for key, n in seen["follow"])
@@ -277,5 +277,5 @@ def test_closing_the_window_with_two_in_flight_stops_and_joins_the_worker(qtbot,
     qtbot.waitUntil(lambda: seen["flight"] == 2, timeout=120000)
     recorded = len(store.model_verdicts("cv", latest=False))
     w.close()  # stops the inference thread (cancelling the spectra in flight) and joins it before widgets go
-    assert not inference.running() and not inference._flight
+    assert not inference.running() and not inference.service._flight
     assert recorded < 4

@@ -268,13 +268,12 @@ def test_engine_status_names_the_model_not_its_settings():
     from speco3.engine.base import EngineSettings
     from speco3.engine.chatapi import ServerConfig
     from speco3.engine.choice import InstalledModel, ModelServer
-    from speco3.gui.workers import engine_label
 
     es = EngineSettings(flash_attn=True, use_mmap=None)
-    assert engine_label(InstalledModel("tiny-q8_0").engine_key(es)) == "tiny-q8_0"
+    assert InstalledModel("tiny-q8_0").engine_key(es).label == "tiny-q8_0"
     served = ModelServer.of(ServerConfig("http://gpu:8080/v1", model="spec-o3-7b"))
-    assert engine_label(served.engine_key(es)) == "spec-o3-7b on http://gpu:8080"
-    assert engine_label(ModelServer.of(ServerConfig("http://gpu:8080")).engine_key(es)) \
+    assert served.engine_key(es).label == "spec-o3-7b on http://gpu:8080"
+    assert ModelServer.of(ServerConfig("http://gpu:8080")).engine_key(es).label \
         == "the served model on http://gpu:8080"
     assert served.engine_key(es) == ModelServer.of(ServerConfig("http://gpu:8080", "spec-o3-7b")).engine_key(es)
     assert served.engine_key(es) != served.engine_key(EngineSettings(flash_attn=False))  # reopened on a change

@@ -1,6 +1,6 @@
 """Agent runs and the batch pre-screen: engines, jobs, and what is stored when a run ends.
 
-`AgentController` turns the agent panel's requests into `AgentJob`s for the `InferenceThread`; each job carries a
+`AgentController` turns the agent panel's requests into `RunJob`s for the `InferenceThread`; each job carries a
 `speco3.vetting.screening.Screening` of the current store, so every run is recorded by the screening core exactly
 as ``spec-o3 vet`` records it (the same verdict row, digests and rollouts; traces under the data folder's
 ``traces``, named as vet names them) and kept apart from human decisions. The canned demo session is recorded under the model id "scripted demo — not a
@@ -28,7 +28,8 @@ from speco3.errors import Speco3Error
 from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectrum
 from speco3.gui.settings import SERVER_MODEL_ID
 from speco3.gui.vetting import VettingController, store_key
-from speco3.gui.workers import AgentJob, InferenceThread
+from speco3.gui.workers import InferenceThread
+from speco3.vetting.runs import RunEnded, RunInfo, RunJob
 from speco3.vetting.screening import DoneCheck, Screening, VetItem
 from speco3_models.errors import ModelStoreError
 from speco3_models.store import ModelStore
@@ -209,7 +210,7 @@ class AgentController(QObject):
                          resume=resume, share=share, wait=False)
 
     def _job(self, entry: Any, screening: Screening, model_id: str, es: EngineSettings, spectrum=None,
-             batch: bool = False) -> AgentJob:
+             batch: bool = False) -> RunJob:
         """A job of plain data: its engine factory binds the opener and values (``es``: `run_engine_settings`),
         never this controller or a widget (the worker thread drops the job; a widget reachable from it would be
         destroyed there)."""
@@ -218,11 +219,11 @@ class AgentController(QObject):
         choice = self.choice(model_id)
         key = choice.engine_key(es)
         if choice.scripted:  # the canned demo: one run, whatever K is set (its script never varies)
-            return AgentJob(entry.key, item, screening, key, partial(_demo_engine_for, spectrum, entry, task),
+            return RunJob(entry.key, item, screening, key, partial(_demo_engine_for, spectrum, entry, task),
                             batch=batch, scripted=True)
         if isinstance(choice, InstalledModel):  # the opener the window was given (tests: a scripted engine)
-            return AgentJob(entry.key, item, screening, key, partial(self.engine_opener, model_id, es), batch=batch)
-        return AgentJob(entry.key, item, screening, key, partial(_open_choice, choice, es), batch=batch)
+            return RunJob(entry.key, item, screening, key, partial(self.engine_opener, model_id, es), batch=batch)
+        return RunJob(entry.key, item, screening, key, partial(_open_choice, choice, es), batch=batch)
 
     # -- interactive ---------------------------------------------------------------------------------------------
     def run_current(self, task_id: str, model_id: str) -> int | None:
@@ -293,7 +294,7 @@ class AgentController(QObject):
         # the rule of `spec-o3 vet` (the core's): same model, prompt version and K, not cancelled or failed, file
         # unchanged; applied again as each spectrum starts
         check: DoneCheck = screening.done_check(model_id)
-        jobs: list[tuple[AgentJob, Any]] = []
+        jobs: list[tuple[RunJob, Any]] = []
         for entry in entries:
             if getattr(entry, "error", None):
                 continue
@@ -321,7 +322,7 @@ class AgentController(QObject):
                               if in_flight > 1 else "")
 
     # -- results -------------------------------------------------------------------------------------------------
-    def _started(self, job_id: int, key: str, info: dict) -> None:
+    def _started(self, job_id: int, key: str, info: RunInfo) -> None:
         if job_id == self.interactive_job:
             self.panel.started(job_id, info)
 
@@ -332,8 +333,8 @@ class AgentController(QObject):
             self.interactive_job = None
         self.message.emit(f"agent run on {key} failed: {message}")
 
-    def _finished(self, job_id: int, key: str, verdict_step: Any, info: dict) -> None:
-        """A run ended; the screening core has recorded it on the inference thread (``info["verdict"]``), or
+    def _finished(self, job_id: int, key: str, ended: RunEnded) -> None:
+        """A run ended; the screening core has recorded it on the inference thread (``ended.verdict``), or
         nothing when it was cancelled or skipped."""
         entry, task = self._jobs.pop(job_id, (None, None))
         interactive = job_id == self.interactive_job
@@ -342,20 +343,20 @@ class AgentController(QObject):
             self.interactive_job = None
         if entry is None:
             return
-        verdict = info.get("verdict")
+        verdict = ended.verdict
         if verdict is None:
-            if info.get("elsewhere"):  # a `spec-o3 vet` on the same store screened it: show its verdict
+            if ended.elsewhere:  # a `spec-o3 vet` on the same store screened it: show its verdict
                 self.verdictRecorded.emit(entry.key)
-            elif verdict_step is not None and verdict_step.outcome.value == "cancelled":
+            elif ended.cancelled:
                 self.message.emit(f"agent run on {entry.key} cancelled; nothing stored")
             return
-        conf = info.get("confidence")
+        conf = ended.confidence
         if conf is not None and (conf.k > 1 or verdict.k_max not in (None, 1)):
             p = "—" if conf.p_yes is None else f"{conf.p_yes:.2f}"
             self.message.emit(f"{entry.key}: p_yes {p}, {describe_use(conf.k, verdict.k_max, verdict.stop_reason)}"
                               + (f" — {conf.headline}" if conf.abstained else ""))
             if interactive:
-                self.panel.show_confidence(conf, SCRIPTED_LABEL if info.get("scripted") else f"model {info.get('model')}",
+                self.panel.show_confidence(conf, SCRIPTED_LABEL if ended.info.scripted else f"model {ended.info.model}",
                                            verdict.k_max, verdict.stop_reason)
         self.verdictRecorded.emit(entry.key)
 

@@ -3,8 +3,8 @@
 The transcript shows the model's text readable (`speco3.agent.readable`: "Thinking: …", "→ asks to zoom in on …",
 "Answer: YES"), as plain text; the raw text with its markup stays in the trace.
 
-The panel is a view of what `InferenceThread` reports: tokens are appended to the live transcript as they arrive;
-each tool call adds a thumbnail (label, range) to the zoom strip and a link in the transcript; clicking either
+The panel is a view of what `InferenceThread` reports (the run service's events): tokens are appended to the live
+transcript as they arrive; each tool call adds a thumbnail (label, range) to the zoom strip and a link in the transcript; clicking either
 emits ``zoomRequested(lo, hi, label)`` so the main plot shows that rest-frame window with the region highlighted.
 Without an installed model the panel explains how to get one; the demo archive offers a scripted session that is
 labelled as such in the panel, the transcript and the verdict.
@@ -46,6 +46,7 @@ from speco3.engine.base import LoraAdapter
 from speco3.errors import TaskError
 from speco3.gui.demo_session import SCRIPTED_LABEL
 from speco3.gui.text import esc, tooltip
+from speco3.vetting.runs import RunInfo
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +190,8 @@ class AgentPanel(QWidget):
         self._other_chars = 0  # text of rollouts 2…K (their steps are not shown one by one)
         self._streams: dict[int, ReadableStream] = {}  # per rollout: the raw tokens rendered readable (`readable`)
         self._live_heading = ""  # heading of the run whose figures the status line shows
-        self._info: dict = {}
+        self._who = "model ?"  # whose run the panel shows: "model ID", or the scripted demo's label
+        self._backend = "…"
         self._eta: tuple[float, float] | None = None  # (seconds left when estimated, perf_counter then)
         self._timer = QTimer(self, interval=250)
         self._timer.timeout.connect(self._update_status)
@@ -364,7 +366,8 @@ class AgentPanel(QWidget):
         self._live_heading = title  # a stored replay under the same heading is this run's
         self._set_rollouts(rollouts)
         self.set_compact(False)
-        self._job, self._t0, self._info, self._eta = job_id, time.perf_counter(), {}, None
+        self._job, self._t0, self._eta = job_id, time.perf_counter(), None
+        self._who, self._backend = "model ?", "…"
         self._done_tokens, self._live_chars, self._other_chars = 0, 0, 0
         self._streams = {}
         banner = (f"<p style='background:#fff3cd;color:#7a5200'><b>⚠ {SCRIPTED_LABEL}.</b> Canned text and the demo "
@@ -376,9 +379,9 @@ class AgentPanel(QWidget):
         self.status.setText("starting …")
         self._timer.start()
 
-    def started(self, job_id: int, info: dict) -> None:
+    def started(self, job_id: int, info: RunInfo) -> None:
         if job_id == self._job:
-            self._info = info
+            self._who, self._backend = (SCRIPTED_LABEL if info.scripted else f"model {info.model}"), info.backend
 
     def append_tokens(self, job_id: int, rollout: int, text: str) -> None:
         """Text rollout ``rollout`` of the run ``job_id`` just generated: into its tab (the transcript for the
@@ -454,8 +457,7 @@ class AgentPanel(QWidget):
 
     def _show_verdict(self, step: VerdictStep) -> None:
         outcome = step.outcome.value
-        scripted = self._info.get("scripted")
-        who = SCRIPTED_LABEL if scripted else f"model {self._info.get('model', '?')}"
+        who = self._who
         if step.verdict:
             head = f"<span style='{_VERDICT_STYLE.get(step.verdict, '')};font-size:16pt'><b>{esc(step.verdict)}</b></span>"
         else:
@@ -501,7 +503,7 @@ class AgentPanel(QWidget):
         self.set_compact(False)
         model = trace.model
         scripted = bool(model.get("scripted"))
-        self._info = {"scripted": scripted, "model": model.get("model_id", "?")}
+        self._who = SCRIPTED_LABEL if scripted else f"model {model.get('model_id', '?')}"
         banner = f"<p style='background:#fff3cd;color:#7a5200'><b>⚠ {SCRIPTED_LABEL}.</b></p>" if scripted else ""
         self.transcript.setHtml(banner + f"<p><b>{html.escape(heading)}</b> (stored run)</p>")
         self._new_block()
@@ -564,7 +566,7 @@ class AgentPanel(QWidget):
         elapsed = time.perf_counter() - self._t0
         tokens = self._done_tokens + (self._live_chars + self._other_chars) // 4
         rate = tokens / elapsed if elapsed > 0 else 0.0
-        backend = self._info.get("backend", "…")
+        backend = self._backend
         eta = self.eta_text()
         self.status.setText(f"{backend} · {tokens} tokens · {rate:.1f} tok/s · {elapsed:.1f} s" + (f" · {eta}" if eta else ""))
 
