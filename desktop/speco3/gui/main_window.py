@@ -51,6 +51,7 @@ from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
 from speco3.gui.workers import IndexWorker, InferenceThread, render_png
 from speco3.vetting import stopping
+from speco3.vetting.export_formats import export_format
 from speco3.vetting.records import ModelVerdict
 from speco3.vetting.session import Opened
 from speco3.vetting.writer_lock import Holder
@@ -691,7 +692,9 @@ class MainWindow(QMainWindow):
         name = Path(self.archive_root).name if self.archive_root else ""
         return folder / f"{name + '-' if name else ''}vetting.{ext}"
 
-    def choose_export(self, fmt: str, ext: str) -> None:
+    def choose_export(self, fmt: str) -> None:
+        """Ask where to write the registered export format ``fmt`` (`speco3.vetting.export_formats`), then write it."""
+        ext = export_format(fmt).extension
         path, _ = QFileDialog.getSaveFileName(self, f"Export ({fmt})", str(self.export_suggestion(ext)), f"*.{ext}")
         if path:
             self._last_export_dir = Path(path).parent
