@@ -17,7 +17,7 @@ from gui_qtcheck import our_worker_threads, qt_garbage, qt_objects_reachable
 from PySide6.QtCore import QCoreApplication, QEvent
 from shiboken6 import isValid
 
-from speco3.gui.demo_session import SCRIPTED_LABEL
+from speco3.engine.choice import DEMO, InstalledModel
 
 pytestmark = pytest.mark.gui
 
@@ -35,11 +35,11 @@ def test_agent_jobs_carry_no_qt_objects(qtbot, make_window, demo_archive, open_a
     w = make_window()
     open_and_wait(w, demo_archive)
     task = w.agent._task("cv")
-    for model_id in ("test-model", SCRIPTED_LABEL):
-        screening = w.agent.screening(task, model_id, resume=False)
-        es = w.agent.run_engine_settings(task, model_id)  # as `run` and the batch build them
-        job = w.agent._job(w.vetting.entry, screening, model_id, es, spectrum=w.vetting.spectrum)
-        assert qt_objects_reachable(job) == [], model_id
+    for choice in (InstalledModel("test-model"), DEMO):
+        screening = w.agent.screening(task, choice, resume=False)
+        es = w.agent.run_engine_settings(task, choice)  # as `run` and the batch build them
+        job = w.agent._job(w.vetting.entry, screening, choice, es, spectrum=w.vetting.spectrum)
+        assert qt_objects_reachable(job) == [], choice
         assert job.engine_factory() is not None  # the factory still opens an engine
 
 

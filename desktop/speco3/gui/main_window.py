@@ -31,9 +31,10 @@ from speco3 import __version__
 from speco3.agent.confidence import ABSTAINED
 from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
+from speco3.engine.choice import DEMO, ModelChoice
 from speco3.errors import Speco3Error, StoreError, TaskError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
-from speco3.gui.agent_panel import AgentPanel
+from speco3.gui.agent_panel import AgentPanel, ModelEntry
 from speco3.gui.archive_model import ArchiveTableModel, Filters
 from speco3.gui.archive_panel import ArchivePanel
 from speco3.gui.collector import collect_garbage_on_gui_thread
@@ -535,14 +536,16 @@ class MainWindow(QMainWindow):
             self._on_record()
 
     def refresh_models(self) -> None:
-        models, current = installed_models(), self.settings.model_id
+        models: list[ModelEntry] = installed_models()
+        current: ModelChoice | None = self.settings.remembered_model()
         try:
-            server = self.settings.server_entry()
+            server = self.settings.server_choice()
         except Exception as exc:  # a hand-edited, unusable URL: the local models stay usable
             self.statusBar().showMessage(f"model server ignored: {exc}")
             server = None
         if server is not None:  # Settings → Model server: offered first, and chosen
-            models, current = [server, *models], server[0]
+            text = f"{server.model or 'served model'} @ {server.url}"
+            models, current = [ModelEntry(server, text), *models], server
         task = self.tasks.get(self.agent_panel.task_id())
         self.agent_panel.set_models(models, is_demo_spectrum(self.vetting.spectrum), current, self.settings.lora,
                                     task.lora if task is not None else None)
@@ -667,7 +670,7 @@ class MainWindow(QMainWindow):
 
     # -- agent ---------------------------------------------------------------------------------------------------
     def run_agent(self) -> None:
-        self.agent.run_current(self.agent_panel.task_id(), self.agent_panel.model_id())
+        self.agent.run_current(self.agent_panel.task_id(), self.agent_panel.choice())
 
     def start_batch(self) -> None:
         self.table_model.fetch_all()
@@ -675,11 +678,11 @@ class MainWindow(QMainWindow):
         if not entries:
             self.show_message("nothing to pre-screen: the table is empty (see the filters)")
             return
-        model_id = self.agent_panel.model_id() or ""
-        if model_id == SCRIPTED_LABEL or not model_id:
+        choice = self.agent_panel.choice()
+        if choice is None or choice.scripted:
             demo = [e for e in entries if str(e.file_name or "").startswith("spec-60001-SPECO3DEMO")]
-            model_id = SCRIPTED_LABEL if demo and not installed_models() else model_id
-        self.agent.start_batch(entries, self.agent_panel.task_id(), model_id)
+            choice = DEMO if demo and not installed_models() else choice
+        self.agent.start_batch(entries, self.agent_panel.task_id(), choice)
 
     def toggle_batch_pause(self) -> None:
         self.batch.toggle_pause()
@@ -801,7 +804,7 @@ class MainWindow(QMainWindow):
             message(self, "Spec-o3 Desktop", text).exec()  # plain text: errors quote file names and values
 
     def _save_settings(self) -> None:
-        self.settings.model_id = self.agent_panel.model_id() if self.agent_panel.model_id() != SCRIPTED_LABEL else ""
+        self.settings.remember_model(self.agent_panel.choice())
         try:
             self.settings.save()
         except OSError as exc:
