@@ -7,7 +7,7 @@ e.g. the 7B-shaped random checkpoint at Q4_K_M):
   of a 2-turn session (system + full image + task, ``--max-tokens`` sampled, a tool turn with its own zoom image,
   ``--max-tokens`` more) run ``parallel`` (`SequencePool`: the prefix evaluated once and copied with
   ``seq_cp``, one ``llama_decode`` per step for all rollouts) and ``sequential`` (one after the other, reusing the
-  cached prefix as `run_rollouts` did before). Rollout i asks for window ``i mod 3`` (three windows between them,
+  cached prefix as the rollout runner did before). Rollout i asks for window ``i mod 3`` (three windows between them,
   so from K = 4 on some rollouts repeat a window: their images come from the engine's cache of vision-encoder
   outputs); ``parallel_distinct`` runs K > 1 again with a window of its own for every rollout (``--no-distinct``
   skips it).
@@ -156,7 +156,7 @@ def rollouts_sequential(engine, images, k: int, max_tokens: int) -> dict:
     engine.image_cache.clear()
     c0, t0, cpu0 = counters(engine), time.perf_counter(), time.process_time()
     for i in range(k):
-        engine.reset(sampling=Sampling(1.0, 1.0, 0, i))  # keeps the cached prefix, as run_rollouts did
+        engine.reset(sampling=Sampling(1.0, 1.0, 0, i))  # keeps the cached prefix, as the rollout runner did
         engine.extend([SYSTEM, images[0], TASK])
         engine.generate(max_tokens=max_tokens)
         engine.extend(tool_turn(images[1 + i % 3], 6500 + i, 6600 + i))

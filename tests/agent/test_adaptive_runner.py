@@ -15,7 +15,8 @@ from speco3.agent.adaptive import (
     STOP_FIXED,
     AdaptiveRule,
 )
-from speco3.agent.rollouts import RolloutPlan, run_group, run_rollouts
+from speco3.agent.loop import EpisodeOptions
+from speco3.agent.rollouts import RolloutPlan, run_group
 from speco3.agent.steps import AssistantStep, ToolStep
 from speco3.engine.base import EngineSettings
 from speco3.engine.scripted import ScriptedEngine
@@ -55,7 +56,7 @@ def test_hesitant_tokens_run_the_whole_budget(spectrum, render):
     group = run_group(engine, spectrum, get_task("cv"), render, RolloutPlan.auto(AdaptiveRule(k_max=6, step=1)))
     # 2:0 not sure, 3:0 and 3:1 unsettled, 4:1 of 5 could still end 4:2 (abstained): the budget of 6 runs
     assert (group.stop_reason, group.k_used) == (STOP_BUDGET, 6)
-    assert len(run_rollouts(scripted([[YES]]), spectrum, "t", render, RolloutPlan.auto())) == 2
+    assert len(run_group(scripted([[YES]]), spectrum, "t", render, RolloutPlan.auto()).steps) == 2
 
 
 def test_a_lone_first_round_then_pairs(spectrum, render):
@@ -85,7 +86,7 @@ def test_cancel_stops_the_rounds(spectrum, render):
 
     cancel = threading.Event()
     cancel.set()
-    group = run_group(scripted([[YES]]), spectrum, "t", render, RolloutPlan.auto(), cancel=cancel)
+    group = run_group(scripted([[YES]]), spectrum, "t", render, RolloutPlan.auto(), EpisodeOptions(cancel=cancel))
     assert group.stop_reason == STOP_CANCELLED and group.k_used == 2
 
 
@@ -118,13 +119,13 @@ def test_extended_rounds_share_the_prefix_on_the_real_engine(tiny_gguf, spectrum
     plan = RolloutPlan.auto(AdaptiveRule(k_min=2, k_max=4, step=2, max_change=0.0), seed=3)
     engine = _tiny(tiny_gguf, 4)
     try:
-        group = run_group(engine, spectrum, get_task("cv"), render, plan, max_turns=3)
+        group = run_group(engine, spectrum, get_task("cv"), render, plan, EpisodeOptions(max_turns=3))
         adaptive = engine.stats()
     finally:
         engine.close()
     fixed_engine = _tiny(tiny_gguf, 4)
     try:
-        fixed = run_rollouts(fixed_engine, spectrum, get_task("cv"), render, RolloutPlan(k=4, seed=3), max_turns=3)
+        fixed = run_group(fixed_engine, spectrum, get_task("cv"), render, RolloutPlan(k=4, seed=3), EpisodeOptions(max_turns=3)).steps
         reference = fixed_engine.stats()
     finally:
         fixed_engine.close()
@@ -145,7 +146,7 @@ def test_an_early_stop_frees_its_sequences_on_the_real_engine(tiny_gguf, spectru
     plan = RolloutPlan.auto(AdaptiveRule(k_min=2, k_max=8, max_change=1.0), seed=0)  # stops after the first round
     engine = _tiny(tiny_gguf, 4)
     try:
-        group = run_group(engine, spectrum, get_task("cv"), render, plan, max_turns=3)
+        group = run_group(engine, spectrum, get_task("cv"), render, plan, EpisodeOptions(max_turns=3))
         ctx = engine.engine._context
         # the group's pool is closed: the sequences are back, only the engine's own sequence 0 is left
         assert engine.call(lambda: (ctx.sequences_claimed, list(ctx.sequences))) == (False, [0])

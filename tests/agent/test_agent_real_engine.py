@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from speco3.agent import MAX_TURNS, Outcome, Trace, get_task, run_episode
+from speco3.agent import MAX_TURNS, EpisodeOptions, Outcome, Trace, get_task, run_episode
 from speco3.agent.steps import AssistantStep, PromptStep, ToolStep, VerdictStep
 
 pytestmark = pytest.mark.llama
@@ -39,7 +39,7 @@ def tiny_engine(tiny_gguf):
 def _run(engine, spectrum, render, **kw):
     pieces: list[str] = []
     trace = Trace()
-    steps = list(trace.follow(run_episode(engine, spectrum, get_task("cv"), render, on_token=pieces.append, **kw)))
+    steps = list(trace.follow(run_episode(engine, spectrum, get_task("cv"), render, EpisodeOptions(on_token=pieces.append, **kw))))
     return steps, pieces, trace
 
 
@@ -99,6 +99,6 @@ def test_cancel_on_the_real_engine(tiny_engine, spectrum, render):
         if len(seen) == 3:
             cancel.set()
 
-    steps = list(run_episode(tiny_engine, spectrum, get_task("cv"), render, cancel=cancel, on_token=on_token))
+    steps = list(run_episode(tiny_engine, spectrum, get_task("cv"), render, EpisodeOptions(cancel=cancel, on_token=on_token)))
     assert steps[-1].outcome is Outcome.CANCELLED and steps[1].stop_reason == "cancelled"
     assert 3 <= len(seen) <= 4

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from speco3.agent.confidence import Thresholds, aggregate, answer_token_p_yes
-from speco3.agent.rollouts import RolloutPlan, run_rollouts
+from speco3.agent.rollouts import RolloutPlan, run_group
 from speco3.agent.steps import Outcome, VerdictStep
 from speco3.engine.base import EngineSettings, TokenLogprob
 from speco3.engine.scripted import ScriptedEngine
@@ -118,7 +118,7 @@ def scripted(scripts, **kw):
 def test_rollouts_with_adversarial_outputs_keep_the_others(spectrum, render):
     engine = scripted([[ZOOM, YES], ["no tags at all"], [BROKEN_CALL], [YES], [ZOOM, ZOOM, NO]],
                       alternatives={"YES": [["YES", 0.8], ["NO", 0.2]], "NO": [["NO", 0.6], ["YES", 0.4]]})
-    runs = run_rollouts(engine, spectrum, "is it?", render, RolloutPlan(k=5, temperature=0.7, seed=0))
+    runs = run_group(engine, spectrum, "is it?", render, RolloutPlan(k=5, temperature=0.7, seed=0)).steps
     outcomes = [r[-1].outcome.value for r in runs]
     assert outcomes == ["YES", "format_error", "format_error", "YES", "NO"]
     assert [s.seed for s in engine.samplings] == [0, 1, 2, 3, 4]
@@ -131,7 +131,7 @@ def test_rollouts_with_adversarial_outputs_keep_the_others(spectrum, render):
 def test_an_engine_failure_in_one_rollout_leaves_the_others(spectrum, render, caplog):
     engine = scripted([[YES], [ZOOM, EngineError("device lost")], [NO], ["<tool_call>[[[[</tool_call>"], [YES]])
     with caplog.at_level(logging.INFO, logger="speco3.agent"):
-        runs = run_rollouts(engine, spectrum, "is it?", render, RolloutPlan(k=5, temperature=1.0))
+        runs = run_group(engine, spectrum, "is it?", render, RolloutPlan(k=5, temperature=1.0)).steps
     # the log tells the rollouts apart by their seed (which also reproduces one)
     failed = [r.getMessage() for r in caplog.records if "device lost" in r.getMessage() and "ended" in r.getMessage()]
     assert failed and "[seed 1, temperature 1]" in failed[0]
@@ -143,7 +143,7 @@ def test_an_engine_failure_in_one_rollout_leaves_the_others(spectrum, render, ca
 
 def test_no_logprobs_recorded_without_the_setting(spectrum, render):
     engine = ScriptedEngine(scripts=[[YES]], select="seed", alternatives={"YES": [["YES", 0.8], ["NO", 0.2]]})
-    runs = run_rollouts(engine, spectrum, "is it?", render, RolloutPlan(k=2, temperature=1.0))
+    runs = run_group(engine, spectrum, "is it?", render, RolloutPlan(k=2, temperature=1.0)).steps
     assert all(r[-1].p_yes_token is None for r in runs)
     assert aggregate([r[-1] for r in runs]).p_yes_token is None
 

@@ -17,7 +17,7 @@ import pytest
 
 from speco3.agent.driver import Extend
 from speco3.agent.eta import QueueEstimate, Rates, TimeToVerdict, format_eta
-from speco3.agent.loop import Episode
+from speco3.agent.loop import Episode, EpisodeOptions
 from speco3.agent.protocol import TOOL_NAME, ParsedCall
 from speco3.agent.steps import AssistantStep, ToolStep
 from speco3.agent.tasks import get_task
@@ -50,7 +50,7 @@ def _inspection(engine, spectrum, render, eta: TimeToVerdict) -> tuple[list[floa
     """A TURNS-turn inspection: the real loop's turns, with a zoom after each of the first TURNS-1.
     Returns the estimate after each turn and the wall-clock time at the end of each turn."""
     task = get_task("cv")
-    ep = Episode(engine, spectrum, render, image_max_tokens=120, max_tokens_per_turn=48)
+    ep = Episode(engine, spectrum, render, EpisodeOptions(image_max_tokens=120, max_tokens_per_turn=48))
     first = ep.full_view(task.id, task.text)
     eta.observe(first)
     opened = ep.start(first.image, task.text)  # the episode's requests, served here as the driver would
@@ -109,7 +109,7 @@ def test_without_rates_the_turns_so_far_give_the_estimate(engine, spectrum, rend
     eta = TimeToVerdict(rates=Rates(), expected_turns=TURNS)
     assert eta.remaining() is None and format_eta(eta.remaining()) == "estimating time left …"
     task = get_task("cv")
-    ep = Episode(engine, spectrum, render, image_max_tokens=120, max_tokens_per_turn=48)
+    ep = Episode(engine, spectrum, render, EpisodeOptions(image_max_tokens=120, max_tokens_per_turn=48))
     first = ep.full_view(task.id, task.text)
     opened = ep.start(first.image, task.text)
     engine.reset(sampling=opened.sampling)

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from speco3.agent import Outcome, render_prompt, run_episode, run_to_verdict
+from speco3.agent import EpisodeOptions, Outcome, render_prompt, run_episode, run_to_verdict
 from speco3.agent.steps import AssistantStep, PromptStep, ToolStep, VerdictStep
 from speco3.engine.base import EngineSettings
 from speco3.engine.scripted import ScriptedEngine
@@ -155,7 +155,7 @@ def test_cancel_mid_stream(spectrum, render):
             cancel.set()
 
     engine = ScriptedEngine([ANSWER_YES])
-    steps, final = run_to_verdict(engine, spectrum, "t", render, cancel=cancel, on_token=on_token)
+    steps, final = run_to_verdict(engine, spectrum, "t", render, EpisodeOptions(cancel=cancel, on_token=on_token))
     assert final.outcome is Outcome.CANCELLED and final.verdict is None
     assert len(seen) == 5 and steps[1].stop_reason == "cancelled" and steps[1].text == "".join(seen)
     assert not engine.conversation[-1].endswith("<|im_end|>")
@@ -165,14 +165,14 @@ def test_cancel_before_start(spectrum, render):
     cancel = threading.Event()
     cancel.set()
     engine = ScriptedEngine([ANSWER_YES])
-    _, final = run_to_verdict(engine, spectrum, "t", render, cancel=cancel)
+    _, final = run_to_verdict(engine, spectrum, "t", render, EpisodeOptions(cancel=cancel))
     assert final.outcome is Outcome.CANCELLED and engine.conversations == []
 
 
 def test_streaming_pieces_rebuild_the_text(spectrum, render):
     seen: list[str] = []
     engine = ScriptedEngine([call([6500, 6600], "Hα"), ANSWER_YES])
-    steps, _ = run_to_verdict(engine, spectrum, "t", render, on_token=seen.append)
+    steps, _ = run_to_verdict(engine, spectrum, "t", render, EpisodeOptions(on_token=seen.append))
     assert "".join(seen) == steps[1].text + steps[3].text and len(seen) > 20
 
 
@@ -180,7 +180,7 @@ def test_callback_errors_do_not_stop_the_episode(spectrum, render):
     def broken(_piece):
         raise RuntimeError("GUI bug")
 
-    _, final = run_to_verdict(ScriptedEngine([ANSWER_YES]), spectrum, "t", render, on_token=broken)
+    _, final = run_to_verdict(ScriptedEngine([ANSWER_YES]), spectrum, "t", render, EpisodeOptions(on_token=broken))
     assert final.outcome is Outcome.YES
 
 
@@ -214,13 +214,13 @@ def test_context_full(spectrum, render):
 
 def test_turn_truncated_at_max_tokens(spectrum, render):
     engine = ScriptedEngine(["<think>" + "word " * 50 + "</think><answer>\\boxed{YES}</answer>"])
-    _, final = run_to_verdict(engine, spectrum, "t", render, max_tokens_per_turn=20)
+    _, final = run_to_verdict(engine, spectrum, "t", render, EpisodeOptions(max_tokens_per_turn=20))
     assert final.outcome is Outcome.FORMAT_ERROR and "20 tokens" in final.detail
 
 
 def test_truncated_turn_with_complete_call_still_zooms(spectrum, render):
     engine = ScriptedEngine([call([6500, 6600]) + " and more words" * 30, ANSWER_NO])
-    steps, final = run_to_verdict(engine, spectrum, "t", render, max_tokens_per_turn=60)
+    steps, final = run_to_verdict(engine, spectrum, "t", render, EpisodeOptions(max_tokens_per_turn=60))
     assert steps[1].stop_reason == "length" and steps[2].ok and final.outcome is Outcome.NO
     assert "<|im_end|><|im_start|>user\n<tool_response>" in render_prompt(engine.conversation)
 
@@ -266,7 +266,7 @@ def test_zoom_render_failure_is_reported_to_the_model(spectrum, render):
 
 
 def test_generator_yields_live_and_image_cap(spectrum, render):
-    gen = run_episode(ScriptedEngine([ANSWER_YES]), spectrum, "t", render, image_max_tokens=64)
+    gen = run_episode(ScriptedEngine([ANSWER_YES]), spectrum, "t", render, EpisodeOptions(image_max_tokens=64))
     first = next(gen)
     assert isinstance(first, PromptStep) and first.image.n_tokens <= 64
     rest = list(gen)

@@ -1,4 +1,4 @@
-"""`run_rollouts` through the driver: adversarial rollouts beside good ones (scripted engine, alone and on several
+"""`run_group` through the driver: adversarial rollouts beside good ones (scripted engine, alone and on several
 slots at once), and on the real tiny engine the parallel path gives each rollout what the sequential path gives."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from speco3.agent import Outcome, get_task
 from speco3.agent.driver import drive
-from speco3.agent.loop import episode_steps
-from speco3.agent.rollouts import RolloutPlan, run_rollouts
+from speco3.agent.loop import EpisodeOptions, episode_steps
+from speco3.agent.rollouts import RolloutPlan, run_group
 from speco3.agent.steps import AssistantStep, ToolStep, VerdictStep
 from speco3.engine.base import EngineSettings
 from speco3.engine.parallel import SerialSlots
@@ -53,8 +53,8 @@ def test_adversarial_rollouts_do_not_break_the_others(spectrum, render):
     engine = ScriptedEngine()
     engine.outputs = adversarial_outputs(engine)
     seen: list[int] = []
-    results = run_rollouts(engine, spectrum, get_task("cv"), render, RolloutPlan(k=4, seed=0),
-                           on_step=lambda i, step: seen.append(i))
+    results = run_group(engine, spectrum, get_task("cv"), render, RolloutPlan(k=4, seed=0),
+                        on_step=lambda i, step: seen.append(i)).steps
     check_adversarial(results)
     assert seen == sorted(seen), "one slot: the rollouts run one after the other"
     assert [s.seed for s in engine.samplings] == [0, 1, 2, 3] and {s.temperature for s in engine.samplings} == {1.0}
@@ -149,18 +149,18 @@ def _tiny(tiny_gguf, n_seq: int):
 @pytest.mark.llama
 def test_parallel_rollouts_equal_sequential_rollouts_on_the_real_engine(tiny_gguf, spectrum, render):
     plan = RolloutPlan(k=4, seed=7)
-    kw = dict(max_turns=3)
+    options = EpisodeOptions(max_turns=3)
     parallel = _tiny(tiny_gguf, 4)  # on an EngineWorker thread, as the app runs it
     try:
         order: list[int] = []
-        par = run_rollouts(parallel, spectrum, get_task("cv"), render, plan, on_step=lambda i, s: order.append(i),
-                           **kw)
+        par = run_group(parallel, spectrum, get_task("cv"), render, plan, options,
+                        on_step=lambda i, s: order.append(i)).steps
         stats = parallel.stats()
     finally:
         parallel.close()
     sequential = _tiny(tiny_gguf, 1)
     try:
-        seq = run_rollouts(sequential, spectrum, get_task("cv"), render, plan, **kw)
+        seq = run_group(sequential, spectrum, get_task("cv"), render, plan, options).steps
     finally:
         sequential.close()
     assert stats.extra["parallel"]["prefix_copies"] >= 3 and order != sorted(order)
@@ -182,8 +182,8 @@ def test_cancel_stops_every_parallel_rollout(tiny_gguf, spectrum, render):
             if isinstance(step, AssistantStep):
                 cancel.set()
 
-        results = run_rollouts(engine, spectrum, get_task("cv"), render, RolloutPlan(k=3), cancel=cancel,
-                               on_step=stop_after_first_turn, max_turns=3)
+        results = run_group(engine, spectrum, get_task("cv"), render, RolloutPlan(k=3),
+                            EpisodeOptions(cancel=cancel, max_turns=3), on_step=stop_after_first_turn).steps
         outcomes = [r[-1].outcome for r in results]
         # the rollout whose turn ended first may have ended the episode with it; the others stop cancelled
         assert outcomes.count(Outcome.CANCELLED) >= 2, outcomes

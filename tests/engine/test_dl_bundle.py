@@ -211,7 +211,7 @@ from PySide6.QtWidgets import QApplication
 from speco3.engine.base import EngineSettings
 from speco3.engine.choice import InstalledModel
 from speco3.engine.llama import LlamaMtmdEngine
-from speco3.gui.workers import AgentJob, InferenceThread
+from speco3.vetting.runs import EngineStatus, RunJob, RunService
 
 app = QApplication([])
 make = lambda: LlamaMtmdEngine(sys.argv[1], sys.argv[2], EngineSettings(n_ctx=1024, flash_attn=False, kv_type="f32",
@@ -222,12 +222,11 @@ e.extend(["<|im_start|>user\\nIs this a quasar?<|im_end|>\\n<|im_start|>assistan
 n = e.generate(max_tokens=4).n_tokens
 st = e.stats()
 e.close()
-thread = InferenceThread()  # what the status bar shows (the main window shows engine_status there)
-shown = []
-thread.engine_status.connect(shown.append)
-thread._engine_for(AgentJob(key="s", item=None, screening=None, engine_key=InstalledModel("tiny-f32").engine_key(EngineSettings()),
+shown = []  # what the status bar shows (the main window shows the service's EngineStatus there)
+thread = RunService(lambda event: shown.append(event.text) if isinstance(event, EngineStatus) else None)
+thread.engine_for(RunJob(key="s", item=None, screening=None, engine_key=InstalledModel("tiny-f32").engine_key(EngineSettings()),
                            engine_factory=make))
-thread._close_engine()
+thread.close_engine()
 print(json.dumps({"backend": st.backend, "notice": st.extra["backend_notice"], "tokens": n, "status": shown[-1]}))
 """
 

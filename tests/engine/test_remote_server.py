@@ -12,7 +12,7 @@ import logging
 
 import pytest
 
-from speco3.agent import Trace, get_task, run_episode
+from speco3.agent import EpisodeOptions, Trace, get_task, run_episode
 from speco3.agent.fidelity import check_server, template_file
 from speco3.agent.steps import AssistantStep, Outcome, VerdictStep
 from speco3.cli import main as cli_main
@@ -113,7 +113,7 @@ def test_episode_against_the_server(server, caplog):
     pieces: list[str] = []
     trace = Trace()
     steps = list(trace.follow(run_episode(engine, make_spectrum(), get_task("cv"), pillow_render,
-                                          on_token=pieces.append, max_turns=3)))
+                                          EpisodeOptions(on_token=pieces.append, max_turns=3))))
     final = steps[-1]
     assert isinstance(final, VerdictStep) and final.outcome in CLEAN_ENDS, final.detail
     turns = [s for s in steps if isinstance(s, AssistantStep)]

@@ -209,20 +209,19 @@ def test_status_bar_names_the_device(vulkan_device, tiny_pair, qtbot):
     """What the app shows: the status-bar message after the load (`InferenceThread.engine_status`, shown by the
     main window's status bar) and the backend the agent panel's status line names during a run."""
     from speco3.engine.choice import InstalledModel
-    from speco3.gui.workers import AgentJob, InferenceThread
+    from speco3.vetting.runs import EngineStatus, RunJob, RunService
 
-    thread = InferenceThread()
     shown: list[str] = []
-    thread.engine_status.connect(shown.append)
-    job = AgentJob(key="spectrum", item=None, screening=None, engine_key=InstalledModel("tiny-f32").engine_key(EngineSettings()),
-                   engine_factory=lambda: LlamaMtmdEngine(*tiny_pair, EngineSettings(**TIGHT, n_gpu_layers=-1),
-                                                          warmup=False))
+    service = RunService(lambda event: shown.append(event.text) if isinstance(event, EngineStatus) else None)
+    job = RunJob(key="spectrum", item=None, screening=None, engine_key=InstalledModel("tiny-f32").engine_key(EngineSettings()),
+                 engine_factory=lambda: LlamaMtmdEngine(*tiny_pair, EngineSettings(**TIGHT, n_gpu_layers=-1),
+                                                        warmup=False))
     try:
-        engine = thread._engine_for(job)  # on this thread, as the worker thread would
-        info = thread._job_started(job, engine)
+        engine = service.engine_for(job)  # on this thread, as the serving thread would
+        backend = engine.stats().backend  # what `RunInfo.backend` says, shown in the agent panel's status line
     finally:
-        thread._close_engine()
+        service.close_engine()
     assert shown[0] == "loading tiny-f32 …"
     assert shown[-1].startswith("tiny-f32 loaded in ")
     assert f"2/2 layers on the GPU {vulkan_device.name} ({vulkan_device.description})" in shown[-1]
-    assert info["backend"] == f"Vulkan ({vulkan_device.description})"
+    assert backend == f"Vulkan ({vulkan_device.description})"

@@ -61,7 +61,11 @@ def engine_factory():
 @pytest.fixture
 def fake_models(monkeypatch):
     """Pretend one model is installed (the engine comes from the test's engine factory)."""
-    monkeypatch.setattr("speco3.gui.main_window.installed_models", lambda: [("test-model", "test-model (Q4_K_M)")])
+    from speco3.engine.choice import InstalledModel
+    from speco3.gui.agent_panel import ModelEntry
+
+    entries = [ModelEntry(InstalledModel("test-model"), "test-model (Q4_K_M)")]
+    monkeypatch.setattr("speco3.gui.main_window.installed_models", lambda: entries)
 
 
 @pytest.fixture

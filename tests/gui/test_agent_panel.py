@@ -6,6 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from speco3.agent.trace import Trace
+from speco3.engine.choice import DEMO, InstalledModel
 from speco3.gui.archive_model import COL
 from speco3.gui.demo_session import SCRIPTED_LABEL
 
@@ -23,7 +24,7 @@ def test_scripted_run_streams_into_the_panel(qtbot, make_window, demo_archive, o
     engine_factory.delay_s = 0.01  # slow enough to observe streaming
     w = make_window()
     open_and_wait(w, demo_archive)
-    assert w.agent_panel.model_id() == "test-model"
+    assert w.agent_panel.choice() == InstalledModel("test-model")
     panel = w.agent_panel
     w.run_agent()
     # text arrives while the run is still going
@@ -129,7 +130,7 @@ def test_no_model_says_how_to_get_one(qtbot, make_window, demo_archive, open_and
     assert not w.agent_panel.run_button.isEnabled()
     # the demo archive offers the scripted session, clearly labelled
     open_and_wait(w, demo_archive)
-    assert w.agent_panel.model_id() == SCRIPTED_LABEL
+    assert w.agent_panel.choice() is DEMO
     assert "not a model" in w.agent_panel.model_box.currentText()
 
 
@@ -149,8 +150,8 @@ def test_scripted_demo_session_is_labelled_everywhere(qtbot, make_window, demo_a
 def test_scripted_demo_refuses_non_demo_spectra(qtbot, make_window, spectra_dir, open_and_wait):
     w = make_window()
     open_and_wait(w, spectra_dir / "lamost")
-    assert w.agent_panel.model_box.findData(SCRIPTED_LABEL) == -1
-    assert w.agent.run_current("cv", SCRIPTED_LABEL) is None
+    assert DEMO not in w.agent_panel.choices()
+    assert w.agent.run_current("cv", DEMO) is None
     assert "only on the demo archive" in w.statusBar().currentMessage()
 
 

@@ -13,6 +13,7 @@ import importlib.util
 
 import pytest
 
+from speco3.engine.choice import InstalledModel
 from speco3.gui.settings import AppSettings
 
 pytestmark = [pytest.mark.gui, pytest.mark.llama]
@@ -65,7 +66,7 @@ def watch(w) -> dict:
     w.inference.eta.connect(lambda _job, _left, queue: seen["queue"].append(queue))
     w.inference.batch_follow.connect(lambda _job, key, n: (seen.__setitem__("flight", max(seen["flight"], n)),
                                                            seen["follow"].append((key, n))))
-    w.inference.finished_job.connect(lambda _job, _key, step, _info: seen["outcomes"].append(step.outcome.value))
+    w.inference.finished_job.connect(lambda _job, _key, ended: seen["outcomes"].append(ended.final.outcome.value))
     return seen
 
 
@@ -96,10 +97,10 @@ def test_prescreen_runs_two_at_once_and_records_what_vet_slots_records(qtbot, wi
 
     w, batch = window, entries(window, 4)
     seen = watch(w)
-    assert w.agent.start_batch(batch, "cv", MODEL) == 4
+    assert w.agent.start_batch(batch, "cv", InstalledModel(MODEL)) == 4
     wait_idle(qtbot, w)
     assert w.batch_bar.value() == 4
-    parallel = w.inference._engine.stats().extra.get("parallel")  # the worker is idle: its engine is quiet
+    parallel = w.inference.service._engine.stats().extra.get("parallel")  # the worker is idle: its engine is quiet
     assert parallel and parallel["rounds"] < parallel["round_tokens"], parallel  # decodes of several sequences
     assert seen["flight"] == 2, seen  # two spectra in flight at once
     assert any(n == 2 and key for key, n in seen["follow"])
@@ -184,7 +185,7 @@ def test_the_app_and_spec_o3_vet_write_the_same_rows_column_by_column(qtbot, win
     w = window_like_vet
     every = sorted((w.table_model.entry(r) for r in range(w.table_model.rowCount())), key=lambda e: e.key)
     batch, single = every[:4], every[4]
-    assert w.agent.start_batch(batch, "cv", MODEL) == 4
+    assert w.agent.start_batch(batch, "cv", InstalledModel(MODEL)) == 4
     wait_idle(qtbot, w)
     assert w.vetting.go_to(w.table_model.row_of(single.key))
     w.run_agent()  # the single-spectrum agent on a fifth spectrum
@@ -225,7 +226,7 @@ def test_prescreen_cancel_records_none_in_flight_and_a_new_one_does_the_rest(qtb
             w.inference.cancel_batch()
 
     w.inference.started_job.connect(on_start)
-    assert w.agent.start_batch(batch, "cv", MODEL) == 6
+    assert w.agent.start_batch(batch, "cv", InstalledModel(MODEL)) == 6
     wait_idle(qtbot, w)
     w.inference.started_job.disconnect(on_start)
     first = rows(store)
@@ -236,11 +237,11 @@ def test_prescreen_cancel_records_none_in_flight_and_a_new_one_does_the_rest(qtb
     assert w.batch.bar.format().endswith("· cancelled") and "left" not in w.batch.bar.format()
     qtbot.waitUntil(lambda: not w.batch.bar.isVisible(), timeout=6000)
 
-    assert w.agent.start_batch(batch, "cv", MODEL) == 6 - len(first)  # `vet`'s done rule: the stored ones skip
+    assert w.agent.start_batch(batch, "cv", InstalledModel(MODEL)) == 6 - len(first)  # `vet`'s done rule: the stored ones skip
     wait_idle(qtbot, w)
     final = rows(store)  # each spectrum exactly once (`rows` checks), the first ones untouched
     assert len(final) == 6 and all(final[k] == r for k, r in first.items())
-    assert w.agent.start_batch(batch, "cv", MODEL) == 0
+    assert w.agent.start_batch(batch, "cv", InstalledModel(MODEL)) == 0
 
 
 def test_prescreen_pause_and_a_run_on_this_spectrum_between_slot_runs(qtbot, window):
@@ -249,7 +250,7 @@ def test_prescreen_pause_and_a_run_on_this_spectrum_between_slot_runs(qtbot, win
     w, batch = window, entries(window, 5)
     store = w.vetting.store
     seen = watch(w)
-    assert w.agent.start_batch(batch, "cv", MODEL) == 5
+    assert w.agent.start_batch(batch, "cv", InstalledModel(MODEL)) == 5
     qtbot.waitUntil(lambda: seen["flight"] == 2, timeout=120000)
     w.toggle_batch_pause()
     qtbot.waitUntil(lambda: not w.inference.busy(), timeout=240000)  # the two in flight finished, no refill
@@ -273,9 +274,9 @@ def test_closing_the_window_with_two_in_flight_stops_and_joins_the_worker(qtbot,
     w, store = window, window.vetting.store
     seen = watch(w)
     inference = w.inference
-    assert w.agent.start_batch(entries(w, 4), "cv", MODEL) == 4
+    assert w.agent.start_batch(entries(w, 4), "cv", InstalledModel(MODEL)) == 4
     qtbot.waitUntil(lambda: seen["flight"] == 2, timeout=120000)
     recorded = len(store.model_verdicts("cv", latest=False))
     w.close()  # stops the inference thread (cancelling the spectra in flight) and joins it before widgets go
-    assert not inference.running() and not inference._flight
+    assert not inference.running() and not inference.service._flight
     assert recorded < 4

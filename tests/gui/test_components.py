@@ -268,13 +268,12 @@ def test_engine_status_names_the_model_not_its_settings():
     from speco3.engine.base import EngineSettings
     from speco3.engine.chatapi import ServerConfig
     from speco3.engine.choice import InstalledModel, ModelServer
-    from speco3.gui.workers import engine_label
 
     es = EngineSettings(flash_attn=True, use_mmap=None)
-    assert engine_label(InstalledModel("tiny-q8_0").engine_key(es)) == "tiny-q8_0"
+    assert InstalledModel("tiny-q8_0").engine_key(es).label == "tiny-q8_0"
     served = ModelServer.of(ServerConfig("http://gpu:8080/v1", model="spec-o3-7b"))
-    assert engine_label(served.engine_key(es)) == "spec-o3-7b on http://gpu:8080"
-    assert engine_label(ModelServer.of(ServerConfig("http://gpu:8080")).engine_key(es)) \
+    assert served.engine_key(es).label == "spec-o3-7b on http://gpu:8080"
+    assert ModelServer.of(ServerConfig("http://gpu:8080")).engine_key(es).label \
         == "the served model on http://gpu:8080"
     assert served.engine_key(es) == ModelServer.of(ServerConfig("http://gpu:8080", "spec-o3-7b")).engine_key(es)
     assert served.engine_key(es) != served.engine_key(EngineSettings(flash_attn=False))  # reopened on a change
@@ -287,3 +286,23 @@ def test_prescreen_status_names_which_spectrum_of_a_file_it_follows(qtbot, make_
     w.agent._jobs[9999] = (entry, None)
     w.agent._follow(9999, "/archive/med-58408-TD230151N343645T01_sp01-015.fits#12", 2)
     assert w.agent.panel.status.text().endswith("the estimate follows med-58408-TD230151N343645T01_sp01-015.fits#12")
+
+
+def test_the_remembered_model_is_a_typed_choice_saved_and_restored(tmp_path):
+    """The settings remember the installed model chosen (`AppSettings.remember_model`) and give it back as an
+    `InstalledModel` after a save and load; the scripted demo and a model server are not remembered."""
+    from speco3.engine.chatapi import ServerConfig
+    from speco3.engine.choice import DEMO, InstalledModel, ModelServer
+    from speco3.gui.settings import AppSettings
+
+    settings = AppSettings()
+    assert settings.remembered_model() is None
+    settings.remember_model(InstalledModel("tiny-q8_0"))
+    settings.save(tmp_path / "settings.json")
+    again = AppSettings.load(tmp_path / "settings.json")
+    assert again.remembered_model() == InstalledModel("tiny-q8_0")
+    for other in (DEMO, ModelServer.of(ServerConfig("http://gpu:8080")), None):
+        again.remember_model(other)
+        assert again.remembered_model() is None
+    again.server_url, again.server_model = "http://gpu:8080/v1", "spec-o3-7b"
+    assert again.server_choice() == ModelServer.of(ServerConfig("http://gpu:8080/v1", "spec-o3-7b"))

@@ -36,5 +36,5 @@ def test_batch_progress_shows_the_time_left_for_the_queue(qtbot, make_window, de
     w.start_batch()
     qtbot.waitUntil(lambda: "left" in w.batch.bar.format(), timeout=30000)
     assert w.batch.bar.format().startswith("pre-screen %v / %m · about ")
-    qtbot.waitUntil(lambda: w.inference._batch_done >= w.inference._batch_total, timeout=120000)
+    qtbot.waitUntil(lambda: not w.inference.batch_running(), timeout=120000)
     assert any(q > 0 for q in queue_estimates)

@@ -10,6 +10,7 @@ import importlib.util
 
 import pytest
 
+from speco3.engine.choice import InstalledModel, ModelServer
 from speco3.gui.settings import AppSettings
 
 pytestmark = [pytest.mark.gui, pytest.mark.llama]
@@ -31,7 +32,7 @@ def test_real_engine_streams_into_the_panel(qtbot, make_window, demo_archive, op
     w = make_window(settings=settings, opener=None)
     w.agent.engine_opener = w.agent._open_engine  # the real `open_engine`, not the test factory
     open_and_wait(w, demo_archive)
-    assert w.agent_panel.model_id() == installed.name
+    assert w.agent_panel.choice() == InstalledModel(installed.name)
     assert w.agent_panel.notice.isHidden()
     w.run_agent()
     qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=240000)
@@ -50,7 +51,7 @@ def test_model_server_choice_runs_the_agent_on_the_server(qtbot, make_window, de
     settings = AppSettings(vetter="t", image_max_tokens=128, server_url=tiny_llama_server)
     w = make_window(settings=settings, opener=None)
     open_and_wait(w, demo_archive)
-    assert w.agent_panel.model_id() == "model-server" and tiny_llama_server in w.agent_panel.model_box.currentText()
+    assert isinstance(w.agent_panel.choice(), ModelServer) and tiny_llama_server in w.agent_panel.model_box.currentText()
     w.run_agent()
     qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=240000)
     mv = w.vetting.model_suggestion()

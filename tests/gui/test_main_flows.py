@@ -154,7 +154,7 @@ def test_export_dialog_starts_in_documents_then_the_last_export_folder(qtbot, ma
     chosen.parent.mkdir()
     monkeypatch.setattr("speco3.gui.main_window.QFileDialog.getSaveFileName",
                         lambda *a: (str(chosen), "*.csv"))
-    w.choose_export("csv", "csv")
+    w.choose_export("csv")
     assert chosen.is_file()
     assert w.export_suggestion("html") == chosen.parent / f"{Path(demo_archive).name}-vetting.html"
 
@@ -207,3 +207,35 @@ def test_unreadable_file_in_archive_is_listed_not_fatal(qtbot, make_window, demo
     assert w.vetting.spectrum is None
     assert "broken.fits" in w.statusBar().currentMessage()
     assert np.size(w.viewer._x) == 0
+
+
+def test_the_export_menu_lists_the_registry_and_a_new_format_is_one_entry(qtbot, make_window, demo_archive, tmp_path,
+                                                                          open_and_wait, key, monkeypatch):
+    """The Export menu has one entry per registered format (`speco3.vetting.export_formats`): one registered here
+    is offered and written through the save dialog without touching the GUI."""
+    import json
+
+    from speco3.vetting import export_formats as registry
+    from speco3.vetting.export import export_rows
+
+    def write_json(store, out, options):
+        out = Path(out)
+        out.write_text(json.dumps(export_rows(store, options.task), default=str), encoding="utf-8")
+        return out
+
+    monkeypatch.setitem(registry.FORMATS, "json",
+                        registry.ExportFormat("json", "JSON rows", "json", "the rows as JSON", write_json))
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    key(w, Qt.Key.Key_Y)
+    menu = next(a.menu() for a in w.menuBar().actions() if a.text() == "&Export")
+    texts = [a.text() for a in menu.actions()]
+    assert texts == ["CSV…", "VOTable…", "FITS table…", "HTML audit report…", "JSON rows…"]
+    chosen = tmp_path / "rows.json"
+    asked = []
+    monkeypatch.setattr("speco3.gui.main_window.QFileDialog.getSaveFileName",
+                        lambda _w, _title, suggested, pattern: (asked.append((suggested, pattern)), (str(chosen), pattern))[1])
+    next(a for a in menu.actions() if a.text() == "JSON rows…").trigger()
+    assert asked and asked[0][0].endswith(".json") and asked[0][1] == "*.json"
+    rows = json.loads(chosen.read_text(encoding="utf-8"))
+    assert [r["decision"] for r in rows if r["decision"]] == ["YES"]

@@ -17,6 +17,7 @@ from PySide6.QtCore import Qt
 
 from speco3.agent.tasks import NO_LORA, load_task_file, user_task_dir
 from speco3.engine.base import LoraAdapter
+from speco3.engine.choice import InstalledModel
 from speco3.gui.agent_panel import LORA_ROLE
 from speco3.gui.settings import AppSettings
 
@@ -47,13 +48,14 @@ def task_with_adapter(store_with_adapter, tiny_gguf, tmp_path):
 def _select(panel, model_id: str, lora: str) -> str:
     """Choose the model box entry of ``model_id`` with adapter choice ``lora``, as a user would; its text."""
     box = panel.model_box
-    i = next(i for i in range(box.count()) if box.itemData(i) == model_id and (box.itemData(i, LORA_ROLE) or "") == lora)
+    i = next(i for i, choice in enumerate(panel.choices())
+             if choice == InstalledModel(model_id) and (box.itemData(i, LORA_ROLE) or "") == lora)
     box.setCurrentIndex(i)
     return box.itemText(i)
 
 
 def _run(qtbot, w) -> None:
-    assert w.agent.run_current(w.agent_panel.task_id(), w.agent_panel.model_id()) is not None
+    assert w.agent.run_current(w.agent_panel.task_id(), w.agent_panel.choice()) is not None
     qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=30000)
 
 
@@ -62,7 +64,7 @@ def test_the_task_adapter_runs_by_default_base_only_runs_without_and_the_choice_
     task, installed = task_with_adapter
     w = make_window(settings=AppSettings(vetter="t", model_id="tiny-f32", task="be"))
     panel = w.agent_panel
-    assert panel.task_id() == "be" and panel.model_id() == "tiny-f32" and panel.lora() == ""
+    assert panel.task_id() == "be" and panel.choice() == InstalledModel("tiny-f32") and panel.lora() == ""
     texts = [panel.model_box.itemText(i) for i in range(panel.model_box.count())]
     assert panel.model_box.currentText() == "tiny-f32 (F32) + be-lora (from the task)", texts
     assert panel.model_box.toolTip().startswith("tiny-f32 (F32) + be-lora (from the task)\nruns with the task's own")
@@ -113,8 +115,8 @@ def test_a_task_adapter_made_for_another_base_is_refused_on_screen_before_anythi
     open_and_wait(w, demo_archive)
     messages: list[str] = []
     w.agent.message.connect(messages.append)
-    assert w.agent.run_current("be", "tiny-f16") is None
-    assert w.agent.start_batch([w.vetting.entry], "be", "tiny-f16") == 0
+    assert w.agent.run_current("be", InstalledModel("tiny-f16")) is None
+    assert w.agent.start_batch([w.vetting.entry], "be", InstalledModel("tiny-f16")) == 0
     assert engine_factory.opened == [] and w.vetting.model_suggestion() is None  # nothing ran, nothing stored
     assert len(messages) == 2 and all("task be not run: be-lora.gguf was made for the base model 'tiny-f32'" in m
                                       for m in messages)

@@ -23,6 +23,7 @@ from speco3.agent.tasks import (
 )
 from speco3.cli import main
 from speco3.engine.base import LoraAdapter
+from speco3.engine.choice import InstalledModel
 from speco3.gui.lines import GENERIC, known_lines
 from speco3.gui.settings import AppSettings
 
@@ -198,7 +199,7 @@ def test_model_box_lists_adapters_of_their_base_and_runs_the_chosen_one(qtbot, m
     assert texts[:3] == ["tiny-f16 (F16)", "tiny-f32 (F32)", "tiny-f32 (F32) + cv-lora (scale 1.0)"], texts
     assert not any("tiny-f16 (F16) +" in t for t in texts)  # made for the other base: not offered there
     box.setCurrentIndex(2)
-    assert w.agent_panel.model_id() == "tiny-f32" and w.agent_panel.lora() == str(adapter.path)
+    assert w.agent_panel.choice() == InstalledModel("tiny-f32") and w.agent_panel.lora() == str(adapter.path)
     assert w.settings.run_settings().engine.lora == (LoraAdapter(str(adapter.path)),)
     open_and_wait(w, demo_archive)
     w.run_agent()

@@ -26,7 +26,7 @@ def test_demo_verdicts_count_under_the_model_filters_and_an_empty_prescreen_ends
     monkeypatch.setattr(control, "demo_engine", lambda spectrum, task: demo_engine(spectrum, task, 0.0))
     w = make_window()
     open_and_wait(w, demo_archive)
-    assert w.agent_panel.model_id()  # the scripted demo, no model installed
+    assert w.agent_panel.choice() is not None  # the scripted demo, no model installed
     w.start_batch()
     qtbot.waitUntil(lambda: not w.inference.batch_running(), timeout=120000)
     shown = [w.table_model.data(w.table_model.index(r, 1)) for r in range(20)]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
+from speco3.engine.choice import InstalledModel
 from speco3.gui.archive_model import COL
 from speco3.gui.settings import AppSettings
 from speco3.vetting import VettingStore
@@ -145,11 +146,11 @@ def test_prescreen_uses_the_vet_rule_prompt_version_and_changed_files(qtbot, mak
     open_and_wait(w, demo_archive)
     w.table_model.fetch_all()
     entries = [w.table_model.entry(r) for r in range(w.table_model.loaded_rows())]
-    assert w.agent.start_batch(entries, "cv", "test-model") == 20
+    assert w.agent.start_batch(entries, "cv", InstalledModel("test-model")) == 20
     store = w.vetting.store
     qtbot.waitUntil(lambda: len(store.model_verdicts("cv")) == 20, timeout=60000)
     assert all(v.file_sha256 for v in store.model_verdicts("cv"))  # recorded as vet records it
-    assert w.agent.start_batch(entries, "cv", "test-model") == 0  # all done
+    assert w.agent.start_batch(entries, "cv", InstalledModel("test-model")) == 0  # all done
     # the same rule, asked directly: every entry is done for vet too
     check = DoneCheck(store, w.agent.tasks["cv"], "test-model")
     assert {check.state(f"{e.path}#{e.index}", e.path) for e in entries} == {"done"}
@@ -159,14 +160,14 @@ def test_prescreen_uses_the_vet_rule_prompt_version_and_changed_files(qtbot, mak
         hdul[0].header["HISTORY"] = "re-reduced"
         hdul.writeto(str(path) + ".new.fits.gz")
     os.replace(str(path) + ".new.fits.gz", path)
-    assert w.agent.start_batch(entries, "cv", "test-model") == 1
+    assert w.agent.start_batch(entries, "cv", InstalledModel("test-model")) == 1
     qtbot.waitUntil(lambda: len(store.model_verdicts("cv", latest=False)) == 21, timeout=60000)
-    assert w.agent.start_batch(entries, "cv", "test-model") == 0
+    assert w.agent.start_batch(entries, "cv", InstalledModel("test-model")) == 0
 
     cv = w.agent.tasks["cv"]  # a changed prompt (another task text): everything is screened again
     w.agent.tasks["cv"] = dataclasses.replace(cv, question=cv.question + " Answer carefully.")
     assert w.agent.tasks["cv"].prompt_version != cv.prompt_version
-    assert w.agent.start_batch(entries, "cv", "test-model") == 20
+    assert w.agent.start_batch(entries, "cv", InstalledModel("test-model")) == 20
     w.inference.cancel_batch()
     qtbot.waitUntil(lambda: not w.inference.batch_running(), timeout=60000)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from speco3.agent.loop import run_episode, run_to_verdict
+from speco3.agent.loop import EpisodeOptions, run_episode, run_to_verdict
 from speco3.agent.protocol import (
     IMAGE_PLACEHOLDER,
     MAX_TURNS,
@@ -20,7 +20,7 @@ from speco3.agent.tool import RenderFn, ToolResult, run_tool
 from speco3.agent.trace import Trace, TraceError
 
 __all__ = [
-    "IMAGE_PLACEHOLDER", "MAX_TURNS", "TOOL_NAME", "TOOL_SCHEMA_JSON", "AssistantStep", "Line", "Outcome",
+    "IMAGE_PLACEHOLDER", "MAX_TURNS", "TOOL_NAME", "TOOL_SCHEMA_JSON", "AssistantStep", "EpisodeOptions", "Line", "Outcome",
     "PromptStep", "RenderFn", "Step", "Task", "ToolResult", "ToolStep", "Trace", "TraceError", "VerdictStep",
     "ViewSpec", "first_turn_parts", "get_task", "load_task_file", "load_tasks", "parse_answer", "parse_tool_calls",
     "render_prompt", "run_episode", "run_to_verdict", "run_tool", "tool_turn_parts",

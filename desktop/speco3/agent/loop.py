@@ -8,7 +8,7 @@ a full context, cancellation and unusable spectra become outcomes of the final `
 a bug and propagates.
 
 The episode never calls the engine itself: it yields requests (`speco3.agent.driver`) that a driver serves, so
-the same episode code runs alone (`run_episode`) or beside others on parallel sequences (`run_rollouts`, batches).
+the same episode code runs alone (`run_episode`) or beside others on parallel sequences (`speco3.agent.rollouts.run_group`, batches).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from speco3.agent.confidence import answer_token_p_yes
@@ -64,9 +64,43 @@ def _safe_callback(on_token: Callable[[str], None] | None) -> Callable[[str], No
     return emit
 
 
+@dataclass(frozen=True)
+class EpisodeOptions:
+    """How episodes run, passed as one value down the rollout path (`speco3.vetting.rollout_runs.run_traced` →
+    `run_into` → `speco3.agent.rollouts.run_group` → `iter_rollouts` → `episode_steps` → `Episode`).
+
+    ``cancel``: set it to stop between tokens (the episode ends ``cancelled``); ``on_token``: every generated text
+    piece as it is sampled (with K rollouts, `iter_rollouts` streams each rollout's through its own sink instead);
+    ``max_turns``: the assistant-turn budget (8 in training); ``image_max_tokens``: the cap on image tokens per
+    image (None: the engine's setting, else `speco3.imaging.DEFAULT_MAX_TOKENS`); ``max_tokens_per_turn``: the
+    generation cap per assistant turn (None: the engine's setting). How each rollout samples is not an option of
+    the path: each rollout has its own (`RolloutPlan.samplings`).
+    """
+
+    cancel: threading.Event | None = field(default=None, compare=False)
+    on_token: Callable[[str], None] | None = field(default=None, compare=False)
+    max_turns: int = MAX_TURNS
+    image_max_tokens: int | None = None
+    max_tokens_per_turn: int | None = None
+
+    def for_engine(self, engine: Engine) -> EpisodeOptions:
+        """These options with the engine's settings where they leave a cap to it, and a token callback whose own
+        errors never look like engine errors."""
+        return replace(
+            self, on_token=_safe_callback(self.on_token),
+            image_max_tokens=effective_max_tokens(engine.settings.image_max_tokens if self.image_max_tokens is None
+                                                  else self.image_max_tokens),
+            max_tokens_per_turn=(engine.settings.max_tokens_per_turn if self.max_tokens_per_turn is None
+                                 else self.max_tokens_per_turn))
+
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+
 @dataclass
 class Episode:
-    """The state of one episode: the conversation as fed to the engine, the running totals, the budget.
+    """The state of one episode: the conversation as fed to the engine, the running totals, the budget
+    (``options``, as `EpisodeOptions.for_engine` resolved them).
 
     `run` yields the step records; each method below is one part of the protocol and returns the `VerdictStep`
     that ends the episode when something stops it (or None to go on).
@@ -75,11 +109,7 @@ class Episode:
     engine: Engine
     spectrum: Spectrum
     render: RenderFn
-    cancel: threading.Event | None = None
-    on_token: Callable[[str], None] | None = None
-    max_turns: int = MAX_TURNS
-    image_max_tokens: int | None = None
-    max_tokens_per_turn: int | None = None
+    options: EpisodeOptions = EpisodeOptions()
     sampling: Sampling | None = None  # None: the engine's settings
     conversation: list[Part] = field(default_factory=list)
     turns: int = 0
@@ -104,10 +134,10 @@ class Episode:
         if failed is not None:
             yield failed
             return
-        for turn in range(1, self.max_turns + 1):
+        for turn in range(1, self.options.max_turns + 1):
             if (yield from self.turn(turn)):
                 return
-        yield self.finish(Outcome.BUDGET_EXHAUSTED, f"no verdict after {self.max_turns} turns")  # max_turns < 1
+        yield self.finish(Outcome.BUDGET_EXHAUSTED, f"no verdict after {self.options.max_turns} turns")  # max_turns < 1
 
     def full_view(self, task_id: str, task_text: str) -> PromptStep | VerdictStep:
         """The first step: the whole spectrum rendered for the first user turn."""
@@ -119,7 +149,7 @@ class Episode:
         if full.data_range() is None:
             return self.finish(Outcome.INPUT_ERROR, f"{self.spectrum.name}: no finite data points to show")
         try:
-            image = prepare_image(self.render(full), max_tokens=self.image_max_tokens)
+            image = prepare_image(self.render(full), max_tokens=self.options.image_max_tokens)
         except RENDER_ERRORS as exc:  # data the renderer cannot draw
             logger.exception("full view of %s could not be rendered", self.spectrum.name)
             return self.finish(Outcome.INPUT_ERROR, f"full view could not be rendered: {exc}")
@@ -155,7 +185,8 @@ class Episode:
 
     # -- parts of a turn -------------------------------------------------------------------------------------
     def generate(self) -> Generate:
-        return Generate(max_tokens=self.max_tokens_per_turn, on_token=self.on_token, cancel=self.cancel)
+        o = self.options
+        return Generate(max_tokens=o.max_tokens_per_turn, on_token=o.on_token, cancel=o.cancel)
 
     def record(self, turn: int, res: GenerationResult, t0: float) -> tuple[AssistantStep, ParsedCall | None]:
         """Count the turn, keep its tokens verbatim in the conversation, and parse its first tool call."""
@@ -189,17 +220,17 @@ class Episode:
                 final.p_yes_token = answer_token_p_yes(res.logprobs, answer.verdict)
                 return final
             if res.stop_reason == "length":
-                return self.finish(Outcome.FORMAT_ERROR, f"turn {turn} reached {self.max_tokens_per_turn} tokens",
+                return self.finish(Outcome.FORMAT_ERROR, f"turn {turn} reached {self.options.max_tokens_per_turn} tokens",
                                    answer, content)
             return self.finish(Outcome.FORMAT_ERROR, f"turn {turn} has neither a parsable tool call nor an answer",
                                answer, content)
-        if turn >= self.max_turns:
-            return self.finish(Outcome.BUDGET_EXHAUSTED, f"still calling the tool after {self.max_turns} turns")
+        if turn >= self.options.max_turns:
+            return self.finish(Outcome.BUDGET_EXHAUSTED, f"still calling the tool after {self.options.max_turns} turns")
         return None
 
     def zoom(self, turn: int, call: ParsedCall, res: GenerationResult) -> EpisodeGen:
         """Run the (first) tool call and feed its tool turn right after the sampled message."""
-        result = run_tool(call, self.spectrum, self.render, image_max_tokens=self.image_max_tokens)
+        result = run_tool(call, self.spectrum, self.render, image_max_tokens=self.options.image_max_tokens)
         self.zooms += int(result.ok)
         yield ToolStep(
             turn=turn, seconds=result.seconds, label=result.label, wavelength_range=result.wavelength_range,
@@ -218,7 +249,7 @@ class Episode:
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def cancelled(self) -> bool:
-        return self.cancel is not None and self.cancel.is_set()
+        return self.options.cancelled()
 
     def engine_call(self, request: Request, failure: str) -> Generator[Request, Any, tuple[Any, VerdictStep | None]]:
         """Ask the driver for engine work (``yield from``): ``(its result, None)``, or ``(None, the final verdict)``
@@ -262,23 +293,13 @@ def episode_steps(
     spectrum: Spectrum,
     task: Task | str,
     render: RenderFn,
+    options: EpisodeOptions = EpisodeOptions(),
     *,
-    cancel: threading.Event | None = None,
-    on_token: Callable[[str], None] | None = None,
-    max_turns: int = MAX_TURNS,
-    image_max_tokens: int | None = None,
-    max_tokens_per_turn: int | None = None,
     sampling: Sampling | None = None,
 ) -> EpisodeGen:
     """The episode of `run_episode` as a generator of steps and requests, for `speco3.agent.driver.drive`."""
     task_id, task_text = (task.id, task.text) if isinstance(task, Task) else ("custom", str(task))
-    return Episode(
-        engine, spectrum, render, cancel=cancel, on_token=_safe_callback(on_token), max_turns=max_turns,
-        image_max_tokens=effective_max_tokens(engine.settings.image_max_tokens if image_max_tokens is None
-                                              else image_max_tokens),
-        max_tokens_per_turn=(engine.settings.max_tokens_per_turn if max_tokens_per_turn is None
-                             else max_tokens_per_turn), sampling=sampling,
-    ).run(task_id, task_text)
+    return Episode(engine, spectrum, render, options.for_engine(engine), sampling).run(task_id, task_text)
 
 
 def run_episode(
@@ -286,12 +307,8 @@ def run_episode(
     spectrum: Spectrum,
     task: Task | str,
     render: RenderFn,
+    options: EpisodeOptions = EpisodeOptions(),
     *,
-    cancel: threading.Event | None = None,
-    on_token: Callable[[str], None] | None = None,
-    max_turns: int = MAX_TURNS,
-    image_max_tokens: int | None = None,
-    max_tokens_per_turn: int | None = None,
     sampling: Sampling | None = None,
 ) -> Iterator[Step]:
     """Run one inspection episode; yield `PromptStep`, then `AssistantStep`/`ToolStep` records, then one `VerdictStep`.
@@ -305,28 +322,20 @@ def run_episode(
         The task (or a bare task text).
     render : callable
         ``View -> PNG bytes`` (the training-faithful renderer; tests pass a small Pillow one).
-    cancel : threading.Event, optional
-        Set it to stop between tokens; the episode ends with ``Outcome.CANCELLED``.
-    on_token : callable, optional
-        Receives every generated text piece as it is sampled.
-    max_turns : int
-        Assistant-turn budget (8 in training).
-    image_max_tokens : int, optional
-        Cap on image tokens per image. Defaults to the engine setting, else `speco3.imaging.DEFAULT_MAX_TOKENS`.
-    max_tokens_per_turn : int, optional
-        Generation cap per assistant turn. Defaults to the engine setting.
+    options : EpisodeOptions
+        Cancel, token stream, turn budget and caps.
     sampling : Sampling, optional
         How this episode samples (one rollout's temperature, top-p, top-k and seed). Defaults to the engine setting.
     """
-    steps = episode_steps(engine, spectrum, task, render, cancel=cancel, on_token=on_token, max_turns=max_turns,
-                        image_max_tokens=image_max_tokens, max_tokens_per_turn=max_tokens_per_turn, sampling=sampling)
-    for _, step in drive([steps], SerialSlots(engine)):
+    for _, step in drive([episode_steps(engine, spectrum, task, render, options, sampling=sampling)],
+                         SerialSlots(engine)):
         yield step
 
 
-def run_to_verdict(*args, **kwargs) -> tuple[list[Step], VerdictStep]:
+def run_to_verdict(engine: Engine, spectrum: Spectrum, task: Task | str, render: RenderFn,
+                   options: EpisodeOptions = EpisodeOptions()) -> tuple[list[Step], VerdictStep]:
     """Run `run_episode` to the end; return all steps and the final `VerdictStep`."""
-    steps = list(run_episode(*args, **kwargs))
+    steps = list(run_episode(engine, spectrum, task, render, options))
     final = steps[-1]
     assert isinstance(final, VerdictStep)
     return steps, final

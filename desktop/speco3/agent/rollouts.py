@@ -4,8 +4,8 @@ The model was trained with group-wise sampled rollouts (GRPO, 8 per prompt); K s
 spectrum and task, each with its own seed, show how settled its verdict is. K=1 at temperature 0 is the paper's
 greedy evaluation.
 
-`iter_rollouts` is the one loop (the screening core iterates it; `run_group` and `run_rollouts` run it to the
-end). On a llama.cpp engine with ``EngineSettings.n_seq`` > 1 the rollouts run at once on parallel sequences that share the evaluated prefix
+`iter_rollouts` is the one loop (the screening core iterates it; `run_group` runs it to the end). How the
+episodes run (cancel, token stream, turn budget, caps) is one `speco3.agent.loop.EpisodeOptions`. On a llama.cpp engine with ``EngineSettings.n_seq`` > 1 the rollouts run at once on parallel sequences that share the evaluated prefix
 (`speco3.engine.parallel`; up to ``n_seq`` at a time, the next started as one ends); on other engines one after
 another. The result is the same either way: one step list per rollout, rollout i sampled with
 ``plan.samplings()[i]``.
@@ -16,20 +16,19 @@ runs on the same slots (one `SequencePool` for the whole group), so the later ro
 evaluated (the system prompt, task and full view are evaluated once per spectrum); a stop closes the slots, which
 frees every sequence the group held. Rollout i of an adaptive group is rollout i of the fixed group of ``k_max``
 (same seed), so an adaptive run is a prefix of the fixed one. `run_group` returns the steps with ``k_max`` and the
-stop reason; `run_rollouts` the steps alone.
+stop reason.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from speco3.agent.adaptive import STOP_CANCELLED, STOP_FIXED, AdaptiveRule, next_round
 from speco3.agent.confidence import Thresholds
 from speco3.agent.driver import drive
-from speco3.agent.loop import episode_steps
+from speco3.agent.loop import EpisodeOptions, episode_steps
 from speco3.agent.steps import Step, VerdictStep
 from speco3.agent.tasks import Task
 from speco3.agent.tool import RenderFn
@@ -104,15 +103,15 @@ def iter_rollouts(
     task: Task | str,
     render: RenderFn,
     plan: RolloutPlan,
+    options: EpisodeOptions = EpisodeOptions(),
     *,
     thresholds: Thresholds | None = None,
     group: RolloutGroup | None = None,
-    cancel: threading.Event | None = None,
     on_rollout_token: Callable[[int, str], None] | None = None,
-    **episode_kwargs,
 ) -> Iterator[tuple[int, Step]]:
     """The episodes of ``spectrum`` as they happen: ``(rollout i, step)``, each rollout ending with its
-    `VerdictStep` (``episode_kwargs`` as for `run_group`). Closing the iterator ends the rollouts in flight.
+    `VerdictStep` (``options``: `EpisodeOptions`, each rollout with its own sampling). Closing the iterator ends
+    the rollouts in flight.
 
     A fixed plan runs one round of ``plan.k``; an adaptive one (`RolloutPlan.auto`) ``k_min``, then ``step`` more
     while its rule (judged with ``thresholds``) says the decision is not settled, up to ``k_max``, all on the same
@@ -135,14 +134,14 @@ def iter_rollouts(
             batch = samplings[first:first + want]
             group.rounds += 1
             results.extend([] for _ in batch)
-            episodes = (episode_steps(engine, spectrum, task, render, cancel=cancel, sampling=s,
-                                    **_token_sink(episode_kwargs, on_rollout_token, first + j))
+            episodes = (episode_steps(engine, spectrum, task, render,
+                                      _token_sink(options, on_rollout_token, first + j), sampling=s)
                         for j, s in enumerate(batch))
             for j, step in drive(episodes, slots, width=len(batch)):
                 results[first + j].append(step)
                 yield first + j, step
             assert all(steps and isinstance(steps[-1], VerdictStep) for steps in results)
-            if cancel is not None and cancel.is_set():
+            if options.cancelled():
                 group.stop_reason = STOP_CANCELLED
                 break
             if rule is None:
@@ -166,51 +165,34 @@ def run_group(
     task: Task | str,
     render: RenderFn,
     plan: RolloutPlan,
+    options: EpisodeOptions = EpisodeOptions(),
     *,
     thresholds: Thresholds | None = None,
-    cancel: threading.Event | None = None,
     on_step: Callable[[int, Step], None] | None = None,
-    **episode_kwargs,
 ) -> RolloutGroup:
     """Run ``plan``'s episodes of ``spectrum`` to the end (`iter_rollouts`); return the steps of each rollout that
-    ran, the budget and the stop reason.
+    ran (``.steps``, each ending with its `VerdictStep`), the budget and the stop reason.
 
     Parameters
     ----------
+    options : EpisodeOptions
+        Cancel, token stream (``on_token``: every rollout's text into one sink), turn budget and caps.
     on_step : callable, optional
         ``on_step(i, step)`` for every step of rollout ``i`` as it happens.
-    episode_kwargs
-        Passed to `run_episode` (``max_turns``, ``image_max_tokens``, ``max_tokens_per_turn``, ``on_token``).
     """
     group = RolloutGroup([], plan.k, STOP_FIXED)
-    for i, step in iter_rollouts(engine, spectrum, task, render, plan, thresholds=thresholds, group=group,
-                                 cancel=cancel, **episode_kwargs):
+    for i, step in iter_rollouts(engine, spectrum, task, render, plan, options, thresholds=thresholds, group=group):
         if on_step is not None:
             on_step(i, step)
     return group
 
 
-def run_rollouts(
-    engine: Engine,
-    spectrum: Spectrum,
-    task: Task | str,
-    render: RenderFn,
-    plan: RolloutPlan,
-    *,
-    cancel: threading.Event | None = None,
-    on_step: Callable[[int, Step], None] | None = None,
-    **episode_kwargs,
-) -> list[list[Step]]:
-    """Run ``plan``'s episodes of ``spectrum``; return each rollout's steps (each list ends with a `VerdictStep`).
-    See `run_group` (this is its ``steps``)."""
-    return run_group(engine, spectrum, task, render, plan, cancel=cancel, on_step=on_step, **episode_kwargs).steps
-
-
-def _token_sink(episode_kwargs: dict, on_rollout_token: Callable[[int, str], None] | None, i: int) -> dict:
-    """``episode_kwargs`` with rollout ``i``'s own ``on_token`` when every rollout's text is streamed."""
+def _token_sink(options: EpisodeOptions, on_rollout_token: Callable[[int, str], None] | None,
+                i: int) -> EpisodeOptions:
+    """``options`` with rollout ``i``'s own ``on_token`` when every rollout's text is streamed."""
     if on_rollout_token is None:
-        return episode_kwargs
-    return {**episode_kwargs, "on_token": lambda piece: on_rollout_token(i, piece)}
+        return options
+    return replace(options, on_token=lambda piece: on_rollout_token(i, piece))
 
 
 def _cache_hits(engine: Engine) -> int:
@@ -218,4 +200,4 @@ def _cache_hits(engine: Engine) -> int:
     return int(engine.stats().extra.get("image_cache_hits", 0))
 
 
-__all__ = ["ROLLOUT_TEMPERATURE", "RolloutGroup", "RolloutPlan", "iter_rollouts", "run_group", "run_rollouts"]
+__all__ = ["ROLLOUT_TEMPERATURE", "RolloutGroup", "RolloutPlan", "iter_rollouts", "run_group"]

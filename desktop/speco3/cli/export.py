@@ -1,4 +1,5 @@
-"""``spec-o3 export results.sqlite --csv/--votable/--fits/--html OUT``: the tables and the audit report."""
+"""``spec-o3 export results.sqlite --csv/--votable/--fits/--html OUT``: the tables and the audit report (one
+option per format of `speco3.vetting.export_formats.FORMATS`)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,18 @@ import argparse
 
 from speco3.cli.options import default_render
 from speco3.errors import Speco3Error
-from speco3.vetting.export import check_target, export
-from speco3.vetting.report import report_path, write_report
+from speco3.vetting.export import check_target
+from speco3.vetting.export_formats import FORMATS, ExportOptions
 from speco3.vetting.store import VettingStore
 
 
 def register(sub) -> None:
-    e = sub.add_parser("export", help="export a vetting store as CSV, VOTable, FITS or an HTML report")
+    names = list(FORMATS.values())
+    listed = ", ".join(f.title for f in names[:-1]) + (f" or {names[-1].title}" if len(names) > 1 else names[0].title)
+    e = sub.add_parser("export", help=f"export a vetting store as {listed}")
     e.add_argument("store", metavar="STORE", help="vetting store (SQLite)")
-    e.add_argument("--csv", metavar="OUT")
-    e.add_argument("--votable", metavar="OUT")
-    e.add_argument("--fits", metavar="OUT")
-    e.add_argument("--html", metavar="OUT", help="HTML audit report: a folder (existing, or ending in /) gets "
-                                                 "OUT/index.html; any other OUT is written as OUT.html")
+    for fmt in names:
+        e.add_argument(f"--{fmt.name}", metavar="OUT", help=fmt.help)
     e.add_argument("--task", help="only this task")
     e.add_argument("--copy-images", action="store_true", help="HTML: copy images beside the report (default: embed)")
     e.add_argument("--force", action="store_true", help="replace output files that exist (never the store itself)")
@@ -26,19 +26,17 @@ def register(sub) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    targets = [(fmt, getattr(args, fmt)) for fmt in ("csv", "votable", "fits", "html") if getattr(args, fmt)]
+    targets = [(fmt, out) for fmt in FORMATS.values() if (out := getattr(args, fmt.name, None))]
     if not targets:
-        raise Speco3Error("nothing to export: give --csv, --votable, --fits and/or --html OUT")
+        raise Speco3Error("nothing to export: give " + ", ".join(f"--{n}" for n in list(FORMATS)[:-1])
+                          + f" and/or --{list(FORMATS)[-1]} OUT")
+    options = ExportOptions(task=args.task, overwrite=args.force, embed_images=not args.copy_images,
+                            render=default_render())  # the training renderer: the report's PNGs of its size
     with VettingStore(args.store, readonly=True) as store:
         for fmt, out in targets:  # every target checked before the first is written
-            check_target(store, report_path(out) if fmt == "html" else out, overwrite=args.force)
+            check_target(store, fmt.target(out), overwrite=args.force)
         for fmt, out in targets:
-            if fmt == "html":
-                out = write_report(store, out, task=args.task, embed_images=not args.copy_images,
-                                   overwrite=args.force, render=default_render())  # the training renderer: PNGs of its size
-            else:
-                export(store, out, fmt, task=args.task, overwrite=args.force)
-            print(f"{fmt}: wrote {out}")
+            print(f"{fmt.name}: wrote {fmt(store, out, options)}")
     return 0
 
 

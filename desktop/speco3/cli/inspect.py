@@ -28,6 +28,7 @@ from pathlib import Path
 from speco3.agent import (
     MAX_TURNS,
     AssistantStep,
+    EpisodeOptions,
     Outcome,
     PromptStep,
     ToolStep,
@@ -100,8 +101,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     eta = TimeToVerdict(rates=Rates.from_stats(engine.stats()), max_turns=max_turns)
     try:
         with sigint_cancels(cancel):
-            for step in trace.follow(run_episode(engine, spectrum, task, render, cancel=cancel, on_token=stream,
-                                                 max_turns=max_turns)):
+            for step in trace.follow(run_episode(engine, spectrum, task, render,
+                                                 EpisodeOptions(cancel=cancel, on_token=stream, max_turns=max_turns))):
                 eta.observe(step, engine.stats() if isinstance(step, AssistantStep) else None)
                 if isinstance(step, PromptStep):
                     print(f"[full view {step.image.width}×{step.image.height} px, {step.image.n_tokens} image tokens]")
@@ -168,9 +169,9 @@ def cmd_inspect_rollouts(args: argparse.Namespace, settings: RunSettings, task: 
           file=say, flush=True)
     try:
         with sigint_cancels(cancel):
-            run = run_traced(engine, spectrum, task, render, plan, cancel=cancel, on_step=on_step, on_token=stream,
-                             thresholds=thresholds,
-                             max_turns=MAX_TURNS if args.max_turns is None else args.max_turns)
+            options = EpisodeOptions(cancel=cancel, on_token=stream,
+                                     max_turns=MAX_TURNS if args.max_turns is None else args.max_turns)
+            run = run_traced(engine, spectrum, task, render, plan, options, on_step=on_step, thresholds=thresholds)
     finally:
         engine.close()
     records = save_rollouts(run, out)

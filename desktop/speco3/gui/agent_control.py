@@ -1,6 +1,6 @@
 """Agent runs and the batch pre-screen: engines, jobs, and what is stored when a run ends.
 
-`AgentController` turns the agent panel's requests into `AgentJob`s for the `InferenceThread`; each job carries a
+`AgentController` turns the agent panel's requests into `RunJob`s for the `InferenceThread`; each job carries a
 `speco3.vetting.screening.Screening` of the current store, so every run is recorded by the screening core exactly
 as ``spec-o3 vet`` records it (the same verdict row, digests and rollouts; traces under the data folder's
 ``traces``, named as vet names them) and kept apart from human decisions. The canned demo session is recorded under the model id "scripted demo — not a
@@ -22,13 +22,14 @@ from speco3.agent.adaptive import describe_use
 from speco3.agent.eta import format_eta
 from speco3.agent.tasks import NO_LORA, Task
 from speco3.engine.base import Engine, EngineSettings, LoraAdapter
-from speco3.engine.choice import DEMO, InstalledModel, ModelChoice, ModelServer
+from speco3.engine.choice import InstalledModel, ModelChoice
 from speco3.engine.native import check_adapters
 from speco3.errors import Speco3Error
+from speco3.gui.agent_panel import ModelEntry
 from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectrum
-from speco3.gui.settings import SERVER_MODEL_ID
 from speco3.gui.vetting import VettingController, store_key
-from speco3.gui.workers import AgentJob, InferenceThread
+from speco3.gui.workers import InferenceThread
+from speco3.vetting.runs import RunEnded, RunInfo, RunJob
 from speco3.vetting.screening import DoneCheck, Screening, VetItem
 from speco3_models.errors import ModelStoreError
 from speco3_models.store import ModelStore
@@ -36,17 +37,17 @@ from speco3_models.store import ModelStore
 log = logging.getLogger(__name__)
 
 
-def installed_models() -> list[tuple[str, ...]]:
-    """(name, display text) of the installed models, each followed by (name, text, adapter path) of the store's
-    LoRA adapters made for it (its base digest: `ModelStore.adapters`); empty when none (or the store is
-    unreadable)."""
+def installed_models() -> list[ModelEntry]:
+    """The model box's entries of the installed models, each followed by its entries with the store's LoRA
+    adapters made for it (its base digest: `ModelStore.adapters`); empty when none (or the store is unreadable)."""
     try:
         store = ModelStore()
-        out: list[tuple[str, ...]] = []
+        out: list[ModelEntry] = []
         for m in store.list():
             text = f"{m.name}" + (f" ({m.quant})" if m.quant else "")
-            out.append((m.name, text))
-            out += [(m.name, f"{text} + {a.name} (scale 1.0)", str(a.path)) for a in store.adapters(m.name)]
+            choice = InstalledModel(m.name)
+            out.append(ModelEntry(choice, text))
+            out += [ModelEntry(choice, f"{text} + {a.name} (scale 1.0)", str(a.path)) for a in store.adapters(m.name)]
         return out
     except (ModelStoreError, OSError) as exc:
         log.warning("model store unavailable: %s", exc)
@@ -65,7 +66,7 @@ def check_installed_adapters(model_id: str, adapters: tuple[LoraAdapter, ...]) -
 
 
 def _open_choice(choice: ModelChoice, engine_settings: EngineSettings) -> Engine:
-    """The engine of a model choice (loaded by the inference worker): the settings' "Model server", a local model."""
+    """The engine of a model choice (loaded by the inference worker), as the command line opens it."""
     return choice.open(engine_settings)
 
 
@@ -115,26 +116,13 @@ class AgentController(QObject):
     def current_task(self) -> Task | None:
         return self.tasks.get(self.panel.task_id())
 
-    def choice(self, model_id: str) -> ModelChoice:
-        """The model box's entry as a typed choice (`speco3.engine.choice`): the scripted demo, the settings' model
-        server, or an installed model. Raises `Speco3Error` for a model server the settings do not (or cannot) set."""
-        if model_id == SCRIPTED_LABEL:
-            return DEMO
-        if model_id == SERVER_MODEL_ID:
-            server = self.settings.server_config()
-            if server is None:
-                raise Speco3Error("no model server is set (Settings → Model server)")
-            return ModelServer.of(server)
-        return InstalledModel(model_id)
-
-    def run_engine_settings(self, task: Task, model_id: str) -> EngineSettings:
-        """The engine settings of a run of ``task`` on ``model_id``, adapters resolved as the command line resolves
+    def run_engine_settings(self, task: Task, choice: ModelChoice) -> EngineSettings:
+        """The engine settings of a run of ``task`` on ``choice``, adapters resolved as the command line resolves
         them (the model box's choice, else the task's own; `speco3.agent.tasks.run_adapters`) and checked against
         the installed base. Raises `Speco3Error` with the command line's message (another base, a chat server)."""
-        choice = self.choice(model_id)
         es = self.settings.engine_settings(task, server=choice.server)
-        if isinstance(choice, InstalledModel) and es.lora:
-            self._check_adapters(model_id, es.lora)
+        if isinstance(choice, InstalledModel) and choice.name and es.lora:
+            self._check_adapters(choice.name, es.lora)
         return es
 
     def _check_adapters(self, model_id: str, adapters: tuple[LoraAdapter, ...]) -> None:
@@ -159,12 +147,12 @@ class AgentController(QObject):
     def show_adapter(self) -> None:
         """Say in the agent panel which adapter the next run applies and where it comes from, or why it is
         refused (an adapter made for another base, one for a chat server)."""
-        task, model_id = self.current_task(), self.panel.model_id()
-        if task is None or not model_id or model_id == DEMO.label:
+        task, choice = self.current_task(), self.panel.choice()
+        if task is None or choice is None or choice.scripted:
             self.panel.show_adapter("")
             return
         try:
-            adapters = self.run_engine_settings(task, model_id).lora
+            adapters = self.run_engine_settings(task, choice).lora
         except Speco3Error as exc:
             self.panel.show_adapter(f"⚠ not run: {exc}", refused=True)
             return
@@ -192,7 +180,7 @@ class AgentController(QObject):
             raise KeyError(f"unknown task {task_id!r}")
         return task
 
-    def screening(self, task, model_id: str, *, resume: bool, share: bool = True) -> Screening | None:
+    def screening(self, task, choice: ModelChoice, *, resume: bool, share: bool = True) -> Screening | None:
         """Where runs of ``task`` are recorded: the current store, the traces under the data folder, the rollout
         plan and thresholds of the settings (the canned demo: one run, whatever K is set); None without a store.
         ``share``: leave spectra that another run on the store (a ``spec-o3 vet``) screens to it, without waiting
@@ -201,57 +189,55 @@ class AgentController(QObject):
         store = self.vetting.store
         if store is None:
             return None
-        choice = self.choice(model_id)
         run = self.settings.run_settings(task, server=choice.server)
         return Screening(store, task, self.inference.render,
                          trace_root=Path(self.settings.resolved_data_folder()) / "traces",
                          plan=None if choice.scripted else run.plan(), thresholds=run.thresholds(),
                          resume=resume, share=share, wait=False)
 
-    def _job(self, entry: Any, screening: Screening, model_id: str, es: EngineSettings, spectrum=None,
-             batch: bool = False) -> AgentJob:
+    def _job(self, entry: Any, screening: Screening, choice: ModelChoice, es: EngineSettings, spectrum=None,
+             batch: bool = False) -> RunJob:
         """A job of plain data: its engine factory binds the opener and values (``es``: `run_engine_settings`),
         never this controller or a widget (the worker thread drops the job; a widget reachable from it would be
         destroyed there)."""
         item = VetItem.of_entry(entry, spectrum)
         task = screening.task
-        choice = self.choice(model_id)
         key = choice.engine_key(es)
         if choice.scripted:  # the canned demo: one run, whatever K is set (its script never varies)
-            return AgentJob(entry.key, item, screening, key, partial(_demo_engine_for, spectrum, entry, task),
+            return RunJob(entry.key, item, screening, key, partial(_demo_engine_for, spectrum, entry, task),
                             batch=batch, scripted=True)
-        if isinstance(choice, InstalledModel):  # the opener the window was given (tests: a scripted engine)
-            return AgentJob(entry.key, item, screening, key, partial(self.engine_opener, model_id, es), batch=batch)
-        return AgentJob(entry.key, item, screening, key, partial(_open_choice, choice, es), batch=batch)
+        if isinstance(choice, InstalledModel) and choice.name:  # the window's opener (tests: a scripted engine)
+            return RunJob(entry.key, item, screening, key, partial(self.engine_opener, choice.name, es), batch=batch)
+        return RunJob(entry.key, item, screening, key, partial(_open_choice, choice, es), batch=batch)
 
     # -- interactive ---------------------------------------------------------------------------------------------
-    def run_current(self, task_id: str, model_id: str) -> int | None:
+    def run_current(self, task_id: str, choice: ModelChoice | None) -> int | None:
         entry, spectrum = self.vetting.entry, self.vetting.spectrum
         if (reason := self.vetting.session.refusal("nothing run")) is not None or entry is None or spectrum is None:
             self.message.emit(reason or "select a readable spectrum first")
             return None
-        if not model_id:
+        if choice is None:
             self.message.emit("no model installed — see the agent panel for how to get one")
             return None
-        if model_id == DEMO.label and not is_demo_spectrum(spectrum):
+        if choice.scripted and not is_demo_spectrum(spectrum):
             self.message.emit("the scripted demo session runs only on the demo archive's spectra")
             return None
         if self.interactive_job is not None:
             self.message.emit("the agent is already running; cancel it first (Esc)")
             return None
         task = self._task(task_id)
-        es = self._checked_settings(task, model_id)
+        es = self._checked_settings(task, choice)
         if es is None:
             return None
-        screening = self.screening(task, model_id, resume=False, share=False)  # asked for: run even when done
+        screening = self.screening(task, choice, resume=False, share=False)  # asked for: run even when done
         if screening is None:
             self.message.emit("open an archive first: runs are recorded in its vetting store")
             return None
-        job = self._job(entry, screening, model_id, es, spectrum=spectrum)
+        job = self._job(entry, screening, choice, es, spectrum=spectrum)
         job_id = self.inference.submit(job)
         self.interactive_job = job_id
         self._jobs[job_id] = (entry, task)
-        title = f"{spectrum.name} · task {task.id} · {model_id}"
+        title = f"{spectrum.name} · task {task.id} · {choice.label}"
         self.panel.begin(job_id, title, scripted=job.scripted, rollouts=job.first_round)
         if self.batch_in_flight > 1:
             self.message.emit(f"batch pre-screen pauses for this run, which starts when the {self.batch_in_flight} "
@@ -260,10 +246,10 @@ class AgentController(QObject):
             self.message.emit("batch pre-screen pauses for this run and continues after it")
         return job_id
 
-    def _checked_settings(self, task: Task, model_id: str) -> EngineSettings | None:
+    def _checked_settings(self, task: Task, choice: ModelChoice) -> EngineSettings | None:
         """`run_engine_settings`, or None with the refusal said in the status bar and the agent panel."""
         try:
-            return self.run_engine_settings(task, model_id)
+            return self.run_engine_settings(task, choice)
         except Speco3Error as exc:
             self.message.emit(f"task {task.id} not run: {exc}")
             self.panel.show_adapter(f"⚠ not run: {exc}", refused=True)
@@ -274,34 +260,34 @@ class AgentController(QObject):
             self.message.emit("cancelling the agent run …")
 
     # -- batch ---------------------------------------------------------------------------------------------------
-    def start_batch(self, entries: list[Any], task_id: str, model_id: str, skip_done: bool = True) -> int:
-        """Queue ``entries`` for a background pre-screen; returns the number queued."""
-        if not model_id:
+    def start_batch(self, entries: list[Any], task_id: str, choice: ModelChoice | None, skip_done: bool = True) -> int:
+        """Queue ``entries`` for a background pre-screen on ``choice``; returns the number queued."""
+        if choice is None:
             self.message.emit("no model installed — batch pre-screen needs one")
             return 0
         if (reason := self.vetting.session.store_refusal()) is not None:
             self.message.emit(f"{reason}: nothing pre-screened")
             return 0
         task = self._task(task_id)
-        es = self._checked_settings(task, model_id)
+        es = self._checked_settings(task, choice)
         if es is None:
             return 0
-        screening = self.screening(task, model_id, resume=skip_done)
+        screening = self.screening(task, choice, resume=skip_done)
         if screening is None:
             self.message.emit("open an archive first: the pre-screen is recorded in its vetting store")
             return 0
         # the rule of `spec-o3 vet` (the core's): same model, prompt version and K, not cancelled or failed, file
         # unchanged; applied again as each spectrum starts
-        check: DoneCheck = screening.done_check(model_id)
-        jobs: list[tuple[AgentJob, Any]] = []
+        check: DoneCheck = screening.done_check(choice.label)
+        jobs: list[tuple[RunJob, Any]] = []
         for entry in entries:
             if getattr(entry, "error", None):
                 continue
-            if model_id == DEMO.label and not str(getattr(entry, "file_name", "")).startswith("spec-60001-SPECO3DEMO"):
+            if choice.scripted and not str(getattr(entry, "file_name", "")).startswith("spec-60001-SPECO3DEMO"):
                 continue
             if check.state(store_key(entry), entry.path) == "done":
                 continue
-            jobs.append((self._job(entry, screening, model_id, es, batch=True), entry))
+            jobs.append((self._job(entry, screening, choice, es, batch=True), entry))
         if not jobs:  # a batch of nothing never reported an end: its bar stayed at "0 / 1" with Pause and Cancel
             self.message.emit(f"nothing to pre-screen: every spectrum in the table (task {task.id}) is done, "
                               "unreadable or empty — change the filters or the task")
@@ -321,7 +307,7 @@ class AgentController(QObject):
                               if in_flight > 1 else "")
 
     # -- results -------------------------------------------------------------------------------------------------
-    def _started(self, job_id: int, key: str, info: dict) -> None:
+    def _started(self, job_id: int, key: str, info: RunInfo) -> None:
         if job_id == self.interactive_job:
             self.panel.started(job_id, info)
 
@@ -332,8 +318,8 @@ class AgentController(QObject):
             self.interactive_job = None
         self.message.emit(f"agent run on {key} failed: {message}")
 
-    def _finished(self, job_id: int, key: str, verdict_step: Any, info: dict) -> None:
-        """A run ended; the screening core has recorded it on the inference thread (``info["verdict"]``), or
+    def _finished(self, job_id: int, key: str, ended: RunEnded) -> None:
+        """A run ended; the screening core has recorded it on the inference thread (``ended.verdict``), or
         nothing when it was cancelled or skipped."""
         entry, task = self._jobs.pop(job_id, (None, None))
         interactive = job_id == self.interactive_job
@@ -342,20 +328,20 @@ class AgentController(QObject):
             self.interactive_job = None
         if entry is None:
             return
-        verdict = info.get("verdict")
+        verdict = ended.verdict
         if verdict is None:
-            if info.get("elsewhere"):  # a `spec-o3 vet` on the same store screened it: show its verdict
+            if ended.elsewhere:  # a `spec-o3 vet` on the same store screened it: show its verdict
                 self.verdictRecorded.emit(entry.key)
-            elif verdict_step is not None and verdict_step.outcome.value == "cancelled":
+            elif ended.cancelled:
                 self.message.emit(f"agent run on {entry.key} cancelled; nothing stored")
             return
-        conf = info.get("confidence")
+        conf = ended.confidence
         if conf is not None and (conf.k > 1 or verdict.k_max not in (None, 1)):
             p = "—" if conf.p_yes is None else f"{conf.p_yes:.2f}"
             self.message.emit(f"{entry.key}: p_yes {p}, {describe_use(conf.k, verdict.k_max, verdict.stop_reason)}"
                               + (f" — {conf.headline}" if conf.abstained else ""))
             if interactive:
-                self.panel.show_confidence(conf, SCRIPTED_LABEL if info.get("scripted") else f"model {info.get('model')}",
+                self.panel.show_confidence(conf, SCRIPTED_LABEL if ended.info.scripted else f"model {ended.info.model}",
                                            verdict.k_max, verdict.stop_reason)
         self.verdictRecorded.emit(entry.key)
 

@@ -3,8 +3,8 @@
 The transcript shows the model's text readable (`speco3.agent.readable`: "Thinking: …", "→ asks to zoom in on …",
 "Answer: YES"), as plain text; the raw text with its markup stays in the trace.
 
-The panel is a view of what `InferenceThread` reports: tokens are appended to the live transcript as they arrive;
-each tool call adds a thumbnail (label, range) to the zoom strip and a link in the transcript; clicking either
+The panel is a view of what `InferenceThread` reports (the run service's events): tokens are appended to the live
+transcript as they arrive; each tool call adds a thumbnail (label, range) to the zoom strip and a link in the transcript; clicking either
 emits ``zoomRequested(lo, hi, label)`` so the main plot shows that rest-frame window with the region highlighted.
 Without an installed model the panel explains how to get one; the demo archive offers a scripted session that is
 labelled as such in the panel, the transcript and the verdict.
@@ -16,6 +16,7 @@ import html
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
@@ -43,11 +44,24 @@ from speco3.agent.steps import AssistantStep, Step, ToolStep, VerdictStep
 from speco3.agent.tasks import NO_LORA, Task
 from speco3.agent.trace import Trace
 from speco3.engine.base import LoraAdapter
+from speco3.engine.choice import DEMO, ModelChoice
 from speco3.errors import TaskError
 from speco3.gui.demo_session import SCRIPTED_LABEL
 from speco3.gui.text import esc, tooltip
+from speco3.vetting.runs import RunInfo
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One entry of the model box: the typed model choice (`speco3.engine.choice`), its text, and an adapter
+    that the entry always runs with (the store's adapters made for the model; None: a plain model entry)."""
+
+    choice: ModelChoice
+    text: str
+    adapter: str | None = None
+
 
 #: Item-data role of the model box holding an entry's adapter choice (`AppSettings.lora`): "" for a plain model
 #: entry (the task's own adapter when it has one, else none), "none" for "base only", else the adapter's path.
@@ -91,10 +105,10 @@ class AgentPanel(QWidget):
 
     Signals
     -------
-    runRequested(task_id, model_id) ; cancelRequested() ; zoomRequested(lo, hi, label) ; taskChanged(task_id)
+    runRequested(task_id, ModelChoice) ; cancelRequested() ; zoomRequested(lo, hi, label) ; taskChanged(task_id)
     """
 
-    runRequested = Signal(str, str)
+    runRequested = Signal(str, object)
     cancelRequested = Signal()
     zoomRequested = Signal(float, float, str)
     taskChanged = Signal(str)
@@ -189,7 +203,8 @@ class AgentPanel(QWidget):
         self._other_chars = 0  # text of rollouts 2…K (their steps are not shown one by one)
         self._streams: dict[int, ReadableStream] = {}  # per rollout: the raw tokens rendered readable (`readable`)
         self._live_heading = ""  # heading of the run whose figures the status line shows
-        self._info: dict = {}
+        self._who = "model ?"  # whose run the panel shows: "model ID", or the scripted demo's label
+        self._backend = "…"
         self._eta: tuple[float, float] | None = None  # (seconds left when estimated, perf_counter then)
         self._timer = QTimer(self, interval=250)
         self._timer.timeout.connect(self._update_status)
@@ -226,43 +241,43 @@ class AgentPanel(QWidget):
     def task_id(self) -> str:
         return self.task_box.currentData() or ""
 
-    def set_models(self, models: Sequence[tuple[str, ...]], scripted_available: bool, current: str = "",
+    def set_models(self, models: Sequence[ModelEntry], scripted_available: bool, current: ModelChoice | None = None,
                    current_lora: str | None = None, task_lora: LoraAdapter | None = None) -> None:
-        """``models``: (model id, display text) or (model id, display text, LoRA adapter spec) — a model with one
-        of its adapters (`installed_models`). With ``task_lora`` (the current task's own adapter) a plain model's
-        entry says that it runs it ("+ cv-lora (from the task)") and a "base only" entry follows it (the choice
-        ``none``). The scripted demo entry is added when ``scripted_available``. ``current``/``current_lora``: the
-        entry to select (default: the one selected now; "base only" where none is offered: the plain model)."""
-        previous = current or self.model_id()
+        """``models``: the box's entries (`ModelEntry`; one with an adapter is a model with one of its adapters,
+        `installed_models`). With ``task_lora`` (the current task's own adapter) a plain model's entry says that it
+        runs it ("+ cv-lora (from the task)") and a "base only" entry follows it (the choice ``none``). The scripted
+        demo entry (`speco3.engine.choice.DEMO`) is added when ``scripted_available``. ``current``/``current_lora``:
+        the entry to select (default: the one selected now; "base only" where none is offered: the plain model)."""
+        previous = current if current is not None else self.choice()
         previous_lora = self.lora() if current_lora is None else current_lora
         self.model_box.blockSignals(True)
         self.model_box.clear()
 
-        def add(model_id: str, text: str, lora: str, tip: str = "") -> None:
-            self.model_box.addItem(text, model_id)
+        def add(choice: ModelChoice, text: str, lora: str, tip: str = "") -> None:
+            self.model_box.addItem(text, choice)
             self.model_box.setItemData(self.model_box.count() - 1, lora, LORA_ROLE)
             if tip:
                 self.model_box.setItemData(self.model_box.count() - 1, tooltip(tip), Qt.ItemDataRole.ToolTipRole)
                 self.model_box.setItemData(self.model_box.count() - 1, tip, TIP_ROLE)
 
         own = Path(task_lora.path).stem if task_lora is not None else ""
-        for model_id, text, *lora in models:
-            if lora:
-                add(model_id, text, lora[0], f"runs with the adapter {lora[0]}, whatever the task")
+        for entry in models:
+            if entry.adapter:
+                add(entry.choice, entry.text, entry.adapter, f"runs with the adapter {entry.adapter}, whatever the task")
             elif task_lora is not None:
-                add(model_id, text + FROM_TASK.format(name=own),
+                add(entry.choice, entry.text + FROM_TASK.format(name=own),
                     "", f"runs with the task's own adapter {task_lora.path} (its file's \"lora\")")
-                add(model_id, text + BASE_ONLY, NO_LORA, "runs the model alone (as --lora none)")
+                add(entry.choice, entry.text + BASE_ONLY, NO_LORA, "runs the model alone (as --lora none)")
             else:
-                add(model_id, text, "")
+                add(entry.choice, entry.text, "")
         if scripted_available:
-            self.model_box.addItem(f"⚠ {SCRIPTED_LABEL}", SCRIPTED_LABEL)
+            add(DEMO, f"⚠ {SCRIPTED_LABEL}", "")
         wanted = previous_lora.strip()
         wanted = NO_LORA if wanted.lower() == NO_LORA else wanted
-        chosen = next((i for i in range(self.model_box.count()) if self.model_box.itemData(i) == previous
-                       and (self.model_box.itemData(i, LORA_ROLE) or "") == wanted),
-                      self.model_box.findData(previous))
-        self.model_box.setCurrentIndex(max(chosen, 0) if self.model_box.count() else -1)
+        same = [i for i, c in enumerate(self.choices()) if previous is not None and c == previous]
+        chosen = next((i for i in same if (self.model_box.itemData(i, LORA_ROLE) or "") == wanted),
+                      same[0] if same else 0)
+        self.model_box.setCurrentIndex(chosen if self.model_box.count() else -1)
         self.model_box.blockSignals(False)
         self.model_box.currentIndexChanged.emit(self.model_box.currentIndex())
         has_any = self.model_box.count() > 0
@@ -273,8 +288,14 @@ class AgentPanel(QWidget):
         self._fit_height()
         self.run_button.setEnabled(has_any and self._job is None)
 
-    def model_id(self) -> str:
-        return self.model_box.currentData() or ""
+    def choice(self) -> ModelChoice | None:
+        """The model chosen in the box (None: the box is empty)."""
+        data = self.model_box.currentData()
+        return data if isinstance(data, ModelChoice) else None
+
+    def choices(self) -> list[ModelChoice]:
+        """The model of each entry of the box, in order."""
+        return [self.model_box.itemData(i) for i in range(self.model_box.count())]
 
     def lora(self) -> str:
         """The adapter choice of the selected model entry (`LORA_ROLE`): "", "none" or an adapter's path."""
@@ -299,8 +320,8 @@ class AgentPanel(QWidget):
 
     # -- run lifecycle (called by the main window) ---------------------------------------------------------------
     def _request_run(self) -> None:
-        if self.model_id() and not self.running:
-            self.runRequested.emit(self.task_id(), self.model_id())
+        if (choice := self.choice()) is not None and not self.running:
+            self.runRequested.emit(self.task_id(), choice)
 
     def set_compact(self, compact: bool) -> None:
         """Without a run to show, the transcript, zoom strip and verdict boxes fold away (the plot gets their
@@ -364,7 +385,8 @@ class AgentPanel(QWidget):
         self._live_heading = title  # a stored replay under the same heading is this run's
         self._set_rollouts(rollouts)
         self.set_compact(False)
-        self._job, self._t0, self._info, self._eta = job_id, time.perf_counter(), {}, None
+        self._job, self._t0, self._eta = job_id, time.perf_counter(), None
+        self._who, self._backend = "model ?", "…"
         self._done_tokens, self._live_chars, self._other_chars = 0, 0, 0
         self._streams = {}
         banner = (f"<p style='background:#fff3cd;color:#7a5200'><b>⚠ {SCRIPTED_LABEL}.</b> Canned text and the demo "
@@ -376,9 +398,9 @@ class AgentPanel(QWidget):
         self.status.setText("starting …")
         self._timer.start()
 
-    def started(self, job_id: int, info: dict) -> None:
+    def started(self, job_id: int, info: RunInfo) -> None:
         if job_id == self._job:
-            self._info = info
+            self._who, self._backend = (SCRIPTED_LABEL if info.scripted else f"model {info.model}"), info.backend
 
     def append_tokens(self, job_id: int, rollout: int, text: str) -> None:
         """Text rollout ``rollout`` of the run ``job_id`` just generated: into its tab (the transcript for the
@@ -454,8 +476,7 @@ class AgentPanel(QWidget):
 
     def _show_verdict(self, step: VerdictStep) -> None:
         outcome = step.outcome.value
-        scripted = self._info.get("scripted")
-        who = SCRIPTED_LABEL if scripted else f"model {self._info.get('model', '?')}"
+        who = self._who
         if step.verdict:
             head = f"<span style='{_VERDICT_STYLE.get(step.verdict, '')};font-size:16pt'><b>{esc(step.verdict)}</b></span>"
         else:
@@ -501,7 +522,7 @@ class AgentPanel(QWidget):
         self.set_compact(False)
         model = trace.model
         scripted = bool(model.get("scripted"))
-        self._info = {"scripted": scripted, "model": model.get("model_id", "?")}
+        self._who = SCRIPTED_LABEL if scripted else f"model {model.get('model_id', '?')}"
         banner = f"<p style='background:#fff3cd;color:#7a5200'><b>⚠ {SCRIPTED_LABEL}.</b></p>" if scripted else ""
         self.transcript.setHtml(banner + f"<p><b>{html.escape(heading)}</b> (stored run)</p>")
         self._new_block()
@@ -564,7 +585,7 @@ class AgentPanel(QWidget):
         elapsed = time.perf_counter() - self._t0
         tokens = self._done_tokens + (self._live_chars + self._other_chars) // 4
         rate = tokens / elapsed if elapsed > 0 else 0.0
-        backend = self._info.get("backend", "…")
+        backend = self._backend
         eta = self.eta_text()
         self.status.setText(f"{backend} · {tokens} tokens · {rate:.1f} tok/s · {elapsed:.1f} s" + (f" · {eta}" if eta else ""))
 

@@ -41,21 +41,16 @@ from speco3.gui.keymap import ACTIONS, Keymap, normalize
 from speco3.gui.settings import AppSettings
 from speco3.gui.workers import BackgroundTask
 from speco3.imaging import DEFAULT_MAX_TOKENS
+from speco3.vetting.export_formats import ExportOptions, export_format
 
 log = logging.getLogger(__name__)
 
 
 def run_export(store, path: str | Path, fmt: str, task: str | None = None) -> Path:
-    """Write ``store`` as CSV / VOTable / FITS table or the HTML audit report (atomic writes).
+    """Write ``store`` in the registered export format ``fmt`` (`speco3.vetting.export_formats`; atomic writes).
 
     The save dialog has asked before an existing file is replaced; the store itself is refused all the same."""
-    if fmt == "html":
-        from speco3.vetting.report import write_report
-
-        return write_report(store, path, task=task, overwrite=True)
-    from speco3.vetting.export import export
-
-    return export(store, path, fmt=fmt, task=task, overwrite=True)
+    return export_format(fmt)(store, path, ExportOptions(task=task, overwrite=True))
 
 
 class _Job(BackgroundTask):

@@ -31,9 +31,10 @@ from speco3 import __version__
 from speco3.agent.confidence import ABSTAINED
 from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
+from speco3.engine.choice import DEMO, ModelChoice
 from speco3.errors import Speco3Error, StoreError, TaskError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
-from speco3.gui.agent_panel import AgentPanel
+from speco3.gui.agent_panel import AgentPanel, ModelEntry
 from speco3.gui.archive_model import ArchiveTableModel, Filters
 from speco3.gui.archive_panel import ArchivePanel
 from speco3.gui.collector import collect_garbage_on_gui_thread
@@ -52,6 +53,7 @@ from speco3.gui.viewer import SpectrumViewer
 from speco3.gui.workers import IndexWorker, InferenceThread, StoppingJob, StoppingWorker, render_png
 from speco3.vetting import stopping
 from speco3.vetting.archive_store import StoreFit, store_fit, stores_beside
+from speco3.vetting.export_formats import export_format
 from speco3.vetting.records import ModelVerdict
 from speco3.vetting.session import Opened
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
@@ -703,14 +705,16 @@ class MainWindow(QMainWindow):
             self._on_record()
 
     def refresh_models(self) -> None:
-        models, current = installed_models(), self.settings.model_id
+        models: list[ModelEntry] = installed_models()
+        current: ModelChoice | None = self.settings.remembered_model()
         try:
-            server = self.settings.server_entry()
+            server = self.settings.server_choice()
         except Exception as exc:  # a hand-edited, unusable URL: the local models stay usable
             self.statusBar().showMessage(f"model server ignored: {exc}")
             server = None
         if server is not None:  # Settings → Model server: offered first, and chosen
-            models, current = [server, *models], server[0]
+            text = f"{server.model or 'served model'} @ {server.url}"
+            models, current = [ModelEntry(server, text), *models], server
         task = self.tasks.get(self.agent_panel.task_id())
         self.agent_panel.set_models(models, is_demo_spectrum(self.vetting.spectrum), current, self.settings.lora,
                                     task.lora if task is not None else None)
@@ -888,7 +892,7 @@ class MainWindow(QMainWindow):
 
     # -- agent ---------------------------------------------------------------------------------------------------
     def run_agent(self) -> None:
-        self.agent.run_current(self.agent_panel.task_id(), self.agent_panel.model_id())
+        self.agent.run_current(self.agent_panel.task_id(), self.agent_panel.choice())
 
     def start_batch(self) -> None:
         self.table_model.fetch_all()
@@ -896,11 +900,11 @@ class MainWindow(QMainWindow):
         if not entries:
             self.show_message("nothing to pre-screen: the table is empty (see the filters)")
             return
-        model_id = self.agent_panel.model_id() or ""
-        if model_id == SCRIPTED_LABEL or not model_id:
+        choice = self.agent_panel.choice()
+        if choice is None or choice.scripted:
             demo = [e for e in entries if str(e.file_name or "").startswith("spec-60001-SPECO3DEMO")]
-            model_id = SCRIPTED_LABEL if demo and not installed_models() else model_id
-        self.agent.start_batch(entries, self.agent_panel.task_id(), model_id)
+            choice = DEMO if demo and not installed_models() else choice
+        self.agent.start_batch(entries, self.agent_panel.task_id(), choice)
 
     def toggle_batch_pause(self) -> None:
         self.batch.toggle_pause()
@@ -913,7 +917,9 @@ class MainWindow(QMainWindow):
         name = Path(self.archive_root).name if self.archive_root else ""
         return folder / f"{name + '-' if name else ''}vetting.{ext}"
 
-    def choose_export(self, fmt: str, ext: str) -> None:
+    def choose_export(self, fmt: str) -> None:
+        """Ask where to write the registered export format ``fmt`` (`speco3.vetting.export_formats`), then write it."""
+        ext = export_format(fmt).extension
         path, _ = QFileDialog.getSaveFileName(self, f"Export ({fmt})", str(self.export_suggestion(ext)), f"*.{ext}")
         if path:
             self._last_export_dir = Path(path).parent
@@ -1021,7 +1027,7 @@ class MainWindow(QMainWindow):
             message(self, "Spec-o3 Desktop", text).exec()  # plain text: errors quote file names and values
 
     def _save_settings(self) -> None:
-        self.settings.model_id = self.agent_panel.model_id() if self.agent_panel.model_id() != SCRIPTED_LABEL else ""
+        self.settings.remember_model(self.agent_panel.choice())
         try:
             self.settings.save()
         except OSError as exc:

@@ -7,9 +7,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from speco3 import __version__
 from speco3.gui.crash import open_log_folder
-
-EXPORTS = (("CSV…", "csv", "csv"), ("VOTable…", "votable", "vot"), ("FITS table…", "fits", "fits"),
-           ("HTML audit report…", "html", "html"))
+from speco3.vetting.export_formats import FORMATS
 
 
 def add_action(window, menu, text: str, slot, shortcut: str | None = None) -> QAction:
@@ -37,8 +35,8 @@ def build_menus(w) -> None:
     f.addSeparator()
     add_action(w, f, "Quit", w.close, "Ctrl+Q")
     e = mb.addMenu("&Export")
-    for text, fmt, ext in EXPORTS:
-        add_action(w, e, text, lambda _c=False, fmt=fmt, ext=ext: w.choose_export(fmt, ext))
+    for fmt in FORMATS.values():  # one entry per registered format
+        add_action(w, e, f"{fmt.title}…", lambda _c=False, name=fmt.name: w.choose_export(name))
     a = mb.addMenu("&Agent")
     add_action(w, a, "Run on this spectrum (A)", w.run_agent)
     add_action(w, a, "Cancel run (Esc)", w.agent.cancel)

@@ -21,6 +21,7 @@ from speco3.agent.settings import RolloutSettings, RunSettings
 from speco3.agent.tasks import Task, run_adapters
 from speco3.config import config_dir, data_dir
 from speco3.engine.base import DEFAULT_N_CTX, EngineSettings
+from speco3.engine.choice import InstalledModel, ModelChoice, ModelServer
 from speco3.fileio import write_text_atomic
 from speco3.vetting.records import SETTINGS_FILE, vetter_name
 from speco3.vetting.stopping import DEFAULT_CONFIDENCE, DEFAULT_RECALL, check_target
@@ -28,8 +29,6 @@ from speco3.vetting.stopping import DEFAULT_CONFIDENCE, DEFAULT_RECALL, check_ta
 log = logging.getLogger(__name__)
 
 FILE_NAME = SETTINGS_FILE  # its "vetter" is also read by `spec-o3 decide` (`speco3.vetting.records.vetter_name`)
-#: The agent panel's model entry for the settings' "Model server" (shown when a server URL is set).
-SERVER_MODEL_ID = "model-server"
 
 
 def _target_ok(recall: float, confidence: float) -> bool:
@@ -56,7 +55,8 @@ class AppSettings:
         Conversations a local model decodes together (``EngineSettings.n_seq``): the K rollouts of a spectrum, or
         the spectra of a batch pre-screen screened at once; 1: one at a time.
     model_id : str
-        Model to run ("" = the first installed one).
+        Installed model to run ("" = the first installed one); read and written as a typed choice by
+        `remembered_model` and `remember_model`.
     lora : str
         The adapter the user chose in the model box, as ``--lora`` takes it: "" = none chosen (the task's own
         adapter, its file's ``lora``, when it has one, else the model alone — as the command line without
@@ -246,10 +246,21 @@ class AppSettings:
         return ServerConfig(self.server_url.strip(), model=self.server_model.strip() or None,
                             api_key_env=self.server_api_key_env.strip() or None)
 
-    def server_entry(self) -> tuple[str, str] | None:
-        """The agent panel's ``(model id, text)`` entry for the model server, or None when none is set."""
-        cfg = self.server_config() if self.server_url.strip() else None
-        return None if cfg is None else (SERVER_MODEL_ID, f"{cfg.model or 'served model'} @ {cfg.url}")
+    def server_choice(self) -> ModelServer | None:
+        """The model server as a model choice (`speco3.engine.choice.ModelServer`), or None when none is set
+        (raises `EngineError` on a bad URL)."""
+        cfg = self.server_config()
+        return None if cfg is None else ModelServer.of(cfg)
+
+    def remembered_model(self) -> InstalledModel | None:
+        """The installed model chosen last (``model_id``; None: none remembered, the first installed one). A server
+        is chosen while one is set (`server_choice`) and the scripted demo only on the demo archive: neither is
+        remembered."""
+        return InstalledModel(self.model_id) if self.model_id else None
+
+    def remember_model(self, choice: ModelChoice | None) -> None:
+        """Remember ``choice`` for the next start (`remembered_model`: an installed model; anything else forgets)."""
+        self.model_id = choice.name or "" if isinstance(choice, InstalledModel) else ""
 
     def vetter_name(self) -> str:
         """The vetter's name (`speco3.vetting.records.vetter_name`: this setting, else the login name)."""

@@ -9,7 +9,6 @@ the model verdict row (`speco3.agent.confidence.aggregate`).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from speco3.agent.adaptive import STOP_FIXED
 from speco3.agent.confidence import Confidence, Thresholds, aggregate
+from speco3.agent.loop import EpisodeOptions
 from speco3.agent.rollouts import RolloutGroup, RolloutPlan, run_group
 from speco3.agent.steps import Outcome, VerdictStep
 from speco3.agent.tasks import Task
@@ -92,13 +92,12 @@ def new_run(engine: Engine, spectrum: Spectrum, task: Task, plan: RolloutPlan | 
     return RolloutRun(plan, samplings, traces)
 
 
-def run_into(run: RolloutRun, engine: Engine, spectrum: Spectrum, task: Task, render: RenderFn, *,
-             cancel: threading.Event | None = None, on_step: Callable[[int, object], None] | None = None,
-             on_token: Callable[[str], None] | None = None, thresholds: Thresholds | None = None,
-             **episode_kwargs) -> RolloutRun:
-    """Run ``run``'s rollouts (`speco3.agent.rollouts.run_group`), adding each step to its rollout's trace;
-    ``on_step(i, step)`` for each step of rollout i; an adaptive plan stops as its rule says (with ``thresholds``)
-    and keeps the traces of the rollouts that ran."""
+def run_into(run: RolloutRun, engine: Engine, spectrum: Spectrum, task: Task, render: RenderFn,
+             options: EpisodeOptions = EpisodeOptions(), *, on_step: Callable[[int, object], None] | None = None,
+             thresholds: Thresholds | None = None) -> RolloutRun:
+    """Run ``run``'s rollouts (`speco3.agent.rollouts.run_group`, with ``options``), adding each step to its
+    rollout's trace; ``on_step(i, step)`` for each step of rollout i; an adaptive plan stops as its rule says (with
+    ``thresholds``) and keeps the traces of the rollouts that ran."""
 
     def step_done(i: int, step) -> None:
         run.traces[i].add(step)
@@ -106,8 +105,7 @@ def run_into(run: RolloutRun, engine: Engine, spectrum: Spectrum, task: Task, re
             on_step(i, step)
 
     t0 = time.perf_counter()
-    group = run_group(engine, spectrum, task, render, run.plan, thresholds=thresholds, cancel=cancel,
-                      on_step=step_done, on_token=on_token, **episode_kwargs)
+    group = run_group(engine, spectrum, task, render, run.plan, options, thresholds=thresholds, on_step=step_done)
     run.seconds = time.perf_counter() - t0
     run.keep(group)
     return run
@@ -119,18 +117,16 @@ def run_traced(
     task: Task,
     render: RenderFn,
     plan: RolloutPlan | None = None,
+    options: EpisodeOptions = EpisodeOptions(),
     *,
     spectrum_extra: dict | None = None,
-    cancel: threading.Event | None = None,
     on_step: Callable[[int, object], None] | None = None,
-    on_token: Callable[[str], None] | None = None,
     thresholds: Thresholds | None = None,
-    **episode_kwargs,
 ) -> RolloutRun:
-    """Run ``plan`` (None: `engine_plan`) on ``spectrum``; ``on_step(i, step)`` for each step of rollout i."""
+    """Run ``plan`` (None: `engine_plan`) on ``spectrum`` with ``options``; ``on_step(i, step)`` for each step of
+    rollout i."""
     run = new_run(engine, spectrum, task, plan, spectrum_extra=spectrum_extra)
-    return run_into(run, engine, spectrum, task, render, cancel=cancel, on_step=on_step, on_token=on_token,
-                    thresholds=thresholds, **episode_kwargs)
+    return run_into(run, engine, spectrum, task, render, options, on_step=on_step, thresholds=thresholds)
 
 
 def rollout_folder(folder: Path, i: int, k: int) -> Path:

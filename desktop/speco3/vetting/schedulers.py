@@ -59,7 +59,7 @@ def run_item(screening: Screening, engine: Engine, started: ItemRun, *,
     run = started.run
     group = RolloutGroup([], run.plan.k, STOP_FIXED)
     for i, step in iter_rollouts(engine, started.spectrum, screening.task, screening.render, run.plan,
-                                 thresholds=screening.thresholds, group=group, cancel=screening.cancel,
+                                 screening.options, thresholds=screening.thresholds, group=group,
                                  on_rollout_token=on_token):
         run.traces[i].add(step)
         yield Stepped(started.item, started, i, step)
@@ -97,7 +97,7 @@ def on_slots(engine: Engine, width: int) -> Scheduler:
                     run = event.started
                     started.append(run)
                     yield episode_steps(engine, run.spectrum, screening.task, screening.render,
-                                      cancel=screening.cancel, sampling=run.run.samplings[0])
+                                        screening.options, sampling=run.run.samplings[0])
 
         slot_set = open_slots(engine, width)
         try:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Protocol, TypedDict
 
 from speco3.agent.confidence import Confidence, Thresholds
+from speco3.agent.loop import EpisodeOptions
 from speco3.agent.rollouts import RolloutPlan
 from speco3.agent.steps import Outcome, Step
 from speco3.agent.tasks import Task
@@ -398,6 +399,11 @@ class Screening:
 
     def cancelled(self) -> bool:
         return self.cancel.is_set()
+
+    @property
+    def options(self) -> EpisodeOptions:
+        """How its episodes run: stopped by its cancel, the engine's caps and the training turn budget."""
+        return EpisodeOptions(cancel=self.cancel)
 
     def start(self, item: VetItem, engine: Engine, changed: bool = False) -> Started | Recorded | Skipped:
         """Read the spectrum, record it and open its traces (`Started`); an unreadable one gets its verdict,
