@@ -3,7 +3,8 @@
 
 Each ``bench_*.py`` imports this module first (``import _kit``; the script's folder is on ``sys.path``), offers
 ``--quick`` (small sizes, same code paths, same JSON keys; run by ``tests/test_benchmarks_quick.py``) and declares
-the top-level keys of the JSON it prints in ``JSON_KEYS`` (the README's benchmark table lists them).
+the top-level keys of the JSON it prints in ``JSON_KEYS`` (the manual's benchmark table lists them:
+docs/contributing/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ from speco3.engine.base import EngineSettings, Sampling
 from speco3.engine.scripted import ScriptedEngine
 from speco3_testkit.spectra import make_spectrum
 
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("cost_model", "populations", "lone", "tradeoff", "goal")
 
 K_FIXED = 8

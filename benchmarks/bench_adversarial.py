@@ -31,7 +31,7 @@ from speco3_testkit.testdata import SPECTRA
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("episodes", "escaped_exceptions", "trace_failures", "over_budget", "outcomes", "by_category",
              "mean_episode_s", "ratio_to_reference")
 

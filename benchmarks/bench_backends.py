@@ -31,7 +31,7 @@ from speco3.engine.llama import LlamaMtmdEngine
 from speco3.imaging import prepare_image
 
 REQUIRES = ("llama_cpp",)
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("model", "devices", "cpu", "gpu")
 
 

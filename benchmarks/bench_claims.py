@@ -37,7 +37,7 @@ import numpy as np
 from speco3.vetting import ModelVerdict, VettingStore
 from speco3.vetting.records import ClaimHolder, Work
 
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("scripted", "tiny_model", "claim_overhead_ms")
 
 ZOOM = ('<think>Check Hα.</think>\n<tool_call>\n{"name": "spectral_visualization_tool", "arguments": '

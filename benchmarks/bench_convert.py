@@ -54,7 +54,7 @@ from speco3_testkit.tinymodel import VOCABS, make_tiny_qwen25vl, model_config, w
 
 SHARD_BYTES = 1 << 30
 CHUNK = 1 << 24  # elements per random chunk
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("checkpoint_bytes", "convert_MBps", "plain_copy_MBps", "convert_vs_copy_throughput",
              "peak_rss_MiB", "peak_rss_ok")
 #: (text dims, vision dims) of the generated checkpoint; ``layers`` of the text model is set by ``--layers``.

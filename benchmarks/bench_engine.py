@@ -42,7 +42,7 @@ TASK = ("\nAnalyze the provided spectrum to determine if it is a **Carbon Star (
         "bands\n- Secondary: CN bands<|im_end|>\n<|im_start|>assistant\n")
 ZOOMS = [(4700, 5200), (5500, 5700), (6500, 6600)]
 REQUIRES = ("llama_cpp",)
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("ours", "naive", "ratios_naive_over_ours", "handler", "same_text_both_paths")
 KEYS = ("text_tokens_evaluated", "images_encoded", "image_tokens_encoded", "wall_s")
 SIZES = [(792, 472), (596, 352), (596, 352), (700, 360)]  # a full LAMOST view and 3 zoom windows (pixels)

@@ -30,7 +30,7 @@ from speco3_testkit.rssprobe import measure_load
 from speco3_testkit.tinymodel import tiny_gguf_pair
 
 REQUIRES = ("llama_cpp",)
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("model", "contexts", "worst_error", "goal_met", "converter")
 GOAL = 0.10
 

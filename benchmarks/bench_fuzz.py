@@ -36,7 +36,7 @@ from speco3_testkit.testdata import SPECTRA
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("cases", "outcomes", "outcomes_by_kind", "crashes", "hangs", "seconds_p99",
              "ratio_mutated_to_clean")
 

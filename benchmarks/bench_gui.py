@@ -36,7 +36,7 @@ import _kit  # noqa: F401 - puts the test kit on sys.path
 from speco3_testkit.qtprobe import PaintCounter
 
 REQUIRES = ("PySide6",)
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("switch_ms", "switch_20k_ms", "table", "viewer_ms")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[1]

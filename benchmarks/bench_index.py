@@ -29,7 +29,7 @@ from astropy.io import fits
 from speco3.spectra import ArchiveIndex, read_spectra
 
 CLASSES = [("STAR", "G5", 0.0), ("STAR", "K3", 0.0), ("STAR", "M2", 0.0), ("GALAXY", "", 0.08), ("QSO", "", 1.3)]
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("files", "full_scan_s", "files_per_s", "unchanged_rescan_s", "paging_100k",
              "reference_single_read_ms", "goal_met")
 

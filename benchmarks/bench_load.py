@@ -38,7 +38,7 @@ from pathlib import Path
 import _kit  # noqa: F401 - puts the test kit on sys.path
 
 REQUIRES = ("llama_cpp",)
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("model", "n_ctx", "loads", "ratios_to_llama_server", "q8_0_kv_quality")
 
 _CHILD = r"""

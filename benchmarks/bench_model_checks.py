@@ -32,7 +32,7 @@ from speco3_models.gguf_check import check_text_model, read_gguf_summary
 from speco3_models.gguf_scan import scan_gguf
 
 N_EMBD, N_FF, N_LAYER, N_VOCAB = 3584, 18944, 28, 152064
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("file", "seconds", "ratios", "hashing")
 
 

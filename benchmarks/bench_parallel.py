@@ -49,7 +49,7 @@ from speco3.engine.base import EngineSettings, Sampling
 from speco3.engine.llama import LlamaMtmdEngine
 
 REQUIRES = ("llama_cpp",)
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("rollouts", "decode", "batch", "logprobs")
 
 

@@ -31,7 +31,7 @@ from speco3.spectra import source as source_mod
 from speco3_testkit.testdata import DATA
 
 REPO = Path(__file__).resolve().parents[1]
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("formats", "memmap_ours_median_ms", "worst_ratio_ours_vs_astropy", "goal_met")
 
 

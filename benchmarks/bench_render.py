@@ -44,7 +44,7 @@ log = logging.getLogger("bench_render")
 
 DEFAULT_FILE = SPECTRA / "lamost" / "spec-60591-LN042429N340750BM01_sp01-001.fits.gz"
 REQUIRES = ("PySide6", "matplotlib")
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("ours_median_ms_per_zoom", "mpl_median_ms_per_zoom", "speedup", "all_same_token_grid", "views")
 ZOOMS = [(6500, 6600), (4800, 4920), (6540, 6580), (4000, 4600), (5000, 6600), (8400, 8700), (3900, 4000), (5150, 5200)]
 

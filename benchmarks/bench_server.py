@@ -9,7 +9,7 @@ screened into fresh vetting stores:
   sources) with 8 parallel slots on loopback, driven by the screening core's `on_threads` scheduler with N = 1, 2, 4, 8 conversations in
   flight; the server batches their decode steps;
 * ``vllm``: vLLM's CPU build (``scripts/setup-vllm.sh``) serving the same tiny weights from the Hugging Face
-  checkpoint (float32) with the README's flags, driven the same way; ``null`` (with ``vllm_note``) when its
+  checkpoint (float32) with the flags of docs/howto/servers.md (vLLM), driven the same way; ``null`` (with ``vllm_note``) when its
   environment is not built, with ``--no-vllm``, and in ``--quick`` (its start alone takes about 2 minutes).
 
 Each level screens the same items, so both servers run with their prompt caches off (llama-server
@@ -48,7 +48,7 @@ from speco3_testkit.tinymodel import make_tiny_qwen25vl, tiny_gguf_pair
 from speco3_testkit.vllmserver import find_vllm_python, vllm_server
 
 REQUIRES = ("llama_cpp", "httpx")
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("items", "in_process", "server", "speedup_over_n1", "speedup_over_in_process", "batching_pays_from",
              "vllm", "vllm_speedup_over_n1")
 #: The servers' prompt caches off: each level screens the same items (see the module doc).

@@ -43,7 +43,7 @@ from scipy.stats import binom, norm
 
 from speco3.vetting.stopping import k_target, labels_lower_bound, stop_label
 
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("recall", "confidence", "trials", "settings", "worst", "seconds")
 
 SEPARATIONS = {"good": 4.0, "medium": 2.5, "bad": 1.0}

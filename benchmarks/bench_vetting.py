@@ -18,7 +18,7 @@ from speco3.vetting import Decision, ModelVerdict, VettingStore
 from speco3.vetting.export import export
 from speco3.vetting.report import write_report
 
-#: Headline keys of the printed JSON (the README's benchmark table lists them).
+#: Headline keys of the printed JSON (the manual's benchmark table lists them: docs/contributing/benchmarks.md).
 JSON_KEYS = ("decision_write_ms", "model_verdict_inserts_per_s", "resume_done_keys_ms",
              "latest_model_verdict_ms", "exports_10k_rows")
 

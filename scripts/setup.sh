@@ -93,5 +93,5 @@ fi
 case " $* " in *" --vulkan "*) scripts/setup-vulkan.sh ;; esac
 
 # Opt-in, in any position: --bundle also builds .venv-bundle, one llama.cpp with dynamically loaded backends (every CPU
-# variant, Vulkan and CUDA modules; scripts/build-bundle.sh, which takes --no-cuda when run itself; long: see README).
+# variant, Vulkan and CUDA modules; scripts/build-bundle.sh, which takes --no-cuda when run itself; long: see docs/howto/gpu.md).
 case " $* " in *" --bundle "*) scripts/build-bundle.sh ;; esac

@@ -45,13 +45,13 @@ from functools import lru_cache
 
 from speco3.agent.confidence import Confidence, Thresholds, aggregate_outcomes
 
-#: Defaults of `AdaptiveRule` (explained in the README, "Confidence and abstention", ``--rollouts auto``).
+#: Defaults of `AdaptiveRule` (explained in the manual, docs/howto/confidence.md, "Adaptive rollouts").
 DEFAULT_K_MIN = 2
 DEFAULT_K_MAX = 8
 DEFAULT_STEP = 2
 DEFAULT_MAX_CHANGE = 0.05
 DEFAULT_MIN_TOKEN = 0.9
-DEFAULT_MIN_TOKEN_ALONE = 0.99  # a lone rollout (k_min 1; bench_adaptive.py, the README's table)
+DEFAULT_MIN_TOKEN_ALONE = 0.99  # a lone rollout (k_min 1; bench_adaptive.py, docs/contributing/benchmarks.md)
 DEFAULT_PRIOR = 0.5
 
 STOP_CERTAIN = "certain"

@@ -25,8 +25,8 @@ signal, never a made-up number.
 
 Abstention (`Thresholds`): the model abstains on a spectrum when the evidence is split — fewer than
 ``min_agreement`` of the answered rollouts back the majority verdict (a tie always abstains) — or when too few
-rollouts answered at all (``min_answered``), or none did. See the README (Confidence) for why the defaults are
-what they are. K=1 at temperature 0 is the paper's greedy evaluation: one answer has agreement 1 and never
+rollouts answered at all (``min_answered``), or none did. Why the defaults are what they are: the manual's How-to →
+Confidence, rollouts and triage (docs/howto/confidence.md). K=1 at temperature 0 is the paper's greedy evaluation: one answer has agreement 1 and never
 abstains unless it has no answer.
 
 What a run came to (`run_outcome`, the one vocabulary of the store's ``outcome``, the exports' ``model_outcome``, the
@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from speco3.agent.steps import Outcome, VerdictStep
 from speco3.engine.base import TokenLogprob
 
-#: Defaults of `Thresholds` (justified in the README, section "Confidence and abstention").
+#: Defaults of `Thresholds` (justified in the manual, docs/howto/confidence.md, "Confidence and abstention").
 DEFAULT_MIN_AGREEMENT = 0.75
 DEFAULT_MIN_ANSWERED = 0.5
 

@@ -20,7 +20,7 @@ def register(sub) -> None:
         "triage", help="may I stop vetting? a certified recall from a random audit sample of the unread spectra",
         description="Working down the likely-first order (spec-o3 queue), an observer may stop once a uniform random "
         "sample of the spectra left shows, at the confidence asked, that the unread hold at most a share 1-R of all "
-        "candidates (an exact hypergeometric test; see the README). Without a sample it says how many random "
+        "candidates (an exact hypergeometric test; see the manual's How-to -> When to stop, docs/howto/stopping.md). Without a sample it says how many random "
         "spectra must be decided; --draw N draws them, the audit sample (recorded in the store with its seed; a "
         "further --draw extends the same sample, never redraws). Decide the audit sample in its order (spec-o3 queue "
         "--audit). "

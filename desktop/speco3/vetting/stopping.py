@@ -295,7 +295,7 @@ class Certificate:
         return out
 
     def line(self) -> str:
-        """The queue's one line (see README): where the observer stands and what stopping now needs or loses, at
+        """The queue's one line (the manual: docs/howto/stopping.md): where the observer stands and what stopping now needs or loses, at
         which target."""
         pct, conf = percent(self.recall), percent(self.confidence)
         head = (f"reviewed {self.reviewed:,} of {self.screened:,}"
