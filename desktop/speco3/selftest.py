@@ -160,7 +160,8 @@ def check_display() -> str:
         return f"a window would use {usable.platform} ({usable.file}); no ldd here to check its libraries"
     skipped = [c for c in check.tried if c is not usable]
     note = "".join(f"; {c.platform} cannot load (lacks {', '.join(c.missing)})" for c in skipped if c.file)
-    return f"a window would use {usable.platform} ({usable.file.name}): every system library found{note}"
+    where = usable.file.name if usable.file is not None else "?"  # a usable check has its file (PlatformCheck.ok)
+    return f"a window would use {usable.platform} ({where}): every system library found{note}"
 
 
 def check_demo_spectrum(workdir: Path, state: dict[str, Any]) -> str:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import platformdirs
 from PySide6.QtCore import Qt, QTimer
@@ -55,6 +56,10 @@ from speco3.vetting.records import ModelVerdict
 from speco3.vetting.session import Opened
 from speco3.vetting.writer_lock import Holder
 
+if TYPE_CHECKING:  # annotations only (the archive index is imported when an archive opens)
+    from speco3.spectra.index import ArchiveIndex, IndexEntry
+    from speco3.spectra.model import Spectrum
+
 log = logging.getLogger(__name__)
 
 #: Key actions that write for the spectrum shown (or run the model on it): refused with nothing readable shown.
@@ -98,7 +103,7 @@ class MainWindow(QMainWindow):
         self.keymap = Keymap.from_settings(self.settings.keymap)  # conflicting/unknown keys -> defaults, warned
         self.task_errors: list[TaskError] = []  # user task files not read: shown in the task box
         self.tasks = load_tasks(errors=self.task_errors)
-        self.index: Any = None
+        self.index: ArchiveIndex | None = None
         self.archive_root: str | None = None
         self._last_export_dir: Path | None = None
         self._index_worker: IndexWorker | None = None
@@ -157,7 +162,7 @@ class MainWindow(QMainWindow):
         self.refresh_models()
         self.key_filter = KeyFilter(self, self.keymap)
         self.key_filter.triggered.connect(self.trigger)
-        QApplication.instance().installEventFilter(self.key_filter)
+        QApplication.instance().installEventFilter(self.key_filter)  # type: ignore[union-attr]  # a window lives only inside the running QApplication
         for err in self.task_errors:
             self.show_message(f"task file skipped: {err}")
         if self.keymap.problems:
@@ -176,7 +181,7 @@ class MainWindow(QMainWindow):
         width = min(1600, screen.width()) if screen is not None else 1600
         height = min(950, screen.height()) if screen is not None else 950
         self.resize(width, height)
-        side = self.main_splitter.widget(2).minimumWidth()
+        side = self.main_splitter.widget(2).minimumWidth()  # type: ignore[union-attr]  # pane 2 (the side column) is added above
         archive = max(300, int(0.3 * width))
         self.main_splitter.setSizes([archive, max(400, width - archive - side), side])
 
@@ -254,7 +259,7 @@ class MainWindow(QMainWindow):
         self.agent_panel.taskChanged.connect(self._on_task)
         self.agent.message.connect(self.show_message)
         self.agent.verdictRecorded.connect(self._on_verdict)
-        self.key_actions = {
+        self.key_actions: dict[str, Callable[[], object]] = {
             "decide_yes": lambda: self.decide("YES"), "decide_no": lambda: self.decide("NO"),
             "decide_unsure": lambda: self.decide("UNSURE"), "accept_model": self.accept_model,
             "comment": self.decision.focus_comment, "next": lambda: self.vetting.step(1),
@@ -270,7 +275,7 @@ class MainWindow(QMainWindow):
             "cheat_sheet": self.decision.toggle_cheat_sheet, "mark_evidence": self.mark_evidence,
         }
         for action, flag in FLAG_ACTIONS.items():
-            self.key_actions[action] = lambda flag=flag: self.decision.toggle_flag(flag)
+            self.key_actions[action] = lambda flag=flag: self.decision.toggle_flag(flag)  # type: ignore[misc]  # flag=flag binds the loop value; mypy cannot infer such a lambda
 
     def _filters_changed(self) -> None:
         """New filters: stay on the spectrum shown when it is still listed (the trial lost its place when it set
@@ -279,7 +284,7 @@ class MainWindow(QMainWindow):
         self.vetting.session.remember(filters=asdict(self.table_model.filters), order=self.table_model.triage_order)
         entry = self.vetting.entry
         if entry is not None and 0 <= self.vetting.row < self.table_model.loaded_rows() \
-                and self.table_model.entry(self.vetting.row).key == entry.key:
+                and self.table_model.entry(self.vetting.row).key == entry.key:  # type: ignore[union-attr]  # the row is below loaded_rows(): it has an entry
             return  # `VettingController` followed it to its new row
         if self.table_model.loaded_rows():
             self.vetting.go_to(0)
@@ -395,7 +400,7 @@ class MainWindow(QMainWindow):
         text = (f"This archive's vetting store is being written by {holder.describe()}. Two writers would "
                 "interleave their decisions, so this window can only browse it: decisions, notes and model runs "
                 "are off here.")
-        if QApplication.instance().property("speco3_no_dialogs"):
+        if QApplication.instance().property("speco3_no_dialogs"):  # type: ignore[union-attr]  # a window lives only inside the running QApplication
             self.show_message(text)
             return True
         box = message(self, "Spec-o3 Desktop", text)  # plain text: the holder's host is read from its lock file
@@ -449,7 +454,8 @@ class MainWindow(QMainWindow):
         return len(match.entries)
 
     # -- current spectrum ----------------------------------------------------------------------------------------
-    def _on_current(self, row: int, entry: Any, spectrum: Any) -> None:
+    def _on_current(self, row: int, entry: IndexEntry | None, spectrum: Spectrum | None) -> None:
+        unavailable: str | None
         if entry is None:  # nothing current (an empty table)
             unavailable = "no spectrum: the table is empty (see the filters)"
         else:
@@ -487,7 +493,7 @@ class MainWindow(QMainWindow):
                        self.decision.mark_button):
             widget.setEnabled(writable)
 
-    def _show_stored_trace(self, mv: Any) -> None:
+    def _show_stored_trace(self, mv: ModelVerdict | None) -> None:
         if self.agent_panel.running:
             return
         if mv is None or not mv.trace_dir:
@@ -586,7 +592,7 @@ class MainWindow(QMainWindow):
             self.vetting.go_to(min(cert.labels_used, len(entries) - 1))
         return len(entries)
 
-    def _index_entry(self, key: str) -> Any:
+    def _index_entry(self, key: str) -> IndexEntry | None:
         """The archive index's entry of a store key ``PATH#N`` (None when the archive does not hold it)."""
         path, _, n = key.rpartition("#")
         root = self.index.root if self.index is not None else None
@@ -594,7 +600,7 @@ class MainWindow(QMainWindow):
             return None
         for p, r in ((Path(path), Path(root)), (Path(path).resolve(), Path(root).resolve())):
             if p.is_relative_to(r):  # entries are root / rel (ArchiveIndex): their store keys start with the root
-                return self.index.get(f"{p.relative_to(r).as_posix()}#{n}")
+                return self.index.get(f"{p.relative_to(r).as_posix()}#{n}")  # type: ignore[union-attr]  # not None: root came from it above
         return None
 
     # -- decisions -----------------------------------------------------------------------------------------------
@@ -606,7 +612,7 @@ class MainWindow(QMainWindow):
     def _ensure_vetter(self) -> bool:
         """Before the first decision without a vetter name in the settings: ask for it (the login name offered),
         so that no decision is stored as "unknown"; kept in the settings."""
-        if self.settings.vetter.strip() or QApplication.instance().property("speco3_no_dialogs"):
+        if self.settings.vetter.strip() or QApplication.instance().property("speco3_no_dialogs"):  # type: ignore[union-attr]  # a window lives only inside the running QApplication
             return True
         name, ok = QInputDialog.getText(self, "Who is vetting?", "Your name, stored with every decision "
                                         "(Settings → Settings… changes it):", text=self.settings.vetter_name())
@@ -676,7 +682,7 @@ class MainWindow(QMainWindow):
             return
         model_id = self.agent_panel.model_id() or ""
         if model_id == SCRIPTED_LABEL or not model_id:
-            demo = [e for e in entries if str(e.file_name or "").startswith("spec-60001-SPECO3DEMO")]
+            demo = [e for e in entries if str(e.file_name or "").startswith("spec-60001-SPECO3DEMO")]  # type: ignore[union-attr]  # every row below loaded_rows() has an entry
             model_id = SCRIPTED_LABEL if demo and not installed_models() else model_id
         self.agent.start_batch(entries, self.agent_panel.task_id(), model_id)
 
@@ -794,7 +800,7 @@ class MainWindow(QMainWindow):
     def show_error(self, text: str) -> None:
         log.warning("%s", text)
         self.statusBar().showMessage(text, 15000)
-        if not QApplication.instance().property("speco3_no_dialogs"):
+        if not QApplication.instance().property("speco3_no_dialogs"):  # type: ignore[union-attr]  # a window lives only inside the running QApplication
             message(self, "Spec-o3 Desktop", text).exec()  # plain text: errors quote file names and values
 
     def _save_settings(self) -> None:
@@ -806,7 +812,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt override
         """Stop and join every worker, close the stores; Qt then deletes the window (WA_DeleteOnClose)."""
-        QApplication.instance().removeEventFilter(self.key_filter)
+        QApplication.instance().removeEventFilter(self.key_filter)  # type: ignore[union-attr]  # a window lives only inside the running QApplication
         self.samp.shutdown()  # SAMP threads joined before any widget goes
         self.inference.stop()
         self._stop_index_worker()
