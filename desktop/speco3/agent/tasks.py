@@ -132,7 +132,7 @@ def _lora(d: dict, where: str, base_dir: Path | None) -> LoraAdapter | None:
     return replace(adapter, path=str(path))
 
 
-def task_from_dict(d: Any, where: str, base_dir: str | Path | None = None) -> Task:
+def task_from_dict(d: object, where: str, base_dir: str | Path | None = None) -> Task:
     """Validate a task mapping; ``where`` names its origin in error messages, ``base_dir`` is the folder a relative
     ``lora`` path is relative to (the task file's; default: the working folder)."""
     if not isinstance(d, dict):
@@ -183,7 +183,7 @@ MAX_TASK_FILE_BYTES = 1 << 20
 MAX_TASK_DEPTH = 16
 
 
-def _nesting(value: Any) -> int:
+def _nesting(value: object) -> int:
     """How deeply lists and objects nest in a parsed JSON value (iterative: no recursion to exhaust)."""
     deepest, stack = 0, [(value, 1)]
     while stack:

@@ -722,7 +722,7 @@ class VettingStore:
         return drawn
 
     # -- session state -----------------------------------------------------------------------------
-    def set_state(self, key: str, value: Any) -> None:
+    def set_state(self, key: str, value: object) -> None:
         """Store a JSON-serialisable value (e.g. the queue position) for resuming a session."""
         try:
             text = json.dumps(value)
