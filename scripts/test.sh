@@ -9,8 +9,7 @@ export SPECO3_STRICT_SKIPS=1   # a skip fails the run unless the test is opt-in 
 .venv/bin/ruff check desktop converters models tests
 .venv/bin/lint-imports
 # type check (config: [tool.mypy] in pyproject.toml)
-.venv/bin/mypy -p speco3_base -p speco3.spectra -p speco3.engine -p speco3.agent -p speco3.vetting -p speco3.evaluate \
-  -p speco3_models -p speco3_converters
+.venv/bin/mypy -p speco3_base -p speco3 -p speco3_models -p speco3_converters
 # the manual: warnings are errors, links checked within the site (offline); screenshots made by the app
 bash scripts/build-docs.sh
 # Outer bound on the whole run: SIGABRT makes Python's faulthandler print every thread's stack, then the run ends.

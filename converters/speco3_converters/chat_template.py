@@ -29,7 +29,7 @@ def speco3_chat_template() -> str:
     return resources.files(__package__).joinpath(TEMPLATE_FILE).read_text(encoding="utf-8")
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+def _tojson(value: object, ensure_ascii: bool = False, indent: int | None = None,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 

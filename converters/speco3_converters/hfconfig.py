@@ -90,13 +90,13 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _need(cfg: dict[str, Any], key: str, where: str, kind: type = int) -> Any:
+def _need(cfg: dict[str, Any], key: str, where: str) -> int:
     if key not in cfg or cfg[key] is None:
         raise ConversionError(f"config.json: {where} has no {key!r}")
     try:
-        return kind(cfg[key])
+        return int(cfg[key])
     except (TypeError, ValueError) as exc:
-        raise ConversionError(f"config.json: {where}.{key} = {cfg[key]!r} is not a {kind.__name__}") from exc
+        raise ConversionError(f"config.json: {where}.{key} = {cfg[key]!r} is not a int") from exc
 
 
 def _text_config(top: dict[str, Any]) -> tuple[TextConfig, str]:

@@ -28,11 +28,11 @@ class KV:
     """One metadata key of a GGUF file."""
 
     key: str
-    value: Any
+    value: object
     vtype: VT
     sub_type: VT | None = None
 
-    def summary(self) -> Any:
+    def summary(self) -> object:
         """A printable form (long arrays shortened)."""
         if isinstance(self.value, (list, tuple)) and len(self.value) > 8:
             return f"[{len(self.value)} x {self.sub_type.name if self.sub_type else '?'}]"
@@ -97,10 +97,10 @@ class FilePlan:
     metadata: list[KV] = field(default_factory=list)
     tensors: list[PlannedTensor] = field(default_factory=list)
 
-    def add(self, key: str, value: Any, vtype: VT, sub_type: VT | None = None) -> None:
+    def add(self, key: str, value: object, vtype: VT, sub_type: VT | None = None) -> None:
         self.metadata.append(KV(key, value, vtype, sub_type))
 
-    def value(self, key: str) -> Any:
+    def value(self, key: str) -> object:
         for kv in self.metadata:
             if kv.key == key:
                 return kv.value

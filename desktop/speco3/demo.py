@@ -120,7 +120,7 @@ def _band(w: np.ndarray, head: float, depth: float, length: float, toward: str) 
 
 def _lines(w: np.ndarray, z: float, lines: dict[str, float] | tuple[float, ...], amp: float, sigma: float) -> np.ndarray:
     centres = lines.values() if isinstance(lines, dict) else lines
-    return sum(amp * _gauss(w, c * (1 + z), sigma * (1 + z)) for c in centres)
+    return sum((amp * _gauss(w, c * (1 + z), sigma * (1 + z)) for c in centres), np.zeros_like(w))
 
 
 def _telluric(w: np.ndarray) -> np.ndarray:

@@ -123,12 +123,19 @@ class PreparedImage:
         if encoded is None:
             pixels = self.pixels
             if pixels is None:  # another thread encoded it meanwhile (it sets the PNG before dropping the pixels)
-                return self.encoded
+                return self._encoded()
             buf = io.BytesIO()
             pixels.save(buf, format="PNG", compress_level=PNG_LEVEL)
             encoded = buf.getvalue()
             object.__setattr__(self, "encoded", encoded)
             object.__setattr__(self, "pixels", None)
+        return encoded
+
+    def _encoded(self) -> bytes:
+        """The PNG, when the pixels are gone (the constructor needs one of the two; encoding sets the PNG first)."""
+        encoded = self.encoded
+        if encoded is None:
+            raise RuntimeError("a prepared image without its PNG or its pixels")
         return encoded
 
     def rgb_bytes(self) -> bytes:
@@ -143,7 +150,7 @@ class PreparedImage:
         if pixels is not None:
             return pixels.tobytes()
         try:
-            with Image.open(io.BytesIO(self.encoded)) as img:
+            with Image.open(io.BytesIO(self._encoded())) as img:
                 rgb = img.convert("RGB")
         except Exception as exc:  # PIL raises many kinds on damaged bytes
             raise ValueError(f"cannot be decoded: {exc}") from exc
@@ -211,9 +218,8 @@ def prepare_image(image: bytes | HasPixels, max_tokens: int | None = None) -> Pr
     ``image`` is PNG (or other image) bytes, or a rendered image with its pixels (``.rgb``), which spares the
     decode of a PNG made only to be decoded again.
     """
-    pixels = getattr(image, "rgb", None)
-    if pixels is not None:
-        rgb = Image.fromarray(np.ascontiguousarray(pixels, dtype=np.uint8), "RGB")
+    if not isinstance(image, bytes | bytearray):
+        rgb = Image.fromarray(np.ascontiguousarray(image.rgb, dtype=np.uint8), "RGB")
     else:
         with Image.open(io.BytesIO(image)) as img:
             rgb = img.convert("RGB")

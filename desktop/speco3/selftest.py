@@ -13,6 +13,7 @@ same way from the GUI entry point and from the command line.
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import logging
@@ -26,10 +27,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from speco3 import __version__, syslibs
 from speco3.errors import Speco3Error
+
+if TYPE_CHECKING:  # the checks import the app's layers when they run
+    from speco3.agent.tool import RenderFn
+    from speco3.spectra.model import Spectrum
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +55,6 @@ SCRIPT = (
     "scripted output, not a model judgement.",
 )
 
-RenderFn = Callable[[Any], Any]
 
 
 class SelfTestError(Speco3Error):
@@ -71,7 +75,7 @@ class CheckResult:
         return f"{'PASS' if self.ok else 'FAIL'}  {self.name:<14} {self.detail} ({self.seconds:.2f} s)"
 
 
-def _png_of(rendered: Any) -> bytes:
+def _png_of(rendered: object) -> bytes:
     """PNG bytes from a renderer result (`RenderedImage` or bytes)."""
     png = getattr(rendered, "png", rendered)
     if not isinstance(png, bytes | bytearray):
@@ -160,7 +164,8 @@ def check_display() -> str:
         return f"a window would use {usable.platform} ({usable.file}); no ldd here to check its libraries"
     skipped = [c for c in check.tried if c is not usable]
     note = "".join(f"; {c.platform} cannot load (lacks {', '.join(c.missing)})" for c in skipped if c.file)
-    return f"a window would use {usable.platform} ({usable.file.name}): every system library found{note}"
+    where = usable.file.name if usable.file is not None else "?"  # a usable check has its file (PlatformCheck.ok)
+    return f"a window would use {usable.platform} ({where}): every system library found{note}"
 
 
 def check_demo_spectrum(workdir: Path, state: dict[str, Any]) -> str:
@@ -180,7 +185,7 @@ def check_demo_spectrum(workdir: Path, state: dict[str, Any]) -> str:
             f"format {spectrum.meta.format}, z={spectrum.z:.5f}")
 
 
-def check_render(spectrum: Any, render: RenderFn) -> str:
+def check_render(spectrum: Spectrum, render: RenderFn) -> str:
     from speco3.imaging import prepare_image
     from speco3.spectra.view import View
 
@@ -193,7 +198,7 @@ def check_render(spectrum: Any, render: RenderFn) -> str:
             f"image tokens; full view {fw}×{fh} px")
 
 
-def check_agent(spectrum: Any, render: RenderFn) -> str:
+def check_agent(spectrum: Spectrum, render: RenderFn) -> str:
     from speco3.agent.loop import run_to_verdict
     from speco3.agent.steps import Outcome, ToolStep
     from speco3.agent.tasks import builtin_tasks
@@ -310,7 +315,7 @@ def run_self_test(render: RenderFn, *, hashes: bool = False, require_gpu: bool =
         if on_result is not None:
             on_result(results[-1])
 
-    def needs_spectrum(fn: Callable[[Any, RenderFn], str]) -> Callable[[], str]:
+    def needs_spectrum(fn: Callable[[Spectrum, RenderFn], str]) -> Callable[[], str]:
         def run() -> str:
             if "spectrum" not in state:
                 raise SelfTestError("no demo spectrum to work on (see the demo spectrum check)")
@@ -345,14 +350,14 @@ def main(argv: list[str] | None = None, *, render: RenderFn) -> int:
     return run_and_report(args, render=render)
 
 
-def add_arguments(parser: Any) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Self-test options (shared with the ``spec-o3 self-test`` sub-command)."""
     parser.add_argument("--hashes", action="store_true", help="also recompute sha256 of installed model files")
     parser.add_argument("--require-gpu", action="store_true", help="fail when llama.cpp cannot offload to a GPU")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 
 
-def run_and_report(args: Any, *, render: RenderFn) -> int:
+def run_and_report(args: argparse.Namespace, *, render: RenderFn) -> int:
     """Run the checks with parsed options, print one line per check and a summary; return the exit status."""
     out = sys.stdout
     report_file = None

@@ -26,7 +26,7 @@ class Progress(Protocol):
     cancel the work (the caller then stops and re-raises).
     """
 
-    def __call__(self, label: str, done: int, total: int) -> None: ...
+    def __call__(self, label: str, done: int, total: int, /) -> None: ...  # positional: callbacks name them freely
 
 
 def no_progress(label: str, done: int, total: int) -> None:

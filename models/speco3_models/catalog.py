@@ -116,7 +116,7 @@ def format_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-def _size(raw: Any, where: str) -> SizeEstimate:
+def _size(raw: object, where: str) -> SizeEstimate:
     if isinstance(raw, (int, float)):
         return SizeEstimate(float(raw), estimate=False)
     if not isinstance(raw, dict) or not isinstance(raw.get("value"), (int, float)):

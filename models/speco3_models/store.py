@@ -23,7 +23,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from speco3_base.dirs import data_dir
 from speco3_base.errors import ModelFileError
@@ -49,6 +49,8 @@ from speco3_models.installed import (
     guess_catalog_id,
     now_iso,
 )
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +121,7 @@ class ModelStore:
                                   f"(schema {raw['schema']}); update Spec-o3")
         return raw
 
-    def _mutate(self, change: Callable[[dict[str, Any]], Any]) -> Any:
+    def _mutate(self, change: Callable[[dict[str, Any]], _T]) -> _T:
         with locked(self._lock_path):
             data = self._read()
             result = change(data)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speco3.agent.steps import Step
-from speco3.engine.base import Message, Part, Sampling, Slots
+from speco3.engine.base import GenerationResult, Message, Part, Sampling, Slots
 from speco3.errors import OUTCOME_ERRORS
 
 
@@ -58,7 +58,7 @@ Request = Open | Extend | Generate
 class _Run:
     gen: Generator[Any, Any, Any]
     slot: int | None = None
-    reply: Any = None
+    reply: GenerationResult | BaseException | None = None  # what the episode is sent (or thrown) next
     waiting: bool = False
     done: bool = False
     steps: list[Step] = field(default_factory=list)

@@ -215,7 +215,7 @@ class ParsedCall:
     """One ``<tool_call>`` as the Hermes parser reads it: the name and the decoded arguments value."""
 
     name: str
-    arguments: Any
+    arguments: object  # the decoded JSON value, as the model wrote it (checked by speco3.agent.tool)
     raw: str
 
 

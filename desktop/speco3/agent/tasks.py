@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar, overload
 
 from speco3.agent.protocol import protocol_fingerprint
 from speco3.config import config_dir
@@ -38,6 +38,8 @@ from speco3.fileio import write_text_atomic
 from speco3.spectra.linelists import LINE_KINDS, Line  # the one home of a line (re-exported here)
 from speco3_base.errors import ModelFileError
 from speco3_models.adapters import AdapterInfo, read_adapter
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +94,11 @@ class Task:
         return h.hexdigest()[:12]
 
 
-def _req(d: dict, key: str, typ: type, where: str, optional: bool = False) -> Any:
+@overload
+def _req(d: dict, key: str, typ: type[_T], where: str, optional: Literal[False] = False) -> _T: ...
+@overload
+def _req(d: dict, key: str, typ: type[_T], where: str, optional: Literal[True]) -> _T | None: ...
+def _req(d: dict, key: str, typ: type[_T], where: str, optional: bool = False) -> _T | None:
     if key not in d or d[key] is None:
         if optional:
             return None
@@ -132,7 +138,7 @@ def _lora(d: dict, where: str, base_dir: Path | None) -> LoraAdapter | None:
     return replace(adapter, path=str(path))
 
 
-def task_from_dict(d: Any, where: str, base_dir: str | Path | None = None) -> Task:
+def task_from_dict(d: object, where: str, base_dir: str | Path | None = None) -> Task:
     """Validate a task mapping; ``where`` names its origin in error messages, ``base_dir`` is the folder a relative
     ``lora`` path is relative to (the task file's; default: the working folder)."""
     if not isinstance(d, dict):
@@ -142,7 +148,10 @@ def task_from_dict(d: Any, where: str, base_dir: str | Path | None = None) -> Ta
         raise TaskError(f"{where}: field 'id' must be 1-40 lower-case letters, digits, '-' or '_', got {tid!r}")
     target = _req(d, "target_class", str, where)
     text = _req(d, "text", str, where, optional=True)
-    question = _req(d, "question", str, where, optional=text is not None) or text.splitlines()[0]
+    if text is None:
+        question = _req(d, "question", str, where)
+    else:  # a full prompt text: the question defaults to its first line
+        question = _req(d, "question", str, where, optional=True) or text.splitlines()[0]
     output_format = _req(d, "output_format", str, where, optional=True) or DEFAULT_OUTPUT_FORMAT
     if text is None and "\\boxed{" not in output_format:
         raise TaskError(f"{where}: field 'output_format' must ask for <answer>\\boxed{{YES}}</answer> or NO")
@@ -183,7 +192,7 @@ MAX_TASK_FILE_BYTES = 1 << 20
 MAX_TASK_DEPTH = 16
 
 
-def _nesting(value: Any) -> int:
+def _nesting(value: object) -> int:
     """How deeply lists and objects nest in a parsed JSON value (iterative: no recursion to exhaust)."""
     deepest, stack = 0, [(value, 1)]
     while stack:

@@ -14,7 +14,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from speco3.agent.protocol import TOOL_NAME, ParsedCall, format_range, truncate_tool_text
 from speco3.imaging import HasPixels, PreparedImage, prepare_image
@@ -61,7 +60,7 @@ class ToolResult:
     seconds: float = 0.0
 
 
-def _is_number(x: Any) -> bool:
+def _is_number(x: object) -> bool:
     if not isinstance(x, (int, float)) or isinstance(x, bool):
         return False
     try:
@@ -70,7 +69,7 @@ def _is_number(x: Any) -> bool:
         return False
 
 
-def _decode_arguments(arguments: Any) -> dict:
+def _decode_arguments(arguments: object) -> dict:
     """The arguments object; a JSON string holding an object is accepted. Raises ValueError / TypeError."""
     if isinstance(arguments, str):
         try:
@@ -88,7 +87,7 @@ def success_text(received: tuple, label: str | None) -> str:
     return f"{head} for {label}." if label else f"{head}."
 
 
-def invalid_range_text(received: Any, data_range: tuple[float, float] | None) -> str:
+def invalid_range_text(received: object, data_range: tuple[float, float] | None) -> str:
     """``Error: The specified wavelength range [a, b] is invalid or outside the available data range [lo, hi].``"""
     shown = format_range(received, "[]") if isinstance(received, (list, tuple)) else str(received)
     if data_range is None:

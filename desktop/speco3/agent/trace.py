@@ -72,7 +72,7 @@ def _image_file(step: Step, n: int) -> str:
 MAX_JSON_DEPTH = 64
 
 
-def _jsonable(value: Any, depth: int = 0) -> Any:
+def _jsonable(value: object, depth: int = 0) -> object:
     if isinstance(value, Outcome):
         return value.value
     if isinstance(value, ViewSpec):

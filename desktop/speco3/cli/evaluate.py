@@ -221,6 +221,7 @@ def _build_args(args, build: str):
 def _compare(args, items, out: Path, source: Path) -> int:
     from speco3.agent import get_task
     from speco3.evaluate.compare import (
+        TurnProbe,
         compare_results,
         divergence,
         has_logits,
@@ -246,7 +247,7 @@ def _compare(args, items, out: Path, source: Path) -> int:
             probes = None
             if has_logits(engine) and args.probe_positions > 0:
                 print(f"{label}: first-turn check on {len(probe_items)} items …", file=sys.stderr)
-                ref_by = {p.key: p for p in probes_ref} if probes_ref else {}
+                ref_by: dict[str, TurnProbe] = {p.key: p for p in probes_ref} if probes_ref else {}
                 probes = [probe_first_turn(engine, i.key, i.load(), get_task(i.task), render, args.probe_positions,
                                            forced=ref_by.get(i.key)) for i in probe_items]
             res, rows = _run(args, settings, items, engine, out / label / "run.sqlite")

@@ -93,7 +93,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return cmd_inspect_rollouts(args, settings, task, spectrum, engine, render, out)
     trace = Trace(task_id=task.id, task_text=task.text, prompt_version=task.prompt_version,
                   spectrum=spectrum_ref(spectrum), model=_info_dict(engine.info), settings=engine.settings.to_dict())
-    stream = None if args.quiet else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
+    stream = None if args.quiet else _to_stdout
     cancel = threading.Event()
     final = None
     max_turns = MAX_TURNS if args.max_turns is None else args.max_turns
@@ -104,7 +104,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             for step in trace.follow(run_episode(engine, spectrum, task, render,
                                                  EpisodeOptions(cancel=cancel, on_token=stream, max_turns=max_turns))):
                 eta.observe(step, engine.stats() if isinstance(step, AssistantStep) else None)
-                if isinstance(step, PromptStep):
+                if isinstance(step, PromptStep) and step.image is not None:
                     print(f"[full view {step.image.width}×{step.image.height} px, {step.image.n_tokens} image tokens]")
                 elif isinstance(step, AssistantStep) and not args.quiet:
                     print(f"\n[turn {step.turn}: {step.n_tokens} tokens, {step.tokens_per_s:.1f} tok/s · "
@@ -144,15 +144,19 @@ def confidence_report(conf: Confidence, records: list[RolloutRecord], run: Rollo
             "rollout_details": [{k: v for k, v in r.to_dict().items() if k != "verdict_id"} for r in records]}
 
 
+def _to_stdout(piece: str) -> None:
+    """The reasoning streamed as it is generated."""
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+
+
 def cmd_inspect_rollouts(args: argparse.Namespace, settings: RunSettings, task: Task, spectrum: Spectrum,
                          engine: Engine, render: RenderFn, out: Path) -> int:
     """``inspect`` with ``--rollouts K`` or ``--json`` (see module doc); the engine is closed here."""
     thresholds = settings.thresholds()
     plan = settings.plan() or engine_plan(engine)
     say = sys.stderr if args.json else sys.stdout
-    stream = None
-    if plan.k == 1 and not (args.quiet or args.json):
-        stream = lambda piece: (sys.stdout.write(piece), sys.stdout.flush())  # noqa: E731
+    stream = _to_stdout if plan.k == 1 and not (args.quiet or args.json) else None
     samplings = plan.samplings()
 
     def on_step(i: int, step) -> None:

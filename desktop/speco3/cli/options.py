@@ -14,7 +14,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from speco3.agent.adaptive import DEFAULT_K_MAX
 from speco3.agent.confidence import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_ANSWERED
@@ -26,6 +28,10 @@ from speco3.engine.base import Engine, EngineSettings, LoraAdapter, ModelInfo
 from speco3.engine.choice import FilePair, InstalledModel, ModelChoice, ModelServer, Scripted
 from speco3.errors import Speco3Error
 from speco3.vetting.screening import file_sha256
+
+if TYPE_CHECKING:  # Qt: the renderer is imported only by the commands that render
+    from speco3.render import RenderedImage
+    from speco3.spectra.view import View
 
 EXIT_NO_VERDICT = 3
 EXIT_INTERRUPTED = 130
@@ -210,7 +216,7 @@ def fill_model_digests(info: ModelInfo) -> None:
             cache_path.write_text(json.dumps(cache, indent=1), encoding="utf-8")
 
 
-def default_render() -> RenderFn:
+def default_render() -> Callable[[View], RenderedImage]:
     """The training-faithful renderer (``speco3.render``) as a `speco3.agent.tool.RenderFn` (``View -> RenderedImage``)."""
     try:
         from speco3.render import render_view  # Qt: imported only by the commands that render

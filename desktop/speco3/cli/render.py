@@ -73,7 +73,7 @@ def cmd_render(args) -> int:
         out.write_bytes(image.png)
     except OSError as exc:
         raise RenderCommandError(f"cannot write {out}: {exc.strerror or exc}") from exc
-    summary = {
+    summary: dict[str, object] = {
         "output": str(out),
         "width": image.width,
         "height": image.height,
@@ -107,9 +107,9 @@ def cmd_render(args) -> int:
     where = f"{rng[0]:g}-{rng[1]:g} Å ({view.frame})" if rng else f"full view ({view.frame})"
     print(f"{out}: {image.width}x{image.height} px, {image.n_points} points, {where}, {ms:.0f} ms")
     if args.model_size:
-        nx, ny = summary["token_grid"]
+        nx, ny = prepared.grid
         print(
-            f"{summary['model_output']}: {summary['model_width']}x{summary['model_height']} px, "
+            f"{mpath}: {prepared.width}x{prepared.height} px, "
             f"token grid {nx}x{ny} = {nx * ny} image tokens"
         )
     sys.stdout.flush()

@@ -13,10 +13,15 @@ copies older than a day are removed on the next send. Only hubs on this machine 
 
 from __future__ import annotations
 
+import argparse
 import sys
-from typing import Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from speco3.errors import Speco3Error
+
+if TYPE_CHECKING:  # astropy's SAMP loads only when a SAMP command runs
+    from speco3.interop.samp import SampLink
 
 OUTBOX = "samp-outbox"  # under the cache folder: copies sent by `samp send` / `send-table`
 OUTBOX_MAX_AGE_S = 24 * 3600.0
@@ -29,12 +34,9 @@ class SampCliError(Speco3Error):
 def register(sub) -> None:
     p = sub.add_parser("samp", help="exchange spectra and tables with TOPCAT, SPLAT-VO and Aladin (SAMP)")
     ss = p.add_subparsers(dest="samp_command", metavar="ACTION", required=True)
-    common = {"--timeout": {"type": float, "default": 5.0, "help": "seconds to wait for the hub and each reply"},
-              "--to": {"metavar": "APP", "help": "only this application (name as the hub lists it)"}}
-
-    def add(parser) -> None:
-        for flag, kw in common.items():
-            parser.add_argument(flag, **kw)
+    def add(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the hub and each reply")
+        parser.add_argument("--to", metavar="APP", help="only this application (name as the hub lists it)")
 
     st = ss.add_parser("status", help="show the SAMP hub and the applications registered with it")
     st.add_argument("--timeout", type=float, default=5.0)
@@ -52,7 +54,7 @@ def register(sub) -> None:
     t.set_defaults(func=cmd_send_table)
 
 
-def _link(timeout: float) -> Any:
+def _link(timeout: float) -> SampLink:
     from speco3.config import cache_dir
     from speco3.interop.files import Outbox
     from speco3.interop.samp import SampError, SampLink
@@ -67,7 +69,7 @@ def _link(timeout: float) -> Any:
     return link
 
 
-def _recipient(link: Any, name: str | None) -> str | None:
+def _recipient(link: SampLink, name: str | None) -> str | None:
     if not name:
         return None
     for peer in link.peers:
@@ -77,7 +79,7 @@ def _recipient(link: Any, name: str | None) -> str | None:
     raise SampCliError(f"no application called {name!r} on the hub (registered: {known})")
 
 
-def _finish(link: Any, futures: list[tuple[str, Any]], timeout: float) -> int:
+def _finish(link: SampLink, futures: list[tuple[str, Future[dict[str, str]]]], timeout: float) -> int:
     from speco3.interop.hubs import delivered
     from speco3.interop.samp import SampError
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from speco3.errors import SpectrumReadError
 from speco3.spectra.index import SORTABLE
-from speco3.spectra.model import SNR_LABEL
+from speco3.spectra.model import SNR_LABEL, Spectrum
 from speco3.spectra.specutils_io import to_specutils
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def register(sub) -> None:
 
 
 # -- info ------------------------------------------------------------------------------------------------
-def spectrum_record(spec) -> dict[str, Any]:
+def spectrum_record(spec: Spectrum) -> dict[str, Any]:
     """JSON-ready description of a Spectrum."""
     import numpy as np
 
@@ -70,7 +70,7 @@ def spectrum_record(spec) -> dict[str, Any]:
     return rec
 
 
-def _jsonable(v: Any) -> Any:
+def _jsonable(v: object) -> str | int | float | bool | None | list[object]:
     if isinstance(v, str | int | float | bool) or v is None:
         return v
     if isinstance(v, list | tuple):
@@ -80,7 +80,7 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
-def specutils_record(spec) -> dict[str, Any]:
+def specutils_record(spec: Spectrum) -> dict[str, Any]:
     """What ``to_specutils(spec)`` holds: class, units, axis range, uncertainty type, masked pixels, redshift."""
     sp = to_specutils(spec)
     axis = sp.spectral_axis
@@ -95,7 +95,7 @@ def specutils_record(spec) -> dict[str, Any]:
 def _block(rec: dict[str, Any]) -> str:
     lines = [f"{rec['path'] or rec['file_name']}#{rec['index']}  [{rec['format']}]"]
 
-    def add(label: str, value: Any) -> None:
+    def add(label: str, value: object) -> None:
         if value not in (None, ""):
             lines.append(f"  {label:<16}{value}")
 

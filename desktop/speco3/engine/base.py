@@ -21,6 +21,9 @@ from speco3.errors import EngineError
 from speco3.imaging import PreparedImage
 from speco3_base.defaults import DEFAULT_N_CTX  # noqa: F401 - re-exported: speco3.engine.base.DEFAULT_N_CTX
 
+#: The KV cache's element type (llama.cpp's ggml types; `speco3.engine.context.KV_TYPES`).
+KvType = Literal["f16", "f32", "q8_0"]
+
 Part = str | PreparedImage
 StopReason = Literal["stop", "length", "cancelled", "context_full"]
 TokenCallback = Callable[[str], None]
@@ -73,7 +76,7 @@ class EngineSettings:
     top_p: float = 1.0
     top_k: int = 0
     max_tokens_per_turn: int = 2048
-    kv_type: Literal["f16", "f32", "q8_0"] = "f16"
+    kv_type: KvType = "f16"
     use_mmap: bool | None = None  # None: map the model file when it fits beside the weights (speco3_models.fit.choose_mmap)
     top_logprobs: int = 0  # > 0: record each generated token's log-probability and this many alternatives
     n_seq: int = 4  # sequences decoded together (rollouts of a spectrum, batch slots); 1: one at a time

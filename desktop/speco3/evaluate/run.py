@@ -236,7 +236,8 @@ def results(store: VettingStore, tasks: list[str] | None = None, model_id: str |
         if any(not ROLLOUT_RE.match(v.spectrum_key) for v in vs):  # a run under the item's own key is the latest
             vs = [max((v for v in vs if not ROLLOUT_RE.match(v.spectrum_key)), key=lambda v: v.id or 0)]
         truth = truths[(key, task)]
-        sim = store.get_state(f"render:{key}") or {}
+        sim = store.get_state(f"render:{key}")
+        sim = sim if isinstance(sim, dict) else {}
         fold = _fold(store, vs, thresholds)
         v = vs[-1]
         rows.append({"key": key, "task": task, "truth": truth, "correct": fold["verdict"] == truth, **fold,

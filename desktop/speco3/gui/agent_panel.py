@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QIcon, QImage, QPixmap, QTextCursor
+from PySide6.QtGui import QIcon, QImage, QPixmap, QStandardItemModel, QTextCursor
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -226,8 +226,9 @@ class AgentPanel(QWidget):
             self.task_box.addItem(f"⚠ {name}: not read (hover for why)")
             i = self.task_box.count() - 1
             self.task_box.setItemData(i, tooltip(exc), Qt.ItemDataRole.ToolTipRole)
-            item = model.item(i)  # a QStandardItemModel, the combo box's own
-            item.setEnabled(False)
+            item = model.item(i) if isinstance(model, QStandardItemModel) else None  # the combo box's own model is one
+            if item is not None:
+                item.setEnabled(False)
         if current is not None and (i := self.task_box.findData(current)) >= 0:
             self.task_box.setCurrentIndex(i)
         self.task_box.blockSignals(False)
@@ -343,7 +344,8 @@ class AgentPanel(QWidget):
             self.setMaximumHeight(16777215)
             return
         layout = self.layout()
-        at_width = layout.totalHeightForWidth(self.width()) if self.width() > 0 and layout.hasHeightForWidth() else -1
+        at_width = layout.totalHeightForWidth(self.width()) \
+            if layout is not None and self.width() > 0 and layout.hasHeightForWidth() else -1
         self.setMaximumHeight(max(at_width, self.sizeHint().height()))
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
@@ -363,7 +365,8 @@ class AgentPanel(QWidget):
         while self.rollout_tabs.count() > 1:
             view = self.rollout_tabs.widget(self.rollout_tabs.count() - 1)
             self.rollout_tabs.removeTab(self.rollout_tabs.count() - 1)
-            view.deleteLater()
+            if view is not None:
+                view.deleteLater()
         self._rollout_views = []
         for _ in range(1, k):
             self._add_rollout_tab()
@@ -428,8 +431,7 @@ class AgentPanel(QWidget):
     def add_step(self, job_id: int, step: Step) -> None:
         if job_id != self._job:
             return
-        kind = step.kind
-        if kind == "assistant":
+        if isinstance(step, AssistantStep):
             self._done_tokens += step.n_tokens
             self._live_chars = 0
             rest = self._streams.pop(0, ReadableStream()).flush()  # the turn ended: what was held back
@@ -438,9 +440,9 @@ class AgentPanel(QWidget):
                 cursor.movePosition(QTextCursor.MoveOperation.End)
                 cursor.insertText(rest)
             self._append_html("<br>")
-        elif kind == "tool":
+        elif isinstance(step, ToolStep):
             self._add_zoom(step)
-        elif kind == "verdict":
+        elif isinstance(step, VerdictStep):
             self._show_verdict(step)
 
     def _new_block(self) -> None:
@@ -455,7 +457,7 @@ class AgentPanel(QWidget):
         cursor.insertHtml(fragment)
         self.transcript.setTextCursor(cursor)
 
-    def _add_zoom(self, step) -> None:
+    def _add_zoom(self, step: ToolStep) -> None:
         label = step.label or "zoom"
         rng = step.wavelength_range
         if not step.ok or rng is None or step.image is None:
@@ -527,15 +529,14 @@ class AgentPanel(QWidget):
         self.transcript.setHtml(banner + f"<p><b>{html.escape(heading)}</b> (stored run)</p>")
         self._new_block()
         for step in trace.steps:
-            kind = step.kind
-            if kind == "assistant":
+            if isinstance(step, AssistantStep):
                 cursor = self.transcript.textCursor()
                 cursor.movePosition(QTextCursor.MoveOperation.End)
                 cursor.insertText(readable(step.text))  # the raw text stays in the trace
                 self._append_html("<br>")
-            elif kind == "tool":
+            elif isinstance(step, ToolStep):
                 self._add_zoom(step)
-            elif kind == "verdict":
+            elif isinstance(step, VerdictStep):
                 self._show_verdict(step)
 
     def show_batch(self, text: str) -> None:

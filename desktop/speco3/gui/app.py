@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     if shots:
         from speco3.gui.screenshot_tour import ScreenshotTour
 
-        window._tour = ScreenshotTour(window, Path(shots))  # kept alive by the window
-        window._tour.start()
+        tour = ScreenshotTour(window, Path(shots))  # a child of the window; this frame holds it until app.exec() ends
+        tour.start()
     elif args.demo:
         window.open_demo()
     elif args.folder:

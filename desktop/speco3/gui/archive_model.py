@@ -19,7 +19,7 @@ from PySide6.QtGui import QBrush, QColor
 
 from speco3.agent.adaptive import describe_use
 from speco3.gui.text import tooltip
-from speco3.spectra.index import IndexEntry
+from speco3.spectra.index import ArchiveIndex, IndexEntry
 from speco3.spectra.model import SNR_DEFINITION, SNR_LABEL
 from speco3.vetting.records import ModelVerdict
 
@@ -125,7 +125,11 @@ class Filters:
         return ", ".join(parts)
 
 
-def entry_value(entry: IndexEntry, name: str) -> Any:
+#: A column's value (an `IndexEntry` field of `COLUMNS`).
+ColumnValue = str | int | float | None
+
+
+def entry_value(entry: IndexEntry, name: str) -> ColumnValue:
     """The value of column ``name`` (an `IndexEntry` attribute of `COLUMNS`) for ``entry``."""
     return getattr(entry, name)
 
@@ -134,7 +138,7 @@ def entry_value(entry: IndexEntry, name: str) -> Any:
 class _Source:
     """Where rows come from: the index with filters, or an explicit list of entries."""
 
-    index: Any = None
+    index: ArchiveIndex | None = None
     filters: Filters = field(default_factory=Filters)
     sort: str | None = None
     descending: bool = False
@@ -162,7 +166,7 @@ class ArchiveTableModel(QAbstractTableModel):
         self._sort_desc = False
 
     # -- configuration ---------------------------------------------------------------------------------------
-    def set_index(self, index: Any, filters: Filters | None = None) -> None:
+    def set_index(self, index: ArchiveIndex | None, filters: Filters | None = None) -> None:
         """Show ``index`` (with ``filters``, else the current ones)."""
         self._src.index = index
         self._src.entries = None
@@ -243,7 +247,7 @@ class ArchiveTableModel(QAbstractTableModel):
         if keys is None:
             self._state_cache.clear()
             self._conf_cache.clear()
-            rows = range(len(self._rows))
+            rows: range | list[int] = range(len(self._rows))
         else:
             for k in keys:
                 self._state_cache.pop(k, None)
@@ -261,7 +265,7 @@ class ArchiveTableModel(QAbstractTableModel):
         if sort_key:
             kwargs.update(sort=sort_key, descending=self._sort_desc)
         try:
-            page = list(src.index.query(limit=size, offset=src.offset, **kwargs))
+            page = list(src.index.query(limit=size, offset=src.offset, **kwargs)) if src.index is not None else []
         except Exception as exc:
             log.warning("index query failed: %s", exc)
             page = []
@@ -353,6 +357,8 @@ class ArchiveTableModel(QAbstractTableModel):
         return triage(rows, self.triage_order, verdict_of=self.confidence)
 
     def _sorted_by_state(self, rows: list[IndexEntry]) -> list[IndexEntry]:
+        if self._sort_col is None:  # (called only when sorting by a state column)
+            return rows
         name = COLUMNS[self._sort_col][0]
         if name == "confidence":  # ascending: likely positives first (as the p_yes triage order)
             from speco3.vetting.triage import triage
@@ -397,18 +403,18 @@ class ArchiveTableModel(QAbstractTableModel):
                 and f"{entry.path}#{entry.index}" in self.skippable):  # the store key (gui.vetting.store_key)
             return QBrush(_SKIPPABLE)
         if role == Qt.ItemDataRole.DisplayRole:
-            value = entry_value(entry, name)
-            if value is None:
+            cell = entry_value(entry, name)
+            if cell is None:
                 return ""
             if name == "redshift":
-                return f"{float(value):.5f}"
+                return f"{float(cell):.5f}"
             if name in ("snr", "survey_snr"):
-                return f"{float(value):.1f}"
+                return f"{float(cell):.1f}"
             if name == "z_err":
-                return f"{float(value):.2g}"
+                return f"{float(cell):.2g}"
             if name == "deltachi2":
-                return f"{float(value):.0f}"
-            return str(value)
+                return f"{float(cell):.0f}"
+            return str(cell)
         if role == Qt.ItemDataRole.ToolTipRole:  # the full path, and which spectrum of a multi-spectrum file
             return tooltip((entry.path or entry.key) + (f" #{entry.index}" if entry.path and entry.index else ""))
         if role == Qt.ItemDataRole.TextAlignmentRole and name in ("redshift", "snr", "survey_snr", "z_err", "zwarn",

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any
 
 from speco3.errors import Speco3Error
+from speco3.spectra.index import ArchiveIndex, IndexEntry
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class CandidateMatch:
     """The entries a candidate list resolved to, in list order, and what did not match."""
 
     column: str
-    entries: list[Any] = field(default_factory=list)
+    entries: list[IndexEntry] = field(default_factory=list)
     unmatched: list[str] = field(default_factory=list)
 
 
@@ -66,16 +66,16 @@ def read_candidate_values(path: str | Path) -> tuple[str, list[str]]:
         f"(found {', '.join(table.colnames) or 'none'})")
 
 
-def match_candidates(path: str | Path, index: Any, page: int = 5000) -> CandidateMatch:
+def match_candidates(path: str | Path, index: ArchiveIndex, page: int = 5000) -> CandidateMatch:
     """Resolve a candidate list against an `ArchiveIndex` (see module doc)."""
     column, values = read_candidate_values(path)
-    by_name: dict[str, list[Any]] = {}
-    by_id: dict[str, list[Any]] = {}
+    by_name: dict[str, list[IndexEntry]] = {}
+    by_id: dict[str, list[IndexEntry]] = {}
     offset = 0
     while True:
         rows = index.query(limit=page, offset=offset, sort="key")
         for e in rows:
-            if getattr(e, "error", None):
+            if e.error:
                 continue
             by_name.setdefault(str(e.key), []).append(e)
             if e.file_name:

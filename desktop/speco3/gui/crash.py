@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
+from types import TracebackType
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices
@@ -50,23 +52,28 @@ def _closed(_result: int = 0) -> None:
     _showing = False
 
 
-def install_excepthook() -> None:
-    """Route uncaught exceptions of the GUI thread to `show_error` (KeyboardInterrupt keeps Python's handling)."""
-    previous = sys.excepthook
+class _ExceptHook:
+    """``sys.excepthook`` while the app runs: `show_error`, else the hook it replaced (``previous``)."""
 
-    def hook(exc_type, exc, tb) -> None:
+    def __init__(self, previous: Callable[[type[BaseException], BaseException, TracebackType | None], object]):
+        self.previous = previous
+        self.boxes: list[QMessageBox] = []  # the dialogs shown, kept alive while shown
+
+    def __call__(self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         if issubclass(exc_type, KeyboardInterrupt):
-            previous(exc_type, exc, tb)
+            self.previous(exc_type, exc, tb)
             return
         try:
             box = show_error(exc_type, exc, tb)
             if box is not None:
-                hook.boxes.append(box)  # keep it alive while shown
+                self.boxes.append(box)
         except Exception:  # never raise from the hook itself
-            previous(exc_type, exc, tb)
+            self.previous(exc_type, exc, tb)
 
-    hook.boxes = []
-    sys.excepthook = hook
+
+def install_excepthook() -> None:
+    """Route uncaught exceptions of the GUI thread to `show_error` (KeyboardInterrupt keeps Python's handling)."""
+    sys.excepthook = _ExceptHook(sys.excepthook)
 
 
 def open_log_folder() -> bool:

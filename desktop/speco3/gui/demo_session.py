@@ -38,7 +38,7 @@ def is_demo_spectrum(spectrum: Spectrum | None) -> bool:
 
 
 def _windows(task: Task) -> list[tuple[str, float, float]]:
-    out = []
+    out: list[tuple[str, float, float]] = []
     for line in task.lines[:6]:
         w = line.wavelength
         lo, hi = (w - 180, w + 60) if line.kind == "band" else (w - 60, w + 60)

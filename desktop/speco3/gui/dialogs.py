@@ -46,6 +46,13 @@ from speco3.vetting.export_formats import ExportOptions, export_format
 log = logging.getLogger(__name__)
 
 
+def dialogs_off() -> bool:
+    """True while the app opens no modal dialog: the ``speco3_no_dialogs`` application property (the tests and the
+    screenshot tour set it), or no application at all."""
+    app = QApplication.instance()
+    return app is None or bool(app.property("speco3_no_dialogs"))
+
+
 def run_export(store, path: str | Path, fmt: str, task: str | None = None) -> Path:
     """Write ``store`` in the registered export format ``fmt`` (`speco3.vetting.export_formats`; atomic writes).
 
@@ -227,8 +234,9 @@ class ModelManagerDialog(QDialog):
 
     def _done(self, text: str) -> None:
         job, self._job = self._job, None
-        job.stop(cancel=False)  # it has emitted its last signal: the join is immediate
-        job.deleteLater()
+        if job is not None:
+            job.stop(cancel=False)  # it has emitted its last signal: the join is immediate
+            job.deleteLater()
         self.close_box.setEnabled(True)
         self.progress.setVisible(False)
         current = self.selected()
@@ -401,7 +409,7 @@ class SettingsDialog(QDialog):
             screen = self.screen() or QApplication.primaryScreen()
             available = screen.availableGeometry()
         pages = [self.tabs.widget(i) for i in range(self.tabs.count())]
-        inner = [p.widget() for p in pages if isinstance(p, QScrollArea) and p.widget() is not None]
+        inner = [w for p in pages if isinstance(p, QScrollArea) and (w := p.widget()) is not None]
         bar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
         chrome = self.sizeHint() - self.tabs.sizeHint()  # the buttons, the error line and the margins
         width = max(w.sizeHint().width() for w in inner) + bar + 2 * self.tabs.style().pixelMetric(
@@ -444,7 +452,7 @@ class SettingsDialog(QDialog):
         s.n_gpu_layers = None if self.gpu_layers.value() < 0 else self.gpu_layers.value()
         s.n_ctx = self.n_ctx.value()
         s.image_max_tokens = self.image_tokens.value() or None
-        s.kv_type = self.kv_type.currentText()
+        s.kv_type = "q8_0" if self.kv_type.currentText() == "q8_0" else "f16"  # the box offers these two
         s.parallel = self.parallel.value()
         s.rollouts = self.rollouts.value()
         s.rollouts_auto = bool(self.rollout_mode.currentData())

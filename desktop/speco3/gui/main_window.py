@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import platformdirs
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -40,6 +41,7 @@ from speco3.gui.archive_panel import ArchivePanel
 from speco3.gui.collector import collect_garbage_on_gui_thread
 from speco3.gui.decision_panel import DecisionPanel
 from speco3.gui.demo_session import SCRIPTED_LABEL, is_demo_spectrum
+from speco3.gui.dialogs import ModelManagerDialog, SettingsDialog, dialogs_off, run_export
 from speco3.gui.keymap import FLAG_ACTIONS, KeyFilter, Keymap
 from speco3.gui.labels import WrapLabel
 from speco3.gui.lines import known_lines
@@ -58,6 +60,10 @@ from speco3.vetting.records import ModelVerdict
 from speco3.vetting.session import Opened
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 from speco3.vetting.writer_lock import Holder
+
+if TYPE_CHECKING:  # annotations only (the archive index is imported when an archive opens)
+    from speco3.spectra.index import ArchiveIndex, IndexEntry
+    from speco3.spectra.model import Spectrum
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +117,7 @@ class MainWindow(QMainWindow):
         self.keymap = Keymap.from_settings(self.settings.keymap)  # conflicting/unknown keys -> defaults, warned
         self.task_errors: list[TaskError] = []  # user task files not read: shown in the task box
         self.tasks = load_tasks(errors=self.task_errors)
-        self.index: Any = None
+        self.index: ArchiveIndex | None = None
         self.archive_root: str | None = None
         self._last_export_dir: Path | None = None
         self._index_worker: IndexWorker | None = None
@@ -177,7 +183,7 @@ class MainWindow(QMainWindow):
         self.refresh_models()
         self.key_filter = KeyFilter(self, self.keymap)
         self.key_filter.triggered.connect(self.trigger)
-        QApplication.instance().installEventFilter(self.key_filter)
+        QApplication.instance().installEventFilter(self.key_filter)  # type: ignore[union-attr]  # a window lives only inside the running QApplication
         for err in self.task_errors:
             self.show_message(f"task file skipped: {err}")
         if self.keymap.problems:
@@ -196,7 +202,7 @@ class MainWindow(QMainWindow):
         width = min(1600, screen.width()) if screen is not None else 1600
         height = min(950, screen.height()) if screen is not None else 950
         self.resize(width, height)
-        side = self.main_splitter.widget(2).minimumWidth()
+        side = self.main_splitter.widget(2).minimumWidth()  # type: ignore[union-attr]  # pane 2 (the side column) is added above
         archive = max(300, int(0.3 * width))
         self.main_splitter.setSizes([archive, max(400, width - archive - side), side])
 
@@ -278,7 +284,7 @@ class MainWindow(QMainWindow):
         self.agent_panel.taskChanged.connect(self._on_task)
         self.agent.message.connect(self.show_message)
         self.agent.verdictRecorded.connect(self._on_verdict)
-        self.key_actions = {
+        self.key_actions: dict[str, Callable[[], object]] = {
             "decide_yes": lambda: self.decide("YES"), "decide_no": lambda: self.decide("NO"),
             "decide_unsure": lambda: self.decide("UNSURE"), "accept_model": self.accept_model,
             "comment": self.decision.focus_comment, "next": lambda: self.vetting.step(1),
@@ -295,7 +301,7 @@ class MainWindow(QMainWindow):
             "z_from_line": self.z_from_line,
         }
         for action, flag in FLAG_ACTIONS.items():
-            self.key_actions[action] = lambda flag=flag: self.decision.toggle_flag(flag)
+            self.key_actions[action] = lambda flag=flag: self.decision.toggle_flag(flag)  # type: ignore[misc]  # flag=flag binds the loop value; mypy cannot infer such a lambda
 
     def _filters_changed(self) -> None:
         """New filters: stay on the spectrum shown when it is still listed (the trial lost its place when it set
@@ -304,7 +310,7 @@ class MainWindow(QMainWindow):
         self.vetting.session.remember(filters=asdict(self.table_model.filters), order=self.table_model.triage_order)
         entry = self.vetting.entry
         if entry is not None and 0 <= self.vetting.row < self.table_model.loaded_rows() \
-                and self.table_model.entry(self.vetting.row).key == entry.key:
+                and self.table_model.entry(self.vetting.row).key == entry.key:  # type: ignore[union-attr]  # the row is below loaded_rows(): it has an entry
             return  # `VettingController` followed it to its new row
         if self.table_model.loaded_rows():
             self.vetting.go_to(0)
@@ -430,7 +436,7 @@ class MainWindow(QMainWindow):
         text = (f"A vetting store that fits this archive lies beside it:\n\n{fit.path}\n{fit.describe()}\n\n"
                 "Vet in it (its model verdicts, p(YES), abstentions and traces shown in the table; your decisions "
                 "written to it)? File → Use the app's own store goes back.")
-        if QApplication.instance().property("speco3_no_dialogs"):
+        if dialogs_off():
             self.show_message(f"using the store found beside the archive: {fit.describe()}")
             return True
         box = message(self, "Spec-o3 Desktop", text)
@@ -501,6 +507,8 @@ class MainWindow(QMainWindow):
         """Vet the indexed archive ``root`` in the store ``path`` (``chosen``: checked against the archive first,
         remembered for it) and show the queue as the vetter left it there. False when a chosen store was refused
         (the reason shown)."""
+        index = self.index
+        assert index is not None, "a store is chosen only for an indexed archive"  # the callers check it
         try:  # nothing of the last archive stays shown, whatever follows
             opened = self.vetting.open_store(path, root, self._browse_read_only, self._holds if chosen else None)
         except StoreError as exc:
@@ -517,20 +525,20 @@ class MainWindow(QMainWindow):
         self._show_store(path if opened.opened else None, chosen)
         self._show_read_only()
         self.vetting.cache.clear()
-        surveys = [name for name in self.index.summary()["by_survey"] if name != "?"]
+        surveys = [name for name in index.summary()["by_survey"] if name != "?"]
         view = self.vetting.session.view
         filters = self.archive.reset_filters(surveys)
         if opened.opened:  # the queue as the vetter left it (restart, crash)
             filters = self.archive.show_filters(Filters.of(view.filters), view.order)
-        self.table_model.set_index(self.index, filters)
+        self.table_model.set_index(index, filters)
         self._show_position(self.vetting.row)
         self.stack.setCurrentWidget(self.viewer)
         if not opened.opened:
             self.table_model.set_entries([])
             self.show_message(f"{root}: not opened (its vetting store is in use)")
             return True
-        n = self.index.count()
-        summary = archive_summary(self.index.summary(), self.index.count(usable=False), root)
+        n = index.count()
+        summary = archive_summary(index.summary(), index.count(usable=False), root)
         if chosen and opened.fit is not None:
             summary = f"vetting in {opened.fit.describe()} · {summary}"
         self.show_message(summary)
@@ -560,7 +568,7 @@ class MainWindow(QMainWindow):
         text = (f"This archive's vetting store is being written by {holder.describe()}. Two writers would "
                 "interleave their decisions, so this window can only browse it: decisions, notes and model runs "
                 "are off here.")
-        if QApplication.instance().property("speco3_no_dialogs"):
+        if dialogs_off():
             self.show_message(text)
             return True
         box = message(self, "Spec-o3 Desktop", text)  # plain text: the holder's host is read from its lock file
@@ -614,7 +622,8 @@ class MainWindow(QMainWindow):
         return len(match.entries)
 
     # -- current spectrum ----------------------------------------------------------------------------------------
-    def _on_current(self, row: int, entry: Any, spectrum: Any) -> None:
+    def _on_current(self, row: int, entry: IndexEntry | None, spectrum: Spectrum | None) -> None:
+        unavailable: str | None
         if entry is None:  # nothing current (an empty table)
             unavailable = "no spectrum: the table is empty (see the filters)"
         else:
@@ -652,7 +661,7 @@ class MainWindow(QMainWindow):
                        self.decision.mark_button):
             widget.setEnabled(writable)
 
-    def _show_stored_trace(self, mv: Any) -> None:
+    def _show_stored_trace(self, mv: ModelVerdict | None) -> None:
         if self.agent_panel.running:
             return
         if mv is None or not mv.trace_dir:
@@ -723,15 +732,16 @@ class MainWindow(QMainWindow):
     def refresh_stopping(self) -> None:
         """Ask the stopping worker whether the vetter may stop; the answer (the decision panel's line, the greyed
         spectra a stop leaves unread) is shown when it comes back (`_stopping_done`)."""
-        if self.vetting.store is None or not self.vetting.task_id:
+        store = self.vetting.store
+        if store is None or not self.vetting.task_id:
             self._show_certificate(None)
             return
-        self._submit_stopping(audit=False)
+        self._submit_stopping(store, audit=False)
 
-    def _submit_stopping(self, audit: bool) -> int:
+    def _submit_stopping(self, store: VettingStore, audit: bool) -> int:
         """Queue a stopping test of the current store and task at the settings' target (``audit``: Audit the rest)."""
         self._stopping_ids += 1
-        job = StoppingJob(self._stopping_ids, self.vetting.store, self.vetting.task_id, self.settings.stop_recall,
+        job = StoppingJob(self._stopping_ids, store, self.vetting.task_id, self.settings.stop_recall,
                           self.settings.stop_confidence, audit=audit,
                           vetter=self.settings.vetter_name() if audit else "")
         self._stopping_jobs[job.job_id] = job
@@ -768,11 +778,12 @@ class MainWindow(QMainWindow):
         """File → Audit the rest: add to the audit sample the random spectra the stopping test asks for (recorded
         with its seed; a later one extends it), on the stopping worker; when it comes back the audit sample is the
         queue, in its drawn order (`auditReady`)."""
-        if self.vetting.store is None or self.index is None:
+        store = self.vetting.store
+        if store is None or self.index is None:
             self.show_error("open an archive and screen it first: the audit sample is drawn from its screened spectra")
             return
         self.show_message("drawing the audit sample …")
-        self._submit_stopping(audit=True)
+        self._submit_stopping(store, audit=True)
 
     def _audit_ready(self, cert: stopping.Certificate | None, task: str) -> None:
         if cert is None:
@@ -791,7 +802,7 @@ class MainWindow(QMainWindow):
             self.vetting.go_to(min(cert.labels_used, len(entries) - 1))
         self.auditReady.emit(len(entries))
 
-    def _index_entry(self, key: str) -> Any:
+    def _index_entry(self, key: str) -> IndexEntry | None:
         """The archive index's entry of a store key ``PATH#N`` (None when the archive does not hold it)."""
         path, _, n = key.rpartition("#")
         root = self.index.root if self.index is not None else None
@@ -799,7 +810,7 @@ class MainWindow(QMainWindow):
             return None
         for p, r in ((Path(path), Path(root)), (Path(path).resolve(), Path(root).resolve())):
             if p.is_relative_to(r):  # entries are root / rel (ArchiveIndex): their store keys start with the root
-                return self.index.get(f"{p.relative_to(r).as_posix()}#{n}")
+                return self.index.get(f"{p.relative_to(r).as_posix()}#{n}")  # type: ignore[union-attr]  # not None: root came from it above
         return None
 
     # -- decisions -----------------------------------------------------------------------------------------------
@@ -832,7 +843,7 @@ class MainWindow(QMainWindow):
     def _ensure_vetter(self) -> bool:
         """Before the first decision without a vetter name in the settings: ask for it (the login name offered),
         so that no decision is stored as "unknown"; kept in the settings."""
-        if self.settings.vetter.strip() or QApplication.instance().property("speco3_no_dialogs"):
+        if self.settings.vetter.strip() or dialogs_off():
             return True
         name, ok = QInputDialog.getText(self, "Who is vetting?", "Your name, stored with every decision "
                                         "(Settings → Settings… changes it):", text=self.settings.vetter_name())
@@ -902,7 +913,7 @@ class MainWindow(QMainWindow):
             return
         choice = self.agent_panel.choice()
         if choice is None or choice.scripted:
-            demo = [e for e in entries if str(e.file_name or "").startswith("spec-60001-SPECO3DEMO")]
+            demo = [e for e in entries if str(e.file_name or "").startswith("spec-60001-SPECO3DEMO")]  # type: ignore[union-attr]  # every row below loaded_rows() has an entry
             choice = DEMO if demo and not installed_models() else choice
         self.agent.start_batch(entries, self.agent_panel.task_id(), choice)
 
@@ -926,7 +937,6 @@ class MainWindow(QMainWindow):
             self.export(path, fmt)
 
     def export(self, path: str | Path, fmt: str) -> Path | None:
-        from speco3.gui.dialogs import run_export
 
         if self.vetting.store is None:
             self.show_error("open an archive first")
@@ -940,7 +950,6 @@ class MainWindow(QMainWindow):
         return out
 
     def open_model_manager(self) -> None:
-        from speco3.gui.dialogs import ModelManagerDialog
 
         dlg = ModelManagerDialog(self)
         dlg.exec()
@@ -948,7 +957,6 @@ class MainWindow(QMainWindow):
         self.refresh_models()
 
     def open_settings(self) -> None:
-        from speco3.gui.dialogs import SettingsDialog
 
         dlg = SettingsDialog(self.settings, self)
         accepted = dlg.exec()
@@ -1023,7 +1031,7 @@ class MainWindow(QMainWindow):
     def show_error(self, text: str) -> None:
         log.warning("%s", text)
         self.statusBar().showMessage(text, 15000)
-        if not QApplication.instance().property("speco3_no_dialogs"):
+        if not dialogs_off():
             message(self, "Spec-o3 Desktop", text).exec()  # plain text: errors quote file names and values
 
     def _save_settings(self) -> None:
@@ -1035,7 +1043,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt override
         """Stop and join every worker, close the stores; Qt then deletes the window (WA_DeleteOnClose)."""
-        QApplication.instance().removeEventFilter(self.key_filter)
+        QApplication.instance().removeEventFilter(self.key_filter)  # type: ignore[union-attr]  # a window lives only inside the running QApplication
         self.samp.shutdown()  # SAMP threads joined before any widget goes
         self.inference.stop()
         self.stopping_worker.stop()  # joined before the store it reads closes

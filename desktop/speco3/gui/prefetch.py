@@ -12,14 +12,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
+from speco3.spectra.index import IndexEntry
 from speco3.spectra.model import Spectrum
 
 log = logging.getLogger(__name__)
 
 
-def load_entry(entry: Any) -> Spectrum:
+def load_entry(entry: IndexEntry) -> Spectrum:
     """Load the spectrum of an index entry (``entry.load()``)."""
     return entry.load()
 
@@ -35,7 +35,7 @@ class SpectrumCache:
         Spectra kept in memory.
     """
 
-    def __init__(self, loader: Callable[[Any], Spectrum] = load_entry, capacity: int = 24):
+    def __init__(self, loader: Callable[[IndexEntry], Spectrum] = load_entry, capacity: int = 24):
         self.loader = loader
         self.capacity = capacity
         self._items: OrderedDict[str, Spectrum | Exception] = OrderedDict()
@@ -53,7 +53,7 @@ class SpectrumCache:
                 self._items.popitem(last=False)
             self._pending.pop(key, None)
 
-    def _load(self, entry: Any) -> None:
+    def _load(self, entry: IndexEntry) -> None:
         try:
             value: Spectrum | Exception = self.loader(entry)
         except Exception as exc:  # kept: get() re-raises it for the entry the vetter opens
@@ -64,7 +64,7 @@ class SpectrumCache:
         with self._lock:
             return key in self._items
 
-    def get(self, entry: Any) -> Spectrum:
+    def get(self, entry: IndexEntry) -> Spectrum:
         """The spectrum of ``entry``: from the cache, from a pending prefetch, or loaded now."""
         key = entry.key
         with self._lock:
@@ -87,7 +87,7 @@ class SpectrumCache:
             raise value
         return value
 
-    def prefetch(self, entries: list[Any]) -> None:
+    def prefetch(self, entries: list[IndexEntry]) -> None:
         """Load ``entries`` in the background (already cached or pending ones are skipped)."""
         for entry in entries:
             if entry is None:

@@ -15,14 +15,22 @@ from __future__ import annotations
 
 import logging
 import queue
-from typing import Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QApplication, QCheckBox, QLabel, QMenu, QMessageBox, QToolBar, QToolButton
+from PySide6.QtWidgets import QCheckBox, QLabel, QMenu, QMessageBox, QToolBar, QToolButton
 
+from speco3.gui.dialogs import dialogs_off
 from speco3.gui.text import message
 from speco3.interop.consent import QueueConsent
+
+if TYPE_CHECKING:  # the window owns the panel; SAMP (pyvo) loads when switched on
+    from speco3.gui.main_window import MainWindow
+    from speco3.interop.hubs import Peer
+    from speco3.interop.messages import LoadTable
+    from speco3.interop.samp import SampEvent, SampLink
 
 log = logging.getLogger(__name__)
 
@@ -32,21 +40,21 @@ STATE_TEXT = {"off": "SAMP off", "connected": "SAMP on", "lost": "SAMP: hub lost
 class SampPanel(QObject):
     """See module doc. ``window`` is the `MainWindow` (its vetting controller, table model, index, status bar)."""
 
-    event = Signal(object)
+    received = Signal(object)  # (not `event`: that name is QObject.event(), the event handler Qt calls)
 
-    def __init__(self, window: Any, timeout: float = 5.0):
+    def __init__(self, window: MainWindow, timeout: float = 5.0):
         super().__init__(window)
         self.window = window
         self.timeout = timeout
-        self.link: Any = None
-        self.inbox: queue.Queue = queue.Queue()
+        self.link: SampLink | None = None
+        self.inbox: queue.Queue[SampEvent | tuple[str, str, str]] = queue.Queue()
         self.last_status = ""
         # the user's answers per peer name; the same dict as the settings', saved with them
         self.consent = QueueConsent(window.settings.samp_table_peers)
         self.asking: QMessageBox | None = None  # the open "replace the queue?" question, one at a time
         self.timer = QTimer(self, interval=50)
         self.timer.timeout.connect(self.drain)
-        self.event.connect(self._handle)
+        self.received.connect(self._handle)
 
         self.toolbar = QToolBar("SAMP", window, objectName="sampToolbar")
         self.toggle = QAction("SAMP", self, checkable=True, objectName="sampToggle",
@@ -88,10 +96,11 @@ class SampPanel(QObject):
 
     def start_hub(self) -> None:
         if self.link is None:
-            self.toggle.setChecked(True)
-        self._watch(self.link.start_hub(), "start hub")
+            self.toggle.setChecked(True)  # set_enabled makes the link
+        if self.link is not None:
+            self._watch(self.link.start_hub(), "start hub")
 
-    def _watch(self, fut: Any, what: str) -> None:
+    def _watch(self, fut: Future[object], what: str) -> None:
         inbox = self.inbox  # the callback holds the plain queue only
         fut.add_done_callback(lambda f: inbox.put(("failed", what, str(f.exception()))) if f.exception() else None)
 
@@ -114,9 +123,9 @@ class SampPanel(QObject):
                 item = self.inbox.get_nowait()
             except queue.Empty:
                 return
-            self.event.emit(item)
+            self.received.emit(item)
 
-    def _handle(self, item: Any) -> None:
+    def _handle(self, item: SampEvent | tuple[str, str, str]) -> None:
         from speco3.interop import messages as m
         from speco3.interop.samp import Peers, Status
 
@@ -141,12 +150,11 @@ class SampPanel(QObject):
 
     def _failed(self, what: str, reason: str) -> None:
         self.message(f"SAMP {what}: {reason}")
-        if what == "connect" and "no SAMP hub running" in reason and self.link is not None:
-            app = QApplication.instance()
-            if not app.property("speco3_no_dialogs") and QMessageBox.question(
+        if what == "connect" and "no SAMP hub running" in reason and self.link is not None and not dialogs_off() \
+                and QMessageBox.question(
                     self.window, "SAMP", "No SAMP hub is running. Start one in Spec-o3?\n(TOPCAT, SPLAT-VO and "
                     "Aladin started later will join it.)") == QMessageBox.StandardButton.Yes:
-                self.start_hub()
+            self.start_hub()
 
     def _set_state(self, state: str, text: str) -> None:
         self.last_status = text
@@ -158,7 +166,7 @@ class SampPanel(QObject):
                 act.setEnabled(connected)
         self.message(f"SAMP: {text}")
 
-    def _fill_peers(self, peers: tuple) -> None:
+    def _fill_peers(self, peers: tuple[Peer, ...]) -> None:
         self.peers_menu.clear()
         self.peers_menu.addAction(self.start_hub_action)
         self.peers_menu.addSeparator()
@@ -175,47 +183,51 @@ class SampPanel(QObject):
         self.window.show_message(text)
 
     # -- sending -----------------------------------------------------------------------------------------------
-    def _ready(self) -> bool:
+    def _ready(self) -> SampLink | None:
+        """The link when it is connected; else None, and the user is told."""
         if self.link is None or not self.link.connected:
             self.message("SAMP is not connected (switch it on in the toolbar)")
-            return False
-        return True
+            return None
+        return self.link
 
     def send_spectrum(self) -> None:
         spec = self.window.vetting.spectrum
-        if not self._ready() or spec is None:
+        link = self._ready()
+        if link is None or spec is None:
             return self.message("no spectrum to send") if spec is None else None
-        self._watch(self.link.send_spectrum(spec), "send spectrum")
+        self._watch(link.send_spectrum(spec), "send spectrum")
 
     def send_table(self) -> None:
         from speco3.gui.vetting import store_key
         from speco3.interop.tables import queue_table
 
-        if not self._ready():
+        link = self._ready()
+        if link is None:
             return
         model = self.window.table_model
         model.fetch_all()
-        entries = [model.entry(r) for r in range(model.loaded_rows())]
+        entries = [e for e in (model.entry(r) for r in range(model.loaded_rows())) if e is not None]
         if not entries:
             return self.message("the queue is empty: nothing to send")
         vetting = self.window.vetting
         table, keys = queue_table(entries, vetting.store, vetting.task_id, store_key)
-        self._watch(self.link.send_table(table, keys, "spec-o3 queue"), "send table")
+        self._watch(link.send_table(table, keys, "spec-o3 queue"), "send table")
 
     def position(self) -> tuple[float, float] | None:
         """RA/Dec of the current spectrum: from the file's header, else from the archive index entry."""
         spec, entry = self.window.vetting.spectrum, self.window.vetting.entry
-        for src in (getattr(spec, "meta", None), entry):
-            ra, dec = getattr(src, "ra", None), getattr(src, "dec", None)
+        for ra, dec in ((spec.meta.ra, spec.meta.dec) if spec is not None else (None, None),
+                        (entry.ra, entry.dec) if entry is not None else (None, None)):
             if ra is not None and dec is not None:
                 return float(ra), float(dec)
         return None
 
     def point_at(self) -> None:
         pos = self.position()
-        if not self._ready() or pos is None:
+        link = self._ready()
+        if link is None or pos is None:
             return self.message("this spectrum has no RA/Dec (header or index)") if pos is None else None
-        self._watch(self.link.point_at(*pos), "point at")
+        self._watch(link.point_at(*pos), "point at")
 
     # -- receiving ---------------------------------------------------------------------------------------------
     def select_keys(self, keys: list[str], jump_only: bool) -> None:
@@ -251,7 +263,7 @@ class SampPanel(QObject):
         w.vetting.go_to(row)
         self.message(f"SAMP: selected {entry.name}, {sep:.2f}″ from RA {ra:.5f}, Dec {dec:+.5f}")
 
-    def load_table(self, item: Any) -> None:
+    def load_table(self, item: LoadTable) -> None:
         """A table a peer sent: it replaces the queue once the user says so (remembered answers apply)."""
         if not item.path:
             return self.message(f"SAMP: table {item.name or item.url} could not be read")
@@ -260,7 +272,7 @@ class SampPanel(QObject):
         if known is not None:
             return self._load(item) if known else self.message(
                 f"SAMP: ignored {table} from {peer} (you chose never to load tables from it)")
-        if QApplication.instance().property("speco3_no_dialogs"):
+        if dialogs_off():
             return self.message(f"SAMP: {peer} offers {table}; not loaded (no dialogs to ask you)")
         if self.asking is not None:
             return self.message(f"SAMP: ignored {table} from {peer}: another table is waiting for your answer")
@@ -279,7 +291,7 @@ class SampPanel(QObject):
         self.asking = box
         box.open()
 
-    def _answered(self, item: Any, peer: str, load: bool, remember: bool) -> None:
+    def _answered(self, item: LoadTable, peer: str, load: bool, remember: bool) -> None:
         box, self.asking = self.asking, None
         if box is not None:
             box.deleteLater()
@@ -291,6 +303,6 @@ class SampPanel(QObject):
         else:
             self.message(f"SAMP: {item.name or 'the table'} from {peer} not loaded")
 
-    def _load(self, item: Any) -> None:
+    def _load(self, item: LoadTable) -> None:
         n = self.window.load_candidates(item.path)
         self.message(f"SAMP: {item.name or 'table'} from {item.sender_name or item.sender}: {n} spectra in the queue")

@@ -42,7 +42,9 @@ class ScreenshotTour(QObject):
         self._t0 = time.perf_counter()
         self._timer = QTimer(self, interval=100)
         self._timer.timeout.connect(self._tick)
-        QApplication.instance().setProperty("speco3_no_dialogs", True)
+        app = QApplication.instance()
+        if app is not None:  # (always: the tour runs in the app)
+            app.setProperty("speco3_no_dialogs", True)
 
     def start(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -59,7 +61,7 @@ class ScreenshotTour(QObject):
         if self._i >= len(self.steps):
             self._timer.stop()
             self.window.close()
-            QApplication.instance().exit(0)
+            QApplication.exit(0)
             return
         name, fn = self.steps[self._i]
         try:
@@ -79,7 +81,7 @@ class ScreenshotTour(QObject):
         (self.folder / "tour-error.txt").write_text(text + "\n")
         self._timer.stop()
         self.window.close()
-        QApplication.instance().exit(1)
+        QApplication.exit(1)
 
     # -- steps ---------------------------------------------------------------------------------------------------
     def _start(self) -> bool:

@@ -20,7 +20,7 @@ from speco3.agent.rollouts import ROLLOUT_TEMPERATURE, RolloutPlan
 from speco3.agent.settings import RolloutSettings, RunSettings
 from speco3.agent.tasks import Task, run_adapters
 from speco3.config import config_dir, data_dir
-from speco3.engine.base import DEFAULT_N_CTX, EngineSettings
+from speco3.engine.base import DEFAULT_N_CTX, EngineSettings, KvType
 from speco3.engine.choice import InstalledModel, ModelChoice, ModelServer
 from speco3.fileio import write_text_atomic
 from speco3.vetting.records import SETTINGS_FILE, vetter_name
@@ -113,7 +113,7 @@ class AppSettings:
     n_gpu_layers: int | None = None
     n_ctx: int = DEFAULT_N_CTX
     image_max_tokens: int | None = None
-    kv_type: str = "f16"
+    kv_type: KvType = "f16"
     parallel: int = EngineSettings.n_seq
     model_id: str = ""
     lora: str = ""

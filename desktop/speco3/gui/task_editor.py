@@ -70,7 +70,8 @@ class TaskEditor(QDialog):
 
     def __init__(self, known: tuple[Line, ...], task: Task | None = None, folder: str | Path | None = None,
                  parent: QWidget | None = None):
-        super().__init__(parent, objectName="taskEditor")
+        super().__init__(parent)
+        self.setObjectName("taskEditor")  # (a super().__init__ keyword is not seen by the PySide6 mypy plugin)
         self.setWindowTitle("Edit task" if task is not None else "New task")
         self.folder = Path(folder) if folder is not None else user_task_dir()
         self.known = known
@@ -179,10 +180,12 @@ class TaskEditor(QDialog):
             self._fill(task)
         self._auto_question = task is None or self.question.toPlainText() == question_for(self.class_edit.text())
         self.class_edit.textChanged.connect(self._class_edited)  # first: the question follows before validation
-        for name, w in (("id", self.id_edit), ("target_class", self.class_edit), ("lora", self.adapter),
-                        ("question", self.question), ("primary_indicators", self.primary),
-                        ("secondary_indicators", self.secondary), ("text", self.text_edit)):
-            w.textChanged.connect(lambda *_a, name=name: self._edited(name))
+        edits: tuple[tuple[str, QLineEdit | QPlainTextEdit], ...] = (
+            ("id", self.id_edit), ("target_class", self.class_edit), ("lora", self.adapter),
+            ("question", self.question), ("primary_indicators", self.primary),
+            ("secondary_indicators", self.secondary), ("text", self.text_edit))
+        for name, edit in edits:
+            edit.textChanged.connect(lambda *_a, name=name: self._edited(name))
         self.question.textChanged.connect(self._question_edited)
         self.reset_question.clicked.connect(self._reset_question)
         self.add_known.clicked.connect(lambda: self._add_row(self.known_box.currentData()))

@@ -19,18 +19,22 @@ import hashlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QItemSelectionModel, QObject, QTimer, Signal
 
 from speco3.gui.archive_model import ArchiveTableModel
 from speco3.gui.prefetch import SpectrumCache
+from speco3.spectra.index import IndexEntry
 from speco3.spectra.model import Spectrum
 from speco3.vetting.archive_store import Holds
 from speco3.vetting.records import Decision, Evidence, ModelVerdict, Notes
 from speco3.vetting.session import Opened, Shown, VettingSession, store_key
 from speco3.vetting.store import VettingStore
 from speco3.vetting.writer_lock import Holder
+
+if TYPE_CHECKING:  # the window builds both; the controller only connects to the panel's signals
+    from speco3.gui.decision_panel import DecisionPanel
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +112,7 @@ class VettingController(QObject):
         return self.session.row
 
     @property
-    def entry(self) -> Any:
+    def entry(self) -> IndexEntry | None:
         return self.session.entry
 
     @property
@@ -156,7 +160,7 @@ class VettingController(QObject):
         if self.session.follow_store():
             self.model.invalidate_states()
 
-    def bind_notes(self, panel: Any) -> None:
+    def bind_notes(self, panel: DecisionPanel) -> None:
         """Store the decision panel's flags, comment and evidence as they change, and flush its pending edit on
         leaving."""
         panel.flagsChanged.connect(lambda flags: self.update_notes(flags, panel.comment.text(), panel.evidence()))
@@ -180,10 +184,10 @@ class VettingController(QObject):
         self._watch.stop()
         self.session.close(notify=False)
 
-    def state_of(self, entry: Any) -> tuple[str | None, str | None]:
+    def state_of(self, entry: IndexEntry) -> tuple[str | None, str | None]:
         return self.session.state_of(entry)
 
-    def confidence_of(self, entry: Any) -> ModelVerdict | None:
+    def confidence_of(self, entry: IndexEntry) -> ModelVerdict | None:
         return self.session.confidence_of(entry)
 
     def set_task(self, task_id: str) -> None:

@@ -30,7 +30,6 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QApplication,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
@@ -46,6 +45,7 @@ from PySide6.QtWidgets import (
 )
 
 from speco3.agent.tasks import Line, Task
+from speco3.gui.dialogs import dialogs_off
 from speco3.gui.labels import MarkerLabel, WrapLabel
 from speco3.gui.lines import (
     TELLURIC_BANDS,
@@ -378,7 +378,7 @@ class SpectrumViewer(QWidget):
         if choice != OWN_FILE:
             self.set_line_list(choice)
             return
-        path = "" if QApplication.instance().property("speco3_no_dialogs") else QFileDialog.getOpenFileName(
+        path = "" if dialogs_off() else QFileDialog.getOpenFileName(
             self, "Line list", "", "Line lists (*.csv *.ecsv);;All files (*)")[0]
         if path:
             self.load_line_list(path)
@@ -745,8 +745,9 @@ class SpectrumViewer(QWidget):
             self.plot.removeItem(item)
             self.vb.scene().removeItem(item.label)
         z_lines = self.line_z()
+        medium, z = (s.medium, s.z) if s is not None else ("air", 0.0)  # (no line is wanted without a spectrum)
         for i, (line, list_frame) in enumerate(wanted):
-            w = marker_position(line, s.medium, z_lines, s.z, self.frame, list_frame)
+            w = marker_position(line, medium, z_lines, z, self.frame, list_frame)
             if i < len(self._line_items):
                 item = self._line_items[i]
                 if self._line_of.get(id(item)) != (line, list_frame):

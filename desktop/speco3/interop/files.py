@@ -26,13 +26,17 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from astropy.units import UnitsWarning
 
 from speco3.spectra.model import Spectrum
 from speco3.votable import votable_of, write_votable
+
+if TYPE_CHECKING:  # astropy's table and units load when a file is written
+    from astropy.table import Table
+    from astropy.units import UnitBase
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +54,7 @@ TABLE_UCDS = {"ra": "pos.eq.ra;meta.main", "dec": "pos.eq.dec;meta.main", "redsh
               "name": "meta.id", "p_yes": "stat.probability"}
 
 
-def flux_unit(text: str) -> Any:
+def flux_unit(text: str) -> UnitBase | None:
     """An astropy unit for the file's flux unit text, or None when astropy cannot parse it."""
     import astropy.units as u
 
@@ -64,7 +68,7 @@ def flux_unit(text: str) -> Any:
     return None
 
 
-def spectrum_table(spec: Spectrum) -> Any:
+def spectrum_table(spec: Spectrum) -> Table:
     """The spectrum as an astropy Table with units, UCDs and utypes in the column metadata."""
     import astropy.units as u
     from astropy.table import Table
@@ -151,7 +155,7 @@ def write_spectrum(spec: Spectrum, folder: Path, fmt: str = "votable") -> Path:
     return (write_spectrum_votable if fmt == "votable" else write_spectrum_fits)(spec, path)
 
 
-def write_table_votable(table: Any, path: Path, name: str = "spec-o3 candidates") -> Path:
+def write_table_votable(table: Table, path: Path, name: str = "spec-o3 candidates") -> Path:
     """A candidate table as a VOTable, with position/identifier UCDs on the columns that have them."""
     return write_votable(table, path, name, TABLE_UCDS)
 

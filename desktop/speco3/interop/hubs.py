@@ -12,10 +12,14 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from speco3.interop import messages as msg
+
+if TYPE_CHECKING:  # pyvo (untyped) loads when SAMP is switched on
+    from pyvo.samp import SAMPIntegratedClient
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +56,7 @@ class SampError(RuntimeError):
     """A SAMP operation failed (no hub, hub gone, refused, timed out); the message says which."""
 
 
-def pyvo_samp() -> Any:
+def pyvo_samp() -> ModuleType:
     try:
         from pyvo import samp
     except ImportError as exc:
@@ -100,7 +104,7 @@ def read_hub_params(path: Path | None = None) -> dict[str, str]:
     return params
 
 
-def reply_text(reply: Any) -> str:
+def reply_text(reply: object) -> str:
     if not isinstance(reply, dict) or "samp.status" not in reply:
         return f"answered garbage ({str(reply)[:60]!r})"
     status = reply.get("samp.status")
@@ -120,7 +124,7 @@ def delivered(result: str) -> bool:
     return result == "ok" or result.startswith("warning:")
 
 
-def close_client(client: Any) -> None:
+def close_client(client: SAMPIntegratedClient) -> None:
     """Unregister if the hub still answers; always stop the client's callback server and its thread."""
     try:
         client.disconnect()
@@ -135,7 +139,7 @@ def close_client(client: Any) -> None:
         client.hub.disconnect()
 
 
-def with_state(fut: cf.Future, result: Any = None, exc: BaseException | None = None) -> None:
+def with_state(fut: cf.Future[Any], result: object = None, exc: BaseException | None = None) -> None:
     """Finish ``fut`` unless the watchdog already did."""
     try:
         if exc is not None:

@@ -11,10 +11,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from speco3.interop.fetch import Refused, check_url
+
+if TYPE_CHECKING:
+    from speco3.spectra.model import Spectrum
 
 SPECTRUM_LOAD = "spectrum.load.ssa-generic"
 TABLE_LOAD = "table.load.votable"
@@ -32,7 +35,7 @@ def file_url(path: Path) -> str:
     return Path(path).resolve().as_uri()
 
 
-def spectrum_params(spec: Any, path: Path, fmt: str, mime: str) -> dict[str, Any]:
+def spectrum_params(spec: Spectrum, path: Path, fmt: str, mime: str) -> dict[str, Any]:
     """Parameters of ``spectrum.load.ssa-generic`` for a spectrum written to ``path``."""
     m = spec.meta
     url = file_url(path)
@@ -139,7 +142,11 @@ def _float(text: str, key: str) -> float:
     return x
 
 
-def parse_incoming(mtype: str, params: Any, sender: str = "") -> Highlight | SelectRows | PointAt | LoadTable | Malformed:
+#: What an incoming SAMP message becomes (`parse_incoming`).
+Incoming = Highlight | SelectRows | PointAt | LoadTable | Malformed
+
+
+def parse_incoming(mtype: str, params: object, sender: str = "") -> Incoming:
     """The event for an incoming message, or `Malformed` with the reason."""
     try:
         if not isinstance(params, dict):

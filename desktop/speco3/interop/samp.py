@@ -21,7 +21,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from speco3 import __version__
 from speco3.interop import messages as msg
@@ -40,7 +40,17 @@ from speco3.interop.hubs import (
     with_state,
 )
 
+if TYPE_CHECKING:  # pyvo (untyped) and astropy load when SAMP is switched on
+    from astropy.table import Table
+    from pyvo.samp import SAMPHubServer, SAMPIntegratedClient
+
+    from speco3.spectra.model import Spectrum
+
 log = logging.getLogger(__name__)
+
+#: What the link reports to ``on_event`` (see module doc).
+SampEvent = Status | Peers | msg.Incoming
+_T = TypeVar("_T")
 
 APP_NAME = "Spec-o3 Desktop"
 DESCRIPTION = "Inspect FITS spectra and vet rare-object candidates with the Spec-o3 model, offline"
@@ -53,7 +63,7 @@ class SampLink:
     """See module doc. ``timeout`` bounds each hub call and each peer's reply (seconds); ``max_table_bytes`` a
     table a peer sends (a file it names or a download)."""
 
-    def __init__(self, on_event: Callable[[Any], None] | None = None, *, timeout: float = 5.0,
+    def __init__(self, on_event: Callable[[SampEvent], None] | None = None, *, timeout: float = 5.0,
                  ping_interval: float = 2.0, name: str = APP_NAME, files: TempFolder | Outbox | None = None,
                  max_table_bytes: int = DEFAULT_MAX_BYTES):
         self.on_event = on_event or (lambda _e: None)
@@ -64,8 +74,8 @@ class SampLink:
         self.max_table_bytes = int(max_table_bytes)  # cap on a table a peer sends (speco3.interop.fetch)
         self.peers: tuple[Peer, ...] = ()
         self.state = "off"
-        self._client: Any = None
-        self._hub: Any = None
+        self._client: SAMPIntegratedClient | None = None
+        self._hub: SAMPHubServer | None = None
         self._tables: dict[str, tuple[str, ...]] = {}  # table-id -> row keys of a table this link sent
         self._urls: dict[str, str] = {}  # url -> table-id
         self._lock = threading.Lock()
@@ -74,7 +84,7 @@ class SampLink:
         self._closed = False
 
     # -- plumbing ----------------------------------------------------------------------------------------------
-    def _emit(self, event: Any) -> None:
+    def _emit(self, event: SampEvent) -> None:
         try:
             self.on_event(event)
         except Exception:  # a broken listener must not kill SAMP threads
@@ -111,7 +121,7 @@ class SampLink:
             else:
                 with_state(fut, result=result)
 
-    def _submit(self, fn: Callable[[], Any], what: str, deadline: float | None = None) -> cf.Future:
+    def _submit(self, fn: Callable[[], object], what: str, deadline: float | None = None) -> cf.Future:
         fut: cf.Future = cf.Future()
         if self._closed:
             fut.set_exception(SampError("SAMP link closed"))
@@ -136,7 +146,7 @@ class SampLink:
         self._drop_client()
         self._status("lost", f"{what}: the SAMP hub did not answer within {self.timeout:g} s; disconnected")
 
-    def _guarded(self, fn: Callable[[], Any], what: str) -> Any:
+    def _guarded(self, fn: Callable[[], _T], what: str) -> _T:
         try:
             return fn()
         except SampError as exc:
@@ -222,7 +232,7 @@ class SampLink:
         if self._client is not None:
             self._client.ping()
 
-    def _require(self) -> Any:
+    def _require(self) -> SAMPIntegratedClient:
         if self._client is None:
             raise SampError("SAMP is not connected")
         return self._client
@@ -250,7 +260,7 @@ class SampLink:
         self.files.cleanup()
 
     # -- peers -------------------------------------------------------------------------------------------------
-    def _subscribers(self, client: Any, mtype: str) -> set[str]:
+    def _subscribers(self, client: SAMPIntegratedClient, mtype: str) -> set[str]:
         """Ids of the clients subscribed to ``mtype``, as the hub says (``getSubscribedClients``): the hub applies
         the SAMP standard's wildcard rules (``*``, ``table.*``, ``table.load.*``), so no pattern is matched here."""
         subs = client.get_subscribed_clients(mtype)
@@ -326,12 +336,12 @@ class SampLink:
         self._status("info", f"{mtype} → {summary}")
         return results
 
-    def send_spectrum(self, spec: Any, fmt: str = "votable", recipient: str | None = None) -> cf.Future:
+    def send_spectrum(self, spec: Spectrum, fmt: str = "votable", recipient: str | None = None) -> cf.Future:
         """Write ``spec`` to the private folder and send it as ``spectrum.load.ssa-generic``."""
         path = write_spectrum(spec, self.files.path, fmt)
         return self.send(msg.SPECTRUM_LOAD, msg.spectrum_params(spec, path, fmt, MIME[fmt]), recipient)
 
-    def send_table(self, table: Any, keys: list[str], name: str, recipient: str | None = None) -> cf.Future:
+    def send_table(self, table: Table, keys: list[str], name: str, recipient: str | None = None) -> cf.Future:
         """Send a candidate table (``keys[i]`` identifies row i for highlight/select messages from peers)."""
         table_id = f"speco3-{uuid.uuid4().hex[:12]}"
         path = write_table_votable(table, self.files.path / f"{table_id}.vot", name)

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from speco3.vetting.export import COLUMNS, confidence_fields, rows_table
+from speco3.vetting.records import ModelVerdict
+
+if TYPE_CHECKING:
+    from astropy.table import Table
+
+    from speco3.spectra.index import ArchiveIndex, IndexEntry
+    from speco3.vetting.store import VettingStore
 
 #: Columns of a queue table: the export's (`speco3.vetting.export.COLUMNS`, one description of each) plus the
 #: archive key that TOPCAT's row messages come back to and ``p_yes``.
@@ -25,15 +32,16 @@ QUEUE_COLUMNS: list[tuple[str, str, str | None, str]] = [_EXTRA["key"]] + [
     _EXTRA.get(n) or next(c for c in COLUMNS if c[0] == n) for n in _QUEUE_NAMES]
 
 
-def _p_yes(verdict: Any) -> float | None:
-    p = getattr(verdict, "p_yes", None) if verdict is not None else None
+def _p_yes(verdict: ModelVerdict | None) -> float | None:
+    p = verdict.p_yes if verdict is not None else None
     try:
         return float(p) if p is not None and math.isfinite(float(p)) else None
     except (TypeError, ValueError):
         return None
 
 
-def queue_table(entries: Sequence[Any], store: Any, task: str, key_of: Callable[[Any], str]) -> tuple[Any, list[str]]:
+def queue_table(entries: Sequence[IndexEntry], store: VettingStore | None, task: str,
+                key_of: Callable[[IndexEntry], str]) -> tuple[Table, list[str]]:
     """(table, row keys) of archive index entries with their stored verdicts and decisions for ``task``.
 
     ``key_of(entry)`` gives the vetting-store key of an entry; the returned keys are the entries' archive keys.
@@ -56,7 +64,7 @@ def queue_table(entries: Sequence[Any], store: Any, task: str, key_of: Callable[
     return rows_table(rows, QUEUE_COLUMNS), keys
 
 
-def store_table(store: Any, task: str | None = None) -> tuple[Any, list[str]]:
+def store_table(store: VettingStore, task: str | None = None) -> tuple[Table, list[str]]:
     """(table, row keys) of a vetting store's export (`speco3.vetting.export`, ``p_yes`` among its columns)."""
     from speco3.vetting.export import export_table
 
@@ -66,12 +74,12 @@ def store_table(store: Any, task: str | None = None) -> tuple[Any, list[str]]:
 
 def separation_deg(ra1: float, dec1: float, ra2: np.ndarray, dec2: np.ndarray) -> np.ndarray:
     """Great-circle distance in degrees (haversine)."""
-    r1, d1, r2, d2 = map(np.radians, (ra1, dec1, ra2, dec2))
+    r1, d1, r2, d2 = np.radians(ra1), np.radians(dec1), np.radians(ra2), np.radians(dec2)
     h = np.sin((d2 - d1) / 2) ** 2 + np.cos(d1) * np.cos(d2) * np.sin((r2 - r1) / 2) ** 2
     return np.degrees(2 * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0))))
 
 
-def nearest_entry(index: Any, ra: float, dec: float, radius_arcsec: float) -> tuple[Any, float] | None:
+def nearest_entry(index: ArchiveIndex, ra: float, dec: float, radius_arcsec: float) -> tuple[IndexEntry, float] | None:
     """(entry, separation in arcsec) of the archive spectrum nearest (ra, dec) within the radius, or None."""
     candidates = index.near(ra, dec, radius_arcsec / 3600.0)
     if not candidates:

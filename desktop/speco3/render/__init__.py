@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from speco3.render import layout
 from speco3.render.geometry import FigureLayout, compute_layout, token_grid
 from speco3.spectra.model import within_limits
 from speco3.spectra.view import View
+
+if TYPE_CHECKING:  # Qt loads with the scene (speco3.render.qtscene)
+    from PySide6.QtGui import QImage
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +78,7 @@ class RenderedImage:
     y_range: tuple[float, float]
     n_points: int
     corner: str
-    image: Any = field(repr=False)  # the QImage drawn (speco3.render.qtscene)
+    image: QImage = field(repr=False)  # the QImage drawn (speco3.render.qtscene)
 
     @cached_property
     def png(self) -> bytes:

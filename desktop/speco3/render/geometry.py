@@ -176,7 +176,8 @@ class _Decor:
     yminor: np.ndarray
 
 
-def _decorations(ax: Box, xlim, ylim, x_steps, title: str, measure: Measure) -> _Decor:
+def _decorations(ax: Box, xlim: tuple[float, float], ylim: tuple[float, float], x_steps: tuple[float, float],
+                 title: str, measure: Measure) -> _Decor:
     """Ticks and texts around the axes box ``ax`` (figure pixels, y up)."""
     texts: list[_Text] = []
     xmaj_step, xmin_step = x_steps
@@ -232,7 +233,8 @@ def _tight_box(ax: Box, decor: _Decor, measure: Measure) -> Box:
     return Box.union(boxes)
 
 
-def _tight_layout(fig_w: float, fig_h: float, xlim, ylim, x_steps, title, measure) -> Box:
+def _tight_layout(fig_w: float, fig_h: float, xlim: tuple[float, float], ylim: tuple[float, float],
+                  x_steps: tuple[float, float], title: str, measure: Measure) -> Box:
     """One pass of matplotlib's tight_layout from the default subplot box; the default box if it fails."""
     default = Box(0.125 * fig_w, 0.11 * fig_h, 0.9 * fig_w, 0.88 * fig_h)
     tight = _tight_box(default, _decorations(default, xlim, ylim, x_steps, title, measure), measure)

@@ -243,9 +243,9 @@ def _typo_metrics(font: QtGui.QFont, size_pt: float) -> tuple[float, float, floa
     """(ascent, descent, line gap) in pixels from the font's OS/2 table (hhea as fallback)."""
     raw = QtGui.QRawFont.fromFont(font)
     scale_px = size_pt * PT
-    head = bytes(raw.fontTable("head"))
-    os2 = bytes(raw.fontTable("OS/2"))
-    hhea = bytes(raw.fontTable("hhea"))
+    head = bytes(raw.fontTable("head").data())
+    os2 = bytes(raw.fontTable("OS/2").data())
+    hhea = bytes(raw.fontTable("hhea").data())
     if len(head) >= 20:
         units = struct.unpack(">H", head[18:20])[0] or 2048
         if len(os2) >= 74:
@@ -264,7 +264,7 @@ class FigureScene:
 
     def __init__(self) -> None:
         ensure_app()
-        self.scene = QtWidgets.QGraphicsScene()
+        self.scene: QtWidgets.QGraphicsScene | None = QtWidgets.QGraphicsScene()
         self.scene.setItemIndexMethod(QtWidgets.QGraphicsScene.ItemIndexMethod.NoIndex)
         self.scene.setBackgroundBrush(QtGui.QColor(255, 255, 255))
         self.grid = GridItem()
@@ -310,9 +310,10 @@ class FigureScene:
         with self._lock:
             if self.scene is None:
                 raise RuntimeError("the render scene has been closed (interpreter shutting down)")
-            return self._render(lay, px, py, message)
+            return self._render(self.scene, lay, px, py, message)
 
-    def _render(self, lay: FigureLayout, px: np.ndarray, py: np.ndarray, message: str) -> QtGui.QImage:
+    def _render(self, scene: QtWidgets.QGraphicsScene, lay: FigureLayout, px: np.ndarray, py: np.ndarray,
+                message: str) -> QtGui.QImage:
         self.grid.set_layout(lay)
         self.overlay.set_layout(lay)
         self.overlay.message = message
@@ -326,13 +327,13 @@ class FigureScene:
             self.curve.setData([], [])
             self.curve.setVisible(False)
         rect = QtCore.QRectF(0, 0, lay.width, lay.height)
-        self.scene.setSceneRect(rect)
+        scene.setSceneRect(rect)
         img = self.new_image(lay.width, lay.height)
         img.fill(QtGui.QColor(255, 255, 255))
         painter = QtGui.QPainter(img)
         try:
             painter.setRenderHint(QtGui.QPainter.RenderHint.Antialiasing, True)
-            self.scene.render(painter, rect, rect)
+            scene.render(painter, rect, rect)
         finally:
             painter.end()
         return img
@@ -342,9 +343,9 @@ def png_bytes(img: QtGui.QImage) -> bytes:
     """PNG encoding of a rendered image (RGB, lossless)."""
     buf = QtCore.QBuffer()
     buf.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
-    if not img.save(buf, "PNG", PNG_QUALITY):
+    if not img.save(buf, "PNG", PNG_QUALITY):  # type: ignore[call-overload]  # PySide6 wants str (bytes: ValueError); stubs say bytes
         raise RuntimeError("Qt could not encode the PNG")
-    return bytes(buf.data())
+    return bytes(buf.data().data())
 
 
 def rgb_array(img: QtGui.QImage) -> np.ndarray:

@@ -19,7 +19,7 @@ from speco3.spectra.model import (
     SpectrumMeta,
     within_limits,
 )
-from speco3.spectra.source import Source
+from speco3.spectra.source import FastHeader, Source
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def fail(src: Source, reason: str) -> SpectrumReadError:
     return SpectrumReadError(src.display, reason)
 
 
-def hstr(header: Any, key: str) -> str | None:
+def hstr(header: FastHeader, key: str) -> str | None:
     """Stripped string value of a card, or None when missing/blank."""
     try:
         v = header.get(key)
@@ -51,7 +51,7 @@ def hstr(header: Any, key: str) -> str | None:
     return s or None
 
 
-def hfloat(header: Any, key: str) -> float | None:
+def hfloat(header: FastHeader, key: str) -> float | None:
     """Finite float value of a card (numbers or numeric strings), else None."""
     try:
         v = header.get(key)
@@ -66,7 +66,16 @@ def hfloat(header: Any, key: str) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def hbool(header: Any, key: str) -> bool | None:
+def hint(header: FastHeader, key: str) -> int | None:
+    """Integer value of a card (NAXIS, BITPIX …; T/F is not one), else None."""
+    try:
+        v = header.get(key)
+    except Exception:
+        return None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def hbool(header: FastHeader, key: str) -> bool | None:
     try:
         v = header.get(key)
     except Exception:
@@ -78,7 +87,7 @@ def hbool(header: Any, key: str) -> bool | None:
     return None
 
 
-def medium_from(header: Any, default: str = "unknown") -> str:
+def medium_from(header: FastHeader, default: str = "unknown") -> str:
     """``VACUUM = T/F`` → vacuum/air; otherwise ``default``."""
     v = hbool(header, "VACUUM")
     if v is None:
@@ -133,7 +142,7 @@ def log_linear(n: int, c0: float, c1: float) -> np.ndarray:
     return pow10_grid(c0, c1, n)
 
 
-def wcs_axis(src: Source, header: Any, n: int, axis: int = 1) -> tuple[np.ndarray, str]:
+def wcs_axis(src: Source, header: FastHeader, n: int, axis: int = 1) -> tuple[np.ndarray, str]:
     """Wavelength in Å of a FITS image axis from its linear or log-linear WCS.
 
     Handles CDELTi or CDi_i, CRPIXi, DC-FLAG=1 / WFITTYPE / CTYPE log markers, CUNITi (nm, µm → Å),
@@ -316,7 +325,7 @@ def _without_overflow(wave: np.ndarray, flux: np.ndarray, meta: SpectrumMeta) ->
     return wave, flux, hits
 
 
-def col(data: Any, *names: str) -> np.ndarray | None:
+def col(data: np.ndarray, *names: str) -> np.ndarray | None:
     """First column of a FITS record array whose name matches one of ``names`` (case-insensitive)."""
     lookup = {n.lower(): n for n in data.columns.names} if hasattr(data, "columns") else {}
     for name in names:
@@ -335,9 +344,9 @@ def clean_str(v: object) -> str | None:
     return s or None
 
 
-def finite_or_none(v: Any) -> float | None:  # anything float() takes, else None
+def finite_or_none(v: object) -> float | None:  # anything float() takes, else None
     try:
-        f = float(v)
+        f = float(v)  # type: ignore[arg-type]  # any value: float() raises TypeError on the rest, caught here
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # astropy ships no type information: the name says what is passed
+    from astropy.io.fits.hdu.base import _BaseHDU
+
+#: A decoded card value: string, T/F, integer, float, or None (a blank value).
+CardValue = str | bool | int | float | None
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([EeDd][+-]?\d+)?$")
 _INTEGER = re.compile(r"^[+-]?\d+$")
@@ -27,7 +33,7 @@ class _Raw:
     def __init__(self, image: str):
         self.image = image
 
-    def decode(self) -> Any:
+    def decode(self) -> CardValue:
         image = self.image
         value = _parse_value(image[10:80])
         if len(image) > 80 and isinstance(value, str):  # long string: 'part&' + CONTINUE cards
@@ -39,7 +45,7 @@ class _Raw:
         return value
 
 
-class FastHeader(dict):
+class FastHeader(dict[str, "CardValue | _Raw"]):
     """Header values parsed straight from the raw 80-character card images, on first lookup.
 
     Values: strings (unquoted, trailing blanks removed), T/F as bool, int, float (also with a D exponent).
@@ -49,7 +55,7 @@ class FastHeader(dict):
     """
 
     @classmethod
-    def from_hdu(cls, hdu: Any) -> FastHeader:
+    def from_hdu(cls, hdu: _BaseHDU) -> FastHeader:
         """Values of an HDU's header; from its raw header text when astropy has not parsed it yet."""
         raw = hdu.__dict__.get("_header_str")  # astropy defers Header parsing until .header is touched
         if isinstance(raw, str):
@@ -91,26 +97,26 @@ class FastHeader(dict):
                 dict.__setitem__(out, key, _Raw(image))
         return out
 
-    def __getitem__(self, key: Any) -> Any:
+    def __getitem__(self, key: str) -> CardValue:
         value = dict.__getitem__(self, key)
-        if type(value) is _Raw:
+        if isinstance(value, _Raw):
             value = value.decode()
             dict.__setitem__(self, key, value)
         return value
 
-    def get(self, key: Any, default: Any = None) -> Any:
+    def get(self, key: str, default: CardValue = None) -> CardValue:  # type: ignore[override]  # dict.get's overloads; one value type here
         try:
             return self[key]
         except KeyError:
             return default
 
-    def values(self) -> list[Any]:  # type: ignore[override]
+    def values(self) -> list[CardValue]:  # type: ignore[override]
         return [self[k] for k in self]
 
-    def items(self) -> list[tuple[Any, Any]]:  # type: ignore[override]
+    def items(self) -> list[tuple[str, CardValue]]:  # type: ignore[override]
         return [(k, self[k]) for k in self]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, CardValue]:
         """A plain dict of every decoded value."""
         return dict(self.items())
 
@@ -118,7 +124,7 @@ class FastHeader(dict):
         return f"FastHeader({self.to_dict()!r})"
 
 
-def _parse_value(text: str) -> Any:
+def _parse_value(text: str) -> CardValue:
     """Value of a card's value field (columns 11-80): str, bool, int, float, or the raw text / None."""
     if text.lstrip()[:1] == "'":  # only then can _STRING match
         m = _STRING.match(text)

@@ -29,11 +29,11 @@ def wanted(name: str) -> bool:
     return not low.startswith(".") and low.endswith(EXTENSIONS)
 
 
-def _num(v: Any) -> float | None:  # anything float() takes, else None
+def _num(v: object) -> float | None:  # anything float() takes, else None
     if v is None:
         return None
     try:
-        f = float(v)
+        f = float(v)  # type: ignore[arg-type]  # any value: float() raises TypeError on the rest, caught here
     except (TypeError, ValueError):
         return None
     return f if np.isfinite(f) else None

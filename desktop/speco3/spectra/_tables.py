@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from speco3.spectra.source import Source, _parse_value
+
+if TYPE_CHECKING:
+    from astropy.io.fits.hdu.base import _BaseHDU  # astropy ships no type information
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ def _card_value(image: str) -> str:
 class TableLayout:
     """Byte layout of a binary table from its header cards."""
 
-    def __init__(self, hdu: Any):
+    def __init__(self, hdu: _BaseHDU):
         cards = hdu.header._cards  # raw card images; no value parsing
         kw: dict[str, str] = {}
         for card in cards:
@@ -114,7 +117,7 @@ def read_columns(src: Source, key: int | str, names: list[str] | tuple[str, ...]
     return {n: np.asarray(data[lookup[n.upper()]]) for n in names if n.upper() in lookup}
 
 
-def _raw_columns(hdu: Any, lay: TableLayout, wanted: list[str]) -> dict[str, np.ndarray]:
+def _raw_columns(hdu: _BaseHDU, lay: TableLayout, wanted: list[str]) -> dict[str, np.ndarray]:
     f = hdu._file
     f.seek(hdu._data_offset)
     nbytes = lay.row_bytes * lay.nrows

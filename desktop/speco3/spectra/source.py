@@ -19,12 +19,18 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from astropy.io import fits
 
 from speco3.errors import SpectrumReadError
 from speco3.spectra._header import FastHeader, _parse_value  # noqa: F401 - re-exported (readers, _tables)
+
+if TYPE_CHECKING:
+    from astropy.io.fits.hdu.base import (
+        _BaseHDU,  # every HDU class's base (astropy ships no type information)
+    )
+    from typing_extensions import Buffer
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +80,7 @@ class Source:
         return self.hdul is not None
 
     # -- lazy HDU access -----------------------------------------------------------------------------
-    def hdu(self, key: int | str) -> Any:
+    def hdu(self, key: int | str) -> Any:  # _BaseHDU | None; readers rely on identify() having found it (docs/incoming/types3.md)
         """The HDU at position or with EXTNAME ``key``, or None (never raises for a missing HDU)."""
         if self.hdul is None:
             return None
@@ -192,7 +198,7 @@ class Source:
             owned.close()
 
 
-def _describe_hdu(i: int, h: Any) -> str:
+def _describe_hdu(i: int, h: _BaseHDU) -> str:
     hdr = h.header
     nax = int(hdr.get("NAXIS", 0) or 0)
     name = repr(str(h.name)) if h.name else "unnamed"
@@ -316,7 +322,7 @@ def _declared_data(values: dict[bytes, int], display: str, n: int, limits: ReadL
     return data
 
 
-def check_header_counts(fh: Any, display: str, max_hdus: int = 1000, max_header_bytes: int = 64 * _BLOCK) -> str | None:
+def check_header_counts(fh: IO[bytes], display: str, max_hdus: int = 1000, max_header_bytes: int = 64 * _BLOCK) -> str | None:
     """Refuse a FITS file whose headers claim a NAXIS or TFIELDS outside 0..999, a negative size, or data over the
     read limit (`ReadLimits.ceiling`), before astropy.
 
@@ -523,7 +529,7 @@ class _Prefixed(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: Buffer) -> int:
         view = memoryview(buffer).cast("B")
         if self._head:
             n = min(len(view), len(self._head))
@@ -543,7 +549,7 @@ def _text_source(raw: bytes, display: str, path: Path | None) -> Source:
     return Source(display, path, text=text)
 
 
-def _open_fits(target: Any, display: str, path: Path | None) -> Source:
+def _open_fits(target: IO[bytes], display: str, path: Path | None) -> Source:
     truncated = check_header_counts(target, display)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -21,12 +21,19 @@ import logging
 import math
 import os
 from dataclasses import fields
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from speco3.errors import SpectrumReadError
 from speco3.spectra.model import Medium, Spectrum, SpectrumMeta
+
+if TYPE_CHECKING:  # astropy and specutils ship no type information: the names say what is passed
+    from astropy.units import UnitBase
+    from specutils import Spectrum1D
+
+    from speco3.spectra.source import Source
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +48,7 @@ class SpecutilsMissing(SpectrumReadError):
         super().__init__(what, "specutils is not installed; install it with: pip install specutils")
 
 
-def _specutils() -> Any:
+def _specutils() -> ModuleType:
     try:
         import specutils
     except ImportError as exc:
@@ -55,7 +62,7 @@ def spectrum_class() -> type[Any]:  # specutils has no type information
     return getattr(su, "Spectrum", None) or su.Spectrum1D
 
 
-def _flux_unit(text: str) -> Any:
+def _flux_unit(text: str) -> UnitBase:
     import astropy.units as u
 
     if not text.strip():
@@ -69,7 +76,7 @@ def _flux_unit(text: str) -> Any:
             return u.dimensionless_unscaled
 
 
-def to_specutils(spec: Spectrum) -> Any:
+def to_specutils(spec: Spectrum) -> Spectrum1D:
     """A specutils spectrum of ``spec`` (see module doc)."""
     import astropy.units as u
     from astropy.nddata import InverseVariance
@@ -87,7 +94,7 @@ def to_specutils(spec: Spectrum) -> Any:
                meta=meta, **kwargs)
 
 
-def _ivar_of(sp: Any, flux_unit: Any) -> np.ndarray | None:
+def _ivar_of(sp: Spectrum1D, flux_unit: UnitBase | None) -> np.ndarray | None:
     unc = getattr(sp, "uncertainty", None)
     if unc is None:
         return None
@@ -105,7 +112,7 @@ def _ivar_of(sp: Any, flux_unit: Any) -> np.ndarray | None:
     return np.where(np.isfinite(arr) & (arr > 0), arr, 0.0)
 
 
-def from_specutils(sp: Any, **meta: Any) -> Spectrum:
+def from_specutils(sp: Spectrum1D, **meta: object) -> Spectrum:
     """A `Spectrum` from a specutils 1D spectrum; ``meta`` overrides `SpectrumMeta` fields."""
     import astropy.units as u
 
@@ -175,14 +182,16 @@ def fallback_enabled(on: bool = True):
         _enabled[0] = before
 
 
-def identify_fallback(src: Any) -> bool:
+def identify_fallback(src: Source) -> bool:
     return _enabled[0] and src.path_str is not None and _available() and bool(_loaders(src.path_str))
 
 
-def read_fallback(src: Any) -> list[Spectrum]:
+def read_fallback(src: Source) -> list[Spectrum]:
     import warnings
 
     path = src.path_str
+    if path is None:  # (identify_fallback took only a file on disk)
+        raise SpectrumReadError(src.display, "specutils reads files on disk only")
     loaders = _loaders(path)
     cls = spectrum_class()
     errors = []

@@ -323,7 +323,7 @@ def evidence_json(evidence: Sequence[Evidence]) -> str:
     return json.dumps([e.to_list() for e in evidence], ensure_ascii=False)
 
 
-def stored_json(text: str | None, default: Any, where: str) -> Any:
+def stored_json(text: str | None, default: object, where: str) -> object:
     """A JSON column as stored (``default`` for NULL or ''); damaged JSON, or a value of another JSON type than
     ``default``'s (when that is a list or an object), raises `StoreError` naming ``where`` (store, table, row and
     column), so that a command says it in one line instead of a traceback."""
@@ -344,7 +344,7 @@ def evidence_from_json(text: str | None, where: str = "evidence") -> list[Eviden
     """Stored evidence (JSON list of ``[lo, hi, label]``); NULL (rows written before schema 4) reads as none."""
     items = stored_json(text, [], where)
     try:
-        out = [Evidence.from_list(item) for item in items]
+        out = [Evidence.from_list(item) for item in (items if isinstance(items, list) else [])]  # (a list: see stored_json)
     except (TypeError, ValueError) as exc:
         raise StoreError(f"{where}: damaged store: not a list of [lo, hi, label] windows ({exc})") from exc
     return out

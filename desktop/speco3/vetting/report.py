@@ -236,7 +236,7 @@ def default_title(store: VettingStore, rows: list[dict[str, Any]]) -> str:
     the app names its stores by a hash of the archive path, which says nothing to a reader), else the exported
     spectra's common folder, else the store's file name."""
     root = store.get_state(ARCHIVE_ROOT_STATE)
-    if root:
+    if isinstance(root, str) and root:
         return f"Spec-o3 vetting report — {Path(root).name}"
     folders = {os.path.dirname(str(r["spectrum_key"]).rsplit("#", 1)[0]) for r in rows if r.get("spectrum_key")}
     try:

@@ -20,7 +20,9 @@ old store keeps every verdict and decision, and the rows written before it read 
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import TypeVar, overload
+
+_T = TypeVar("_T")
 
 SCHEMA_VERSION = 4
 _SCHEMA_1 = """
@@ -134,7 +136,11 @@ VERDICT_COLUMNS = (
     "format_failures", "outcomes", "k_max", "stop_reason")
 
 
-def storable_text(value: Any) -> Any:
+@overload
+def storable_text(value: str) -> str: ...
+@overload
+def storable_text(value: _T) -> _T: ...
+def storable_text(value: object) -> object:
     """``value`` as SQLite can store it: a str with lone surrogates gets them as ``\\udXXX`` escapes.
 
     Lone surrogates come from model output and from file names that are not valid UTF-8 (Python's

@@ -144,7 +144,7 @@ class SessionView:
     candidates: str | None = None
 
     @classmethod
-    def of(cls, value: Any) -> SessionView:
+    def of(cls, value: object) -> SessionView:
         """From the stored JSON; anything malformed reads as the default arrangement (it is a convenience)."""
         if not isinstance(value, dict):
             return cls()
@@ -370,7 +370,7 @@ class VettingSession:
         if self.shown is not None:
             self.record_changed.emit()
 
-    def remember(self, **view: Any) -> None:
+    def remember(self, **view: object) -> None:
         """Change and store the queue's arrangement (`SessionView` fields: order, filters, candidates)."""
         for name, value in view.items():
             setattr(self.view, name, value)

@@ -192,7 +192,7 @@ def labels_lower_bound(frame, found, found_outside, recall: float, confidence: f
     return out if out.ndim else int(out)
 
 
-def candidates_upper_bound(k, n, frame, confidence: float, known: Any = 0):
+def candidates_upper_bound(k, n, frame, confidence: float, known: int | np.ndarray = 0):
     """The largest number of candidates K in the frame that the sample does not reject
     (``hypergeom.cdf(k, frame, K, n) > (1 - confidence) w(k)``): a confidence bound on K, valid at every label as
     the test is. At least ``known`` (candidates known to be in the frame)."""

@@ -743,7 +743,7 @@ class VettingStore:
         return drawn
 
     # -- session state -----------------------------------------------------------------------------
-    def set_state(self, key: str, value: Any) -> None:
+    def set_state(self, key: str, value: object) -> None:
         """Store a JSON-serialisable value (e.g. the queue position) for resuming a session."""
         try:
             text = json.dumps(value)
@@ -752,7 +752,7 @@ class VettingStore:
         self._write("INSERT INTO state VALUES (?,?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value, "
                     "updated_at=excluded.updated_at", (key, text, now_iso()))
 
-    def get_state(self, key: str, default: Any = None) -> Any:
+    def get_state(self, key: str, default: object = None) -> object:
         rows = self._query("SELECT value FROM state WHERE key=?", (key,))
         return stored_json(rows[0][0], None, f"{self.path}: state {key!r}") if rows and rows[0][0] else default
 

@@ -28,9 +28,9 @@ ORDERS = ("queue", "p_yes", "uncertainty")
 ORDER_LABELS = {"queue": "archive order", "p_yes": "likely positives first", "uncertainty": "most uncertain first"}
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     try:
-        x = float(value)
+        x = float(value)  # type: ignore[arg-type]  # any value: float() raises TypeError on the rest, caught here
     except (TypeError, ValueError):
         return None
     return x if math.isfinite(x) else None
@@ -38,7 +38,7 @@ def _number(value: Any) -> float | None:
 
 def field_getter(name: str) -> Callable[[Any], Any]:
     """``item[name]`` for mappings, ``item.name`` otherwise (None when missing)."""
-    def get(item: Any) -> Any:
+    def get(item: object) -> object:
         if item is None:
             return None
         if isinstance(item, dict):
@@ -47,7 +47,7 @@ def field_getter(name: str) -> Callable[[Any], Any]:
     return get
 
 
-def rank(p_yes: Any, p_yes_token: Any, order: str) -> tuple:
+def rank(p_yes: object, p_yes_token: object, order: str) -> tuple:
     """The sort key of one item under ``order`` (see module doc)."""
     p, t = _number(p_yes), _number(p_yes_token)
     if order == "p_yes":

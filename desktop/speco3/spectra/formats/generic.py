@@ -23,6 +23,7 @@ from speco3.errors import SpectrumReadError
 from speco3.spectra._common import (
     fail,
     hfloat,
+    hint,
     hstr,
     ivar_from_sigma,
     ivar_from_variance,
@@ -69,7 +70,7 @@ def object_meta(h, **kw) -> SpectrumMeta:
 # -- images ----------------------------------------------------------------------------------------------
 def _image_hdu(src: Source):
     h0 = src.primary
-    if (h0.get("NAXIS") or 0) >= 1 and (h0.get("NAXIS1") or 0) > 1:
+    if (hint(h0, "NAXIS") or 0) >= 1 and (hint(h0, "NAXIS1") or 0) > 1:
         return 0, src.hdu(0)
     h1 = src.hdu(1)
     if h1 is not None and isinstance(h1, fits.ImageHDU) and (h1.header.get("NAXIS") or 0) == 1:
@@ -84,8 +85,8 @@ def identify_image(src: Source) -> bool:
     if hdu is None:
         return False
     h = src.header(idx)
-    nax = h.get("NAXIS")
-    small_bands = nax == 1 or (nax in (2, 3) and all((h.get(f"NAXIS{k}") or 0) <= 5 for k in range(2, nax + 1)))
+    nax = hint(h, "NAXIS")
+    small_bands = nax == 1 or (nax in (2, 3) and all((hint(h, f"NAXIS{k}") or 0) <= 5 for k in range(2, nax + 1)))
     has_axis = any(k in h for k in ("CRVAL1", "CTYPE1", "COEFF0"))
     return bool(small_bands and has_axis)
 
@@ -162,11 +163,13 @@ def _raw_primary(fh: BinaryIO) -> tuple[FastHeader, np.dtype, int] | None:
     else:
         return None
     ph = FastHeader.from_string(head.decode("ascii", errors="replace"))
-    naxis, dtype = ph.get("NAXIS"), _BITPIX.get(ph.get("BITPIX"))
+    naxis, bitpix = ph.get("NAXIS"), ph.get("BITPIX")
+    dtype = _BITPIX.get(bitpix) if type(bitpix) is int else None
     if ph.get("SIMPLE") is not True or dtype is None or type(naxis) is not int or not 1 <= naxis <= 999:
         return None
-    dims = [ph.get(f"NAXIS{k}") for k in range(1, naxis + 1)]
-    if any(type(d) is not int or d < 0 for d in dims) or any(k in ph for k in ("BSCALE", "BZERO", "BLANK")):
+    cards = [ph.get(f"NAXIS{k}") for k in range(1, naxis + 1)]
+    dims = [d for d in cards if type(d) is int and d >= 0]
+    if len(dims) < len(cards) or any(k in ph for k in ("BSCALE", "BZERO", "BLANK")):
         return None
     return ph, np.dtype(dtype), int(np.prod(dims))
 

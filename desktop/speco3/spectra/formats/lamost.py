@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from speco3.spectra._common import fail, hfloat, hstr, log_linear, make_spectrum, medium_from
+from speco3.spectra._common import fail, hfloat, hint, hstr, log_linear, make_spectrum, medium_from
 from speco3.spectra._tables import column_names, read_columns
 from speco3.spectra.model import Spectrum, SpectrumMeta
 from speco3.spectra.registry import FileContents
@@ -58,7 +58,7 @@ def identify_lrs_old(src: Source) -> bool:
     if not src.is_fits:
         return False
     h = src.primary
-    return h.get("NAXIS") == 2 and h.get("NAXIS2") == 5 and _is_lamost(h) and (h.get("NAXIS1") or 0) > 100
+    return h.get("NAXIS") == 2 and h.get("NAXIS2") == 5 and _is_lamost(h) and (hint(h, "NAXIS1") or 0) > 100
 
 
 def read_lrs_old(src: Source) -> list[Spectrum]:

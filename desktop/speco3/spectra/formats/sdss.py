@@ -125,7 +125,8 @@ def read_spspec(src: Source) -> list[Spectrum]:
     meta = SpectrumMeta(
         survey="SDSS",
         data_release="DR7 spSpec" if cln is not None else None,
-        object_id=f"{int(plate):04d}-{int(mjd)}-{int(fiber):04d}" if None not in (plate, mjd, fiber) else None,
+        object_id=f"{int(plate):04d}-{int(mjd)}-{int(fiber):04d}"
+        if plate is not None and mjd is not None and fiber is not None else None,
         ra=hfloat(h, "RAOBJ"),
         dec=hfloat(h, "DECOBJ"),
         redshift=hfloat(h, "Z"),
