@@ -13,7 +13,6 @@ import logging
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QProgressBar, QPushButton
@@ -24,11 +23,15 @@ from speco3.agent.tasks import NO_LORA, Task
 from speco3.engine.base import Engine, EngineSettings, LoraAdapter
 from speco3.engine.choice import InstalledModel, ModelChoice
 from speco3.engine.native import check_adapters
+from speco3.engine.scripted import ScriptedEngine
 from speco3.errors import Speco3Error
-from speco3.gui.agent_panel import ModelEntry
+from speco3.gui.agent_panel import AgentPanel, ModelEntry
 from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectrum
+from speco3.gui.settings import AppSettings
 from speco3.gui.vetting import VettingController, store_key
 from speco3.gui.workers import InferenceThread
+from speco3.spectra.index import IndexEntry
+from speco3.spectra.model import Spectrum
 from speco3.vetting.runs import RunEnded, RunInfo, RunJob
 from speco3.vetting.screening import DoneCheck, Screening, VetItem
 from speco3_models.errors import ModelStoreError
@@ -70,7 +73,7 @@ def _open_choice(choice: ModelChoice, engine_settings: EngineSettings) -> Engine
     return choice.open(engine_settings)
 
 
-def _demo_engine_for(spectrum: Any, entry: Any, task: Any):
+def _demo_engine_for(spectrum: Spectrum | None, entry: IndexEntry, task: Task) -> ScriptedEngine:
     """The scripted demo engine of one spectrum (loaded from ``entry`` when not given)."""
     return demo_engine(spectrum if spectrum is not None else entry.load(), task)
 
@@ -81,8 +84,10 @@ class AgentController(QObject):
     message = Signal(str)
     verdictRecorded = Signal(str)
 
-    def __init__(self, inference: InferenceThread, vetting: VettingController, panel, settings, tasks: dict,
-                 engine_opener: Callable[[str, Any], Any] | None = None, parent=None):
+    def __init__(self, inference: InferenceThread, vetting: VettingController, panel: AgentPanel,
+                 settings: AppSettings, tasks: dict[str, Task],
+                 engine_opener: Callable[[str, EngineSettings], Engine] | None = None,
+                 parent: QObject | None = None):
         super().__init__(parent)
         self.inference = inference
         self.vetting = vetting
@@ -91,7 +96,7 @@ class AgentController(QObject):
         self.tasks = tasks
         self.engine_opener = engine_opener or self._open_engine
         self.interactive_job: int | None = None
-        self._jobs: dict[int, tuple[Any, Any]] = {}  # job id -> (entry, task)
+        self._jobs: dict[int, tuple[IndexEntry, Task]] = {}  # job id -> (entry, task)
         self._adapter_checks: dict[tuple, str | None] = {}  # see `_check_adapters`
         self.batch_in_flight = 0  # batch items running together in slots
         inference.started_job.connect(self._started)
@@ -195,7 +200,8 @@ class AgentController(QObject):
                          plan=None if choice.scripted else run.plan(), thresholds=run.thresholds(),
                          resume=resume, share=share, wait=False)
 
-    def _job(self, entry: Any, screening: Screening, choice: ModelChoice, es: EngineSettings, spectrum=None,
+    def _job(self, entry: IndexEntry, screening: Screening, choice: ModelChoice, es: EngineSettings,
+             spectrum: Spectrum | None = None,
              batch: bool = False) -> RunJob:
         """A job of plain data: its engine factory binds the opener and values (``es``: `run_engine_settings`),
         never this controller or a widget (the worker thread drops the job; a widget reachable from it would be
@@ -260,7 +266,7 @@ class AgentController(QObject):
             self.message.emit("cancelling the agent run …")
 
     # -- batch ---------------------------------------------------------------------------------------------------
-    def start_batch(self, entries: list[Any], task_id: str, choice: ModelChoice | None, skip_done: bool = True) -> int:
+    def start_batch(self, entries: list[IndexEntry], task_id: str, choice: ModelChoice | None, skip_done: bool = True) -> int:
         """Queue ``entries`` for a background pre-screen on ``choice``; returns the number queued."""
         if choice is None:
             self.message.emit("no model installed — batch pre-screen needs one")
@@ -279,11 +285,11 @@ class AgentController(QObject):
         # the rule of `spec-o3 vet` (the core's): same model, prompt version and K, not cancelled or failed, file
         # unchanged; applied again as each spectrum starts
         check: DoneCheck = screening.done_check(choice.label)
-        jobs: list[tuple[RunJob, Any]] = []
+        jobs: list[tuple[RunJob, IndexEntry]] = []
         for entry in entries:
-            if getattr(entry, "error", None):
+            if entry.error:
                 continue
-            if choice.scripted and not str(getattr(entry, "file_name", "")).startswith("spec-60001-SPECO3DEMO"):
+            if choice.scripted and not (entry.file_name or "").startswith("spec-60001-SPECO3DEMO"):
                 continue
             if check.state(store_key(entry), entry.path) == "done":
                 continue

@@ -907,13 +907,14 @@ class MainWindow(QMainWindow):
 
     def start_batch(self) -> None:
         self.table_model.fetch_all()
-        entries = [self.table_model.entry(r) for r in range(self.table_model.loaded_rows())]
+        rows = (self.table_model.entry(r) for r in range(self.table_model.loaded_rows()))
+        entries = [e for e in rows if e is not None]  # every loaded row has an entry
         if not entries:
             self.show_message("nothing to pre-screen: the table is empty (see the filters)")
             return
         choice = self.agent_panel.choice()
         if choice is None or choice.scripted:
-            demo = [e for e in entries if str(e.file_name or "").startswith("spec-60001-SPECO3DEMO")]  # type: ignore[union-attr]  # every row below loaded_rows() has an entry
+            demo = [e for e in entries if (e.file_name or "").startswith("spec-60001-SPECO3DEMO")]
             choice = DEMO if demo and not installed_models() else choice
         self.agent.start_batch(entries, self.agent_panel.task_id(), choice)
 
