@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama.cpp's own command-line tools that Spec-o3 runs as subprocesses:
-#   llama-server      an OpenAI-compatible server (tests and the README's scale-out recipe)
+#   llama-server      an OpenAI-compatible server (tests and the scale-out recipe in docs/howto/servers.md)
 #   llama-fit-params  llama.cpp's memory fitting (llama_params_fit), which its Python API does not expose
 # from the very llama.cpp sources that the installed llama-cpp-python compiled (its sdist vendors them), so the
 # server reads our GGUF files with the same code as the in-process engine.

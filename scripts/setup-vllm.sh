@@ -11,7 +11,7 @@
 #   3. transformers==5.19.0 (the version whose Qwen2.5-VL processor this vLLM runs with).
 # vLLM's `vllm` console script fails here (it looks up the distribution "vllm"); start the server with
 #   VLLM_CPU_KVCACHE_SPACE=1 VENV/bin/python -m vllm.entrypoints.openai.api_server --model DIR ...
-# (the README's command). Several GB of disk (torch's wheel is a CUDA build; it runs on the CPU).
+# (docs/howto/servers.md). Several GB of disk (torch's wheel is a CUDA build; it runs on the CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-${SPECO3_VLLM_VENV:-.venv-vllm}}"

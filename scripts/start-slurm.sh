@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A one-node Slurm cluster on this machine, for trying the README's job scripts (and the opt-in test
+# A one-node Slurm cluster on this machine, for trying the job scripts of docs/howto/survey.md (and the opt-in test
 # tests/vetting/test_slurm.py, SPECO3_SLURM=1). Everything it writes lives in STATE_DIR: the munge key, socket and
 # log (in a folder of its own under /tmp, which the munge user can reach, named in STATE_DIR/munge.dir), slurm.conf,
 # the daemons' state, spool, pid and log files. Nothing under /etc is changed.

@@ -334,8 +334,8 @@ class SettingsDialog(QDialog):
                                             toolTip="abstain when fewer of the answered rollouts back the majority")
         self.rollout_mode = QComboBox(objectName="rolloutMode",
                                       toolTip="fixed: K rollouts for every spectrum; auto: 2 first, then 2 more at a "
-                                      "time only while the decision is not settled, up to the maximum (README: "
-                                      "Adaptive rollouts)")
+                                      "time only while the decision is not settled, up to the maximum (the manual: How-to → "
+                                      "Confidence and rollouts)")
         self.rollout_mode.addItem("fixed K", False)
         self.rollout_mode.addItem("auto: stop when the answer is settled", True)
         self.rollout_mode.setCurrentIndex(1 if settings.rollouts_auto else 0)

@@ -748,7 +748,7 @@ class MainWindow(QMainWindow):
         self.stopping_worker.submit(job)
         return job.job_id
 
-    def _stopping_done(self, job_id: int, cert: Any, error: str) -> None:
+    def _stopping_done(self, job_id: int, cert: stopping.Certificate | None, error: str) -> None:
         """A stopping test came back: shown when it is of the store and task shown now, and newer than the one
         shown; Audit the rest then makes the audit sample the queue."""
         job = self._stopping_jobs.pop(job_id, None)

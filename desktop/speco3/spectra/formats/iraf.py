@@ -67,7 +67,7 @@ def read(src: Source) -> FileContents:
             raise fail(src, f"IRAF multispec dispersion type {dtype} not understood (aperture {fields[0]})")
         meta = object_meta(h, hdu=0, row=a)
         meta.extra.update({"aperture": int(fields[0]), "beam": int(fields[1]), "bands": bands})
-        meta.note = f"IRAF multispec aperture {fields[0]} of {naps}"  # an echelle order or a fibre: README
+        meta.note = f"IRAF multispec aperture {fields[0]} of {naps}"  # an echelle order or a fibre (docs/user-guide/command-line.md)
         sigma = data[sigma_band, a, :nw] if sigma_band is not None else None
         out.spectra.append(make_spectrum(lam * factor, data[0, a, :nw], None if sigma is None else ivar_from_sigma(sigma),
                                          None, flux_unit=hstr(h, "BUNIT") or "", medium=medium, meta=meta, src=src))
