@@ -342,9 +342,8 @@ class Certificate:
             return (f"{head}; {plural(self.unscreened, 'spectrum', 'spectra')} not screened yet — screen them "
                     "(pre-screen) before a stop covers the archive")
         if self.verdict == "stop":
-            unread = plural(self.remaining, "unread spectrum", "unread spectra")
             share = "no" if self.bound is not None and self.bound <= 0 else f"at most {percent(self.bound or 0)} of"
-            return (f"{head}; stop: {share} candidates are among the {unread} "
+            return (f"{head}; stop: {share} candidates are among the {self.remaining:,} unread "
                     f"({conf} confidence; target ≥ {pct} recall)")
         if self.unframed:
             return (f"{head}; {plural(self.unframed, 'spectrum', 'spectra')} screened after the audit sample was "
