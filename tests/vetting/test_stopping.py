@@ -520,7 +520,16 @@ def test_a_candidate_found_in_any_order_counts_as_found_not_as_a_label(tmp_path)
 def test_find_more_down_the_order_only_where_there_is_room(tmp_path):
     # 10 found, 6 left: k_target 2; two NO of the sample do not rule it out; the rest of the frame could
     assert more_found_needed(0, 2, 6, 10, 10, 0.9, 0.95) > 0
-    assert more_found_needed(0, 2, 6, 10, 10, 0.9, 0.95, room=0) is None
+    assert more_found_needed(0, 2, 6, 10, 10, 0.9, 0.95) == 3
+    assert [more_found_needed(0, 2, 6, 10, 10, 0.9, 0.95, room=r) for r in range(5)] == [None, None, None, 3, 3]
+    # one more candidate is enough, and one unread spectrum outside the sample can hold it
+    assert more_found_needed(0, 4, 10, 26, 26, 0.9, 0.95) == 1 == more_found_needed(0, 4, 10, 26, 26, 0.9, 0.95, room=1)
+    assert not passes(0, 4, 10, 26, 26, 0.9, 0.95) and passes(0, 4, 10, 27, 26, 0.9, 0.95)
+    assert hypergeom.cdf(0, 10, k_target(27, 26, 0.9), 4) <= 0.05 * 6 / math.pi ** 2
+    # a candidate in the one label of a frame of 3: even the other 2 both YES leave k_target 3 = the frame, whose
+    # cdf at k = 1 is 1 (every spectrum a candidate): no number of candidates found would do
+    assert k_target(2, 0, 0.9) == 3 and hypergeom.cdf(1, 3, 3, 1) == 1.0
+    assert more_found_needed(1, 1, 3, 0, 0, 0.9, 0.95) is None
     with screened(tmp_path / "s.sqlite", [1.0] * 10 + [0.0] * 6) as store:
         for i in range(10):
             decide(store, f"s{i:02d}", "YES")
