@@ -480,6 +480,8 @@ def test_spectra_not_screened_hold_the_stop_and_say_so(tmp_path):
         c = assess(store, "cv", 0.9, 0.95, archive=50)  # the app: its archive holds 19 more
         assert (c.verdict, c.unscreened, c.covered, c.skipped, c.skippable_keys) == ("continue", 19, True, 0, [])
         assert c.to_json()["unscreened"] == 19
+        assert (assess(store, "cv", 0.9, 0.95, archive=31).verdict, assess(store, "cv", 0.9, 0.95, archive=31).unscreened,
+                assess(store, "cv", 0.9, 0.95, archive=32).unscreened) == ("stop", 0, 1)
         assert c.line() == ("reviewed 30 of the 31 screened (likely first), 30 candidates found; 19 spectra not "
                             "screened yet — screen them (pre-screen) before a stop covers the archive")
         assert audit_rest(store, "cv", archive=50).sample_drawn == 0  # screen first: a draw would fix the frame
@@ -550,6 +552,9 @@ def test_the_lower_bound_never_exceeds_the_unread(tmp_path):
         # hypergeom.pmf(0, 20, 1, n) = (20 - n)/20 <= 0.05 from n = 19: more than the 6 unread
         assert labels_lower_bound(20, 0, 0, 0.9, 0.95) == 19 and hypergeom.pmf(0, 20, 1, 19) == pytest.approx(0.05)
         assert c.remaining == 6 and c.labels_lower_bound == 6
+        # no sample label yet: nothing "more found" can do; the sample the rule needs is its k = 0 size, less none
+        assert c.more_found_needed is None and c.labels_used == 0
+        assert c.sample_needed == sample_needed(20, 0, 0, 0.9, 0.95) == 20  # pmf(0; 20, 1, 19) = 0.05 > 0.05 * 0.61
 
 
 def test_counts_agree_with_their_nouns(tmp_path):
