@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from speco3.gui.archive_model import COL
 from speco3.gui.dialogs import SettingsDialog
 from speco3.gui.settings import AppSettings
-from speco3.vetting import stopping
+from speco3.vetting import Decision, ModelVerdict, stopping
 from speco3.vetting.stopping import assess
 
 pytestmark = pytest.mark.gui
@@ -51,7 +51,7 @@ def test_stopping_line_audit_sample_and_greyed_skippable(qtbot, make_window, dem
     store, task = w.vetting.store, w.vetting.task_id
     assert len(store.model_verdicts(task)) == 20
     line = _refresh(qtbot, w)
-    assert line.startswith("reviewed 0 of 20 (likely first), 0 candidates found")
+    assert line.startswith("reviewed 0 of 20, 0 candidates found;")
     assert "to stop now with ≥ 90 % recall at 95 % confidence decide" in line and w.decision.stopping.isVisibleTo(w)
 
     # the head: 14 spectra decided YES, in the table's order
@@ -90,12 +90,30 @@ def test_stopping_line_audit_sample_and_greyed_skippable(qtbot, make_window, dem
     assert greyed == set(cert.skippable_keys)
 
 
+def test_spectra_not_screened_are_said_and_hold_the_stop(qtbot, make_window, demo_archive, open_and_wait,
+                                                         fake_models):
+    """One of the archive's 20 spectra screened and decided: the line counts the archive's unscreened spectra (the
+    certificate covers screened ones only), greys nothing, and Audit the rest draws nothing until they are screened."""
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    w.table_model.fetch_all()
+    store, task = w.vetting.store, w.vetting.task_id
+    key = _key(w.table_model.entry(0))
+    store.record_model_verdict(ModelVerdict(key, task, "YES", "YES", p_yes=1.0, rollouts=3))
+    store.record_decision(Decision(key, task, "YES"))
+    line = _refresh(qtbot, w)
+    assert line == ("reviewed 1 of the 1 screened (likely first), 1 candidate found; 19 spectra not screened yet — "
+                    "screen them (pre-screen) before a stop covers the archive")
+    assert w.table_model.skippable == set()
+    assert _audit(qtbot, w) == 0 and store.audit_draws(task) == []
+
+
 def test_the_stopping_line_follows_the_pre_screen_by_itself(qtbot, make_window, demo_archive, open_and_wait,
                                                             fake_models):
     """Nobody asks for a refresh: the verdicts the batch records bring the line (it used to follow decisions only,
     so after a pre-screen it stayed empty until the first decision)."""
     w = _prescreened(qtbot, make_window, demo_archive, open_and_wait)
-    qtbot.waitUntil(lambda: w.decision.stopping.text().startswith("reviewed 0 of 20 (likely first)"), timeout=30000)
+    qtbot.waitUntil(lambda: w.decision.stopping.text().startswith("reviewed 0 of 20, 0 candidates"), timeout=30000)
     assert w.decision.stopping.isVisibleTo(w)
 
 

@@ -28,6 +28,7 @@ from speco3.vetting.stopping import (
     p_value,
     passes,
     percent,
+    plural,
     sample_needed,
     stop_label,
 )
@@ -286,7 +287,7 @@ def test_ties_keep_the_stored_order_and_reviewed_counts_every_decision(tmp_path)
     with screened(tmp_path / "s.sqlite", [0.5] * 6) as store:
         decide(store, "s01", "NO")  # not the first of the tie in the stored order
         c = assess(store, "cv", 0.9, 0.95)
-        assert c.reviewed == 1 and c.reviewed_in_order == 0 and "(0 likely first)" in c.line()
+        assert c.reviewed == 1 and c.reviewed_in_order == 0 and "reviewed 1 of 6 (out of the likely-first order)" in c.line()
         decide(store, "s00", "NO")
         assert assess(store, "cv", 0.9, 0.95).reviewed_in_order == 2
 
@@ -394,7 +395,7 @@ def test_spectra_screened_after_the_draw_are_outside_the_guarantee(tmp_path):
         store.record_model_verdict(ModelVerdict("late", "cv", "NO", "NO", p_yes=0.0, rollouts=3))
         c = assess(store, "cv", 0.9, 0.95)
         assert (c.verdict, c.unframed, c.remaining, c.skipped, c.skippable_keys) == ("continue", 1, 2, 0, [])
-        assert "1 spectra screened after the audit sample was drawn" in c.line()
+        assert "1 spectrum screened after the audit sample was drawn is outside it: decide it" in c.line()
         decide(store, "late", "NO")
         c = assess(store, "cv", 0.9, 0.95)
         assert (c.verdict, c.unframed, c.skippable_keys) == ("stop", 0, ["s30"])
@@ -465,3 +466,103 @@ def test_the_stopping_test_reads_170000_screened_spectra(tmp_path):
         c = audit_rest(store, "cv")
         assert c.sample_drawn == sample_needed(150_000, 300, 300, 0.9, 0.95)
         assert len(store.audit_frame("cv")) == 150_000 and len(c.drawn_keys) == c.sample_drawn
+
+
+def test_spectra_not_screened_hold_the_stop_and_say_so(tmp_path):
+    """The certificate covers screened spectra only: with part of the archive unscreened the verdict is continue
+    (nothing greyed, no draw), the line says how many and what to do; a YES on an unscreened spectrum is shown, not
+    counted, until the spectrum is screened."""
+    with screened(tmp_path / "s.sqlite", [1.0] * 30 + [0.0]) as store:
+        for i in range(30):
+            decide(store, f"s{i:02d}", "YES")
+        c = assess(store, "cv", 0.9, 0.95)
+        assert (c.verdict, c.unscreened, c.covered) == ("stop", 0, True)  # the screened alone pass
+        c = assess(store, "cv", 0.9, 0.95, archive=50)  # the app: its archive holds 19 more
+        assert (c.verdict, c.unscreened, c.covered, c.skipped, c.skippable_keys) == ("continue", 19, True, 0, [])
+        assert c.to_json()["unscreened"] == 19
+        assert (assess(store, "cv", 0.9, 0.95, archive=31).verdict, assess(store, "cv", 0.9, 0.95, archive=31).unscreened,
+                assess(store, "cv", 0.9, 0.95, archive=32).unscreened) == ("stop", 0, 1)
+        assert c.line() == ("reviewed 30 of the 31 screened (likely first), 30 candidates found; 19 spectra not "
+                            "screened yet — screen them (pre-screen) before a stop covers the archive")
+        assert audit_rest(store, "cv", archive=50).sample_drawn == 0  # screen first: a draw would fix the frame
+        assert store.audit_draws("cv") == []
+        # without an archive (the command line): the spectra the store knows of
+        decide(store, "elsewhere", "YES")
+        c = assess(store, "cv", 0.9, 0.95)
+        assert (c.verdict, c.unscreened, c.found, c.found_unscreened, c.reviewed) == ("continue", 1, 30, 1, 30)
+        assert ("30 candidates found (1 more decided YES among the spectra not screened); 1 spectrum not screened "
+                "yet") in c.line()
+        store.record_model_verdict(ModelVerdict("elsewhere", "cv", "NO", "NO", p_yes=0.0, rollouts=3))
+        c = assess(store, "cv", 0.9, 0.95)  # screened now (tied last, after s30): the YES counts as found
+        assert (c.verdict, c.unscreened, c.found, c.found_unscreened, c.reviewed) == ("stop", 0, 31, 0, 31)
+        assert "reviewed 31 of 32 (30 likely first, 1 in another order), 31 candidates found; stop" in c.line()
+
+
+def test_a_candidate_found_in_any_order_counts_as_found_not_as_a_label(tmp_path):
+    """A YES on a frame spectrum outside the sample (picked by hand after the draw) counts as found, and the test's
+    p-value is scipy's hypergeometric cdf with it among the known candidates; it is never a sample label."""
+    with screened(tmp_path / "s.sqlite", [1.0] * 10 + [0.0] * 90) as store:
+        for i in range(10):
+            decide(store, f"s{i:02d}", "YES")
+        draw(store, "cv", 20, seed=3)
+        frame = store.audit_frame("cv")
+        for key in frame[:20]:
+            decide(store, key, "NO")
+        picked = frame[50]
+        decide(store, picked, "YES")
+        c = assess(store, "cv", 0.9, 0.95)
+        assert (c.found, c.found_outside, c.labels_used, c.positives_used, c.reviewed_other) == (11, 10, 20, 0, 1)
+        kt = k_target(11, 10, 0.9)
+        assert kt == math.floor((0.1 * 10 + 1) / 0.9) + 1 == 3
+        assert c.p_value == pytest.approx(hypergeom.cdf(0, 90, kt, 20))
+        assert "reviewed 31 of 100 (10 likely first, 20 in the audit sample, 1 in another order), 11 candidates " \
+            "found" in c.line()
+
+
+def test_find_more_down_the_order_only_where_there_is_room(tmp_path):
+    # 10 found, 6 left: k_target 2; two NO of the sample do not rule it out; the rest of the frame could
+    assert more_found_needed(0, 2, 6, 10, 10, 0.9, 0.95) > 0
+    assert more_found_needed(0, 2, 6, 10, 10, 0.9, 0.95) == 3
+    assert [more_found_needed(0, 2, 6, 10, 10, 0.9, 0.95, room=r) for r in range(5)] == [None, None, None, 3, 3]
+    # one more candidate is enough, and one unread spectrum outside the sample can hold it
+    assert more_found_needed(0, 4, 10, 26, 26, 0.9, 0.95) == 1 == more_found_needed(0, 4, 10, 26, 26, 0.9, 0.95, room=1)
+    assert not passes(0, 4, 10, 26, 26, 0.9, 0.95) and passes(0, 4, 10, 27, 26, 0.9, 0.95)
+    assert hypergeom.cdf(0, 10, k_target(27, 26, 0.9), 4) <= 0.05 * 6 / math.pi ** 2
+    # a candidate in the one label of a frame of 3: even the other 2 both YES leave k_target 3 = the frame, whose
+    # cdf at k = 1 is 1 (every spectrum a candidate): no number of candidates found would do
+    assert k_target(2, 0, 0.9) == 3 and hypergeom.cdf(1, 3, 3, 1) == 1.0
+    assert more_found_needed(1, 1, 3, 0, 0, 0.9, 0.95) is None
+    with screened(tmp_path / "s.sqlite", [1.0] * 10 + [0.0] * 6) as store:
+        for i in range(10):
+            decide(store, f"s{i:02d}", "YES")
+        draw(store, "cv", 6, seed=1)  # every unread spectrum is in the audit sample
+        for key in store.audit_frame("cv")[:2]:
+            decide(store, key, "NO")
+        c = assess(store, "cv", 0.9, 0.95)
+        assert c.verdict == "continue" and c.more_found_needed is None and "or find" not in c.line()
+        assert "audit sample: 2 of 6 decided, 0 candidates;" in c.line()
+
+
+def test_the_lower_bound_never_exceeds_the_unread(tmp_path):
+    with screened(tmp_path / "s.sqlite", [0.0] * 20) as store:
+        draw(store, "cv", 2, seed=5)
+        for key in store.audit_frame("cv")[2:16]:  # 14 decided down the order, not in the sample
+            decide(store, key, "NO")
+        c = assess(store, "cv", 0.9, 0.95)
+        # hypergeom.pmf(0, 20, 1, n) = (20 - n)/20 <= 0.05 from n = 19: more than the 6 unread
+        assert labels_lower_bound(20, 0, 0, 0.9, 0.95) == 19 and hypergeom.pmf(0, 20, 1, 19) == pytest.approx(0.05)
+        assert c.remaining == 6 and c.labels_lower_bound == 6
+        # no sample label yet: nothing "more found" can do; the sample the rule needs is its k = 0 size, less none
+        assert c.more_found_needed is None and c.labels_used == 0
+        assert c.sample_needed == sample_needed(20, 0, 0, 0.9, 0.95) == 20  # pmf(0; 20, 1, 19) = 0.05 > 0.05 * 0.61
+
+
+def test_counts_agree_with_their_nouns(tmp_path):
+    assert (plural(1, "candidate"), plural(0, "candidate"), plural(2, "spectrum", "spectra"),
+            plural(1, "spectrum", "spectra"), plural(1200, "candidate")) == \
+        ("1 candidate", "0 candidates", "2 spectra", "1 spectrum", "1,200 candidates")
+    with screened(tmp_path / "s.sqlite", [1.0] + [0.0] * 40) as store:
+        decide(store, "s00", "YES")
+        line = assess(store, "cv", 0.9, 0.95).line()
+        assert "reviewed 1 of 41 (likely first), 1 candidate found;" in line and "1 candidates" not in line
+        assert " 1 random spectra" not in line

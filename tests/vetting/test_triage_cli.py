@@ -18,8 +18,9 @@ from scipy.stats import hypergeom
 from vetting_helpers import NO, YES, pillow_render
 
 from speco3.cli import main as cli_main
-from speco3.vetting import VettingStore
-from speco3.vetting.stopping import k_target, labels_lower_bound, sample_needed
+from speco3.cli.triage import report_text
+from speco3.vetting import Decision, ModelVerdict, VettingStore
+from speco3.vetting.stopping import assess, draw, k_target, labels_lower_bound, sample_needed
 from speco3_testkit.spectra import write_csv_archive
 
 KEYS = {"verdict", "reviewed", "found", "remaining", "sample_needed", "sample_drawn", "sample_positives", "skipped",
@@ -105,7 +106,9 @@ def test_triage_before_and_after_an_audit(screened_store, capsys):
     # the text report says what was drawn and how
     assert main(["triage", str(db), "--task", "cv"]) == 0
     text = capsys.readouterr().out
-    assert "stop: at most" in text and "seed 11" in text and f"{drawn_n} drawn at random" in text
+    assert "stop: at most" in text and "seed 11" in text and f"{drawn_n} spectra drawn at random" in text
+    # the head and the audit sample apart (not "reviewed 23 of 24 (likely first)")
+    assert f"reviewed {16 + drawn_n} of 24 (16 likely first, {drawn_n} in the audit sample)" in text
 
 
 def test_exports_carry_the_draw_and_the_skippable(screened_store, tmp_path, capsys):
@@ -178,3 +181,37 @@ def test_missing_store_and_queue_audit_without_a_task(tmp_path, screened_store, 
     assert main(["queue", str(db), "--audit"]) == 1
     assert "--audit needs --task" in capsys.readouterr().err
     assert main(["triage", str(db)]) == 3  # the store's only task is the default
+
+
+def test_spectra_not_screened_mean_continue_and_no_draw(screened_store, capsys):
+    """A spectrum the store knows of without a verdict for the task (here a decision on it): the test covers the
+    screened spectra only, so continue (exit 3) with ``unscreened`` in the JSON, and --draw is refused."""
+    db, _ = screened_store
+    with VettingStore(db) as store:
+        store.record_decision(Decision("elsewhere.csv#0", "cv", "YES"))
+    rc, out = run_json(capsys, db)
+    assert rc == 3 and out["verdict"] == "continue" and out["unscreened"] == 1 and out["found_unscreened"] == 1
+    assert out["found"] == 0 and out["reviewed"] == 0 and out["screened"] == 24
+    assert main(["triage", str(db), "--task", "cv"]) == 3
+    text = capsys.readouterr().out
+    assert "1 spectrum not screened yet — screen them (pre-screen) before a stop covers the archive" in text
+    assert "the test covers the 24 screened only" in text
+    assert main(["triage", str(db), "--task", "cv", "--draw", "3"]) == 1
+    assert "screen them (spec-o3 vet) before drawing" in capsys.readouterr().err
+    with VettingStore(db, readonly=True) as store:
+        assert store.audit_draws("cv") == []
+
+
+def test_the_text_never_asks_for_more_labels_than_are_unread(tmp_path):
+    with VettingStore(tmp_path / "s.sqlite") as store:
+        for i in range(20):
+            store.record_model_verdict(ModelVerdict(f"s{i:02d}", "cv", "NO", "NO", p_yes=0.0, rollouts=3))
+        draw(store, "cv", 2, seed=5)
+        for key in store.audit_frame("cv")[2:16]:  # 14 decided down the order, outside the sample
+            store.record_decision(Decision(key, "cv", "NO"))
+        text = report_text(assess(store, "cv", 0.9, 0.95))
+    # 19 labels would be needed from the frame of 20 (hypergeom.pmf(0, 20, 1, 19) = 0.05); 6 are unread
+    assert hypergeom.pmf(0, 20, 1, 19) == pytest.approx(0.05)
+    assert "any certificate from a random sample would need all 6 unread decided" in text
+    assert "reviewed 14 of 20 (out of the likely-first order), 0 candidates found" in text
+    assert "2 spectra drawn at random" in text and "0 candidates among them" in text

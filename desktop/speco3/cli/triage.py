@@ -1,5 +1,6 @@
 """``spec-o3 triage STORE --task T --recall R --confidence C [--json] [--draw N [--seed S]]``: may the observer stop
-vetting? The certified stopping test of `speco3.vetting.stopping`; exit 0 for ``stop``, 3 for ``continue``."""
+vetting? The certified stopping test of `speco3.vetting.stopping`; exit 0 for ``stop``, 3 for ``continue`` (also
+while spectra the store knows of are not screened for the task: the test covers screened spectra only)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 
 from speco3.errors import StoreError
 from speco3.vetting.records import login_vetter
-from speco3.vetting.stopping import Certificate, assess, check_target, draw, percent
+from speco3.vetting.stopping import Certificate, assess, check_target, draw, percent, plural
 from speco3.vetting.store import VettingStore
 
 #: Exit status when the verdict is ``continue`` (0: ``stop``; 1: an error).
@@ -23,8 +24,10 @@ def register(sub) -> None:
         "candidates (an exact hypergeometric test; see the manual's How-to -> When to stop, docs/howto/stopping.md). Without a sample it says how many random "
         "spectra must be decided; --draw N draws them, the audit sample (recorded in the store with its seed; a "
         "further --draw extends the same sample, never redraws). Decide the audit sample in its order (spec-o3 queue "
-        "--audit). "
-        "Exit status: 0 stop, 3 continue, 1 error.")
+        "--audit). The test covers the screened spectra only: while spectra the store knows of (decided, annotated, "
+        "or screened for another task) have no verdict for the task, the verdict is continue, the line says how many "
+        "are not screened (JSON: unscreened) and --draw is refused: screen them first (spec-o3 vet). "
+        "Exit status: 0 stop, 3 continue (also while spectra are not screened), 1 error.")
     t.add_argument("store", metavar="STORE", help="vetting store (SQLite)")
     t.add_argument("--task", help="the task (default: the store's only task)")
     t.add_argument("--recall", type=float, default=0.9, help="recall target R (default 0.9)")
@@ -57,12 +60,21 @@ def report_text(c: Certificate) -> str:
     lines = [c.line(), f"verdict: {c.verdict}"]
     if c.sample_drawn:
         how = ", ".join(f"{d['added']} on {d['created_at'][:19]}Z" for d in c.draws)
-        lines.append(f"audit sample: {c.sample_drawn:,} drawn at random (seed {c.seed}) from {c.frame:,} unread at "
-                     f"the first draw ({how}); {c.labels_used:,} decided in its order count as labels, "
-                     f"{c.positives_used:,} of them candidates (YES or UNSURE)")
+        lines.append(f"audit sample: {plural(c.sample_drawn, 'spectrum', 'spectra')} drawn at random (seed {c.seed}) "
+                     f"from the {c.frame:,} unread at the first draw ({how}); {c.labels_used:,} decided in its order "
+                     f"count as labels, {plural(c.positives_used, 'candidate')} among them (YES or UNSURE)")
     if c.p_value is not None and c.frame:
+        unread = c.remaining - c.unframed  # the unread of the frame: more labels than these there are not
+        more = max(0, c.labels_lower_bound - c.labels_used)
+        need = ("" if c.covered or not unread else
+                f"; any certificate from a random sample would need all {unread:,} unread decided" if more >= unread
+                else f"; any certificate from a random sample needs at least {plural(more, 'more random label')} now")
         lines.append(f"test: p = {c.p_value:.4g} against a level {1 - c.confidence:g} spent over the sample's "
-                     f"candidates; the fewest random labels any certificate would need now: {c.labels_lower_bound:,}")
+                     f"candidates{need}")
+    if c.unscreened:
+        lines.append(f"not screened: {plural(c.unscreened, 'spectrum', 'spectra')} the store knows of have no verdict "
+                     f"for the task; the test covers the {c.screened:,} screened only"
+                     + ("" if not c.covered else " (they alone would pass it)"))
     if c.bound is not None:
         lines.append(f"bound: at most {percent(c.bound)} of all candidates are unread ({percent(c.confidence)} "
                      "confidence)")
@@ -91,6 +103,12 @@ def cmd_triage(args: argparse.Namespace) -> int:
             raise StoreError(f"--draw needs a positive number of spectra, got {args.draw}")
         with VettingStore(args.store) as store:
             task = _task(store, args.task)
+            before = assess(store, task, args.recall, args.confidence)
+            if before.unscreened:
+                raise StoreError(f"{plural(before.unscreened, 'spectrum', 'spectra')} of the store "
+                                 f"{'has' if before.unscreened == 1 else 'have'} no verdict for task {task!r}: "
+                                 "screen them (spec-o3 vet) before drawing the audit sample (spectra screened after "
+                                 "the draw are outside it)")
             draw(store, task, args.draw, args.seed, recall=args.recall, confidence=args.confidence,
                  vetter=login_vetter(args.vetter))
             cert = assess(store, task, args.recall, args.confidence, args.miss_rate)

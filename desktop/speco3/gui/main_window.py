@@ -743,7 +743,8 @@ class MainWindow(QMainWindow):
         self._stopping_ids += 1
         job = StoppingJob(self._stopping_ids, store, self.vetting.task_id, self.settings.stop_recall,
                           self.settings.stop_confidence, audit=audit,
-                          vetter=self.settings.vetter_name() if audit else "")
+                          vetter=self.settings.vetter_name() if audit else "",
+                          archive=self.index.count(has_error=False) if self.index is not None else None)
         self._stopping_jobs[job.job_id] = job
         self.stopping_worker.submit(job)
         return job.job_id
@@ -790,7 +791,7 @@ class MainWindow(QMainWindow):
             self.show_error(f"no spectrum is screened for the task {task!r}: nothing to audit")
             self.auditReady.emit(0)
             return
-        if cert.verdict == "stop" and not cert.drawn_keys:
+        if (cert.verdict == "stop" or cert.unscreened) and not cert.drawn_keys:
             self.show_message(cert.line())
             self.auditReady.emit(0)
             return

@@ -265,6 +265,7 @@ class StoppingJob:
     confidence: float
     audit: bool = False
     vetter: str = ""
+    archive: int | None = None  # spectra in the archive (the index), for the count of those not screened
 
 
 class StoppingWorker(BackgroundTask):
@@ -328,7 +329,7 @@ class StoppingWorker(BackgroundTask):
     @staticmethod
     def _run(job: StoppingJob) -> Certificate | None:
         if job.audit:
-            return stopping.audit_rest(job.store, job.task, job.vetter, job.recall, job.confidence)
+            return stopping.audit_rest(job.store, job.task, job.vetter, job.recall, job.confidence, job.archive)
         reader = None
         if not job.store.is_in_memory:
             try:
@@ -336,6 +337,6 @@ class StoppingWorker(BackgroundTask):
             except StoreError:  # e.g. unmerged changes in a read-only place: read through the window's connection
                 log.info("the stopping test reads %s through the window's connection", job.store.path)
         if reader is None:
-            return stopping.current(job.store, job.task, job.recall, job.confidence)
+            return stopping.current(job.store, job.task, job.recall, job.confidence, job.archive)
         with reader:
-            return stopping.current(reader, job.task, job.recall, job.confidence)
+            return stopping.current(reader, job.task, job.recall, job.confidence, job.archive)

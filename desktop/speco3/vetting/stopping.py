@@ -14,7 +14,16 @@ Definitions (one task; a *candidate* is a spectrum the vetter decides YES):
   (`VettingStore.create_audit_draw`); the sample is the longest prefix of the drawn sequence whose spectra all have a
   decision: only those decisions count as random labels. A decision on any other frame spectrum (read down the
   order after the draw, or picked by hand) is kept and counts as found, never as a sample label;
-- ``found`` = YES decisions on screened spectra (``found_outside`` of them in the head);
+- ``found`` = YES decisions on screened spectra, made in any order (the head, the audit sample, down the order
+  after the draw, or picked by hand): every candidate the vetter confirmed is known and counts as found, since
+  the test only needs the candidates it knows of to be exactly those, and only bounds the ones it does not know
+  (the unread of the frame); ``found_outside`` of them in the head. Only the *sample* (the random labels) is
+  restricted to decisions on drawn spectra in draw order. A YES on a spectrum not screened for the task is outside
+  the screened population: it is reported (``found_unscreened``) but not counted until the spectrum is screened
+  (counting it without the unscreened unread spectra it came from would overstate the recall);
+- the *unscreened*: the archive's spectra (the app's index; without one, the spectra the store knows of) without a
+  model verdict for the task. The guarantee covers screened spectra only, so while any is unscreened the verdict
+  is ``continue`` (the line says to screen them first), whatever the test says about the screened ones;
 - ``k`` = candidates in the sample: YES and UNSURE (an UNSURE counts as a candidate in the sample, which makes the
   test harder to pass, and is never counted as found).
 
@@ -73,6 +82,12 @@ METHOD = ("hypergeometric test of 'recall < R' on a uniform sample without repla
           "(Callaghan & Müller-Hansen 2020), levels spent over the sample's candidates (valid at every label)")
 #: Decisions that count as a candidate in the sample (UNSURE: the test is the harder to pass).
 SAMPLE_CANDIDATE = ("YES", "UNSURE")
+
+
+def plural(n: int, singular: str, plural_form: str | None = None) -> str:
+    """``n`` and the noun in agreement, as the line and the command line write counts: 1 -> "1 candidate",
+    2 -> "2 candidates", (1, "spectrum", "spectra") -> "1 spectrum"; thousands separated."""
+    return f"{n:,} {singular if n == 1 else (plural_form or singular + 's')}"
 
 
 def percent(share: float) -> str:
@@ -214,12 +229,16 @@ def missed_share_bound(k, n, frame, found, found_outside, confidence: float):
     return out if out.ndim else float(out)
 
 
-def more_found_needed(k, n, frame, found, found_outside, recall: float, confidence: float) -> int | None:
+def more_found_needed(k, n, frame, found, found_outside, recall: float, confidence: float,
+                      room: int | None = None) -> int | None:
     """How many more candidates found in the frame outside the sample (reading on down the likely-first order) would
-    let the present sample certify the target; None when no number would (the sample alone must grow)."""
+    let the present sample certify the target; None when no number would (the sample alone must grow). ``room``:
+    the unread spectra of the frame outside the drawn sample, where such candidates could be found (default: all of
+    the frame but the n labels; spectra drawn but not yet decided count as sample labels once decided, never as
+    found outside the sample)."""
     if passes(k, n, frame, found, found_outside, recall, confidence):
         return 0
-    room = frame - n
+    room = frame - n if room is None else min(room, frame - n)
     if room <= 0 or not passes(k, n, frame, found + room, found_outside, recall, confidence):
         return None
     return int(_smallest_n(lambda d: np.asarray(passes(k, n, frame, found + d, found_outside, recall, confidence)),
@@ -258,11 +277,11 @@ class Certificate:
     task: str
     recall: float
     confidence: float
-    verdict: str  # "stop" or "continue"
+    verdict: str  # "stop" or "continue" (continue while any spectrum is unscreened)
     screened: int  # spectra with a model verdict for the task
     reviewed: int  # of them with a decision
     reviewed_in_order: int  # the longest fully decided prefix of the likely-first order
-    found: int  # YES decisions
+    found: int  # YES decisions on screened spectra, in any order
     remaining: int  # screened spectra without a decision
     frame: int  # the spectra the sample is drawn from (the draw's frame, or the undecided now)
     found_outside: int  # YES decisions outside the frame (the head)
@@ -284,6 +303,11 @@ class Certificate:
     threshold_positives_needed: int | None = None  # more candidates the audit must find for a threshold
     threshold_note: str | None = None  # why there is no threshold when one was asked for
     method: str = METHOD
+    unscreened: int = 0  # spectra of the archive (or known to the store) without a model verdict for the task
+    found_unscreened: int = 0  # YES decisions on them (not counted as found until screened)
+    reviewed_audit: int = 0  # decided screened spectra that are sample labels (= labels_used)
+    reviewed_other: int = 0  # decided screened spectra neither in the likely-first prefix nor sample labels
+    covered: bool = False  # the screened spectra alone pass the test (the verdict waits for the unscreened)
     #: spectrum keys: the sample in draw order, and what stopping leaves unread
     drawn_keys: list[str] = field(default_factory=list, repr=False)
     skippable_keys: list[str] = field(default_factory=list, repr=False)
@@ -294,35 +318,53 @@ class Certificate:
         out.pop("skippable_keys")
         return out
 
+    def reviewed_text(self) -> str:
+        """How the reviewed spectra were read: "reviewed 20 of 20 (2 likely first, 18 in the audit sample)"."""
+        of = f"{self.screened:,}" if not self.unscreened else f"the {self.screened:,} screened"
+        likely = self.reviewed - self.reviewed_audit - self.reviewed_other
+        parts = [(likely, "likely first", "likely first"),
+                 (self.reviewed_audit, "in the audit sample", "audit sample"),
+                 (self.reviewed_other, "in another order", "out of the likely-first order")]
+        shown = [(n, many, alone) for n, many, alone in parts if n]
+        how = ("" if not shown else f" ({shown[0][2]})" if len(shown) == 1 else
+               " (" + ", ".join(f"{n:,} {many}" for n, many, _alone in shown) + ")")
+        found = f"{plural(self.found, 'candidate')} found"
+        if self.found_unscreened:
+            found += f" ({self.found_unscreened:,} more decided YES among the spectra not screened)"
+        return f"reviewed {self.reviewed:,} of {of}{how}, {found}"
+
     def line(self) -> str:
-        """The queue's one line (the manual: docs/howto/stopping.md): where the observer stands and what stopping now needs or loses, at
-        which target."""
+        """The queue's one line (the manual: docs/howto/stopping.md): where the observer stands and what stopping
+        now needs or loses, at which target."""
         pct, conf = percent(self.recall), percent(self.confidence)
-        head = (f"reviewed {self.reviewed:,} of {self.screened:,}"
-                + (" (likely first)" if self.reviewed_in_order == self.reviewed else
-                   f" ({self.reviewed_in_order:,} likely first)") + f", {self.found:,} candidate{'' if self.found == 1 else 's'} found")
+        head = self.reviewed_text()
+        if self.unscreened:
+            return (f"{head}; {plural(self.unscreened, 'spectrum', 'spectra')} not screened yet — screen them "
+                    "(pre-screen) before a stop covers the archive")
         if self.verdict == "stop":
             share = "no" if self.bound is not None and self.bound <= 0 else f"at most {percent(self.bound or 0)} of"
             return (f"{head}; stop: {share} candidates are among the {self.remaining:,} unread "
                     f"({conf} confidence; target ≥ {pct} recall)")
         if self.unframed:
-            return (f"{head}; {self.unframed:,} spectra screened after the audit sample was drawn are outside it: "
-                    "decide them before stopping")
+            return (f"{head}; {plural(self.unframed, 'spectrum', 'spectra')} screened after the audit sample was "
+                    f"drawn {'is' if self.unframed == 1 else 'are'} outside it: decide "
+                    f"{'it' if self.unframed == 1 else 'them'} before stopping")
         if self.sample_drawn:
-            more = (f"; or find {self.more_found_needed:,} more candidates down the order"
-                    if self.more_found_needed else "")
+            more = (f"; or find {plural(self.more_found_needed, 'more candidate')} reading on down the likely-first "
+                    "order (outside the audit sample)" if self.more_found_needed else "")
             return (f"{head}; audit sample: {self.labels_used:,} of {self.sample_drawn:,} decided, "
-                    f"{self.positives_used:,} candidates; to stop with ≥ {pct} recall at {conf} confidence decide "
-                    f"{self.sample_needed:,} more random spectra{more}")
-        return (f"{head}; to stop now with ≥ {pct} recall at {conf} confidence decide {self.sample_needed:,} random "
-                f"spectra of the {self.remaining:,} left")
+                    f"{plural(self.positives_used, 'candidate')}; to stop with ≥ {pct} recall at {conf} confidence "
+                    f"decide {plural(self.sample_needed, 'more random spectrum', 'more random spectra')}{more}")
+        return (f"{head}; to stop now with ≥ {pct} recall at {conf} confidence decide "
+                f"{plural(self.sample_needed, 'random spectrum', 'random spectra')} of the {self.remaining:,} left")
 
 
 def assess(store: VettingStore, task: str, recall: float, confidence: float,
-           miss_rate: float | None = None) -> Certificate:
+           miss_rate: float | None = None, archive: int | None = None) -> Certificate:
     """The stopping test of ``task`` in ``store`` at the target (see module doc); with ``miss_rate``, also the
     threshold for the next archive (`next_archive_threshold`) when the draw is uniform over the whole screened
-    archive (made before any decision)."""
+    archive (made before any decision). ``archive``: how many spectra the archive holds (the app's index), for the
+    count of those not screened; None: the spectra the store knows of (a verdict for any task, a decision, notes)."""
     check_target(recall, confidence)
     scores = store.verdict_scores(task)  # one query each: 170,000 screened spectra read in well under a second
     verdicts = {key: p_yes for key, p_yes, _token in scores}
@@ -336,6 +378,11 @@ def assess(store: VettingStore, task: str, recall: float, confidence: float,
         frame_keys = [key for key in order if key not in decided]
     frame_set = set(frame_keys)
     found = sum(decided.get(key) == "YES" for key in verdicts)
+    found_unscreened = sum(label == "YES" and key not in verdicts for key, label in decided.items())
+    if archive is None:
+        unscreened = sum(key not in verdicts for key in store.spectrum_keys())
+    else:
+        unscreened = max(0, int(archive) - len(verdicts))
     found_outside = sum(decided.get(key) == "YES" for key in verdicts if key not in frame_set)
     sample = frame_keys[:drawn]
     used = next((i for i, key in enumerate(sample) if key not in decided), len(sample))
@@ -345,7 +392,13 @@ def assess(store: VettingStore, task: str, recall: float, confidence: float,
     # screened after the first draw: outside the frame, so outside the guarantee; read them before stopping
     unframed = sum(key not in decided and key not in frame_set for key in order)
     certified = not unread or bool(passes(k, used, m, found, found_outside, recall, confidence))
-    stop = certified and not unframed
+    covered = certified and not unframed  # the screened spectra alone: stop, but for the unscreened
+    stop = covered and not unscreened
+    labels = set(sample[:used])
+    head_prefix = set(order[:in_order])
+    reviewed_other = sum(key in decided and key not in labels and key not in head_prefix for key in verdicts)
+    drawn_set = set(sample)
+    room = sum(key not in drawn_set for key in unread)  # where candidates outside the sample can still be found
     bound = (0.0 if not unread else
              missed_share_bound(k, used, m, found, found_outside, confidence) if used or certified else None)
     threshold, t_needed, t_note = None, None, None
@@ -365,10 +418,14 @@ def assess(store: VettingStore, task: str, recall: float, confidence: float,
         sample_drawn=drawn,
         labels_used=used, positives_used=k,
         sample_positives=sum(decided.get(key) in SAMPLE_CANDIDATE for key in sample),
-        sample_needed=0 if stop else max(0, sample_needed(m, found, found_outside, recall, confidence, k) - used),
-        labels_lower_bound=labels_lower_bound(m, found, found_outside, recall, confidence) if m else 0,
-        more_found_needed=None if stop or not used else more_found_needed(k, used, m, found, found_outside, recall,
-                                                                          confidence),
+        sample_needed=0 if covered else max(0, sample_needed(m, found, found_outside, recall, confidence, k) - used),
+        # capped: never more than the labels there are (those used and the unread of the frame)
+        labels_lower_bound=min(int(labels_lower_bound(m, found, found_outside, recall, confidence)),
+                               used + len(unread)) if m else 0,
+        more_found_needed=None if covered or not used else more_found_needed(
+            k, used, m, found, found_outside, recall, confidence, room=room),
+        unscreened=unscreened, found_unscreened=found_unscreened, reviewed_audit=used, reviewed_other=reviewed_other,
+        covered=covered,
         skipped=len(unread) if stop else 0, bound=None if bound is None else round(float(bound), 6),
         p_value=None if not m else float(p_value(k, used, m, found, found_outside, recall)),
         seed=draws[0]["seed"] if draws else None, draws=draws, drawn_keys=list(sample),
@@ -381,27 +438,29 @@ DEFAULT_RECALL, DEFAULT_CONFIDENCE = 0.9, 0.95
 
 
 def current(store: VettingStore, task: str, recall: float = DEFAULT_RECALL,
-            confidence: float = DEFAULT_CONFIDENCE) -> Certificate | None:
+            confidence: float = DEFAULT_CONFIDENCE, archive: int | None = None) -> Certificate | None:
     """The certificate of ``task`` at its latest draw's target, or at ``recall`` and ``confidence`` (the app's
-    settings) when no draw has recorded one; None when the task has no screened spectrum (nothing to certify)."""
+    settings) when no draw has recorded one; None when the task has no screened spectrum (nothing to certify).
+    ``archive``: as `assess`."""
     draws = store.audit_draws(task)
     recall = (draws[-1]["recall"] if draws else None) or recall
     confidence = (draws[-1]["confidence"] if draws else None) or confidence
-    cert = assess(store, task, recall, confidence)
+    cert = assess(store, task, recall, confidence, archive=archive)
     return cert if cert.screened else None
 
 
 def audit_rest(store: VettingStore, task: str, vetter: str = "", recall: float = DEFAULT_RECALL,
-               confidence: float = DEFAULT_CONFIDENCE) -> Certificate | None:
+               confidence: float = DEFAULT_CONFIDENCE, archive: int | None = None) -> Certificate | None:
     """"Audit the rest" (the app's queue): add to the audit sample as many random spectra as the test asks for
-    (at the target of `current`), unless the spectra drawn before are not all decided yet or the verdict is stop;
-    returns the certificate after it (None: nothing screened). The audit sample is `Certificate.drawn_keys`, to be
-    decided in that order."""
-    cert = current(store, task, recall, confidence)
-    if cert is None or cert.verdict == "stop" or cert.labels_used < cert.sample_drawn:
+    (at the target of `current`), unless the spectra drawn before are not all decided yet, the screened spectra
+    pass already, or some of the archive is not screened (the draw fixes the frame: spectra screened after it
+    would be outside it, so screen first); returns the certificate after it (None: nothing screened). The audit
+    sample is `Certificate.drawn_keys`, to be decided in that order. ``archive``: as `assess`."""
+    cert = current(store, task, recall, confidence, archive)
+    if cert is None or cert.covered or cert.unscreened or cert.labels_used < cert.sample_drawn:
         return cert
     draw(store, task, max(1, cert.sample_needed), recall=cert.recall, confidence=cert.confidence, vetter=vetter)
-    return current(store, task, recall, confidence)
+    return current(store, task, recall, confidence, archive)
 
 
 class AuditMarks(NamedTuple):
@@ -456,4 +515,4 @@ def draw(store: VettingStore, task: str, n: int, seed: int | None = None, *, rec
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_RECALL", "METHOD", "SAMPLE_CANDIDATE", "AuditMarks", "Certificate", "assess",
            "audit_marks", "audit_rest", "current", "candidates_upper_bound", "check_target", "draw",
            "k_target", "labels_lower_bound", "level", "missed_share_bound", "more_found_needed", "next_archive_threshold",
-           "p_value", "passes", "percent", "sample_needed", "stop_label"]
+           "p_value", "passes", "percent", "plural", "sample_needed", "stop_label"]
