@@ -178,3 +178,36 @@ def test_a_second_instance_is_told_and_browses_read_only(qtbot, make_window, dem
         if other.poll() is None:
             other.kill()
             other.wait(10)
+
+
+def _writing_controls(w) -> dict[str, bool]:
+    """Whether each control that writes for the spectrum shown (or runs the model on it) is enabled."""
+    d = w.decision
+    controls = {b.objectName(): b for b in d.writing_widgets()}
+    controls |= {"acceptButton": d.accept_button, "modelWindows": d.model_windows_button,
+                 "runButton": w.agent_panel.run_button}
+    out = {name: widget.isEnabled() for name, widget in controls.items()}
+    out["markEvidenceAction"] = w.mark_action.isEnabled()
+    return out
+
+
+def test_nothing_shown_disables_every_decision_and_agent_control(qtbot, make_window, demo_archive, open_and_wait,
+                                                                  fake_models, tmp_path):
+    """Issue #41: with nothing shown (the start screen, an empty folder opened first, an unreadable file) the
+    decision and agent buttons are disabled, as the session refuses them; a readable spectrum enables them."""
+    w = make_window()  # the start screen: a new user saw YES/NO/UNSURE and Run agent enabled there
+    assert w.stack.currentIndex() == 0 and w.vetting.entry is None
+    assert not any(_writing_controls(w).values()), _writing_controls(w)
+    _open_empty(qtbot, w, tmp_path / "empty")  # an empty folder as the first archive
+    assert w.vetting.store is not None and w.vetting.entry is None
+    assert not any(_writing_controls(w).values()), _writing_controls(w)
+    (demo_archive / "aaa-notes.fits").write_text("observing notes, not a FITS file\n")
+    open_and_wait(w, demo_archive)
+    w.table_model.fetch_all()
+    row = next(r for r in range(w.table_model.loaded_rows()) if w.table_model.entry(r).file_name == "aaa-notes.fits")
+    w.vetting.go_to(row + 1)
+    enabled = _writing_controls(w)
+    assert enabled["decideYES"] and enabled["comment"] and enabled["vetterZ"] and enabled["runButton"], enabled
+    w.vetting.go_to(row)  # an unreadable file selected
+    assert w.vetting.spectrum is None
+    assert not any(_writing_controls(w).values()), _writing_controls(w)

@@ -196,6 +196,7 @@ class AgentPanel(QWidget):
         self.model_box.currentIndexChanged.connect(lambda _i: self.model_box.setToolTip(
             tooltip("\n".join(t for t in (self.model_box.currentText(), self.model_box.currentData(TIP_ROLE)) if t))))
         self._job: int | None = None
+        self._runnable = True  # a readable spectrum of the archive is shown (`set_runnable`)
         self._zoom_windows: list[tuple[float, float, str]] = []
         self._t0 = 0.0
         self._done_tokens = 0
@@ -287,7 +288,7 @@ class AgentPanel(QWidget):
             if scripted_available else ""))
         self.notice.setVisible(not models and self.compact)
         self._fit_height()
-        self.run_button.setEnabled(has_any and self._job is None)
+        self.run_button.setEnabled(has_any and self._job is None and self._runnable)
 
     def choice(self) -> ModelChoice | None:
         """The model chosen in the box (None: the box is empty)."""
@@ -314,6 +315,12 @@ class AgentPanel(QWidget):
         self.adapter_note.setStyleSheet("color: #b32d2d; font-weight: bold" if refused else "color: #1d5a8a")
         self.adapter_note.setVisible(bool(text))
         self._fit_height()
+
+    def set_runnable(self, runnable: bool) -> None:
+        """Whether a run is possible on what is shown (a readable spectrum of the archive, a writable store): Run
+        is disabled without (issue #41)."""
+        self._runnable = runnable
+        self.run_button.setEnabled(runnable and self.model_box.count() > 0 and self._job is None)
 
     @property
     def running(self) -> bool:
@@ -563,7 +570,7 @@ class AgentPanel(QWidget):
             self._append_html(f"<p style='color:#b32d2d'>{html.escape(message)}</p>")
         self._job = None
         self._timer.stop()
-        self.run_button.setEnabled(self.model_box.count() > 0)
+        self.run_button.setEnabled(self.model_box.count() > 0 and self._runnable)
         self.cancel_button.setEnabled(False)
 
     def set_eta(self, job_id: int, seconds_left: float, _queue_left: float = -1.0) -> None:

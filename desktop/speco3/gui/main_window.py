@@ -191,6 +191,7 @@ class MainWindow(QMainWindow):
         self._fit_to_screen()
         self.agent_panel.compactChanged.connect(self._agent_folded)
         self.agent_panel.set_compact(True)
+        self._show_writable()  # the start screen: nothing shown, nothing to decide or run
         # Deleted by Qt on the GUI thread once closed (after closeEvent joined the workers), never by Python's
         # cyclic garbage collector, which may run on any thread that allocates.
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -504,6 +505,13 @@ class MainWindow(QMainWindow):
         self._use_store(root, self._own_store(root), False)
 
     def _use_store(self, root: str, path: Path, chosen: bool) -> bool:
+        """See `_open_store`; the decision and agent controls then follow what is shown (nothing: disabled)."""
+        try:
+            return self._open_store(root, path, chosen)
+        finally:
+            self._show_writable()
+
+    def _open_store(self, root: str, path: Path, chosen: bool) -> bool:
         """Vet the indexed archive ``root`` in the store ``path`` (``chosen``: checked against the archive first,
         remembered for it) and show the queue as the vetter left it there. False when a chosen store was refused
         (the reason shown)."""
@@ -656,10 +664,16 @@ class MainWindow(QMainWindow):
             self.decision.show_suggestion(None)
         self._show_stored_trace(mv)
         self._show_position(self.vetting.row)  # the decided count of this task
-        writable = self.vetting.session.refusal() is None  # nothing readable shown, or read-only: the keys say why
-        for widget in (*self.decision.buttons.values(), *self.decision.flag_boxes.values(), self.decision.comment,
-                       self.decision.mark_button):
-            widget.setEnabled(writable)
+        self._show_writable()
+
+    def _show_writable(self) -> None:
+        """Enable the decision, note and agent controls only when a readable spectrum of this archive is shown in a
+        writable store (`VettingSession.refusal`; the keys say why they do nothing): the start screen, an empty
+        table, an unreadable file and a read-only store show them disabled (issue #41)."""
+        writable = self.vetting.session.refusal() is None
+        self.decision.set_writable(writable)
+        self.agent_panel.set_runnable(writable)
+        self.mark_action.setEnabled(writable)
 
     def _show_stored_trace(self, mv: ModelVerdict | None) -> None:
         if self.agent_panel.running:
@@ -1015,6 +1029,7 @@ class MainWindow(QMainWindow):
             self.show_error(str(exc))
             return
         self._show_read_only()
+        self._show_writable()
         self.table_model.invalidate_states()
         self._show_unsaved(opened.unsaved)
         if not opened.opened:
