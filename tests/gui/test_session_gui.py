@@ -211,3 +211,28 @@ def test_nothing_shown_disables_every_decision_and_agent_control(qtbot, make_win
     w.vetting.go_to(row)  # an unreadable file selected
     assert w.vetting.spectrum is None
     assert not any(_writing_controls(w).values()), _writing_controls(w)
+
+
+def test_decisions_of_another_writer_reach_the_panel_and_counters(qtbot, make_window, demo_archive, open_and_wait):
+    """The table followed `spectrum decide` within 2 s but the decision panel of the spectrum shown still said
+    "not decided yet" and the decided counter stayed old until the vetter moved; a comment being typed is kept."""
+    from speco3.vetting.records import Decision
+
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    shown = w.vetting._current_key()
+    assert w.decision.saved.text() == "not decided yet" and "· 0 decided" in w.decision.position.text()
+    with VettingStore(w.vetting.store.path) as other:  # another connection: `spec-o3 decide`, a `vet` run
+        other.record_decision(Decision(spectrum_key=shown, task="cv", decision="NO", vetter="Bo"))
+    qtbot.waitUntil(lambda: "· 1 decided" in w.decision.position.text(), timeout=5000)  # the 2 s poll
+    assert w.decision.buttons["NO"].isChecked() and "by Bo" in w.decision.saved.text()
+    # the vetter is typing a comment: the panel keeps it while another decision lands
+    w.decision.comment.setFocus()
+    qtbot.keyClicks(w.decision.comment, "faint")
+    with VettingStore(w.vetting.store.path) as other:
+        other.record_decision(Decision(spectrum_key=shown, task="cv", decision="YES", vetter="Cy"))
+    w.vetting.follow_store()
+    assert w.decision.comment.text() == "faint" and w.decision.buttons["NO"].isChecked()
+    qtbot.keyClick(w.decision.comment, Qt.Key.Key_Escape)  # the field is left: the comment stored, the record shown
+    assert w.decision.buttons["YES"].isChecked() and "by Cy" in w.decision.saved.text()
+    assert w.decision.comment.text() == "faint"

@@ -331,6 +331,13 @@ class DecisionPanel(QWidget):
             focus.clearFocus()
         self.fieldLeft.emit()
 
+    def editing(self) -> bool:
+        """Whether the vetter is typing in the panel (a text field has the focus, or an edit waits for its pause):
+        what is shown must not be replaced then."""
+        focus = QApplication.focusWidget()
+        typing = isinstance(focus, QLineEdit) and self.isAncestorOf(focus)
+        return typing or self._notes_pending or self._evidence_pending
+
     def toggle_cheat_sheet(self) -> None:
         self.cheat.setVisible(not self.cheat.isVisible())
 

@@ -266,6 +266,13 @@ class MainWindow(QMainWindow):
         self._stopping_timer = QTimer(self, singleShot=True, interval=300)
         self._stopping_timer.timeout.connect(self.refresh_stopping)
         self.vetting.recordChanged.connect(self._stopping_timer.start)
+        # decisions of another process (`spectrum decide`, a `vet` run): the record shown and the counters follow
+        self._record_stale = False
+        self.vetting.storeChanged.connect(self._store_changed)
+        for done in (self.decision.fieldLeft, self.decision.notesEdited, self.decision.commentChanged,
+                     self.decision.evidenceChanged):  # the vetter stopped typing: a record held back is shown
+            done.connect(self._show_stale_record)
+        QApplication.instance().focusChanged.connect(self._show_stale_record)  # type: ignore[union-attr]  # a window lives only inside the running QApplication
         self.vetting.message.connect(self.show_message)
         self.vetting.error.connect(self.show_message)
         self.decision.decided.connect(self.decide)
@@ -646,6 +653,7 @@ class MainWindow(QMainWindow):
                                     "candidate list" if self.table_model.is_candidate_list else "table")
 
     def _on_record(self) -> None:
+        self._record_stale = False
         dec, mv = self.vetting.current_record()
         saved = f"saved {dec.decided_at[:19].replace('T', ' ')} UTC by {dec.vetter}" if dec else "not decided yet"
         notes = self.vetting.current_notes()
@@ -674,6 +682,18 @@ class MainWindow(QMainWindow):
         self.decision.set_writable(writable)
         self.agent_panel.set_runnable(writable)
         self.mark_action.setEnabled(writable)
+
+    def _store_changed(self) -> None:
+        """Another process wrote to the store: the counters and the stopping line follow at once, the spectrum's
+        decision panel too unless the vetter is typing there (then once the field is left)."""
+        self._show_position(self.vetting.row)
+        self._stopping_timer.start()
+        self._record_stale = True
+        self._show_stale_record()
+
+    def _show_stale_record(self, *_args: object) -> None:
+        if self._record_stale and self.vetting.entry is not None and not self.decision.editing():
+            self._on_record()
 
     def _show_stored_trace(self, mv: ModelVerdict | None) -> None:
         if self.agent_panel.running:
@@ -1059,6 +1079,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt override
         """Stop and join every worker, close the stores; Qt then deletes the window (WA_DeleteOnClose)."""
         QApplication.instance().removeEventFilter(self.key_filter)  # type: ignore[union-attr]  # a window lives only inside the running QApplication
+        QApplication.instance().focusChanged.disconnect(self._show_stale_record)  # type: ignore[union-attr]  # as above
         self.samp.shutdown()  # SAMP threads joined before any widget goes
         self.inference.stop()
         self.stopping_worker.stop()  # joined before the store it reads closes
