@@ -661,8 +661,7 @@ class MainWindow(QMainWindow):
                                   (dec.vetter_z, dec.z_conf, dec.vetter_class, dec.vetter_subclass) if dec
                                   else (None, None, None, None))
         self.viewer.set_evidence(notes.evidence)
-        self.decision.show_model_windows(mv is not None and mv.model_id != SCRIPTED_LABEL
-                                         and bool(mv.zooms or (mv.rollouts or 1) > 1))
+        self.decision.show_model_windows(bool(self.vetting.model_windows()))  # a run without zooms: nothing to start from
         if mv is not None:  # an abstention is shown where the suggestion is, with its reason, and not accepted
             who = "(scripted demo — not a model)" if mv.model_id == SCRIPTED_LABEL else f"({mv.model_id})"
             self.decision.show_suggestion(mv.suggestion, who if mv.suggestion else
