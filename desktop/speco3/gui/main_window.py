@@ -210,8 +210,11 @@ class MainWindow(QMainWindow):
     def _agent_folded(self, compact: bool) -> None:
         """The agent panel folded (no run shown): the plot takes its room; unfolded: the run gets 45 %."""
         total = sum(self.centre.sizes()) or self.height()
-        if compact:
-            self.centre.setSizes([total, 0])
+        if compact:  # the height its notes need at its width (`AgentPanel._fit_height`); [total, 0] gave it its
+            # minimum size, which knows nothing of wrapped notes: "No Spec-o3 model installed…" was squeezed to one
+            # clipped line under the hint after a run
+            need = min(self.agent_panel.maximumHeight(), total // 2) if self.agent_panel.isVisible() else 0
+            self.centre.setSizes([total - need, need])
         else:
             agent = min(max(self.agent_panel.minimumSizeHint().height(), int(0.45 * total)), int(0.7 * total))
             self.centre.setSizes([total - agent, agent])
