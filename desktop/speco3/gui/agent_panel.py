@@ -196,6 +196,7 @@ class AgentPanel(QWidget):
         self.model_box.currentIndexChanged.connect(lambda _i: self.model_box.setToolTip(
             tooltip("\n".join(t for t in (self.model_box.currentText(), self.model_box.currentData(TIP_ROLE)) if t))))
         self._job: int | None = None
+        self._scripted = False  # the run shown is the scripted demo session (`begin`)
         self._runnable = True  # a readable spectrum of the archive is shown (`set_runnable`)
         self._zoom_windows: list[tuple[float, float, str]] = []
         self._t0 = 0.0
@@ -396,6 +397,7 @@ class AgentPanel(QWidget):
         self._set_rollouts(rollouts)
         self.set_compact(False)
         self._job, self._t0, self._eta = job_id, time.perf_counter(), None
+        self._scripted = scripted  # the canned demo: its text is replayed, so no throughput is shown
         self._who, self._backend = "model ?", "…"
         self._done_tokens, self._live_chars, self._other_chars = 0, 0, 0
         self._streams = {}
@@ -595,6 +597,10 @@ class AgentPanel(QWidget):
         rate = tokens / elapsed if elapsed > 0 else 0.0
         backend = self._backend
         eta = self.eta_text()
+        if self._scripted:  # canned text replayed at a set pace: a token rate would read as a model's throughput
+            self.status.setText(f"{SCRIPTED_LABEL}: canned text, no throughput · {elapsed:.1f} s"
+                                + (f" · {eta}" if eta else ""))
+            return
         self.status.setText(f"{backend} · {tokens} tokens · {rate:.1f} tok/s · {elapsed:.1f} s" + (f" · {eta}" if eta else ""))
 
     # -- zooms ---------------------------------------------------------------------------------------------------
