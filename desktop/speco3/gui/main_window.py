@@ -122,6 +122,7 @@ class MainWindow(QMainWindow):
         self._last_export_dir: Path | None = None
         self._index_worker: IndexWorker | None = None
         self._store_request: Path | None = None  # the store to open the archive being indexed with (`open_archive`)
+        self._store_title = ""  # "store: r.sqlite" in the title while a chosen store is vetted in (`_show_store`)
         self.setWindowTitle(f"Spec-o3 Desktop {__version__}")
 
         self.table_model = ArchiveTableModel(parent=self)
@@ -580,6 +581,9 @@ class MainWindow(QMainWindow):
         else:
             self.store_label.setText(f"store: {path.name}" if chosen else "store: the app's own")
         self.store_label.setToolTip(str(path) if path is not None else "")
+        # a chosen store (--store, Open store…, remembered for the archive) is named in the title too: a vetter
+        # reopening the archive sees which store takes the decisions (`_show_read_only` writes the title)
+        self._store_title = f"store: {path.name}" if path is not None and chosen else ""
 
     def _browse_read_only(self, holder: Holder) -> bool:
         """Another instance writes this archive's store: say so and offer to browse it read-only."""
@@ -597,8 +601,10 @@ class MainWindow(QMainWindow):
         return box.clickedButton() is browse
 
     def _show_read_only(self) -> None:
-        title = f"Spec-o3 Desktop {__version__}"
-        self.setWindowTitle(title + (" — read-only" if self.vetting.session.read_only else ""))
+        """The window title: the version, the chosen store vetted in (`_show_store`), read-only when it is."""
+        parts = [f"Spec-o3 Desktop {__version__}", self._store_title,
+                 "read-only" if self.vetting.session.read_only else ""]
+        self.setWindowTitle(" — ".join(p for p in parts if p))
 
     def _restore_candidates(self, path: str) -> None:
         if not Path(path).is_file():
