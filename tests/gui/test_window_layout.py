@@ -57,3 +57,23 @@ def test_folded_agent_panel_shows_its_notes_whole_after_a_run(qtbot, make_window
         assert notice.height() >= notice.heightForWidth(notice.width()), "the notice is clipped"
         assert notice.geometry().bottom() < hint.geometry().top(), "the notice runs into the hint"
         assert hint.geometry().bottom() <= panel.height()
+
+
+def test_decision_header_and_line_note_fit_at_1366(qtbot, make_window, demo_archive, open_and_wait):
+    """At 1366 px the archive table cut off its "Decision" header and the line bar cut "markers in vacuum"."""
+    from speco3.gui.archive_model import COL
+
+    w = make_window()
+    w.resize(1366, 768)
+    open_and_wait(w, demo_archive)
+    w._fit_to_screen()
+    w.resize(1366, 768)
+    qtbot.wait(50)
+    table, header = w.archive.table, w.archive.table.horizontalHeader()
+    col = COL["decision"]
+    right = header.sectionViewportPosition(col) + header.sectionSize(col)
+    assert right <= table.viewport().width(), f"Decision header ends at {right} in a {table.viewport().width()} px table"
+    assert header.sectionSize(col) >= header.fontMetrics().horizontalAdvance("Decision")
+    note = w.viewer.line_note
+    assert note.text().startswith("markers in vacuum")
+    assert note.width() >= note.fontMetrics().horizontalAdvance("markers in vacuum"), note.width()
