@@ -183,7 +183,8 @@ def test_a_second_instance_is_told_and_browses_read_only(qtbot, make_window, dem
 def _writing_controls(w) -> dict[str, bool]:
     """Whether each control that writes for the spectrum shown (or runs the model on it) is enabled."""
     d = w.decision
-    controls = {b.objectName(): b for b in d.writing_widgets()}
+    controls = {b.objectName(): b for b in (*d.buttons.values(), *d.flag_boxes.values(), d.comment, d.mark_button,
+                                            d.fit_z, d.fit_z_from_markers, d.fit_conf, d.fit_class, d.fit_subclass)}
     controls |= {"acceptButton": d.accept_button, "modelWindows": d.model_windows_button,
                  "runButton": w.agent_panel.run_button}
     out = {name: widget.isEnabled() for name, widget in controls.items()}
