@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict
@@ -1087,7 +1088,8 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt override
         """Stop and join every worker, close the stores; Qt then deletes the window (WA_DeleteOnClose)."""
         QApplication.instance().removeEventFilter(self.key_filter)  # type: ignore[union-attr]  # a window lives only inside the running QApplication
-        QApplication.instance().focusChanged.disconnect(self._show_stale_record)  # type: ignore[union-attr]  # as above
+        with contextlib.suppress(RuntimeError, TypeError):  # a second close finds it disconnected
+            QApplication.instance().focusChanged.disconnect(self._show_stale_record)  # type: ignore[union-attr]  # as above
         self.samp.shutdown()  # SAMP threads joined before any widget goes
         self.inference.stop()
         self.stopping_worker.stop()  # joined before the store it reads closes
