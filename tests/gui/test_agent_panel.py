@@ -141,6 +141,8 @@ def test_scripted_demo_session_is_labelled_everywhere(qtbot, make_window, demo_a
     panel = w.agent_panel
     assert "scripted demo — not a model" in panel.transcript.toPlainText()
     assert "scripted demo — not a model" in panel.verdict.text()
+    status = panel.status.text()  # the trial read "338 tokens · 91.3 tok/s" as a real throughput
+    assert "scripted demo — not a model" in status and "tok/s" not in status and "tokens" not in status, status
     mv = w.vetting.model_suggestion()
     assert mv.model_id == SCRIPTED_LABEL and mv.verdict == "YES"  # demo spectrum 1 is a CV
     assert "scripted demo — not a model" in w.decision.suggestion.text()

@@ -175,3 +175,20 @@ def test_overlapping_windows_keep_every_label_readable_through_zoom_and_pan(qtbo
     viewer.set_evidence([])
     assert viewer._evidence_items == []
     assert not [i for i in viewer.vb.childItems() if isinstance(i, MarkerLabel) and i.format.startswith("1 Hα")]
+
+
+def test_model_windows_button_is_off_when_the_model_made_no_zoom_windows(qtbot, make_window, demo_archive,
+                                                                         open_and_wait, engine_factory, fake_models):
+    """K rollouts answering without a zoom: "Start from the model's windows" had nothing to add yet was enabled."""
+    engine_factory.outputs = ["<think>Flat continuum.</think><answer>\\boxed{NO}</answer> No emission."]
+    settings = AppSettings.load()
+    settings.rollouts = 3
+    w = make_window(settings)
+    open_and_wait(w, demo_archive)
+    store, task, k = w.vetting.store, w.vetting.task_id, w.vetting._current_key()
+    w.run_agent()
+    qtbot.waitUntil(lambda: store.latest_model_verdict(k, task) is not None, timeout=30000)
+    qtbot.waitUntil(lambda: not w.agent_panel.running, timeout=30000)
+    mv = store.latest_model_verdict(k, task)
+    assert (mv.rollouts or 1) > 1 and all(not r.windows for r in store.rollouts(mv.id))
+    assert w.vetting.model_windows() == [] and not w.decision.model_windows_button.isEnabled()

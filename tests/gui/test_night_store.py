@@ -198,7 +198,13 @@ def _beside_is_used(qtbot, make_window, open_and_wait, archive: Path, beside: Pa
     rows = _table(w)
     assert sum(r[3] for r in rows.values()) > 0 and {"YES", "NO"} <= {r[0] for r in rows.values()}
     assert w.settings.archive_stores == {str(archive.resolve()): str(beside.resolve())}
+    assert "store: r.sqlite" in w.windowTitle()  # named beyond the status bar
+    w.open_archive(archive)  # reopened: the remembered store, named in the title
+    qtbot.waitUntil(lambda: w.index is not None and w._index_worker is None and w.vetting.entry is not None,
+                    timeout=30000)
+    assert w.vetting.store.path == beside.resolve() and "store: r.sqlite" in w.windowTitle()
     w.use_own_store()  # declined: not offered again when the archive is opened next
+    assert "store:" not in w.windowTitle()
     w.open_archive(archive)
     qtbot.waitUntil(lambda: w.index is not None and w._index_worker is None and w.vetting.entry is not None,
                     timeout=30000)

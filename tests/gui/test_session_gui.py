@@ -178,3 +178,62 @@ def test_a_second_instance_is_told_and_browses_read_only(qtbot, make_window, dem
         if other.poll() is None:
             other.kill()
             other.wait(10)
+
+
+def _writing_controls(w) -> dict[str, bool]:
+    """Whether each control that writes for the spectrum shown (or runs the model on it) is enabled."""
+    d = w.decision
+    controls = {b.objectName(): b for b in (*d.buttons.values(), *d.flag_boxes.values(), d.comment, d.mark_button,
+                                            d.fit_z, d.fit_z_from_markers, d.fit_conf, d.fit_class, d.fit_subclass)}
+    controls |= {"acceptButton": d.accept_button, "modelWindows": d.model_windows_button,
+                 "runButton": w.agent_panel.run_button}
+    out = {name: widget.isEnabled() for name, widget in controls.items()}
+    out["markEvidenceAction"] = w.mark_action.isEnabled()
+    return out
+
+
+def test_nothing_shown_disables_every_decision_and_agent_control(qtbot, make_window, demo_archive, open_and_wait,
+                                                                  fake_models, tmp_path):
+    """Issue #41: with nothing shown (the start screen, an empty folder opened first, an unreadable file) the
+    decision and agent buttons are disabled, as the session refuses them; a readable spectrum enables them."""
+    w = make_window()  # the start screen: a new user saw YES/NO/UNSURE and Run agent enabled there
+    assert w.stack.currentIndex() == 0 and w.vetting.entry is None
+    assert not any(_writing_controls(w).values()), _writing_controls(w)
+    _open_empty(qtbot, w, tmp_path / "empty")  # an empty folder as the first archive
+    assert w.vetting.store is not None and w.vetting.entry is None
+    assert not any(_writing_controls(w).values()), _writing_controls(w)
+    (demo_archive / "aaa-notes.fits").write_text("observing notes, not a FITS file\n")
+    open_and_wait(w, demo_archive)
+    w.table_model.fetch_all()
+    row = next(r for r in range(w.table_model.loaded_rows()) if w.table_model.entry(r).file_name == "aaa-notes.fits")
+    w.vetting.go_to(row + 1)
+    enabled = _writing_controls(w)
+    assert enabled["decideYES"] and enabled["comment"] and enabled["vetterZ"] and enabled["runButton"], enabled
+    w.vetting.go_to(row)  # an unreadable file selected
+    assert w.vetting.spectrum is None
+    assert not any(_writing_controls(w).values()), _writing_controls(w)
+
+
+def test_decisions_of_another_writer_reach_the_panel_and_counters(qtbot, make_window, demo_archive, open_and_wait):
+    """The table followed `spectrum decide` within 2 s but the decision panel of the spectrum shown still said
+    "not decided yet" and the decided counter stayed old until the vetter moved; a comment being typed is kept."""
+    from speco3.vetting.records import Decision
+
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    shown = w.vetting._current_key()
+    assert w.decision.saved.text() == "not decided yet" and "· 0 decided" in w.decision.position.text()
+    with VettingStore(w.vetting.store.path) as other:  # another connection: `spec-o3 decide`, a `vet` run
+        other.record_decision(Decision(spectrum_key=shown, task="cv", decision="NO", vetter="Bo"))
+    qtbot.waitUntil(lambda: "· 1 decided" in w.decision.position.text(), timeout=5000)  # the 2 s poll
+    assert w.decision.buttons["NO"].isChecked() and "by Bo" in w.decision.saved.text()
+    # the vetter is typing a comment: the panel keeps it while another decision lands
+    w.decision.comment.setFocus()
+    qtbot.keyClicks(w.decision.comment, "faint")
+    with VettingStore(w.vetting.store.path) as other:
+        other.record_decision(Decision(spectrum_key=shown, task="cv", decision="YES", vetter="Cy"))
+    w.vetting.follow_store()
+    assert w.decision.comment.text() == "faint" and w.decision.buttons["NO"].isChecked()
+    qtbot.keyClick(w.decision.comment, Qt.Key.Key_Escape)  # the field is left: the comment stored, the record shown
+    assert w.decision.buttons["YES"].isChecked() and "by Cy" in w.decision.saved.text()
+    assert w.decision.comment.text() == "faint"

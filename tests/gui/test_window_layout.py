@@ -35,3 +35,45 @@ def test_plot_gets_the_room_and_the_decision_panel_is_whole(qtbot, make_window, 
     verdict_bottom = w.agent_panel.verdict_box.mapTo(w.agent_panel, QPoint(0, 0)).y()
     transcript_bottom = w.agent_panel.transcript.mapTo(w.agent_panel, QPoint(0, w.agent_panel.transcript.height())).y()
     assert verdict_bottom >= transcript_bottom  # no box drawn over another
+
+
+def test_folded_agent_panel_shows_its_notes_whole_after_a_run(qtbot, make_window, demo_archive, open_and_wait):
+    """At 1366×768, after a run and a few spectra the folded pane squeezed "No Spec-o3 model installed…" to one
+    clipped line under "No model run for this spectrum…": folding gave the pane its minimum size, not its notes'."""
+    w = make_window()
+    w.resize(1366, 768)
+    open_and_wait(w, demo_archive)
+    w._fit_to_screen()
+    w.resize(1366, 768)
+    w.run_agent()  # the scripted demo session (no model installed): the pane unfolds
+    qtbot.waitUntil(lambda: not w.agent_panel.compact, timeout=5000)
+    qtbot.waitUntil(lambda: not w.agent_panel.running, timeout=30000)
+    for _ in range(3):
+        w.vetting.step(1)
+        qtbot.wait(50)
+        panel = w.agent_panel
+        assert panel.compact and panel.notice.isVisible() and panel.hint.isVisible()
+        notice, hint = panel.notice, panel.hint
+        assert notice.height() >= notice.heightForWidth(notice.width()), "the notice is clipped"
+        assert notice.geometry().bottom() < hint.geometry().top(), "the notice runs into the hint"
+        assert hint.geometry().bottom() <= panel.height()
+
+
+def test_decision_header_and_line_note_fit_at_1366(qtbot, make_window, demo_archive, open_and_wait):
+    """At 1366 px the archive table cut off its "Decision" header and the line bar cut "markers in vacuum"."""
+    from speco3.gui.archive_model import COL
+
+    w = make_window()
+    w.resize(1366, 768)
+    open_and_wait(w, demo_archive)
+    w._fit_to_screen()
+    w.resize(1366, 768)
+    qtbot.wait(50)
+    table, header = w.archive.table, w.archive.table.horizontalHeader()
+    col = COL["decision"]
+    right = header.sectionViewportPosition(col) + header.sectionSize(col)
+    assert right <= table.viewport().width(), f"Decision header ends at {right} in a {table.viewport().width()} px table"
+    assert header.sectionSize(col) >= header.fontMetrics().horizontalAdvance("Decision")
+    note = w.viewer.line_note
+    assert note.text().startswith("markers in vacuum")
+    assert note.width() >= note.fontMetrics().horizontalAdvance("markers in vacuum"), note.width()

@@ -196,6 +196,8 @@ class AgentPanel(QWidget):
         self.model_box.currentIndexChanged.connect(lambda _i: self.model_box.setToolTip(
             tooltip("\n".join(t for t in (self.model_box.currentText(), self.model_box.currentData(TIP_ROLE)) if t))))
         self._job: int | None = None
+        self._scripted = False  # the run shown is the scripted demo session (`begin`)
+        self._runnable = True  # a readable spectrum of the archive is shown (`set_runnable`)
         self._zoom_windows: list[tuple[float, float, str]] = []
         self._t0 = 0.0
         self._done_tokens = 0
@@ -287,7 +289,7 @@ class AgentPanel(QWidget):
             if scripted_available else ""))
         self.notice.setVisible(not models and self.compact)
         self._fit_height()
-        self.run_button.setEnabled(has_any and self._job is None)
+        self.run_button.setEnabled(has_any and self._job is None and self._runnable)
 
     def choice(self) -> ModelChoice | None:
         """The model chosen in the box (None: the box is empty)."""
@@ -314,6 +316,12 @@ class AgentPanel(QWidget):
         self.adapter_note.setStyleSheet("color: #b32d2d; font-weight: bold" if refused else "color: #1d5a8a")
         self.adapter_note.setVisible(bool(text))
         self._fit_height()
+
+    def set_runnable(self, runnable: bool) -> None:
+        """Whether a run is possible on what is shown (a readable spectrum of the archive, a writable store): Run
+        is disabled without (issue #41)."""
+        self._runnable = runnable
+        self.run_button.setEnabled(runnable and self.model_box.count() > 0 and self._job is None)
 
     @property
     def running(self) -> bool:
@@ -389,6 +397,7 @@ class AgentPanel(QWidget):
         self._set_rollouts(rollouts)
         self.set_compact(False)
         self._job, self._t0, self._eta = job_id, time.perf_counter(), None
+        self._scripted = scripted  # the canned demo: its text is replayed, so no throughput is shown
         self._who, self._backend = "model ?", "…"
         self._done_tokens, self._live_chars, self._other_chars = 0, 0, 0
         self._streams = {}
@@ -563,7 +572,7 @@ class AgentPanel(QWidget):
             self._append_html(f"<p style='color:#b32d2d'>{html.escape(message)}</p>")
         self._job = None
         self._timer.stop()
-        self.run_button.setEnabled(self.model_box.count() > 0)
+        self.run_button.setEnabled(self.model_box.count() > 0 and self._runnable)
         self.cancel_button.setEnabled(False)
 
     def set_eta(self, job_id: int, seconds_left: float, _queue_left: float = -1.0) -> None:
@@ -588,6 +597,10 @@ class AgentPanel(QWidget):
         rate = tokens / elapsed if elapsed > 0 else 0.0
         backend = self._backend
         eta = self.eta_text()
+        if self._scripted:  # canned text replayed at a set pace: a token rate would read as a model's throughput
+            self.status.setText(f"{SCRIPTED_LABEL}: canned text, no throughput · {elapsed:.1f} s"
+                                + (f" · {eta}" if eta else ""))
+            return
         self.status.setText(f"{backend} · {tokens} tokens · {rate:.1f} tok/s · {elapsed:.1f} s" + (f" · {eta}" if eta else ""))
 
     # -- zooms ---------------------------------------------------------------------------------------------------

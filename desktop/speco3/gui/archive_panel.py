@@ -98,6 +98,10 @@ class ConfidenceDelegate(QStyledItemDelegate):
             style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
 
 
+NAME_WIDTH = 180  # the name column's width where the panel has room
+NAME_MIN_WIDTH = 90  # … and its least (a file name elided at its left, its distinguishing end kept)
+
+
 class ArchivePanel(QWidget):
     """See module doc. Signals: openRequested(), demoRequested(), rowActivated(row), filtersChanged()."""
 
@@ -170,9 +174,13 @@ class ArchivePanel(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
-        self.table.setColumnWidth(0, 180)  # name, model, p(YES), decision visible in a laptop-sized panel (elided mid-name)
+        self.table.setColumnWidth(0, NAME_WIDTH)  # narrowed to the panel by `fit_name_column` (elided at the left)
+        self._fitting = False
+        self._name_auto = True  # the name column follows the panel's width until the vetter drags it
+        self.table.horizontalHeader().sectionResized.connect(self._section_resized)
         # long survey file names differ at their end (LAMOST MRS: …_sp01-015.fits#14): keep the end visible
-        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        # (elided in the middle, a narrow column showed "spec-6…its.gz" on every row: the end is what differs)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideLeft)
         self.table.setWordWrap(False)  # wrapped at its hyphens, a name showed only its first piece in a row's height
         fm = self.table.fontMetrics()
         widest = {"model": "YES (demo)", "confidence": "abstained", "decision": "UNSURE"}  # never elided
@@ -213,6 +221,26 @@ class ArchivePanel(QWidget):
         self.table.horizontalHeader().sortIndicatorChanged.connect(self._column_sorted)
         model.modelReset.connect(self.update_count)
         model.rowsInserted.connect(lambda *_: self.update_count())
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self.fit_name_column()
+
+    def fit_name_column(self) -> None:
+        """Narrow the name column (down to `NAME_MIN_WIDTH`, elided at the left: the end of a name differs) so that name, model, p(YES) and
+        decision fit the panel: at 1366 px the Decision header was cut off at the panel's edge."""
+        if not self._name_auto:
+            return
+        others = sum(self.table.columnWidth(COL[name]) for name in ("model", "confidence", "decision"))
+        width = max(NAME_MIN_WIDTH, min(NAME_WIDTH, self.table.viewport().width() - others))
+        if width != self.table.columnWidth(0):
+            self._fitting = True
+            self.table.setColumnWidth(0, width)
+            self._fitting = False
+
+    def _section_resized(self, column: int, _old: int, _new: int) -> None:
+        if column == 0 and not self._fitting:
+            self._name_auto = False  # the vetter's own width is kept
 
     def _current_row_changed(self, current, _previous) -> None:
         if current.isValid():

@@ -201,6 +201,9 @@ class DecisionPanel(QWidget):
         layout.addWidget(self.cheat)
         layout.addStretch(1)
         self._updating = False
+        self._writable = True
+        self._suggested = False  # the model's suggestion can be accepted (`show_suggestion`)
+        self._windows = False  # the model's latest run made zoom windows (`show_model_windows`)
 
     def _key(self, action: str) -> str:
         return self.keymap.keys.get(action, "?")
@@ -239,12 +242,29 @@ class DecisionPanel(QWidget):
                                     f"{html.escape(detail)}; decide yourself (Y / N / U)")
         else:
             self.suggestion.setText("Model: no verdict" + (f" ({html.escape(detail)})" if detail else " yet"))
-        self.accept_button.setEnabled(bool(verdict))
+        self._suggested = bool(verdict)
+        self.accept_button.setEnabled(self._writable and self._suggested)
         self.accept_button.setText(f"Accept model: {verdict} (Enter)" if verdict else "Accept model (Enter)")
 
     def show_model_windows(self, available: bool) -> None:
         """Whether the model's latest run asked for zoom windows ("Start from the model's windows" usable)."""
-        self.model_windows_button.setEnabled(available)
+        self._windows = available
+        self.model_windows_button.setEnabled(self._writable and available)
+
+    def set_writable(self, writable: bool) -> None:
+        """Whether anything can be written for the spectrum shown (`VettingSession.refusal` is None): without,
+        every decision, flag, note, evidence and fit control is disabled (issue #41)."""
+        self._writable = writable
+        for w in self.writing_widgets():
+            w.setEnabled(writable)
+        self.accept_button.setEnabled(writable and self._suggested)
+        self.model_windows_button.setEnabled(writable and self._windows)
+
+    def writing_widgets(self) -> list[QWidget]:
+        """The controls that write for the spectrum shown (the accept and model-window buttons apart: they also
+        need a suggestion or windows)."""
+        return [*self.buttons.values(), *self.flag_boxes.values(), self.comment, self.mark_button, self.fit_z,
+                self.fit_z_from_markers, self.fit_conf, self.fit_class, self.fit_subclass, *self.evidence_rows]
 
     def show_position(self, row: int, total: int, decided: int | None = None, source: str = "table") -> None:
         text = f"Spectrum {row + 1} of {total}" if total else "Queue is empty"
@@ -310,6 +330,13 @@ class DecisionPanel(QWidget):
         if focus is not None and self.isAncestorOf(focus):
             focus.clearFocus()
         self.fieldLeft.emit()
+
+    def editing(self) -> bool:
+        """Whether the vetter is typing in the panel (a text field has the focus, or an edit waits for its pause):
+        what is shown must not be replaced then."""
+        focus = QApplication.focusWidget()
+        typing = isinstance(focus, QLineEdit) and self.isAncestorOf(focus)
+        return typing or self._notes_pending or self._evidence_pending
 
     def toggle_cheat_sheet(self) -> None:
         self.cheat.setVisible(not self.cheat.isVisible())

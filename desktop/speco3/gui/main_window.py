@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict
@@ -122,6 +123,7 @@ class MainWindow(QMainWindow):
         self._last_export_dir: Path | None = None
         self._index_worker: IndexWorker | None = None
         self._store_request: Path | None = None  # the store to open the archive being indexed with (`open_archive`)
+        self._store_title = ""  # "store: r.sqlite" in the title while a chosen store is vetted in (`_show_store`)
         self.setWindowTitle(f"Spec-o3 Desktop {__version__}")
 
         self.table_model = ArchiveTableModel(parent=self)
@@ -191,6 +193,7 @@ class MainWindow(QMainWindow):
         self._fit_to_screen()
         self.agent_panel.compactChanged.connect(self._agent_folded)
         self.agent_panel.set_compact(True)
+        self._show_writable()  # the start screen: nothing shown, nothing to decide or run
         # Deleted by Qt on the GUI thread once closed (after closeEvent joined the workers), never by Python's
         # cyclic garbage collector, which may run on any thread that allocates.
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -209,8 +212,11 @@ class MainWindow(QMainWindow):
     def _agent_folded(self, compact: bool) -> None:
         """The agent panel folded (no run shown): the plot takes its room; unfolded: the run gets 45 %."""
         total = sum(self.centre.sizes()) or self.height()
-        if compact:
-            self.centre.setSizes([total, 0])
+        if compact:  # the height its notes need at its width (`AgentPanel._fit_height`); [total, 0] gave it its
+            # minimum size, which knows nothing of wrapped notes: "No Spec-o3 model installed…" was squeezed to one
+            # clipped line under the hint after a run
+            need = min(self.agent_panel.maximumHeight(), total // 2) if self.agent_panel.isVisible() else 0
+            self.centre.setSizes([total - need, need])
         else:
             agent = min(max(self.agent_panel.minimumSizeHint().height(), int(0.45 * total)), int(0.7 * total))
             self.centre.setSizes([total - agent, agent])
@@ -265,6 +271,13 @@ class MainWindow(QMainWindow):
         self._stopping_timer = QTimer(self, singleShot=True, interval=300)
         self._stopping_timer.timeout.connect(self.refresh_stopping)
         self.vetting.recordChanged.connect(self._stopping_timer.start)
+        # decisions of another process (`spectrum decide`, a `vet` run): the record shown and the counters follow
+        self._record_stale = False
+        self.vetting.storeChanged.connect(self._store_changed)
+        for done in (self.decision.fieldLeft, self.decision.notesEdited, self.decision.commentChanged,
+                     self.decision.evidenceChanged):  # the vetter stopped typing: a record held back is shown
+            done.connect(self._show_stale_record)
+        QApplication.instance().focusChanged.connect(self._show_stale_record)  # type: ignore[union-attr]  # a window lives only inside the running QApplication
         self.vetting.message.connect(self.show_message)
         self.vetting.error.connect(self.show_message)
         self.decision.decided.connect(self.decide)
@@ -504,6 +517,13 @@ class MainWindow(QMainWindow):
         self._use_store(root, self._own_store(root), False)
 
     def _use_store(self, root: str, path: Path, chosen: bool) -> bool:
+        """See `_open_store`; the decision and agent controls then follow what is shown (nothing: disabled)."""
+        try:
+            return self._open_store(root, path, chosen)
+        finally:
+            self._show_writable()
+
+    def _open_store(self, root: str, path: Path, chosen: bool) -> bool:
         """Vet the indexed archive ``root`` in the store ``path`` (``chosen``: checked against the archive first,
         remembered for it) and show the queue as the vetter left it there. False when a chosen store was refused
         (the reason shown)."""
@@ -562,6 +582,9 @@ class MainWindow(QMainWindow):
         else:
             self.store_label.setText(f"store: {path.name}" if chosen else "store: the app's own")
         self.store_label.setToolTip(str(path) if path is not None else "")
+        # a chosen store (--store, Open store…, remembered for the archive) is named in the title too: a vetter
+        # reopening the archive sees which store takes the decisions (`_show_read_only` writes the title)
+        self._store_title = f"store: {path.name}" if path is not None and chosen else ""
 
     def _browse_read_only(self, holder: Holder) -> bool:
         """Another instance writes this archive's store: say so and offer to browse it read-only."""
@@ -579,8 +602,10 @@ class MainWindow(QMainWindow):
         return box.clickedButton() is browse
 
     def _show_read_only(self) -> None:
-        title = f"Spec-o3 Desktop {__version__}"
-        self.setWindowTitle(title + (" — read-only" if self.vetting.session.read_only else ""))
+        """The window title: the version, the chosen store vetted in (`_show_store`), read-only when it is."""
+        parts = [f"Spec-o3 Desktop {__version__}", self._store_title,
+                 "read-only" if self.vetting.session.read_only else ""]
+        self.setWindowTitle(" — ".join(p for p in parts if p))
 
     def _restore_candidates(self, path: str) -> None:
         if not Path(path).is_file():
@@ -638,6 +663,7 @@ class MainWindow(QMainWindow):
                                     "candidate list" if self.table_model.is_candidate_list else "table")
 
     def _on_record(self) -> None:
+        self._record_stale = False
         dec, mv = self.vetting.current_record()
         saved = f"saved {dec.decided_at[:19].replace('T', ' ')} UTC by {dec.vetter}" if dec else "not decided yet"
         notes = self.vetting.current_notes()
@@ -645,8 +671,7 @@ class MainWindow(QMainWindow):
                                   (dec.vetter_z, dec.z_conf, dec.vetter_class, dec.vetter_subclass) if dec
                                   else (None, None, None, None))
         self.viewer.set_evidence(notes.evidence)
-        self.decision.show_model_windows(mv is not None and mv.model_id != SCRIPTED_LABEL
-                                         and bool(mv.zooms or (mv.rollouts or 1) > 1))
+        self.decision.show_model_windows(bool(self.vetting.model_windows()))  # a run without zooms: nothing to start from
         if mv is not None:  # an abstention is shown where the suggestion is, with its reason, and not accepted
             who = "(scripted demo — not a model)" if mv.model_id == SCRIPTED_LABEL else f"({mv.model_id})"
             self.decision.show_suggestion(mv.suggestion, who if mv.suggestion else
@@ -656,10 +681,28 @@ class MainWindow(QMainWindow):
             self.decision.show_suggestion(None)
         self._show_stored_trace(mv)
         self._show_position(self.vetting.row)  # the decided count of this task
-        writable = self.vetting.session.refusal() is None  # nothing readable shown, or read-only: the keys say why
-        for widget in (*self.decision.buttons.values(), *self.decision.flag_boxes.values(), self.decision.comment,
-                       self.decision.mark_button):
-            widget.setEnabled(writable)
+        self._show_writable()
+
+    def _show_writable(self) -> None:
+        """Enable the decision, note and agent controls only when a readable spectrum of this archive is shown in a
+        writable store (`VettingSession.refusal`; the keys say why they do nothing): the start screen, an empty
+        table, an unreadable file and a read-only store show them disabled (issue #41)."""
+        writable = self.vetting.session.refusal() is None
+        self.decision.set_writable(writable)
+        self.agent_panel.set_runnable(writable)
+        self.mark_action.setEnabled(writable)
+
+    def _store_changed(self) -> None:
+        """Another process wrote to the store: the counters and the stopping line follow at once, the spectrum's
+        decision panel too unless the vetter is typing there (then once the field is left)."""
+        self._show_position(self.vetting.row)
+        self._stopping_timer.start()
+        self._record_stale = True
+        self._show_stale_record()
+
+    def _show_stale_record(self, *_args: object) -> None:
+        if self._record_stale and self.vetting.entry is not None and not self.decision.editing():
+            self._on_record()
 
     def _show_stored_trace(self, mv: ModelVerdict | None) -> None:
         if self.agent_panel.running:
@@ -1017,6 +1060,7 @@ class MainWindow(QMainWindow):
             self.show_error(str(exc))
             return
         self._show_read_only()
+        self._show_writable()
         self.table_model.invalidate_states()
         self._show_unsaved(opened.unsaved)
         if not opened.opened:
@@ -1046,6 +1090,8 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt override
         """Stop and join every worker, close the stores; Qt then deletes the window (WA_DeleteOnClose)."""
         QApplication.instance().removeEventFilter(self.key_filter)  # type: ignore[union-attr]  # a window lives only inside the running QApplication
+        with contextlib.suppress(RuntimeError, TypeError):  # a second close finds it disconnected
+            QApplication.instance().focusChanged.disconnect(self._show_stale_record)  # type: ignore[union-attr]  # as above
         self.samp.shutdown()  # SAMP threads joined before any widget goes
         self.inference.stop()
         self.stopping_worker.stop()  # joined before the store it reads closes

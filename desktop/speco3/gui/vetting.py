@@ -57,7 +57,7 @@ class VettingController(QObject):
 
     Signals
     -------
-    currentChanged(row, entry, spectrum) ; recordChanged() ; message(text) ; error(text) ;
+    currentChanged(row, entry, spectrum) ; recordChanged() ; storeChanged() ; message(text) ; error(text) ;
     leaving() -- emitted before the current spectrum changes or the store closes (pending notes are flushed)
     """
 
@@ -65,6 +65,7 @@ class VettingController(QObject):
     currentChanged = Signal(int, object, object)
     rowMoved = Signal(int)  # the current spectrum stayed, its row changed (the table was re-queried)
     recordChanged = Signal()
+    storeChanged = Signal()  # another process wrote to the store (`follow_store`)
     message = Signal(str)
     error = Signal(str)
 
@@ -156,9 +157,11 @@ class VettingController(QObject):
 
     def follow_store(self) -> None:
         """Repaint the table's model and decision columns when another process wrote to the store since the last
-        look (the decision panel keeps what it shows: an edit in progress is never replaced under the vetter)."""
+        look, and emit `storeChanged` (the window shows the spectrum's record and the counters again, keeping an
+        edit in progress)."""
         if self.session.follow_store():
             self.model.invalidate_states()
+            self.storeChanged.emit()
 
     def bind_notes(self, panel: DecisionPanel) -> None:
         """Store the decision panel's flags, comment and evidence as they change, and flush its pending edit on

@@ -95,6 +95,7 @@ TASK_LINES = "task"  # the line-list box's entry for the current task's lines (`
 OWN_FILE = "open"  # its entry that reads the user's own file
 Z_SLIDER_STEPS = 1000  # the z slider spans ±Z_SLIDER_SPAN (1 + z) about the z it was centred on
 Z_SLIDER_SPAN = 0.02
+LINE_NOTE_MAX = 150  # px the line bar keeps for its note ("markers in vacuum"); a longer one is cut, whole in its tooltip
 
 
 def flux_axis_label(spectrum: Spectrum) -> str:
@@ -298,7 +299,7 @@ class SpectrumViewer(QWidget):
         self.z_slider = QSlider(Qt.Orientation.Horizontal, objectName="lineZSlider")
         self.z_slider.setRange(0, Z_SLIDER_STEPS)
         self.z_slider.setValue(Z_SLIDER_STEPS // 2)
-        self.z_slider.setMinimumWidth(80)
+        self.z_slider.setMinimumWidth(60)  # the room the note needs comes from here
         self.z_slider.setToolTip(f"Slide the markers: ±{Z_SLIDER_SPAN:g}·(1+z) about the z typed")
         self.z_slider.valueChanged.connect(self._z_slid)
         self.z_reset = QToolButton(objectName="lineZReset", text="catalogue z")
@@ -774,6 +775,9 @@ class SpectrumViewer(QWidget):
         if self.line_note.text() != note:
             self.line_note.setText(note)
             self.line_note.setToolTip(note)
+            # room for a short note ("markers in vacuum", cut at 1366 px by the slider's share), not a long one
+            need = self.line_note.fontMetrics().horizontalAdvance(note) + 4
+            self.line_note.setMinimumWidth(max(60, min(need, LINE_NOTE_MAX)))
         if layout:
             self._layout_labels()
 
