@@ -139,7 +139,7 @@ def test_with_the_cuda_runtime_but_no_gpu_the_cuda_module_loads_and_finds_no_dev
     assert "cuda: no CUDA device" in report["notice"]
 
 
-@pytest.mark.parametrize("extra, runs_on", [({"GGML_VK_VISIBLE_DEVICES": "0"}, "Vulkan (llvmpipe"),
+@pytest.mark.parametrize("extra, runs_on", [({"GGML_VK_VISIBLE_DEVICES": "0"}, "Vulkan0 (llvmpipe"),
                                             (NO_DRIVER, "CPU")], ids=["lavapipe", "lavapipe-removed"])
 def test_self_test_passes_both_ways(tmp_path, extra, runs_on):
     report = tmp_path / "self-test.json"
@@ -190,7 +190,7 @@ def test_the_tiny_pair_runs_on_vulkan0_and_on_the_cpu(vulkan_device, tiny_pair):
         cpu.load()
         dev.load()
         assert cpu.stats().backend == "CPU"
-        assert dev.stats().backend == f"Vulkan ({vulkan_device.description})"
+        assert dev.stats().backend == f"{vulkan_device.name} ({vulkan_device.description})"
         assert dev.stats().extra["backend_notice"] is None
         ref, got = _logits(cpu), _logits(dev)
         cos = float(ref @ got / (np.linalg.norm(ref) * np.linalg.norm(got)))
