@@ -628,7 +628,9 @@ def llama_library_copies(bundle: Path, folder: str = "llama_cpp/lib") -> list[st
             problems.append(f"{soname}: {len(real)} different files in {folder} ({', '.join(sorted(p.name for p in real))})")
     names = {p.name for p in lib.iterdir()}
     for path in sorted((bundle / "_internal").rglob("lib*.so*")):
-        if path.parent != lib and path.name in names and _LLAMA_LIBRARY.match(path.name):
+        # PyInstaller links the top-level name to the folder's file (the same file: one mapping), or copies it
+        if path.parent != lib and path.name in names and _LLAMA_LIBRARY.match(path.name) and \
+                path.resolve() != (lib / path.name).resolve():
             problems.append(f"{path.relative_to(bundle)}: a second copy of {folder}/{path.name}")
     return problems
 

@@ -250,12 +250,17 @@ deb_root() {
       check "$name apt-get purge spec-o3-cuda" "left behind: ${left_cuda:-nothing}" sh -c "[ $rc = 0 ] && [ -z '$left_cuda' ]"
     fi
   fi
-  # a Qt system library removed behind dpkg's back: the app names it instead of Qt's abort
-  in_root "$root" dpkg --remove --force-depends libxcb-icccm4 >/dev/null 2>&1
+  # a Qt system library removed behind dpkg's back: the app names it instead of Qt's abort. The first of these
+  # that the package depends on (PyInstaller bundles the ones the build machine has installed)
+  local gone="" soname="" pair
+  for pair in libxcb-icccm4:libxcb-icccm.so.4 libxcb-keysyms1:libxcb-keysyms.so.1 libegl1:libEGL.so.1; do
+    if dpkg-deb --field "$deb" Depends | tr ',' '\n' | grep -qx " *${pair%%:*}"; then gone=${pair%%:*}; soname=${pair#*:}; break; fi
+  done
+  in_root "$root" dpkg --remove --force-depends "$gone" >/dev/null 2>&1
   DISPLAY_IN_ROOT=:9 as_obs "$root" spec-o3-desktop --demo >"$results/missing-lib-$name.log" 2>&1 && rc=0 || rc=$?
-  check "$name missing Qt library named" "$(grep -m1 -o 'lacks [^.]*' "$results/missing-lib-$name.log")" \
-    sh -c "[ $rc = 1 ] && grep -q 'libxcb-icccm.so.4' '$results/missing-lib-$name.log' && grep -q 'apt-get install libxcb-icccm4' '$results/missing-lib-$name.log'"
-  in_root "$root" apt-get install -y -qq libxcb-icccm4 >/dev/null
+  check "$name missing Qt library named ($gone removed)" "$(grep -m1 -o 'lacks [^.]*' "$results/missing-lib-$name.log")" \
+    sh -c "[ $rc = 1 ] && grep -q '$soname' '$results/missing-lib-$name.log' && grep -q 'apt-get install $gone' '$results/missing-lib-$name.log'"
+  in_root "$root" apt-get install -y -qq "$gone" >/dev/null
   # uninstall: nothing of the package stays, the user's data does and is named
   in_root "$root" dpkg -L spec-o3 >"$results/files-$name.txt"
   in_root "$root" apt-get purge -y spec-o3 >"$results/purge-$name.log" 2>&1

@@ -218,6 +218,7 @@ def test_one_copy_of_each_llama_library(manifest, tmp_path):
     (lib / "libllama.so.0").write_bytes(b"\x7fELF llama")
     (lib / "libllama.so").symlink_to("libllama.so.0")
     (b / "_internal" / "libz.so.1").write_bytes(b"\x7fELF z")
+    (b / "_internal" / "libllama.so.0").symlink_to("llama_cpp/lib/libllama.so.0")  # PyInstaller's link: one file
     assert manifest.llama_library_copies(b) == []
     (lib / "libllama.so.0.5.0").write_bytes(b"\x7fELF llama")  # same bytes, another file: another copy when loaded
     (b / "_internal" / "libggml.so.0").write_bytes(b"\x7fELF registry")
