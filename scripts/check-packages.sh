@@ -246,7 +246,7 @@ deb_root() {
       in_root "$root" dpkg -L spec-o3-cuda >"$results/files-$name-cuda.txt"
       in_root "$root" apt-get purge -y spec-o3-cuda >"$results/purge-$name-cuda.log" 2>&1 && rc=0 || rc=$?
       local left_cuda
-      left_cuda=$(while read -r f; do [ -e "$root$f" ] && [ ! -d "$root$f" ] && echo "$f"; done <"$results/files-$name-cuda.txt")
+      left_cuda=$(while read -r f; do [ -e "$root$f" ] && [ ! -d "$root$f" ] && echo "$f"; done <"$results/files-$name-cuda.txt" || true)
       check "$name apt-get purge spec-o3-cuda" "left behind: ${left_cuda:-nothing}" sh -c "[ $rc = 0 ] && [ -z '$left_cuda' ]"
     fi
   fi
