@@ -10,7 +10,8 @@
 #   bash packaging/build-linux.sh --repack             # pack dist/spec-o3 again (launcher, tarball, .deb) without
 #                                                      running PyInstaller
 #   PYTHON=.venv-bundle/bin/python bash packaging/build-linux.sh   # the one bundle with every backend as a module
-#                                                      (scripts/build-bundle.sh first; tarball ...-linux-x86_64-dl)
+#                                                      (scripts/build-bundle.sh first; tarball ...-linux-x86_64-dl);
+#                                                      its CUDA module and runtime go into a separate add-on
 #
 # Output (dist/):
 #   spec-o3/                                   the bundle: spec-o3-desktop (launcher: glibc and CPU checks, see
@@ -22,6 +23,11 @@
 #   linux-needs.json                           what the bundle needs from the system: glibc, CPU flags, the .deb's
 #                                              Depends (packaging/bundle_manifest.py linux-needs)
 #   build-info.json                            version, backend, sizes, build and self-test times
+#   spec-o3-cuda/, spec-o3-cuda_<version>+dl_<debian arch>.deb, spec-o3-cuda-addon-<version>-linux-<arch>-dl.tar.gz
+#                                              a build with every backend as a module whose llama_cpp/lib has the
+#                                              CUDA module: the module and the CUDA runtime (cudart, cuBLAS,
+#                                              cuBLASLt; never libcuda) as an add-on (packaging/linux/build-addon.sh);
+#                                              the main packages run on Vulkan or the CPU without it
 #   self-test.json, self-test-cli.json         the bundle's self-test reports (spec-o3-desktop --self-test and
 #                                              spec-o3 self-test, clean environment)
 #
@@ -115,6 +121,22 @@ else
 fi
 build_s=$(( $(date +%s) - t_build ))
 "$PY" packaging/bundle_manifest.py prune "$BUNDLE"   # the GTK 3 theme plugin and what only it needs
+# The CUDA add-on: the CUDA module and its runtime leave the main bundle (a build with every backend as a module).
+ADDON=dist/spec-o3-cuda
+bundle_lib=$BUNDLE/_internal/llama_cpp/lib
+if [ -f "$bundle_lib/libggml-cuda.so" ]; then
+  rm -rf "$ADDON"; mkdir -p "$ADDON/_internal/llama_cpp/lib"
+  for f in "$bundle_lib"/libggml-cuda.so "$bundle_lib"/libcudart.so* "$bundle_lib"/libcublas.so* \
+           "$bundle_lib"/libcublasLt.so*; do
+    [ -e "$f" ] || [ -L "$f" ] && mv "$f" "$ADDON/_internal/llama_cpp/lib/"
+  done
+  echo "== CUDA add-on: $(ls "$ADDON/_internal/llama_cpp/lib" | tr '\n' ' ')"
+fi
+# PyInstaller's dependency scan may have put the CUDA runtime at the top level too: the add-on's copy is the one
+rm -f "$BUNDLE"/_internal/libcudart.so* "$BUNDLE"/_internal/libcublas.so* "$BUNDLE"/_internal/libcublasLt.so*
+[ "$label" = dl ] && [ -f "$ADDON/_internal/llama_cpp/lib/libggml-cuda.so" ] || rm -rf "$ADDON"
+# One copy of each llama.cpp library (two copies of libggml make two backend registries in one process).
+"$PY" packaging/bundle_manifest.py single-copies "$BUNDLE"
 "$PY" packaging/bundle_manifest.py linux-needs "$BUNDLE" > dist/linux-needs.json
 read -r need_glibc need_flags < <("$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]))
 print(d["glibc"], " ".join(d["cpu_flags"]))' dist/linux-needs.json)
@@ -164,17 +186,31 @@ if [ "$DEB" = 1 ]; then
   deb_bytes=$(stat -c %s "$deb")
   dpkg-deb --field "$deb" Depends | sed 's/^/   Depends: /'
 fi
+addon_deb=""; addon_tar=""; addon_deb_bytes=0; addon_tar_bytes=0; addon_bytes=0
+if [ -d "$ADDON" ]; then
+  echo "== CUDA add-on (.deb and tarball)"
+  rm -f dist/spec-o3-cuda_*"+${label}"_*.deb dist/spec-o3-cuda-addon-*-"${label}".tar.gz
+  { read -r addon_deb; read -r addon_tar; } < <(bash packaging/linux/build-addon.sh "$ADDON" "$version" "$label" dist)
+  addon_bytes=$(du -sb "$ADDON" | cut -f1)
+  addon_deb_bytes=$(stat -c %s "$addon_deb"); addon_tar_bytes=$(stat -c %s "$addon_tar")
+  [ "$DEB" = 1 ] || { rm -f "$addon_deb"; addon_deb=""; addon_deb_bytes=0; }
+fi
 total_s=$(( $(date +%s) - t_start ))
 cat > dist/build-info.json <<EOF
 {"version": "$version", "platform": "linux-$arch", "backends": "$built", "label": "$label", "bundle": "$BUNDLE",
  "bundle_bytes": $bundle_bytes, "tarball": "$tarball", "tarball_bytes": $tar_bytes, "deb": "$deb",
- "deb_bytes": $deb_bytes, "glibc": "$need_glibc", "cpu_flags": "$need_flags",
+ "deb_bytes": $deb_bytes, "cuda_addon_bytes": $addon_bytes, "cuda_addon_deb": "$addon_deb",
+ "cuda_addon_deb_bytes": $addon_deb_bytes, "cuda_addon_tarball": "$addon_tar",
+ "cuda_addon_tarball_bytes": $addon_tar_bytes, "glibc": "$need_glibc", "cpu_flags": "$need_flags",
  "pyinstaller_seconds": $build_s, "self_test": "$selftest", "self_test_seconds": ${test_s:-0},
  "total_seconds": $total_s}
 EOF
 printf '== bundle %s: %s MiB on disk; tarball %s: %s MiB; .deb %s: %s MiB; PyInstaller %ss; self-test %s\n' \
   "$BUNDLE" "$((bundle_bytes / 1048576))" "$tarball" "$((tar_bytes / 1048576))" "${deb:-none}" \
   "$((deb_bytes / 1048576))" "$build_s" "$selftest"
+[ -z "$addon_tar" ] || printf '== CUDA add-on: %s MiB on disk; tarball %s: %s MiB; .deb %s: %s MiB\n' \
+  "$((addon_bytes / 1048576))" "$addon_tar" "$((addon_tar_bytes / 1048576))" "${addon_deb:-none}" \
+  "$((addon_deb_bytes / 1048576))"
 
 if [ "$APPIMAGE" = 1 ]; then
   bash packaging/linux/build-appimage.sh "$BUNDLE" "dist/Spec-o3-${version}-${arch}-${label}.AppImage"

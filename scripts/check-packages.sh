@@ -12,6 +12,11 @@
 #   tar  the portable tarball unpacked in a plain user's home and run from there, no root: the app names the system
 #        libraries a bare root lacks and the install command; after that command (run as root), self-test, window
 #        and inspect as above.
+# In the deb root also: the installed launcher told it runs on glibc 2.35 (Ubuntu 22.04's; SPECO3_CHECK_GLIBC)
+# refuses with the glibc the package needs named. With the CUDA add-on (--addon-deb, --addon-tarball: a build with
+# every backend as a module): `apt-get install ./spec-o3-cuda_*.deb` on top, inspect on a machine without an NVIDIA
+# GPU or driver (the CPU, and Vulkan0 once lavapipe is there, with the line that says why CUDA is unused), the
+# add-on's purge; in the tar root the add-on tarball unpacked over the main one, inspect as above.
 #
 # Xvfb, xauth, x11-utils and x11-apps (xwd) are test tools: they are installed into a root only after the package
 # was installed and checked (so they cannot hide a missing dependency), and they are not the package's.
@@ -20,7 +25,7 @@
 #
 # Usage (root; Debian/Ubuntu host with debootstrap, Xvfb and ImageMagick, network to the Debian mirror):
 #   scripts/check-packages.sh --deb FILE --tarball FILE --tiny DIR [--suites "bookworm trixie"] [--work DIR]
-#                             [--source-venv DIR] [--keep]
+#                             [--source-venv DIR] [--keep] [--addon-deb FILE --addon-tarball FILE]
 # --tiny DIR holds text.gguf and mmproj.gguf (the tests' tiny pair: speco3_testkit.tinymodel + spec-o3 convert).
 # Results in WORK/results (default WORK /var/tmp/speco3-packages): summary.txt (one PASS/FAIL line per check),
 # figures.json, window-<root>.png, logs. Exit status 0 when every check passed. Debootstrap bases are kept in WORK
@@ -28,6 +33,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 deb=""; tarball=""; tiny=""; suites="bookworm trixie"; work=/var/tmp/speco3-packages; keep=0
+addon_deb=""; addon_tarball=""
 source_venv=$here/.venv
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,7 +44,9 @@ while [ $# -gt 0 ]; do
     --work) work=$2; shift 2 ;;
     --source-venv) source_venv=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    *) sed -n '2,30p' "$0" >&2; exit 2 ;;
+    --addon-deb) addon_deb=$(readlink -f "$2"); shift 2 ;;
+    --addon-tarball) addon_tarball=$(readlink -f "$2"); shift 2 ;;
+    *) sed -n '2,36p' "$0" >&2; exit 2 ;;
   esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "check-packages: needs root (debootstrap, chroot, mounts)" >&2; exit 2; }
@@ -173,8 +181,8 @@ inspect_run() {  # inspect_run ROOT NAME WHAT: the tiny pair imported once, insp
         --out "/tmp/trace-$what" 2>&1) && rc=0 || rc=$?
   printf '%s\n' "$out" >"$results/inspect-$name-$what.log"
   # what the engine said about its device: stderr notice and the log file
-  grep -hiE "running on the CPU|Vulkan0|offload|backend|device" "$root/home/obs/.local/state/spec-o3/log/spec-o3.log" \
-    2>/dev/null | tail -5 >>"$results/inspect-$name-$what.log" || true
+  grep -hiE "running on|Vulkan0|offload|backend|device" "$root/home/obs/.local/state/spec-o3/log/spec-o3.log" \
+    2>/dev/null | tail -6 >>"$results/inspect-$name-$what.log" || true
   # the random-weight model's answer is noise ("No verdict: format_error", a non-zero status): the check is that
   # the model loaded, the agent ran and the trace was written
   echo "exit status $rc" >>"$results/inspect-$name-$what.log"
@@ -199,6 +207,14 @@ deb_root() {
   check "$name spec-o3 --version" "$(head -1 "$results/version-$name.log")" [ $rc = 0 ]
   as_obs "$root" spec-o3 self-test >"$results/selftest-$name.log" 2>&1 && rc=0 || rc=$?
   check "$name spec-o3 self-test" "$(grep -c PASS "$results/selftest-$name.log") PASS lines, $(grep -c FAIL "$results/selftest-$name.log") FAIL" [ $rc = 0 ]
+  # Ubuntu 22.04's glibc (2.35), as the installed launcher would read it: refused, naming the glibc needed
+  local need_glibc
+  need_glibc=$(dpkg-deb --field "$deb" Depends | grep -o 'libc6 (>= [0-9.]*)' | grep -o '[0-9][0-9.]*')
+  EXTRA_ENV=(SPECO3_CHECK_GLIBC=2.35)
+  as_obs "$root" spec-o3 --version >"$results/old-glibc-$name.log" 2>&1 && rc=0 || rc=$?
+  EXTRA_ENV=()
+  check "$name glibc 2.35 refused" "exit $rc: $(head -1 "$results/old-glibc-$name.log" | cut -c1-160)" \
+    sh -c "[ $rc = 70 ] && grep -q 'needs glibc $need_glibc or newer, and this system has glibc 2.35' '$results/old-glibc-$name.log'"
   test_tools "$root"
   window_run "$root" "$name" spec-o3-desktop --demo
   figure "$name" apt_plus_first_window_s "$(awk -v a="$apt_s" -v b="$last_window_s" 'BEGIN { print a + b }')"
@@ -208,20 +224,43 @@ deb_root() {
     grep -q "no GPU device initialised, running on the CPU" "$results/inspect-$name-cpu.log" &&
       pass "$name CPU notice: $(grep -m1 -o 'no GPU device initialised.*' "$results/inspect-$name-cpu.log" | cut -c1-160)" ||
       failed "$name CPU notice: missing"
+    if [ -n "$addon_deb" ]; then  # the CUDA add-on on a machine without an NVIDIA GPU or driver
+      cp "$addon_deb" "$root/tmp/"
+      in_root "$root" sh -c "cd /tmp && apt-get install -y ./$(basename "$addon_deb")" >"$results/apt-$name-cuda.log" 2>&1 && rc=0 || rc=$?
+      check "$name apt-get install ./$(basename "$addon_deb")" "$(du -sk "$root/opt/spec-o3/_internal/llama_cpp/lib" | cut -f1) KiB in llama_cpp/lib now; no libcuda: $(ls "$root/opt/spec-o3/_internal/llama_cpp/lib" | grep -c '^libcuda\.' || true) files" \
+        sh -c "[ $rc = 0 ] && [ -f '$root/opt/spec-o3/_internal/llama_cpp/lib/libcublasLt.so.13' ] && ! ls '$root/opt/spec-o3/_internal/llama_cpp/lib' | grep -q '^libcuda\.'"
+      inspect_run "$root" "$name" cuda-cpu && rc=0 || rc=$?
+      check "$name inspect with the CUDA add-on, no NVIDIA driver" "$(grep -m1 -o 'no GPU device initialised.*' "$results/inspect-$name-cuda-cpu.log" | cut -c1-200)" \
+        sh -c "[ $rc = 0 ] && grep 'no GPU device initialised' '$results/inspect-$name-cuda-cpu.log' | grep -q 'cuda: '"
+    fi
     in_root "$root" apt-get install -y -qq --no-install-recommends mesa-vulkan-drivers >/dev/null
     EXTRA_ENV=(GGML_VK_VISIBLE_DEVICES=0)
     as_obs "$root" spec-o3 self-test >"$results/selftest-$name-vulkan.log" 2>&1 || true
     inspect_run "$root" "$name" vulkan && rc=0 || rc=$?
     EXTRA_ENV=()
-    check "$name inspect on lavapipe" "$(grep -m1 -oE 'Vulkan[^|]{0,60}' "$results/selftest-$name-vulkan.log" | head -1)" \
-      sh -c "[ $rc = 0 ] && grep -q Vulkan0 '$results/inspect-$name-vulkan.log'"
+    check "$name inspect on lavapipe" "$(grep -m1 -E '^loaded tiny-test' "$results/inspect-$name-vulkan.log" | cut -c1-120)" \
+      sh -c "[ $rc = 0 ] && grep -q '^loaded tiny-test (Vulkan0 ' '$results/inspect-$name-vulkan.log'"
+    if [ -n "$addon_deb" ]; then
+      check "$name CUDA unused beside Vulkan0, and why" "$(grep -m1 -o 'running on vulkan; unused: .*' "$results/inspect-$name-vulkan.log" | cut -c1-160)" \
+        grep -q 'running on vulkan; unused: cuda: ' "$results/inspect-$name-vulkan.log"
+      in_root "$root" dpkg -L spec-o3-cuda >"$results/files-$name-cuda.txt"
+      in_root "$root" apt-get purge -y spec-o3-cuda >"$results/purge-$name-cuda.log" 2>&1 && rc=0 || rc=$?
+      local left_cuda
+      left_cuda=$(while read -r f; do [ -e "$root$f" ] && [ ! -d "$root$f" ] && echo "$f"; done <"$results/files-$name-cuda.txt" || true)
+      check "$name apt-get purge spec-o3-cuda" "left behind: ${left_cuda:-nothing}" sh -c "[ $rc = 0 ] && [ -z '$left_cuda' ]"
+    fi
   fi
-  # a Qt system library removed behind dpkg's back: the app names it instead of Qt's abort
-  in_root "$root" dpkg --remove --force-depends libxcb-icccm4 >/dev/null 2>&1
+  # a Qt system library removed behind dpkg's back: the app names it instead of Qt's abort. The first of these
+  # that the package depends on (PyInstaller bundles the ones the build machine has installed)
+  local gone="" soname="" pair
+  for pair in libxcb-icccm4:libxcb-icccm.so.4 libxcb-keysyms1:libxcb-keysyms.so.1 libegl1:libEGL.so.1; do
+    if dpkg-deb --field "$deb" Depends | tr ',' '\n' | grep -qx " *${pair%%:*}"; then gone=${pair%%:*}; soname=${pair#*:}; break; fi
+  done
+  in_root "$root" dpkg --remove --force-depends "$gone" >/dev/null 2>&1
   DISPLAY_IN_ROOT=:9 as_obs "$root" spec-o3-desktop --demo >"$results/missing-lib-$name.log" 2>&1 && rc=0 || rc=$?
-  check "$name missing Qt library named" "$(grep -m1 -o 'lacks [^.]*' "$results/missing-lib-$name.log")" \
-    sh -c "[ $rc = 1 ] && grep -q 'libxcb-icccm.so.4' '$results/missing-lib-$name.log' && grep -q 'apt-get install libxcb-icccm4' '$results/missing-lib-$name.log'"
-  in_root "$root" apt-get install -y -qq libxcb-icccm4 >/dev/null
+  check "$name missing Qt library named ($gone removed)" "$(grep -m1 -o 'lacks [^.]*' "$results/missing-lib-$name.log")" \
+    sh -c "[ $rc = 1 ] && grep -q '$soname' '$results/missing-lib-$name.log' && grep -q 'apt-get install $gone' '$results/missing-lib-$name.log'"
+  in_root "$root" apt-get install -y -qq "$gone" >/dev/null
   # uninstall: nothing of the package stays, the user's data does and is named
   in_root "$root" dpkg -L spec-o3 >"$results/files-$name.txt"
   in_root "$root" apt-get purge -y spec-o3 >"$results/purge-$name.log" 2>&1
@@ -262,6 +301,14 @@ tar_root() {
   window_run "$root" "$name" /home/obs/Downloads/spec-o3/spec-o3-desktop --demo
   inspect_run "$root" "$name" cpu && rc=0 || rc=$?
   check "$name inspect" "$(grep -m1 -E '^loaded tiny-test' "$results/inspect-$name-cpu.log" | cut -c1-90); $(grep -m1 -oE '^trace: .*' "$results/inspect-$name-cpu.log")" [ $rc = 0 ]
+  if [ -n "$addon_tarball" ]; then  # the add-on unpacked over the main tarball, as a plain user
+    cp "$addon_tarball" "$root/home/obs/Downloads/"
+    chown 1000:1000 "$root/home/obs/Downloads/$(basename "$addon_tarball")"
+    as_obs "$root" tar -C Downloads -xzf "Downloads/$(basename "$addon_tarball")" && rc=0 || rc=$?
+    inspect_run "$root" "$name" cuda-cpu && rc2=0 || rc2=$?
+    check "$name inspect with the CUDA add-on tarball, no NVIDIA driver" "$(grep -m1 -o 'no GPU device initialised.*' "$results/inspect-$name-cuda-cpu.log" | cut -c1-200)" \
+      sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && grep 'no GPU device initialised' '$results/inspect-$name-cuda-cpu.log' | grep -q 'cuda: '"
+  fi
   cleanup
   [ "$keep" = 1 ] || rm -rf "$root"
 }
@@ -293,6 +340,8 @@ source_start() {
 
 figure package deb_bytes "$(stat -c %s "$deb")"
 figure package tarball_bytes "$(stat -c %s "$tarball")"
+[ -z "$addon_deb" ] || figure package cuda_addon_deb_bytes "$(stat -c %s "$addon_deb")"
+[ -z "$addon_tarball" ] || figure package cuda_addon_tarball_bytes "$(stat -c %s "$addon_tarball")"
 for suite in $suites; do
   deb_root "$suite"
   tar_root "$suite"

@@ -273,7 +273,8 @@ def check_llama(require_gpu: bool = False) -> tuple[str, dict[str, Any]]:
     gpu_text = "supported" if gpu else ("no GPU device found" if set(built) - {"CPU", "BLAS"} else "not built in")
     return (f"llama-cpp-python {llama_cpp.__version__}, backends built: {', '.join(built) or 'unknown'}; "
             f"runs on {info['backend']}; GPU offload {gpu_text}; devices: {names}"
-            + (f"; NOTICE: {notice}" if notice else "")), info
+            + (f"; NOTICE: {notice}" if notice else "")
+            + (f"; {modules.unused_line()}" if modules is not None and modules.unused_line() else "")), info
 
 
 # -- runner -------------------------------------------------------------------------------------------------

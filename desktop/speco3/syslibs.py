@@ -115,6 +115,9 @@ PACKAGES: dict[str, Package] = {
     "libstdc++.so.6": Package("libstdc++6", "libstdc++", "gcc-libs"),
     "libgcc_s.so.1": Package("libgcc-s1", "libgcc", "gcc-libs"),
     "libgomp.so.1": Package("libgomp1", "libgomp", "gcc-libs"),
+    # the Vulkan loader: only the Vulkan backend module of a build with loadable backends needs it (a .deb
+    # recommends it; without it the app runs on the CPU and says so)
+    "libvulkan.so.1": Package("libvulkan1", "vulkan-loader", "vulkan-icd-loader"),
     # the C library itself (every binary; the Linux bundle's .deb names it with the version its code needs)
     "libc.so.6": Package("libc6", "glibc", "glibc"),
     "libm.so.6": Package("libc6", "glibc", "glibc"),

@@ -6,7 +6,8 @@
 # NEEDS_JSON is `python packaging/bundle_manifest.py linux-needs BUNDLE_DIR`'s output: its "depends" (the
 # distribution's own packages for every library the bundle's code needs from the system, from speco3.syslibs'
 # table; "new | old" where Debian 13 / Ubuntu 24.04 renamed a package) become the package's Depends, so
-# `apt-get install ./spec-o3_*.deb` brings them. What the package installs:
+# `apt-get install ./spec-o3_*.deb` brings them; its "recommends" (what only a GPU backend module needs: the Vulkan
+# loader) become Suggests. What the package installs:
 #   /opt/spec-o3/                               the bundle (launcher, spec-o3-desktop.bin, _internal/)
 #   /usr/bin/spec-o3, /usr/bin/spec-o3-desktop  links to the launcher (the command line and the app)
 #   /usr/share/applications/spec-o3.desktop     menu entry (opens .fits, .fit, .fts, .fits.gz, .fit.gz)
@@ -53,6 +54,11 @@ EOF
 # Files are root's, directories 755, executables keep their mode.
 find "$root" -type d -exec chmod 755 {} +
 depends=$(python3 -c 'import json, sys; print(", ".join(json.load(open(sys.argv[1]))["depends"]))' "$NEEDS")
+# what only the GPU backend modules need (the Vulkan loader): suggested, not recommended (apt installs Recommends,
+# and libvulkan1 recommends Mesa's drivers, LLVM included: 25 packages more on a bare Debian 12); without it the
+# app runs on the CPU and its notice names the missing loader and its package
+suggests=$(python3 -c 'import json, sys
+print("".join(r + ", " for r in json.load(open(sys.argv[1])).get("recommends", [])))' "$NEEDS")
 installed_kib=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 cat >"$root/DEBIAN/control" <<EOF
 Package: spec-o3
@@ -62,7 +68,7 @@ Maintainer: Spec-o3 Desktop contributors <spec-o3@localhost>
 Installed-Size: $installed_kib
 Depends: $depends
 Recommends: shared-mime-info, desktop-file-utils
-Suggests: mesa-vulkan-drivers
+Suggests: ${suggests}mesa-vulkan-drivers
 Section: science
 Priority: optional
 Homepage: https://github.com/spec-o3/spec-o3-desktop

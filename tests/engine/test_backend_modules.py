@@ -25,9 +25,12 @@ def test_module_files_tell_gpu_modules_from_cpu_variants(tmp_path):
 @pytest.mark.parametrize("logged, name, expected", [
     # the dynamic loader's message (ggml's load_backend: "failed to load PATH: dlerror()")
     ("load_backend: failed to load {p}: libcublas.so.13: cannot open shared object file: No such file or directory",
-     "cuda", "libcublas.so.13 not found: the CUDA 13 runtime (cuBLAS) is not installed"),
+     "cuda", "libcublas.so.13 not found: the CUDA 13 runtime (cuBLAS) is not installed (the CUDA add-on package "
+             "carries it)"),
     ("load_backend: failed to load {p}: libcudart.so.13: cannot open shared object file: No such file or directory",
-     "cuda", "libcudart.so.13 not found: the CUDA 13 runtime is not installed"),
+     "cuda", "libcudart.so.13 not found: the CUDA 13 runtime is not installed (the CUDA add-on package carries it)"),
+    ("load_backend: failed to load {p}: libcuda.so.1: cannot open shared object file: No such file or directory",
+     "cuda", "libcuda.so.1 not found: no NVIDIA driver (libcuda comes with it)"),
     ("load_backend: failed to load {p}: libfoo.so.2: cannot open shared object file: No such file or directory",
      "cuda", "libfoo.so.2 not found"),
     # the module loaded but its init refused (ggml-vulkan without a Vulkan driver)
@@ -58,6 +61,12 @@ def test_the_notice_is_one_line_naming_the_cpu_variant_and_each_reason():
     in_use = ModuleState("libggml-vulkan.so", "vulkan", True, 1)
     assert ModuleLoad(folder, (cuda, in_use), "zen4").notice() is None
     assert ModuleLoad(None, registered=("CPU",)).notice() is None  # linked-in backends: nothing to say
+    # a GPU in use: the line that says why the other modules are not
+    no_device = ModuleState("libggml-cuda.so", "cuda", True, 0, backends.NO_DEVICE_HINT["cuda"])
+    assert ModuleLoad(folder, (no_device, in_use), "zen4").unused_line() == (
+        f"running on vulkan; unused: cuda: {backends.NO_DEVICE_HINT['cuda']}")
+    assert ModuleLoad(folder, (in_use,), "zen4").unused_line() is None
+    assert ModuleLoad(folder, (cuda, vulkan), "zen4").unused_line() is None  # the notice says it
 
 
 @pytest.mark.llama

@@ -21,10 +21,11 @@ METAL = Device("Metal", "MTL0", "IGPU", "Apple M3")
 
 
 def test_backend_label_names_the_offload_device():
-    assert native.backend_label(-1, [CUDA, CPU]) == "CUDA (NVIDIA H200)"
+    assert native.backend_label(-1, [CUDA, CPU]) == "CUDA0 (NVIDIA H200)"  # the device ggml runs it on
     assert native.backend_label(-1, [METAL, CPU]) == "Metal (Apple M3)"
     assert native.backend_label(0, [CUDA, CPU]) == "CPU"  # nothing offloaded
     assert native.backend_label(-1, [CPU]) == "CPU"  # CPU-only build
+    assert native.backend_label(-1, [Device("Vulkan", "Vulkan0", "GPU", ""), CPU]) == "Vulkan0"
 
 
 def test_default_threads_are_positive():

@@ -93,7 +93,7 @@ def test_logits_match_the_cpu_backend(vulkan_device, engines, images, caplog, n_
     assert f"offloaded {shown} layers to GPU" in native_log
     assert re.search(r"CLIP using Vulkan\d backend", native_log)  # the projector runs on the device
     st = dev.stats()
-    assert st.backend == f"Vulkan ({vulkan_device.description})"
+    assert st.backend == f"{vulkan_device.name} ({vulkan_device.description})"
     assert st.extra["mmproj_backend"] == st.backend and st.extra["n_gpu_layers"] in (3, 1)
     for image in images[:2]:
         ref, got = _logits(cpu, image), _logits(dev, image)
@@ -182,14 +182,14 @@ def test_self_test_and_log_name_the_device(vulkan_device, tiny_pair, caplog):
 
     summary, info = check_llama(require_gpu=True)
     assert "Vulkan" in info["backends_built"]
-    assert f"runs on Vulkan ({vulkan_device.description})" in summary, summary
+    assert f"runs on {vulkan_device.name} ({vulkan_device.description})" in summary, summary
     assert f"Vulkan:{vulkan_device.name} ({vulkan_device.description})" in summary
     with caplog.at_level(logging.INFO, logger="speco3.engine"):
         engine = LlamaMtmdEngine(*tiny_pair, EngineSettings(**TIGHT, n_gpu_layers=-1), warmup=False)
         engine.load()
         engine.close()
     loaded = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("loaded "))
-    assert f"on Vulkan ({vulkan_device.description})" in loaded
+    assert f"on {vulkan_device.name} ({vulkan_device.description})" in loaded
     assert f"2/2 layers on the GPU {vulkan_device.name} ({vulkan_device.description})" in loaded
 
 
@@ -224,4 +224,4 @@ def test_status_bar_names_the_device(vulkan_device, tiny_pair, qtbot):
     assert shown[0] == "loading tiny-f32 …"
     assert shown[-1].startswith("tiny-f32 loaded in ")
     assert f"2/2 layers on the GPU {vulkan_device.name} ({vulkan_device.description})" in shown[-1]
-    assert backend == f"Vulkan ({vulkan_device.description})"
+    assert backend == f"{vulkan_device.name} ({vulkan_device.description})"

@@ -46,12 +46,16 @@ def tiny_pair(tmp_path_factory) -> Path:
 @pytest.mark.timeout(7200)
 def test_packages_on_bare_debian_roots(repo, tiny_pair, tmp_path):
     dist = Path(os.environ.get("SPECO3_PACKAGES_DIST", repo / "dist"))
-    debs = sorted(dist.glob("spec-o3_*.deb"))
-    tarballs = sorted(dist.glob("spec-o3-*-linux-*.tar.gz"))
+    debs = sorted(dist.glob("spec-o3_*.deb"))  # "+cpu" before "+dl": the build with every backend is taken
+    tarballs = sorted(t for t in dist.glob("spec-o3-*-linux-*.tar.gz") if "cuda-addon" not in t.name)
     assert debs and tarballs, f"no packages in {dist}: run bash packaging/build-linux.sh first"
+    label = debs[-1].name.split("+", 1)[1].split("_", 1)[0]
+    # the CUDA add-on of the same build, when it was made (a build-bundle.sh with the CUDA module)
+    addon = sorted(dist.glob(f"spec-o3-cuda_*+{label}_*.deb")), sorted(dist.glob(f"spec-o3-cuda-addon-*-{label}.tar.gz"))
+    addon_args = ["--addon-deb", str(addon[0][-1]), "--addon-tarball", str(addon[1][-1])] if all(addon) else []
     suites = os.environ.get("SPECO3_PACKAGES_SUITES", "bookworm trixie")
     run = subprocess.run(["bash", "scripts/check-packages.sh", "--deb", str(debs[-1]), "--tarball", str(tarballs[-1]),
-                          "--tiny", str(tiny_pair), "--suites", suites, "--work", str(tmp_path)],
+                          "--tiny", str(tiny_pair), "--suites", suites, "--work", str(tmp_path), *addon_args],
                          cwd=repo, capture_output=True, text=True, timeout=7200)
     results = tmp_path / "results"
     summary = (results / "summary.txt").read_text() if (results / "summary.txt").is_file() else ""
@@ -67,5 +71,9 @@ def test_packages_on_bare_debian_roots(repo, tiny_pair, tmp_path):
                 colours = img.convert("RGB").getcolors(maxcolors=1 << 20)
                 assert colours is not None and len(colours) > 200, f"{kind}-{suite}: the screenshot looks blank"
         assert f"PASS deb-{suite} apt-get purge: left behind: nothing" in summary
+        assert any(line.startswith(f"PASS deb-{suite} glibc 2.35 refused") for line in summary.splitlines())
+        if label == "dl":  # every backend as a module: the CPU with the notice, then Vulkan0 on lavapipe
+            for check in ("CPU notice", "inspect on lavapipe"):
+                assert any(line.startswith(f"PASS deb-{suite} {check}") for line in summary.splitlines()), check
     figures = json.loads((results / "figures.json").read_text())
     print("\n" + json.dumps(figures, indent=1))

@@ -163,3 +163,102 @@ def test_build_deb_on_a_stand_in_bundle(bundle, tmp_path, packaging_dir):
     postrm = (control / "postrm").read_text()
     assert "~/.local/share/spec-o3" in postrm and "update-mime-database" in postrm
     assert os.access(control / "postinst", os.X_OK)
+
+
+def test_glibc_floor_is_the_build_machines(manifest):
+    """Ubuntu 22.04 (glibc 2.35) is refused by a bundle built on Debian 12 (2.36) even when no file references a
+    2.36 symbol: the launcher's need is the newer of the two."""
+    needs = manifest.ElfNeeds(("libc.so.6",), "2.34", 3)
+    assert manifest.glibc_floor(needs, "2.36") == "2.36"
+    assert manifest.glibc_floor(manifest.ElfNeeds((), "2.38", 1), "2.36") == "2.38"
+    assert manifest.glibc_floor(needs, "2.4") == "2.34"  # numeric, not text order
+    assert manifest._version_key(manifest.build_glibc()) >= (2, 17)  # this machine's, read with confstr
+
+
+def test_launcher_refuses_ubuntu_2204_naming_236(bundle, packaging_dir):
+    text = (packaging_dir / "linux" / "launch.sh").read_text()
+    (bundle / "spec-o3-desktop").write_text(text.replace("@GLIBC@", "2.36").replace("@CPU_FLAGS@", "sse4_2")
+                                            .replace("@LABEL@", "dl"))
+    res = run(bundle / "spec-o3", "--version", SPECO3_CHECK_GLIBC="2.35")
+    assert res.returncode == 70 and res.stdout == ""
+    assert "this dl build of Spec-o3 Desktop cannot run on this machine: it needs glibc 2.36 or newer, and this " \
+           "system has glibc 2.35" in res.stderr
+
+
+def test_gpu_modules_needs_are_recommendations(manifest, tmp_path):
+    """What only a GPU backend module needs (the Vulkan loader, the NVIDIA driver, the CUDA runtime of the add-on)
+    is no Depends: the app runs on the CPU without it and says why; the Vulkan loader becomes a Recommends."""
+    lib = manifest.package_dir("llama_cpp") / "lib"
+    folder = tmp_path / "b" / "_internal" / "llama_cpp" / "lib"
+    folder.mkdir(parents=True)
+    real = next(p for p in sorted(lib.iterdir()) if p.name.startswith("libggml-base.so"))
+    # a real ELF file standing in for the Vulkan module: objdump reads its NEEDED entries (libc, libstdc++, ...)
+    shutil.copy2(real, folder / "libggml-vulkan.so")
+    shutil.copy2(real, folder / "libggml-base.so.0")
+    assert manifest.is_gpu_module(folder / "libggml-vulkan.so")
+    assert manifest.is_gpu_module(folder / "libggml-cuda.so")
+    assert not manifest.is_gpu_module(folder / "libggml-cpu-haswell.so")
+    assert not manifest.is_gpu_module(folder / "libggml-base.so.0")
+    needs = manifest.elf_needs(tmp_path / "b")
+    assert needs.files == 2 and "libc.so.6" in needs.external
+    assert dict(needs.modules) == {"libggml-vulkan.so": ()}  # the same needs as the base: nothing of its own
+    with_vulkan = manifest.ElfNeeds(needs.external, needs.glibc, 2,
+                                    (("libggml-vulkan.so", ("libvulkan.so.1",)),
+                                     ("libggml-cuda.so", ("libcudart.so.13", "libcuda.so.1"))))
+    assert manifest.debian_recommends(with_vulkan) == ["libvulkan1"]
+    assert not any("vulkan" in d or "cuda" in d for d in manifest.debian_depends(with_vulkan))
+
+
+def test_one_copy_of_each_llama_library(manifest, tmp_path):
+    b = tmp_path / "spec-o3"
+    lib = b / "_internal" / "llama_cpp" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libggml.so.0").write_bytes(b"\x7fELF registry")
+    (lib / "libggml.so").symlink_to("libggml.so.0")
+    (lib / "libllama.so.0").write_bytes(b"\x7fELF llama")
+    (lib / "libllama.so").symlink_to("libllama.so.0")
+    (b / "_internal" / "libz.so.1").write_bytes(b"\x7fELF z")
+    (b / "_internal" / "libllama.so.0").symlink_to("llama_cpp/lib/libllama.so.0")  # PyInstaller's link: one file
+    assert manifest.llama_library_copies(b) == []
+    (lib / "libllama.so.0.5.0").write_bytes(b"\x7fELF llama")  # same bytes, another file: another copy when loaded
+    (b / "_internal" / "libggml.so.0").write_bytes(b"\x7fELF registry")
+    assert manifest.llama_library_copies(b) == [
+        "libllama.so: 2 different files in llama_cpp/lib (libllama.so.0, libllama.so.0.5.0)",
+        "_internal/libggml.so.0: a second copy of llama_cpp/lib/libggml.so.0"]
+    res = subprocess.run([sys.executable, str(manifest.PACKAGING_DIR / "bundle_manifest.py"), "single-copies", str(b)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "a second copy of llama_cpp/lib/libggml.so.0" in res.stderr
+
+
+def test_build_addon_packs_the_cuda_module_and_runtime_without_libcuda(tmp_path, packaging_dir):
+    if shutil.which("dpkg-deb") is None:
+        pytest.skip("dpkg-deb is not installed (not a Debian/Ubuntu machine)")
+    lib = tmp_path / "addon" / "_internal" / "llama_cpp" / "lib"
+    lib.mkdir(parents=True)
+    for name in ("libggml-cuda.so", "libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13"):
+        (lib / name).write_bytes(b"\x7fELF " + name.encode())
+    script = packaging_dir / "linux" / "build-addon.sh"
+    out = subprocess.run(["bash", str(script), str(tmp_path / "addon"), "1.2.3", "dl", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    deb, tarball = (Path(p) for p in out.stdout.split())
+    assert deb.name.startswith("spec-o3-cuda_1.2.3+dl_") and tarball.name.startswith("spec-o3-cuda-addon-1.2.3-")
+    field = subprocess.run(["dpkg-deb", "--field", str(deb), "Package", "Depends"], capture_output=True, text=True,
+                           check=True).stdout
+    assert "Package: spec-o3-cuda" in field and "Depends: spec-o3 (= 1.2.3+dl)" in field
+    listing = subprocess.run(["dpkg-deb", "--contents", str(deb)], capture_output=True, text=True, check=True).stdout
+    for name in ("libggml-cuda.so", "libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13"):
+        assert f"./opt/spec-o3/_internal/llama_cpp/lib/{name}" in listing, name
+    import tarfile
+    with tarfile.open(tarball) as tar:
+        assert "spec-o3/_internal/llama_cpp/lib/libcublasLt.so.13" in tar.getnames()
+    # the driver's library is refused, a missing runtime library named
+    (lib / "libcuda.so.1").write_bytes(b"\x7fELF driver")
+    bad = subprocess.run(["bash", str(script), str(tmp_path / "addon"), "1.2.3", "dl", str(tmp_path / "out2")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "libcuda" in bad.stderr
+    (lib / "libcuda.so.1").unlink()
+    (lib / "libcublasLt.so.13").unlink()
+    bad = subprocess.run(["bash", str(script), str(tmp_path / "addon"), "1.2.3", "dl", str(tmp_path / "out3")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "libcublasLt.so.13 missing" in bad.stderr

@@ -230,3 +230,23 @@ def test_backend_cmake_args_agree_everywhere(packaging_dir, manifest, repo):
 def test_shell_scripts_parse(packaging_dir, script):
     run = subprocess.run(["bash", "-n", str(packaging_dir / script)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_llama_libraries_collected_twice_keep_the_llama_copy_on_linux(manifest):
+    """A second libggml.so.0 in _internal (first on the bootloader's LD_LIBRARY_PATH) would be a second ggml
+    registry in the process: only the llama_cpp/lib copy stays."""
+    toc = [("llama_cpp/lib/libggml.so.0", "/v/llama_cpp/lib/libggml.so.0", "BINARY"),
+           ("libggml.so.0", "/v/llama_cpp/lib/libggml.so.0", "BINARY"),
+           ("libllama.so.0", "/v/llama_cpp/lib/libllama.so.0", "BINARY"),
+           ("llama_cpp/lib/libllama.so.0", "/v/llama_cpp/lib/libllama.so.0", "BINARY"),
+           ("libz.so.1", "/usr/lib/libz.so.1", "BINARY"),
+           ("PySide6/Qt/lib/libQt6Core.so.6", "/v/PySide6/Qt/lib/libQt6Core.so.6", "BINARY")]
+    assert [e[0] for e in manifest.drop_duplicate_dlls(toc)] == [
+        "llama_cpp/lib/libggml.so.0", "llama_cpp/lib/libllama.so.0", "libz.so.1", "PySide6/Qt/lib/libQt6Core.so.6"]
+
+
+def test_the_gcc_runtime_is_never_bundled(manifest):
+    toc = [(n, f"/usr/lib/{n}", "BINARY") for n in ("libstdc++.so.6", "libgcc_s.so.1", "libgomp.so.1", "libz.so.1",
+                                                     "libstdc++-a1b2c3.so.6.0.30")]  # a wheel's renamed copy
+    assert [e[0] for e in manifest.drop_system_runtime(toc)] == ["libgomp.so.1", "libz.so.1",
+                                                                 "libstdc++-a1b2c3.so.6.0.30"]

@@ -48,8 +48,9 @@ INIT_FAILED_HINT = {
 }
 #: What a missing library means, by its name's start.
 MISSING_LIBRARY_HINT = {
-    "libcudart": "the CUDA 13 runtime is not installed",
-    "libcublas": "the CUDA 13 runtime (cuBLAS) is not installed",
+    "libcuda.so": "no NVIDIA driver (libcuda comes with it)",
+    "libcudart": "the CUDA 13 runtime is not installed (the CUDA add-on package carries it)",
+    "libcublas": "the CUDA 13 runtime (cuBLAS) is not installed (the CUDA add-on package carries it)",
     "libvulkan": "the Vulkan loader (libvulkan1) is not installed",
 }
 
@@ -89,6 +90,16 @@ class ModuleLoad:
         why = "; ".join(f"{m.name}: {m.reason}" for m in self.modules) or "no GPU backend module in the bundle"
         cpu = f"CPU ({self.cpu_variant})" if self.cpu_variant else "CPU"
         return f"no GPU device initialised, running on the {cpu} — {why}"
+
+    def unused_line(self) -> str | None:
+        """When a GPU module has a device: one line naming it and why each other GPU module is unused (``running
+        on vulkan; unused: cuda: no CUDA device (no NVIDIA GPU or driver)``); None otherwise."""
+        in_use = self.gpu_modules_in_use()
+        rest = [m for m in self.modules if m not in in_use]
+        if not self.dynamic or not in_use or not rest:
+            return None
+        return (f"running on {', '.join(m.name for m in in_use)}; unused: "
+                + "; ".join(f"{m.name}: {m.reason}" for m in rest))
 
 
 def module_files(folder: Path) -> tuple[list[Path], list[Path]]:

@@ -94,6 +94,8 @@ def ensure_backend() -> None:
     notice = backend_notice()
     if notice:
         logger.warning("%s", notice)
+    elif _modules.unused_line():
+        logger.info("ggml backend modules: %s", _modules.unused_line())
     logger.info("llama.cpp backend ready: GPU offload %s; devices: %s; %s",
                 "supported" if llama.llama_supports_gpu_offload() else "not supported", devices or "unknown",
                 (llama.llama_print_system_info() or b"").decode(errors="replace").strip())
@@ -175,13 +177,15 @@ def list_devices() -> list[Device]:
 
 
 def backend_label(n_gpu_layers: int, devices: list[Device] | None = None) -> str:
-    """Name the backend that runs the text model: ``CPU``, or e.g. ``CUDA (NVIDIA H200)``."""
+    """Name the backend that runs the text model: ``CPU``, or the device, e.g. ``CUDA0 (NVIDIA H200)``,
+    ``Vulkan0 (llvmpipe …)`` (ggml's device name where it names the backend, else the backend: ``Metal (Apple M3)``)."""
     devices = list_devices() if devices is None else devices
     accel = [d for d in devices if d.kind in ("GPU", "IGPU", "ACCEL")]
     if n_gpu_layers == 0 or not accel:
         return "CPU"
     first = accel[0]
-    return f"{first.backend} ({first.description or first.name})"
+    name = first.name if first.name.startswith(first.backend) else first.backend
+    return f"{name} ({first.description})" if first.description else name
 
 
 def default_threads() -> tuple[int, int]:
