@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ import speco3_docs  # noqa: E402
 
 from speco3.cli import build_parser  # noqa: E402
 from speco3.gui.app import build_parser as desktop_parser  # noqa: E402
+from speco3.vetting.stopping import Certificate  # noqa: E402
 
 
 def walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -138,3 +140,12 @@ def test_the_manual_leaves_incoming_notes_out_and_keeps_the_design_pages():
     toc = (REPO / "docs" / "contributing" / "index.md").read_text(encoding="utf-8")
     for page in ("architecture", "design", "threat-model"):
         assert f"../{page}\n" in toc and (REPO / "docs" / f"{page}.md").is_file()
+
+
+def test_every_triage_json_key_is_explained():
+    """`spec-o3 triage --json` prints `Certificate.to_json()`: each of its keys has a row in the JSON reference."""
+    page = (REPO / "docs" / "reference" / "json-outputs.md").read_text(encoding="utf-8")
+    table = page.split("## `spec-o3 triage --json`", 1)[1]
+    hidden = {"drawn_keys", "skippable_keys"}  # dropped by to_json
+    missing = [f.name for f in fields(Certificate) if f.name not in hidden and f"`{f.name}`" not in table]
+    assert not missing, f"triage keys without a row in docs/reference/json-outputs.md: {missing}"
