@@ -304,10 +304,11 @@ tar_root() {
   if [ -n "$addon_tarball" ]; then  # the add-on unpacked over the main tarball, as a plain user
     cp "$addon_tarball" "$root/home/obs/Downloads/"
     chown 1000:1000 "$root/home/obs/Downloads/$(basename "$addon_tarball")"
-    as_obs "$root" tar -C Downloads -xzf "Downloads/$(basename "$addon_tarball")" && rc=0 || rc=$?
+    local tar_rc  # inspect_run sets rc (the inspect command's status)
+    as_obs "$root" tar -C Downloads -xzf "Downloads/$(basename "$addon_tarball")" && tar_rc=0 || tar_rc=$?
     inspect_run "$root" "$name" cuda-cpu && rc2=0 || rc2=$?
     check "$name inspect with the CUDA add-on tarball, no NVIDIA driver" "$(grep -m1 -o 'no GPU device initialised.*' "$results/inspect-$name-cuda-cpu.log" | cut -c1-200)" \
-      sh -c "[ $rc = 0 ] && [ $rc2 = 0 ] && grep 'no GPU device initialised' '$results/inspect-$name-cuda-cpu.log' | grep -q 'cuda: '"
+      sh -c "[ $tar_rc = 0 ] && [ $rc2 = 0 ] && grep 'no GPU device initialised' '$results/inspect-$name-cuda-cpu.log' | grep -q 'cuda: '"
   fi
   cleanup
   [ "$keep" = 1 ] || rm -rf "$root"
