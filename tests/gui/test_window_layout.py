@@ -77,3 +77,24 @@ def test_decision_header_and_line_note_fit_at_1366(qtbot, make_window, demo_arch
     note = w.viewer.line_note
     assert note.text().startswith("markers in vacuum")
     assert note.width() >= note.fontMetrics().horizontalAdvance("markers in vacuum"), note.width()
+
+
+def test_scripted_run_keeps_the_window_at_1366(qtbot, make_window, demo_archive, open_and_wait):
+    """A new-user trial: pressing A on the demo at 1366×768 grew the window to 1440 px and cut off the decision
+    panel; the unwrapped status line "scripted demo — not a model: canned text, no throughput · 3.7 s" raised the
+    agent pane's least width."""
+    w = make_window()
+    w.resize(1366, 768)
+    open_and_wait(w, demo_archive)
+    w._fit_to_screen()
+    w.resize(1366, 768)
+    qtbot.wait(50)
+    w.run_agent()
+    qtbot.waitUntil(lambda: not w.agent_panel.compact, timeout=5000)
+    qtbot.waitUntil(lambda: not w.agent_panel.running, timeout=30000)
+    qtbot.wait(100)
+    assert "scripted demo — not a model" in w.agent_panel.status.text()
+    assert w.width() <= 1366, f"the window grew to {w.width()} px"
+    assert w.minimumSizeHint().width() <= 1366
+    right = w.decision.parentWidget().mapTo(w, QPoint(w.decision.parentWidget().width(), 0)).x()
+    assert right <= w.width()  # the decision panel still ends inside the window

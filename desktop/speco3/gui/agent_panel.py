@@ -122,7 +122,8 @@ class AgentPanel(QWidget):
         self.cancel_button = QPushButton("Cancel (Esc)", objectName="cancelButton", enabled=False)
         self.notice = QLabel(objectName="agentNotice", wordWrap=True, textFormat=Qt.TextFormat.RichText)
         self.notice.setStyleSheet("font-size: 9pt; color: #444")
-        self.status = QLabel("idle", objectName="agentStatus", textFormat=Qt.TextFormat.PlainText)
+        # wraps: unwrapped, the scripted run's long status line raised the window's least width past 1366 px
+        self.status = QLabel("idle", objectName="agentStatus", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         # which adapter the next run applies and where it comes from (the task file, the model box), or why the
         # run is refused (an adapter made for another base): said before Run is pressed
         self.adapter_note = QLabel(objectName="adapterNote", wordWrap=True, visible=False,
