@@ -105,8 +105,10 @@ def test_two_screenings_in_one_process_divide_the_items(tmp_path, render):
     path = tmp_path / "s.sqlite"
     task = get_task("cv")
     results = []
+    start = threading.Barrier(2)  # both open the new store at once (the WAL switch raced: one thread failed)
 
     def run():
+        start.wait()
         store = VettingStore(path)
         engine = ScriptedEngine([NO], delay_s=0.002)
         results.append(vet_batch(items(12), store, engine, task, render))
@@ -117,6 +119,7 @@ def test_two_screenings_in_one_process_divide_the_items(tmp_path, render):
         t.start()
     for t in threads:
         t.join()
+    assert len(results) == 2, "a run did not finish (its thread raised: see the warning above)"
     with VettingStore(path, readonly=True) as store:
         rows = store.model_verdicts("cv", latest=False)
         assert len(rows) == 12 and len({r.spectrum_key for r in rows}) == 12 and store.claims() == []

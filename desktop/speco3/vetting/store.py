@@ -214,15 +214,18 @@ class VettingStore:
             for stmt in additive(have):
                 db.execute(stmt.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
             return
-        db.execute("PRAGMA journal_mode=WAL")
+        self._while_busy("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         db.execute("PRAGMA foreign_keys=ON")
-        if version == 0:
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if tables - {"sqlite_sequence"}:
-                raise StoreError(f"{self.path}: an SQLite file of another application (tables {sorted(tables)})")
         if version < SCHEMA_VERSION:
             with self._tx() as cur:
+                # read again under the write lock: another connection may have just created the store (its tables
+                # then stand beside a version this one read as 0 before they were committed)
+                if cur.execute("PRAGMA user_version").fetchone()[0] == 0:
+                    tables = {r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                    if tables - {"sqlite_sequence"}:
+                        raise StoreError(f"{self.path}: an SQLite file of another application "
+                                         f"(tables {sorted(tables)})")
                 version = migrate(cur)
             if version:
                 logger.info("%s: vetting store migrated from schema %d to %d", self.path, version, SCHEMA_VERSION)
@@ -232,6 +235,23 @@ class VettingStore:
                 have = {r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE type='table'")}
                 for stmt in additive(have):
                     cur.execute(stmt)
+
+    def _while_busy(self, sql: str) -> None:
+        """Run ``sql`` again while another connection holds the lock it needs, up to the time a write waits. SQLite
+        answers BUSY at once, without its busy handler, when two connections open a new store together and one of
+        them asks for WAL mode while the other holds a lock it must upgrade (seen with two `vet` runs starting on one
+        new store)."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S * (BUSY_RETRIES + 1)
+        pause = 0.01
+        while True:
+            try:
+                self._db.execute(sql)
+                return
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Cursor]:
