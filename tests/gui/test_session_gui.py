@@ -214,6 +214,53 @@ def test_nothing_shown_disables_every_decision_and_agent_control(qtbot, make_win
     assert not any(_writing_controls(w).values()), _writing_controls(w)
 
 
+#: Menu entries that need an archive, a store, a writable store or a readable spectrum shown.
+NEEDING = ("Use the app's own store", "Load candidate list (CSV, FITS, VOTable)…", "Use the filtered table as the queue",
+           "Audit the rest (audit sample: may I stop?)", "Batch pre-screen the queue", "Run on this spectrum (A)")
+
+
+def _moves(w) -> dict[str, bool]:
+    """Whether Previous, Next, the export entries and the menu entries of `NEEDING` are enabled."""
+    from PySide6.QtWidgets import QPushButton
+
+    out = {name: w.decision.findChild(QPushButton, f"{name}Button").isEnabled() for name in ("prev", "next")}
+    for menu in (a.menu() for a in w.menuBar().actions()):
+        for act in menu.actions():
+            if act.text() in NEEDING or menu.title() == "&Export":
+                out[act.text()] = act.isEnabled()
+    return out
+
+
+def test_navigation_and_menu_entries_are_greyed_while_they_cannot_act(qtbot, make_window, demo_archive,
+                                                                       open_and_wait, key, fake_models, tmp_path):
+    """Previous / Next stayed enabled on the start screen (and Export asked for a file name, then said "open an
+    archive first"): what cannot act is greyed by the mechanism that greys the decision controls, and the keys
+    say why; an archive with spectra enables them, the queue's start and end grey Previous and Next."""
+    w = make_window()
+    assert w.stack.currentIndex() == 0 and w.vetting.entry is None
+    moves = _moves(w)
+    assert len(moves) >= len(NEEDING) + 3 and not any(moves.values()), moves
+    key(w, Qt.Key.Key_Right)
+    assert w.statusBar().currentMessage() == "open an archive first: nothing to move to"
+    assert w.vetting.entry is None
+    _open_empty(qtbot, w, tmp_path / "empty")  # an archive without spectra: a store, nothing to move to
+    moves = _moves(w)
+    assert [k for k, v in moves.items() if not v] == ["prev", "next", "Run on this spectrum (A)"], moves
+    key(w, Qt.Key.Key_Right)
+    assert w.statusBar().currentMessage() == "the queue is empty (see the filters)"
+    open_and_wait(w, demo_archive)
+    assert w.vetting.row == 0
+    moves = _moves(w)
+    assert not moves["prev"] and all(v for k, v in moves.items() if k != "prev"), moves
+    key(w, Qt.Key.Key_Right)
+    assert w.vetting.row == 1 and all(_moves(w).values()), _moves(w)
+    w.vetting.go_to(w.table_model.total_hint() - 1)  # the last spectrum
+    moves = _moves(w)
+    assert moves["prev"] and not moves["next"], moves
+    key(w, Qt.Key.Key_Right)
+    assert w.statusBar().currentMessage() == "end of the queue"
+
+
 def test_decisions_of_another_writer_reach_the_panel_and_counters(qtbot, make_window, demo_archive, open_and_wait):
     """The table followed `spectrum decide` within 2 s but the decision panel of the spectrum shown still said
     "not decided yet" and the decided counter stayed old until the vetter moved; a comment being typed is kept."""

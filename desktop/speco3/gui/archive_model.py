@@ -305,6 +305,10 @@ class ArchiveTableModel(QAbstractTableModel):
         self.fetchMore()
         return True
 
+    def has_more(self) -> bool:
+        """Whether pages are left to read (the session's queue: Next stays possible at the last loaded row)."""
+        return self.canFetchMore()
+
     def fetch_all(self) -> None:
         while self.canFetchMore():
             self.fetchMore()

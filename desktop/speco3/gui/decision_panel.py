@@ -175,12 +175,12 @@ class DecisionPanel(QWidget):
         fit.addWidget(self.fit_subclass, 1, 2)
         self.saved = QLabel("", objectName="savedStatus", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         nav = QHBoxLayout()
-        prev_b = QPushButton(f"◀ Previous ({self._key('previous')})", objectName="prevButton")
-        next_b = QPushButton(f"Next ({self._key('next')}) ▶", objectName="nextButton")
-        prev_b.clicked.connect(lambda: self.navigate.emit(-1))
-        next_b.clicked.connect(lambda: self.navigate.emit(1))
-        nav.addWidget(prev_b)
-        nav.addWidget(next_b)
+        self.prev_button = QPushButton(f"◀ Previous ({self._key('previous')})", objectName="prevButton")
+        self.next_button = QPushButton(f"Next ({self._key('next')}) ▶", objectName="nextButton")
+        self.prev_button.clicked.connect(lambda: self.navigate.emit(-1))
+        self.next_button.clicked.connect(lambda: self.navigate.emit(1))
+        nav.addWidget(self.prev_button)
+        nav.addWidget(self.next_button)
         self.cheat = QLabel(keymap.cheat_sheet_html(), objectName="cheatSheet", textFormat=Qt.TextFormat.RichText,
                             wordWrap=True)
         self.cheat.setVisible(False)
@@ -259,6 +259,11 @@ class DecisionPanel(QWidget):
             w.setEnabled(writable)
         self.accept_button.setEnabled(writable and self._suggested)
         self.model_windows_button.setEnabled(writable and self._windows)
+
+    def set_navigable(self, back: bool, on: bool) -> None:
+        """Whether Previous (``back``) and Next (``on``) have a row to move to (`VettingSession.move_refusal`)."""
+        self.prev_button.setEnabled(back)
+        self.next_button.setEnabled(on)
 
     def writing_widgets(self) -> list[QWidget]:
         """The controls that write for the spectrum shown (the accept and model-window buttons apart: they also

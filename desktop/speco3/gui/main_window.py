@@ -169,7 +169,7 @@ class MainWindow(QMainWindow):
             self.main_splitter.setCollapsible(i, False)
         self.setCentralWidget(self.main_splitter)
         self._build_status_bar()
-        build_menus(self)
+        self.menu_actions = build_menus(self)  # greyed while they cannot act (`_show_enabled`)
         self._connect()
         self.samp = SampPanel(self)  # SAMP toolbar, status and handlers; off unless settings.samp_enabled
         self.evidence_toolbar = QToolBar("Evidence", self, objectName="evidenceToolbar")
@@ -193,7 +193,7 @@ class MainWindow(QMainWindow):
         self._fit_to_screen()
         self.agent_panel.compactChanged.connect(self._agent_folded)
         self.agent_panel.set_compact(True)
-        self._show_writable()  # the start screen: nothing shown, nothing to decide or run
+        self._show_enabled()  # the start screen: nothing shown, nothing to decide or run
         # Deleted by Qt on the GUI thread once closed (after closeEvent joined the workers), never by Python's
         # cyclic garbage collector, which may run on any thread that allocates.
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -263,6 +263,10 @@ class MainWindow(QMainWindow):
         self.archive.filtersChanged.connect(self._filters_changed)
         self.vetting.currentChanged.connect(self._on_current)
         self.vetting.rowMoved.connect(self._show_position)
+        # Previous / Next follow the queue: a re-query, a page read or a candidate list changes its rows
+        self.vetting.rowMoved.connect(self._show_enabled)
+        self.table_model.modelReset.connect(self._show_enabled)
+        self.table_model.rowsInserted.connect(self._show_enabled)
         # verdicts arriving during a pre-screen re-query a state-filtered table at most every 0.4 s
         self._requery = QTimer(self, singleShot=True, interval=400)
         self._requery.timeout.connect(self.table_model.refresh)
@@ -521,7 +525,7 @@ class MainWindow(QMainWindow):
         try:
             return self._open_store(root, path, chosen)
         finally:
-            self._show_writable()
+            self._show_enabled()
 
     def _open_store(self, root: str, path: Path, chosen: bool) -> bool:
         """Vet the indexed archive ``root`` in the store ``path`` (``chosen``: checked against the archive first,
@@ -681,16 +685,26 @@ class MainWindow(QMainWindow):
             self.decision.show_suggestion(None)
         self._show_stored_trace(mv)
         self._show_position(self.vetting.row)  # the decided count of this task
-        self._show_writable()
+        self._show_enabled()
 
-    def _show_writable(self) -> None:
-        """Enable the decision, note and agent controls only when a readable spectrum of this archive is shown in a
-        writable store (`VettingSession.refusal`; the keys say why they do nothing): the start screen, an empty
-        table, an unreadable file and a read-only store show them disabled (issue #41)."""
-        writable = self.vetting.session.refusal() is None
+    def _show_enabled(self, *_args: object) -> None:
+        """Enable what can act now, as the session says (the keys say why they do nothing): the decision, note and
+        agent controls only when a readable spectrum of this archive is shown in a writable store
+        (`VettingSession.refusal`: the start screen, an empty table, an unreadable file and a read-only store show
+        them disabled, issue #41); Previous and Next only when there is a row to move to
+        (`VettingSession.move_refusal`: not on the start screen, an empty queue, at its start or end); the menu
+        entries that need an archive, a store or a writable one (`MenuActions`) only with it."""
+        session = self.vetting.session
+        writable = session.refusal() is None
         self.decision.set_writable(writable)
+        self.decision.set_navigable(session.move_refusal(-1) is None, session.move_refusal(1) is None)
         self.agent_panel.set_runnable(writable)
         self.mark_action.setEnabled(writable)
+        need = self.menu_actions
+        for actions, enabled in ((need.archive, self.index is not None), (need.store, session.store is not None),
+                                 (need.writable, session.store_refusal() is None), (need.spectrum, writable)):
+            for act in actions:
+                act.setEnabled(enabled)
 
     def _store_changed(self) -> None:
         """Another process wrote to the store: the counters and the stopping line follow at once, the spectrum's
@@ -1060,7 +1074,7 @@ class MainWindow(QMainWindow):
             self.show_error(str(exc))
             return
         self._show_read_only()
-        self._show_writable()
+        self._show_enabled()
         self.table_model.invalidate_states()
         self._show_unsaved(opened.unsaved)
         if not opened.opened:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMessageBox
 
@@ -20,28 +22,42 @@ def add_action(window, menu, text: str, slot, shortcut: str | None = None) -> QA
     return act
 
 
-def build_menus(w) -> None:
-    """File, Export, Agent, Tasks, Models, Settings and Help menus of the main window ``w``."""
+@dataclass
+class MenuActions:
+    """The menu entries that need something open, by what they need; the window enables them as the session allows
+    (`MainWindow._show_enabled`), so an entry that cannot do anything is greyed rather than answering afterwards
+    (Export asked for a file name on the start screen, then said "open an archive first")."""
+
+    archive: list[QAction] = field(default_factory=list)  # an indexed archive (candidate lists, the app's store)
+    store: list[QAction] = field(default_factory=list)  # an open store, read-only or not (exports)
+    writable: list[QAction] = field(default_factory=list)  # a store this window writes (audit, pre-screen)
+    spectrum: list[QAction] = field(default_factory=list)  # a readable spectrum shown, writable (run the agent)
+
+
+def build_menus(w) -> MenuActions:
+    """File, Export, Agent, Tasks, Models, Settings and Help menus of the main window ``w``; returns the entries
+    that need an archive, a store or a spectrum."""
+    need = MenuActions()
     mb = w.menuBar()
     f = mb.addMenu("&File")
     add_action(w, f, "Open archive folder…", w.choose_archive, "Ctrl+O")
     add_action(w, f, "Open the demo archive", w.open_demo)
     add_action(w, f, "Open store…", w.choose_store)
-    add_action(w, f, "Use the app's own store", w.use_own_store)
+    need.archive.append(add_action(w, f, "Use the app's own store", w.use_own_store))
     f.addSeparator()
-    add_action(w, f, "Load candidate list (CSV, FITS, VOTable)…", w.choose_candidates)
-    add_action(w, f, "Use the filtered table as the queue", w.use_table_queue)
-    add_action(w, f, "Audit the rest (audit sample: may I stop?)", w.audit_rest)
+    need.archive.append(add_action(w, f, "Load candidate list (CSV, FITS, VOTable)…", w.choose_candidates))
+    need.archive.append(add_action(w, f, "Use the filtered table as the queue", w.use_table_queue))
+    need.writable.append(add_action(w, f, "Audit the rest (audit sample: may I stop?)", w.audit_rest))
     f.addSeparator()
     add_action(w, f, "Quit", w.close, "Ctrl+Q")
     e = mb.addMenu("&Export")
     for fmt in FORMATS.values():  # one entry per registered format
-        add_action(w, e, f"{fmt.title}…", lambda _c=False, name=fmt.name: w.choose_export(name))
+        need.store.append(add_action(w, e, f"{fmt.title}…", lambda _c=False, name=fmt.name: w.choose_export(name)))
     a = mb.addMenu("&Agent")
-    add_action(w, a, "Run on this spectrum (A)", w.run_agent)
+    need.spectrum.append(add_action(w, a, "Run on this spectrum (A)", w.run_agent))
     add_action(w, a, "Cancel run (Esc)", w.agent.cancel)
     a.addSeparator()
-    add_action(w, a, "Batch pre-screen the queue", w.start_batch)
+    need.writable.append(add_action(w, a, "Batch pre-screen the queue", w.start_batch))
     add_action(w, a, "Pause / resume batch", w.toggle_batch_pause)
     add_action(w, a, "Cancel batch", w.inference.cancel_batch)
     t = mb.addMenu("&Tasks")
@@ -55,3 +71,4 @@ def build_menus(w) -> None:
     add_action(w, h, "Keyboard cheat sheet (H)", w.decision.toggle_cheat_sheet)
     add_action(w, h, "Open log folder", open_log_folder)
     add_action(w, h, "About", lambda: QMessageBox.about(w, "Spec-o3 Desktop", f"Spec-o3 Desktop {__version__}"))
+    return need

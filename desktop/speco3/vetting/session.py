@@ -90,6 +90,10 @@ class Queue(Protocol):
         """Read the next page; False when every row is loaded."""
         ...
 
+    def has_more(self) -> bool:
+        """Whether rows are left to read (`fetch_next` would read a page); reads nothing."""
+        ...
+
     def row_of(self, key: str, fetch_limit: int = 20000) -> int | None: ...
 
 
@@ -106,6 +110,9 @@ class ListQueue:
         return len(self.entries)
 
     def fetch_next(self) -> bool:
+        return False
+
+    def has_more(self) -> bool:
         return False
 
     def row_of(self, key: str, fetch_limit: int = 20000) -> int | None:
@@ -425,15 +432,22 @@ class VettingSession:
         self.record_changed.emit()
 
     def step(self, delta: int) -> bool:
+        """Show the spectrum ``delta`` rows on (False, the reason said, when `move_refusal` refuses)."""
+        if (reason := self.move_refusal(delta)) is not None:
+            self.message.emit(reason)
+            return False
         target = self.row + delta
         while target >= self.queue.loaded_rows() and self.queue.fetch_next():
             pass
         if 0 <= target < self.queue.loaded_rows():
             return self.go_to(target)
-        self.message.emit("end of the queue" if delta > 0 else "start of the queue")
+        self.message.emit("end of the queue")  # the pages left held no row (a verdict-state filter)
         return False
 
     def next_undecided(self) -> bool:
+        if (reason := self.move_refusal(1)) is not None:
+            self.message.emit(reason)
+            return False
         r = self.row + 1
         while True:
             if r >= self.queue.loaded_rows() and not self.queue.fetch_next():
@@ -482,6 +496,21 @@ class VettingSession:
         if self.store is None:
             return "open an archive first"
         return self.read_only
+
+    def move_refusal(self, delta: int) -> str | None:
+        """Why a step of ``delta`` rows (Previous -1; Next and next undecided +1) cannot move (None: it can): no
+        archive open (the start screen), an empty queue, the start or the end of the queue. Reads no page."""
+        if self.store is None:
+            return "open an archive first: nothing to move to"
+        loaded, more = self.queue.loaded_rows(), self.queue.has_more()
+        if not loaded and not more:
+            return "the queue is empty (see the filters)"
+        target = self.row + delta
+        if target < 0:
+            return "start of the queue"
+        if target >= loaded and not more:
+            return "end of the queue"
+        return None
 
     def refusal(self, what: str = "nothing decided") -> str | None:
         """Why nothing can be written for the spectrum shown (None: a readable spectrum of this archive is shown
