@@ -115,30 +115,68 @@ def test_enter_without_a_model_verdict_decides_nothing(qtbot, make_window, demo_
     assert "no model verdict" in w.statusBar().currentMessage()
 
 
-def test_the_first_decision_asks_who_is_vetting(qtbot, make_window, demo_archive, open_and_wait, key, monkeypatch):
-    """No decision is stored as "unknown": without a name in the settings the app asks once (login name offered)."""
-    from PySide6.QtWidgets import QApplication, QInputDialog
+class _Vetter:
+    """The vetter at the "Who is vetting?" prompt: whenever it is up, types ``name`` (QTest key presses into its
+    field, where the login name is offered selected) and Enter, or Escape when ``name`` is None; records what was
+    shown when it came up."""
 
-    asked = []
+    def __init__(self, window, name: str | None):
+        from PySide6.QtCore import QTimer
 
-    def answer(parent, title, label, text=""):
-        asked.append(text)
-        return "A. Observer", True
+        self.window, self.name = window, name
+        self.shown_at_prompt: list[object] = []
+        self.timer = QTimer(interval=20)
+        self.timer.timeout.connect(self._look)
+        self.timer.start()
 
-    monkeypatch.setattr(QInputDialog, "getText", answer)
+    def _look(self) -> None:
+        from PySide6.QtTest import QTest
+        from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit
+
+        dialog = QApplication.activeModalWidget()
+        if not isinstance(dialog, QInputDialog) or dialog.windowTitle() != "Who is vetting?" or not dialog.isVisible():
+            return
+        self.shown_at_prompt.append(self.window.vetting.entry)
+        field = dialog.findChild(QLineEdit)
+        if self.name is None:
+            QTest.keyClick(field, Qt.Key.Key_Escape)
+        else:
+            QTest.keyClicks(field, self.name)
+            QTest.keyClick(field, Qt.Key.Key_Return)
+
+
+@pytest.fixture
+def with_dialogs(qapp):
+    """Modal dialogs on for this test (the window factory turns them off)."""
+    yield lambda: qapp.setProperty("speco3_no_dialogs", False)
+    qapp.setProperty("speco3_no_dialogs", True)
+
+
+@pytest.mark.parametrize("typed", ["Ann Lee", None])
+def test_the_vetter_name_is_asked_on_opening_and_no_decision_key_reaches_it(qtbot, make_window, demo_archive,
+                                                                           open_and_wait, key, with_dialogs, typed):
+    """The name prompt came at the first decision key: Y then N typed "n" into the name field (the login name
+    offered selected: the vetter became "n") and the decision waited on the dialog. It comes when the archive opens,
+    before a spectrum is shown; then Y and N each store one decision on the spectrum shown, with the name typed
+    (declined: the login name offered, and the setting stays unset)."""
     w = make_window()
     w.settings.vetter = ""
+    offered = w.settings.vetter_name()
+    with_dialogs()
+    vetter = _Vetter(w, typed)
     open_and_wait(w, demo_archive)
-    QApplication.instance().setProperty("speco3_no_dialogs", False)
-    try:
-        first = w.vetting._current_key()
-        key(w, Qt.Key.Key_Y)
-        key(w, Qt.Key.Key_N)
-    finally:
-        QApplication.instance().setProperty("speco3_no_dialogs", True)
-    assert len(asked) == 1 and asked[0] and asked[0] != "unknown"  # asked once, the login name offered
-    assert w.vetting.store.decision(first, "cv").vetter == "A. Observer"
-    assert w.settings.vetter == "A. Observer"
+    first, second = w.table_model.entry(0), w.table_model.entry(1)
+    assert w.vetting.entry is first
+    key(w, Qt.Key.Key_Y)
+    assert w.vetting.entry is second
+    key(w, Qt.Key.Key_N)
+    vetter.timer.stop()
+    assert vetter.shown_at_prompt == [None]  # asked once, with nothing shown to decide
+    assert w.settings.vetter == (typed or "")
+    name = typed or offered
+    got = [(d.spectrum_key, d.decision, d.vetter) for d in w.vetting.store.decisions("cv")]
+    assert sorted(got) == sorted([(f"{first.path}#{first.index}", "YES", name),
+                                  (f"{second.path}#{second.index}", "NO", name)])
 
 
 def test_an_abstention_is_shown_where_the_suggestion_is_and_enter_does_not_take_it(qtbot, make_window, demo_archive,

@@ -124,6 +124,7 @@ class MainWindow(QMainWindow):
         self._index_worker: IndexWorker | None = None
         self._store_request: Path | None = None  # the store to open the archive being indexed with (`open_archive`)
         self._store_title = ""  # "store: r.sqlite" in the title while a chosen store is vetted in (`_show_store`)
+        self._vetter_asked = False  # "Who is vetting?" was asked in this window (`_ask_vetter`): asked once
         self.setWindowTitle(f"Spec-o3 Desktop {__version__}")
 
         self.table_model = ArchiveTableModel(parent=self)
@@ -573,6 +574,8 @@ class MainWindow(QMainWindow):
         self._save_settings()
         if view.candidates:
             self._restore_candidates(view.candidates)
+        if self.vetting.session.store_refusal() is None:
+            self._ask_vetter()  # before a spectrum is shown: no key meant as a decision reaches the prompt
         if self.table_model.loaded_rows():
             self.vetting.resume()
         elif n:
@@ -878,9 +881,8 @@ class MainWindow(QMainWindow):
         except ValueError as exc:  # a z that is not a number: said, never stored as empty
             self.show_message(f"{exc}: nothing decided")
             return
-        if self._ensure_vetter():
-            self.vetting.decide(decision, self.decision.flags(), self.decision.comment.text(), self.decision.evidence(),
-                                fit=fit)
+        self.vetting.decide(decision, self.decision.flags(), self.decision.comment.text(), self.decision.evidence(),
+                            fit=fit)
 
     def z_from_line(self) -> None:
         """Key Z: the vetter's z from the centroid of the line in view (the markers move there)."""
@@ -898,19 +900,24 @@ class MainWindow(QMainWindow):
         self.decision.set_fit_z(z)
         self.show_message(f"your z = {z:.5f} from dragging {name}; stored with your next decision")
 
-    def _ensure_vetter(self) -> bool:
-        """Before the first decision without a vetter name in the settings: ask for it (the login name offered),
-        so that no decision is stored as "unknown"; kept in the settings."""
-        if self.settings.vetter.strip() or dialogs_off():
-            return True
+    def _ask_vetter(self) -> None:
+        """An archive opened in a store this window writes and no vetter name is set: ask for it now, before the
+        archive's first spectrum is shown, with the login name offered (selected: typing replaces it); kept in the
+        settings. Asked once a window. Never at a decision key: a vetter pressing Y and then N or an arrow typed those
+        keys into the name field (the first letter replaced the offered name) and the decision waited on a dialog.
+        Declined: decisions carry the offered name (`AppSettings.vetter_name`, as ``spec-o3 decide`` does), said."""
+        if self.settings.vetter.strip() or self._vetter_asked or dialogs_off():
+            return
+        self._vetter_asked = True
+        offered = self.settings.vetter_name()
         name, ok = QInputDialog.getText(self, "Who is vetting?", "Your name, stored with every decision "
-                                        "(Settings → Settings… changes it):", text=self.settings.vetter_name())
-        if not ok or not name.strip():
-            self.show_message("decision not saved: a vetter name is needed (Settings → Settings…)")
-            return False
-        self.settings.vetter = name.strip()
-        self._save_settings()
-        return True
+                                        "(Settings → Settings… changes it):", text=offered)
+        if ok and name.strip():
+            self.settings.vetter = " ".join(name.split())
+            self._save_settings()
+        else:
+            self.show_message(f"decisions are stored as {offered!r} (the login name) until you set your vetter name "
+                              "in Settings → Settings…")
 
     def accept_model(self) -> None:
         mv = self.vetting.model_suggestion()
