@@ -190,6 +190,9 @@ class MainWindow(QMainWindow):
             self.show_message(f"task file skipped: {err}")
         if self.keymap.problems:
             self.show_message(f"keymap in {AppSettings.path()}: " + "; ".join(self.keymap.problems))
+        if self.settings.notice:  # once: the file no longer holds what it was about
+            self.show_message(self.settings.notice)
+            self.settings.notice = ""
         self._fit_to_screen()
         self.agent_panel.compactChanged.connect(self._agent_folded)
         self.agent_panel.set_compact(True)
