@@ -33,6 +33,7 @@ from speco3 import __version__
 from speco3.agent.confidence import ABSTAINED
 from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
+from speco3.config import take_cache_notice
 from speco3.engine.choice import DEMO, ModelChoice
 from speco3.errors import Speco3Error, StoreError, TaskError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
@@ -408,6 +409,8 @@ class MainWindow(QMainWindow):
         if self.index is not None:
             self.index.close()
         self.index = ArchiveIndex.for_root(root)
+        if notice := take_cache_notice():  # a read-only cache folder: indexed in a temporary one, said once
+            self.show_message(notice)
         self.archive_root = root
         path, chosen = self._chosen_store(root)
         if not self._use_store(root, path, chosen):  # a chosen store refused (the reason shown): the app's own
