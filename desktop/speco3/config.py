@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
-from speco3_base.dirs import cache_dir, config_dir, data_dir, ensure, log_dir
+from speco3_base.dirs import (
+    cache_dir,
+    config_dir,
+    data_dir,
+    ensure,
+    log_dir,
+    take_cache_notice,
+    writable_cache,
+)
 
-__all__ = ["cache_dir", "config_dir", "data_dir", "ensure", "log_dir"]
+__all__ = ["cache_dir", "config_dir", "data_dir", "ensure", "log_dir", "take_cache_notice", "writable_cache"]

@@ -6,12 +6,19 @@ tests point them at temporary folders.
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
+import shutil
+import tempfile
+import threading
 from pathlib import Path
 
 import platformdirs
 
 from speco3_base import APP_NAME
+
+log = logging.getLogger(__name__)
 
 
 def _dir(env: str, default: str) -> Path:
@@ -44,3 +51,45 @@ def ensure(path: Path) -> Path:
     """Create ``path`` (a folder) if needed and return it."""
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+_fallback_lock = threading.Lock()
+_fallback: dict[Path, Path] = {}  # cache folder that cannot be written -> this process's temporary one
+_notices: list[str] = []  # the message about it, until `take_cache_notice` hands it to the app's status bar
+
+
+def writable_cache(sub: str) -> Path:
+    """``cache_dir()/sub``, created, when files can be made there; else (a read-only folder or file system, a path
+    under a regular file, no permission) the same ``sub`` in a private temporary folder of this process, removed at
+    exit: the work goes on without keeping its cache. One warning per process names the cache folder and why.
+
+    Raises
+    ------
+    OSError
+        Only when the temporary folder cannot be made either.
+    """
+    root = cache_dir()
+    wanted = root / sub
+    try:
+        ensure(wanted)
+        with tempfile.NamedTemporaryFile(dir=wanted, prefix=".probe-"):
+            pass
+        return wanted
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+    with _fallback_lock:
+        if root not in _fallback:
+            folder = Path(tempfile.mkdtemp(prefix="spec-o3-cache-"))  # 0700, a fresh name: nobody else's
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            _fallback[root] = folder
+            notice = (f"cache folder {root} cannot be written ({why}); caching in {folder} for this run only "
+                      "(set SPECO3_CACHE_DIR to a writable folder to keep the cache)")
+            log.warning("%s", notice)
+            _notices.append(notice)
+        return ensure(_fallback[root] / sub)
+
+
+def take_cache_notice() -> str:
+    """The warning `writable_cache` gave (once; "" when none or already taken), for the app to show."""
+    with _fallback_lock:
+        return _notices.pop() if _notices else ""

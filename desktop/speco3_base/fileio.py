@@ -33,11 +33,12 @@ def no_progress(label: str, done: int, total: int) -> None:
     """A progress callback that does nothing."""
 
 
-def write_atomic(path: str | Path, writer: Callable[[Path], object]) -> Path:
+def write_atomic(path: str | Path, writer: Callable[[Path], object], *, mode: int | None = None) -> Path:
     """Call ``writer(tmp_path)`` with a temporary file beside ``path``, then move it into place.
 
-    The file keeps the mode of the file it replaces (``FILE_MODE`` for a new file). On any error the temporary
-    file is removed and the target is left as it was.
+    The file keeps the mode of the file it replaces (``FILE_MODE`` for a new file), or gets ``mode`` when given (a
+    file holding a secret: 0o600, never readable by others on the way). On any error the temporary file is removed
+    and the target is left as it was.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -48,7 +49,7 @@ def write_atomic(path: str | Path, writer: Callable[[Path], object]) -> Path:
         writer(tmp_path)
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
-        os.chmod(tmp_path, path.stat().st_mode & 0o777 if path.exists() else FILE_MODE)
+        os.chmod(tmp_path, mode if mode is not None else path.stat().st_mode & 0o777 if path.exists() else FILE_MODE)
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
@@ -56,9 +57,9 @@ def write_atomic(path: str | Path, writer: Callable[[Path], object]) -> Path:
     return path
 
 
-def write_text_atomic(path: str | Path, text: str, *, errors: str = "strict") -> Path:
-    """Write UTF-8 text atomically (``errors`` as for `str.encode`)."""
-    return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8", errors=errors))
+def write_text_atomic(path: str | Path, text: str, *, errors: str = "strict", mode: int | None = None) -> Path:
+    """Write UTF-8 text atomically (``errors`` as for `str.encode`; ``mode`` as for `write_atomic`)."""
+    return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8", errors=errors), mode=mode)
 
 
 def sha256_file(path: str | os.PathLike[str], progress: Progress | None = None, label: str | None = None) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from PySide6.QtCore import Qt
 
@@ -169,3 +171,22 @@ def test_stored_trace_is_replayed_on_revisit(qtbot, make_window, demo_archive, o
     assert "stored run" in w.agent_panel.transcript.toPlainText()
     replay = w.agent_panel.transcript.toPlainText()
     assert "→ asks to zoom in on" in replay and "Answer: YES" in replay and "<tool_call>" not in replay
+
+
+def test_a_stored_trace_outside_the_stores_folder_is_named_not_read(qtbot, make_window, demo_archive, open_and_wait,
+                                                                    fake_models):
+    """A store naming /etc as a verdict's trace folder (docs/threat-model.md): the panel says so, plainly."""
+    import sqlite3
+
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    _run_and_wait(qtbot, w)
+    mv = w.vetting.model_suggestion()
+    assert mv.trace_dir and w.settings.resolved_data_folder() / "traces" in Path(mv.trace_dir).parents
+    with sqlite3.connect(w.vetting.store.path) as db:
+        db.execute("UPDATE model_verdicts SET trace_dir='/etc/<b>x</b>' WHERE id=?", (mv.id,))
+    w.vetting.step(1)
+    w.vetting.step(-1)
+    hint = w.agent_panel.hint
+    assert hint.text() == "not shown: trace folder outside the store's folder (/etc/<b>x</b>)"
+    assert hint.textFormat() == Qt.TextFormat.PlainText and w.agent_panel.transcript.toPlainText() == ""

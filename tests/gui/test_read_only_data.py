@@ -41,3 +41,19 @@ def test_read_only_data_folder_browses_in_memory_then_saves_to_a_chosen_place(
         key(w, Qt.Key.Key_N)
     with VettingStore(target, readonly=True) as store:
         assert sorted(d.decision for d in store.decisions()) == ["NO", "YES"]
+
+
+def test_a_cache_folder_that_cannot_be_written_is_named_and_the_archive_still_opens(
+        qtbot, make_window, demo_archive, tmp_path, open_and_wait, monkeypatch):
+    """The archive index lives in the cache folder: under a regular file (ENOTDIR, whoever runs) the app indexes in
+    a temporary folder and says so once in the status bar, naming the folder."""
+    (tmp_path / "file").write_text("x")
+    cache = tmp_path / "file" / "cache"
+    monkeypatch.setenv("SPECO3_CACHE_DIR", str(cache))
+    w = make_window()
+    shown: list[str] = []
+    w.statusBar().messageChanged.connect(shown.append)
+    open_and_wait(w, demo_archive)
+    assert w.table_model.loaded_rows() > 0 and w.index is not None
+    said = [m for m in shown if "cache folder" in m]
+    assert len(said) == 1 and f"cache folder {cache} cannot be written (Not a directory)" in said[0], shown

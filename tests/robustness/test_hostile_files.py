@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import bz2
+import contextlib
 import gzip
 import json
 import os
@@ -496,3 +497,41 @@ def test_a_store_on_a_read_only_file_system_exports(vetted, tmp_path, capsys):
         assert main(["export", str(ro / "copy.sqlite"), "--csv", str(tmp_path / "from-ro.csv")]) == 0
     assert "a_good.fits" in (tmp_path / "from-ro.csv").read_text()
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("place", ["under a regular file", "read-only folder"])
+def test_a_cache_folder_that_cannot_be_written_is_named_once_and_the_work_goes_on(place, tmp_path, monkeypatch):
+    """index, vet and inspect run with the cache folder unwritable (ENOTDIR, or read-only for real, also as root:
+    a tmpfs remounted ro): one warning naming the folder on stderr, no traceback, nothing left in /tmp."""
+    from speco3_testkit.spectra import write_csv_archive
+
+    arch = write_csv_archive(tmp_path / "arch", 2)
+    script = tmp_path / "no.json"
+    script.write_text(NO)
+    (tmp_path / "file").write_text("x")
+    ro = tmp_path / "ro"
+    cache = tmp_path / "file" / "cache" if place == "under a regular file" else ro / "cache"
+    runs = (["index", str(arch)],
+            ["vet", str(arch), "--task", "cv", "--out", str(tmp_path / "r.sqlite"), "--scripted", str(script)],
+            ["inspect", str(arch / "s00.csv"), "--task", "cv", "--scripted", str(script), "--out",
+             str(tmp_path / "t"), "--quiet"])
+    env = {**os.environ, "SPECO3_CACHE_DIR": str(cache)}
+    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("spec-o3-cache-*"))
+    with read_only_folder(ro) if place == "read-only folder" else _nothing():
+        for argv in runs:
+            res = subprocess.run([sys.executable, "-m", "speco3", *argv], capture_output=True, text=True, env=env,
+                                 timeout=120, check=False)
+            assert res.returncode == 0 and "Traceback" not in res.stderr, (argv[0], res.stderr[-2000:])
+            said = [line for line in res.stderr.splitlines() if "cache folder" in line]
+            if argv[0] == "inspect":  # it keeps no cache: nothing to say
+                assert said == [], res.stderr
+                continue
+            assert len(said) == 1 and f"cache folder {cache} cannot be written" in said[0], res.stderr
+    with VettingStore(tmp_path / "r.sqlite", readonly=True) as store:
+        assert len(store.model_verdicts("cv")) == 2
+    assert set(Path(os.environ.get("TMPDIR", "/tmp")).glob("spec-o3-cache-*")) <= before  # removed at exit
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield

@@ -149,9 +149,11 @@ def test_trace_paths_of_a_store_found_beside_it(archive, tmp_path):
     (night / "r_traces" / "cv" / "x-1").mkdir(parents=True)
     s = VettingSession(Settings(), lambda e: e.load())
     assert s.open_archive(folder, night / "r.sqlite").opened
-    assert s.trace_path("night/r_traces/cv/x-1") == night / "r_traces" / "cv" / "x-1"  # stored by a run one up
-    assert s.trace_path("r_traces/cv/x-1") == night / "r_traces" / "cv" / "x-1"
-    assert s.trace_path(str(night / "gone")) == night / "gone"
+    assert s.store is not None
+    x = (night / "r_traces" / "cv" / "x-1").resolve()
+    assert s.store.trace_folder("night/r_traces/cv/x-1") == x  # stored by a run one folder up
+    assert s.store.trace_folder("r_traces/cv/x-1") == x
+    assert s.store.trace_folder(str(night / "gone")) == (night / "gone").resolve()
     s.close()
 
 

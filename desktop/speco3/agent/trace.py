@@ -197,6 +197,11 @@ class Trace:
         path = folder / TRACE_FILE if folder.is_dir() else folder
         folder = path.parent
         try:
+            if path.name == TRACE_FILE:  # a trace.json or prompt.txt linked out of its folder is not read
+                path = contained(folder, TRACE_FILE)
+        except ValueError as exc:
+            raise TraceError(f"{path}: not shown: {exc}") from exc
+        try:
             with path.open("rb") as fh:
                 raw = fh.read(MAX_TRACE_BYTES + 1)
             if len(raw) > MAX_TRACE_BYTES:
@@ -215,9 +220,11 @@ class Trace:
             trace.steps.append(_step_from_dict(d, folder, path))
             if (d.get("image") or {}).get("file"):
                 trace.image_files[i] = d["image"]["file"]
-        prompt = folder / "prompt.txt"
-        if prompt.is_file():
-            trace.prompt_text = prompt.read_text(encoding="utf-8")
+        with contextlib.suppress(ValueError, OSError, UnicodeDecodeError):
+            prompt = contained(folder, "prompt.txt")
+            if prompt.is_file():
+                with prompt.open("rb") as fh:
+                    trace.prompt_text = fh.read(MAX_TRACE_BYTES).decode("utf-8")
         return trace
 
 

@@ -443,7 +443,8 @@ class SettingsDialog(QDialog):
                 self.error.setText(str(exc))
                 return
         s = self.settings
-        s.server_url, s.server_model = url, self.server_model.text().strip()
+        s.set_server(url)  # a user:password@ in it goes to the credentials file, not desktop.json
+        s.server_model = self.server_model.text().strip()
         s.server_api_key_env = self.server_key_env.text().strip()
         s.vetter = self.vetter.text().strip()
         s.data_folder = self.data_folder.text().strip()

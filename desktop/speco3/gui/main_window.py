@@ -33,6 +33,7 @@ from speco3 import __version__
 from speco3.agent.confidence import ABSTAINED
 from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
+from speco3.config import take_cache_notice
 from speco3.engine.choice import DEMO, ModelChoice
 from speco3.errors import Speco3Error, StoreError, TaskError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
@@ -191,6 +192,9 @@ class MainWindow(QMainWindow):
             self.show_message(f"task file skipped: {err}")
         if self.keymap.problems:
             self.show_message(f"keymap in {AppSettings.path()}: " + "; ".join(self.keymap.problems))
+        if self.settings.notice:  # once: the file no longer holds what it was about
+            self.show_message(self.settings.notice)
+            self.settings.notice = ""
         self._fit_to_screen()
         self.agent_panel.compactChanged.connect(self._agent_folded)
         self.agent_panel.set_compact(True)
@@ -410,6 +414,8 @@ class MainWindow(QMainWindow):
         if self.index is not None:
             self.index.close()
         self.index = ArchiveIndex.for_root(root)
+        if notice := take_cache_notice():  # a read-only cache folder: indexed in a temporary one, said once
+            self.show_message(notice)
         self.archive_root = root
         path, chosen = self._chosen_store(root)
         if not self._use_store(root, path, chosen):  # a chosen store refused (the reason shown): the app's own
@@ -728,8 +734,13 @@ class MainWindow(QMainWindow):
             self.agent_panel.show_idle("No model run for this spectrum and task yet — press A to run the agent.")
             return
         try:
-            where = self.vetting.session.trace_path(mv.trace_dir)  # a night's store: its traces beside it
-            trace = Trace.load(where.parent if mv.trace_dir.endswith(".json") else where)
+            if self.vetting.store is None:
+                raise TraceError("no store open")
+            trace = self.vetting.store.load_trace(mv.trace_dir, self._trace_roots())
+        except TraceError as exc:
+            self.agent_panel.show_idle(str(exc) if str(exc).startswith("not shown") else
+                                       f"stored trace unreadable: {exc}")
+            return
         except Exception as exc:
             self.agent_panel.show_idle(f"stored trace unreadable: {exc}")
             return
@@ -740,6 +751,10 @@ class MainWindow(QMainWindow):
         if conf is not None and (conf.k > 1 or mv.k_max not in (None, 1)):
             self.agent_panel.show_confidence(conf, f"model {mv.model_id}", mv.k_max, mv.stop_reason)
 
+    def _trace_roots(self) -> list[Path]:
+        """Where the app writes traces (`speco3.gui.agent_control`): a store's traces may be read from there too."""
+        return [self.settings.resolved_data_folder() / "traces"]
+
     def _other_rollouts(self, mv: ModelVerdict) -> list[Trace | str]:
         """The stored traces of rollouts 2…K of a run (a sentence in place of one that cannot be read)."""
         if self.vetting.store is None or mv.id is None or (mv.rollouts or 1) < 2:
@@ -747,7 +762,7 @@ class MainWindow(QMainWindow):
         out: list[Trace | str] = []
         for r in self.vetting.store.rollouts(mv.id)[1:]:
             try:
-                out.append(Trace.load(self.vetting.session.trace_path(r.trace_dir)) if r.trace_dir
+                out.append(self.vetting.store.load_trace(r.trace_dir, self._trace_roots()) if r.trace_dir
                            else f"rollout {r.idx + 1}: no trace stored")
             except TraceError as exc:
                 out.append(f"rollout {r.idx + 1}: stored trace unreadable: {exc}")

@@ -3,6 +3,11 @@
 Engine settings (threads, GPU layers, context, image token cap) are kept here and turned into
 `speco3.engine.base.EngineSettings` when a model is opened; the keymap stores only the user's overrides.
 A corrupt or hand-broken file never stops the app: it is moved aside and the defaults are used.
+
+No secret is kept in ``desktop.json``: a model server's user name and password (``http://user:pw@host``) are taken
+out of the URL and kept in memory for the session and in ``config_dir()/server-credentials.json`` (mode 0600, one
+entry per server URL); an API key is only ever named (the environment variable holding it) or read from the OS
+keyring. A ``desktop.json`` of an older version holding them has them moved out when it is read (`AppSettings.load`).
 """
 
 from __future__ import annotations
@@ -23,12 +28,51 @@ from speco3.config import config_dir, data_dir
 from speco3.engine.base import DEFAULT_N_CTX, EngineSettings, KvType
 from speco3.engine.choice import InstalledModel, ModelChoice, ModelServer
 from speco3.fileio import write_text_atomic
+from speco3.netaddr import split_credentials
 from speco3.vetting.records import SETTINGS_FILE, vetter_name
 from speco3.vetting.stopping import DEFAULT_CONFIDENCE, DEFAULT_RECALL, check_target
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = SETTINGS_FILE  # its "vetter" is also read by `spec-o3 decide` (`speco3.vetting.records.vetter_name`)
+#: The model servers' user names and passwords, by URL (0600), beside ``desktop.json``: never in it.
+CREDENTIALS_FILE = "server-credentials.json"
+
+
+def _credentials_path(settings_path: Path) -> Path:
+    return settings_path.with_name(CREDENTIALS_FILE)
+
+
+def _read_credentials(path: Path) -> dict[str, tuple[str, str]]:
+    """The stored (user, password) of each server URL; {} when the file is missing, unreadable or of another shape
+    (never an error, never its content in a message)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {str(url): (str(v[0]), str(v[1])) for url, v in raw.items()
+            if isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v)}
+
+
+def _write_credentials(path: Path, url: str, creds: tuple[str, str] | None) -> bool:
+    """Store (``creds``) or forget (None) the server ``url``'s user and password in ``path`` (0600, atomically).
+    False when it cannot be written (they are then kept for this session only)."""
+    known = _read_credentials(path)
+    if known.get(url) == creds or (creds is None and url not in known):
+        return True
+    if creds is None:
+        del known[url]
+    else:
+        known[url] = creds
+    try:
+        write_text_atomic(path, json.dumps({u: list(c) for u, c in known.items()}, indent=1), mode=0o600)
+        return True
+    except OSError as exc:
+        log.warning("the model server's user name and password cannot be saved in %s (%s); they are kept for this "
+                    "session only", path, exc.strerror or type(exc).__name__)
+        return False
 
 
 def _target_ok(recall: float, confidence: float) -> bool:
@@ -138,6 +182,35 @@ class AppSettings:
     stop_recall: float = DEFAULT_RECALL
     stop_confidence: float = DEFAULT_CONFIDENCE
 
+    def __post_init__(self) -> None:
+        #: (user, password) of ``server_url``, in memory only (see module doc); never in `save`'s file or a repr
+        self.server_auth: tuple[str, str] | None = None
+        #: what `load` did that the user should hear of once (credentials moved out of the file), else ""
+        self.notice = ""
+        self._take_credentials()
+
+    def _take_credentials(self) -> bool:
+        """Move a ``user:password@`` of ``server_url`` into `server_auth`; whether there was one."""
+        url, creds = split_credentials(self.server_url.strip())
+        if creds is None:
+            return False
+        self.server_url, self.server_auth = url, creds
+        return True
+
+    def set_server(self, url: str, credentials: Path | None = None) -> None:
+        """Take the server URL as typed: a ``user:password@`` in it goes to `server_auth` and the credentials file
+        (``credentials``: default beside the settings file), the URL without it to ``server_url``; a URL typed
+        without them keeps those remembered for it."""
+        clean, creds = split_credentials(url.strip())
+        path = credentials or _credentials_path(self.path())
+        if creds is not None:
+            _write_credentials(path, clean, creds)
+        elif clean != self.server_url or self.server_auth is None:
+            creds = _read_credentials(path).get(clean)
+        else:
+            creds = self.server_auth
+        self.server_url, self.server_auth = clean, creds
+
     # -- persistence ---------------------------------------------------------------------------------------------
     @staticmethod
     def path() -> Path:
@@ -153,13 +226,28 @@ class AppSettings:
             raw = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(raw, dict):
                 raise ValueError("top level is not an object")
-            return cls.from_dict(raw)
+            out = cls.from_dict(raw)
         except (OSError, ValueError) as exc:
             backup = path.with_name(path.name + ".bad")
             log.warning("settings file %s unreadable (%s); using defaults, old file kept as %s", path, exc, backup)
             with contextlib.suppress(OSError):
                 path.replace(backup)
             return cls()
+        creds_path = _credentials_path(path)
+        if out._take_credentials():  # a file of an older version kept them: moved out, the file rewritten
+            kept = _write_credentials(creds_path, out.server_url, out.server_auth)
+            try:
+                out.save(path)
+            except OSError as exc:
+                log.warning("settings file %s cannot be rewritten without the server's password (%s)", path,
+                            exc.strerror or type(exc).__name__)
+            out.notice = (f"The model server's user name and password were moved out of {path.name} into "
+                          f"{creds_path if kept else 'memory (for this session)'}; the settings file no longer "
+                          "holds them.")
+            log.warning("%s", out.notice)
+        elif out.server_url:
+            out.server_auth = _read_credentials(creds_path).get(out.server_url)
+        return out
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> AppSettings:
@@ -206,8 +294,12 @@ class AppSettings:
         return out
 
     def save(self, path: Path | None = None) -> Path:
-        """Write the settings atomically (temp file + rename)."""
-        return write_text_atomic(path or self.path(), json.dumps(asdict(self), indent=2, sort_keys=True))
+        """Write the settings atomically (temp file + rename); a password put into ``server_url`` goes to the
+        credentials file instead (`set_server`), never into this one."""
+        path = path or self.path()
+        if self._take_credentials() and self.server_auth is not None:
+            _write_credentials(_credentials_path(path), self.server_url, self.server_auth)
+        return write_text_atomic(path, json.dumps(asdict(self), indent=2, sort_keys=True))
 
     # -- derived -------------------------------------------------------------------------------------------------
     def resolved_data_folder(self) -> Path:
@@ -243,8 +335,11 @@ class AppSettings:
             return None
         from speco3.engine.chatapi import ServerConfig
 
-        return ServerConfig(self.server_url.strip(), model=self.server_model.strip() or None,
-                            api_key_env=self.server_api_key_env.strip() or None)
+        cfg = ServerConfig(self.server_url.strip(), model=self.server_model.strip() or None,
+                           api_key_env=self.server_api_key_env.strip() or None)
+        if cfg.basic_auth is None and self.server_auth is not None:
+            cfg.basic_auth = self.server_auth
+        return cfg
 
     def server_choice(self) -> ModelServer | None:
         """The model server as a model choice (`speco3.engine.choice.ModelServer`), or None when none is set

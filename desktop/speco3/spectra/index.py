@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from speco3.config import cache_dir, ensure
+from speco3.config import ensure, writable_cache
 from speco3.errors import Speco3Error, SpectrumReadError
 from speco3.fileio import Progress
 from speco3.spectra._scan import scan_file, wanted
@@ -202,7 +202,8 @@ class ArchiveIndex:
 
     @classmethod
     def for_root(cls, root: str | os.PathLike) -> ArchiveIndex:
-        """The index of ``root`` in ``cache_dir()/indexes/<hash of resolved root>.sqlite``.
+        """The index of ``root`` in ``cache_dir()/indexes/<hash of resolved root>.sqlite`` (a temporary folder for this
+        process when the cache folder cannot be written: `speco3.config.writable_cache`).
 
         Raises
         ------
@@ -215,7 +216,7 @@ class ArchiveIndex:
             raise ArchiveIndexError(f"{path}: {why}; no index was created")
         resolved = str(path.resolve())
         digest = hashlib.sha256(resolved.encode("utf-8")).hexdigest()[:20]
-        index = cls(ensure(cache_dir() / "indexes") / f"{digest}.sqlite")
+        index = cls(writable_cache("indexes") / f"{digest}.sqlite")
         if index.root is None:
             index._set_meta("root", resolved)
         return index

@@ -25,7 +25,7 @@ from speco3 import __version__
 from speco3.agent.adaptive import describe_use
 from speco3.agent.confidence import describe_outcome
 from speco3.agent.steps import AssistantStep, PromptStep, ToolStep
-from speco3.agent.trace import Trace, TraceError
+from speco3.agent.trace import TraceError
 from speco3.errors import Speco3Error, StoreError
 from speco3.spectra import View, read_spectrum
 from speco3.vetting.export import check_target, export_rows, write_atomic
@@ -132,7 +132,7 @@ def _rollout_columns(store: VettingStore, row: dict[str, Any], images: _Images) 
                             r.outcome, r.verdict, [_window_text(w) for w in r.windows], answer=_short(r.answer, 300))
         if r.trace_dir:
             try:
-                trace = Trace.load(r.trace_dir)
+                trace = store.load_trace(r.trace_dir)
             except TraceError as exc:
                 col.trace_error = str(exc)
             else:
@@ -203,7 +203,7 @@ def _entry(row: dict[str, Any], images: _Images, store: VettingStore, render: Re
     if not row.get("trace_dir"):
         return entry
     try:
-        trace = Trace.load(row["trace_dir"])
+        trace = store.load_trace(row["trace_dir"])
     except TraceError as exc:
         entry.trace_error = str(exc)
         return entry

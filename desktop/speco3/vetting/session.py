@@ -288,19 +288,6 @@ class VettingSession:
         log.info("vetting store %s (read-only: %s)", store_path, why)
         return Opened(True, fit=fit)
 
-    def trace_path(self, trace_dir: str) -> Path:
-        """Where a stored trace folder is: as stored when absolute or found from here, else beside the store (a
-        ``vet`` run stores its traces beside its store; an older one stored them relative to where it ran)."""
-        path = Path(trace_dir)
-        if path.is_absolute() or path.exists() or self.store is None or self.store.is_in_memory:
-            return path
-        folder = self.store.path.absolute().parent
-        for i in range(len(path.parts)):  # "night/r_traces/cv/x" stored by a run in the folder above "night"
-            beside = folder.joinpath(*path.parts[i:])
-            if beside.exists():
-                return beside
-        return path
-
     def _in_memory(self, root: str | Path, reason: str) -> Opened:
         log.warning("%s; keeping decisions in memory", reason)
         self.store = VettingStore.in_memory()

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from speco3 import __version__
+from speco3.agent.trace import TRACE_FILE, Trace, TraceError
+from speco3.config import data_dir
 from speco3.errors import StoreError
 from speco3.vetting.records import (
     DECISIONS,
@@ -816,6 +818,49 @@ class VettingStore:
                 "seconds": round(sum(v.seconds or 0.0 for v in verdicts), 3),
             }
         return out
+
+    def trace_roots(self, extra: Sequence[str | Path] = ()) -> list[Path]:
+        """The folders a trace named by this store may be read from, symbolic links followed: the store's own folder
+        tree, the data folder's ``traces`` (where the app writes them) and ``extra`` (the app's chosen data folder)."""
+        roots = [] if self.is_in_memory else [self.path.absolute().parent]
+        roots += [data_dir() / "traces", *map(Path, extra)]
+        return [Path(r).expanduser().resolve() for r in roots]
+
+    def trace_folder(self, trace_dir: str, roots: Sequence[str | Path] = ()) -> Path:
+        """Where the stored ``trace_dir`` is, refused unless it lies inside `trace_roots` (a store from elsewhere may
+        name any folder: ``/etc``, ``~/.ssh``, a link out of its own folder, ``..``).
+
+        A relative one is found beside the store (``vet`` keeps its traces there; an older run stored them relative
+        to where it ran: ``night/r_traces/cv/x`` for a store in ``night``); an absolute one that is gone is looked
+        for beside the store the same way (a store moved together with its traces).
+
+        Raises
+        ------
+        TraceError
+            "not shown: trace folder outside the store's folder (PATH)", before anything there is read.
+        """
+        if not isinstance(trace_dir, str) or not trace_dir or "\x00" in trace_dir:
+            raise TraceError(f"not shown: no usable trace folder ({trace_dir!r})")
+        path = Path(trace_dir).expanduser()
+        if not self.is_in_memory and not (path.is_absolute() and path.exists()):
+            folder = self.path.absolute().parent
+            if not path.is_absolute():
+                path = folder / path
+            parts = Path(trace_dir).parts[1 if Path(trace_dir).is_absolute() else 0:]
+            for i in range(len(parts)):  # "night/r_traces/cv/x" stored by a run in the folder above "night"
+                beside = folder.joinpath(*parts[i:])
+                if ".." not in parts[i:] and beside.exists():
+                    path = beside
+                    break
+        resolved = path.resolve()
+        if not any(resolved.is_relative_to(root) for root in self.trace_roots(roots)):
+            raise TraceError(f"not shown: trace folder outside the store's folder ({trace_dir})")
+        return resolved
+
+    def load_trace(self, trace_dir: str, roots: Sequence[str | Path] = ()) -> Trace:
+        """The trace a verdict or rollout row names (`trace_folder`: only inside `trace_roots`). Raises `TraceError`."""
+        folder = self.trace_folder(trace_dir, roots)
+        return Trace.load(folder.parent if folder.name == TRACE_FILE else folder)
 
     #: `path` of a store kept in memory (`in_memory`): nothing of it is on disk until `copy_to` puts it there.
     MEMORY = ":memory:"
