@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from speco3.errors import StoreError
+from speco3.spectra import ArchiveIndex
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,13 @@ def store_fit(path: str | Path, root: str | Path, holds: Holds) -> StoreFit:
                     sum(1 for k in sample if holds(k)), verdicts, decisions)
 
 
+def archive_keys(index: ArchiveIndex) -> list[str]:
+    """The store keys of the spectra a screening of the archive takes unless told otherwise (``spec-o3 vet`` without
+    filters, the app's pre-screen of the whole queue): every spectrum of the index, an unreadable one too (it is
+    recorded as ``input_error``), but sky fibres and spectra whose every pixel is masked (nothing to vet)."""
+    return [entry.address for entry in index.query(usable=True, sort="key")]
+
+
 def stores_beside(root: str | Path, holds: Holds, exclude: Path | None = None) -> list[StoreFit]:
     """The vetting stores in the archive folder ``root`` and the folder above it that fit it (`StoreFit.problem`
     None) and hold something of it (a night's ``spec-o3 vet … --out r.sqlite``), newest first; ``exclude``: a store
@@ -127,4 +135,4 @@ def stores_beside(root: str | Path, holds: Holds, exclude: Path | None = None) -
     return [fit for _t, fit in sorted(found, key=lambda t: -t[0])]
 
 
-__all__ = ["BESIDE_LIMIT", "KEYS_CHECKED", "Holds", "StoreFit", "store_fit", "stores_beside"]
+__all__ = ["BESIDE_LIMIT", "KEYS_CHECKED", "Holds", "StoreFit", "archive_keys", "store_fit", "stores_beside"]
