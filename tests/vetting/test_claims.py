@@ -16,16 +16,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from vetting_helpers import NO, YES, ZOOM, items
+from vetting_helpers import NO, YES, ZOOM, items, pillow_render
 
 from speco3.agent import get_task
 from speco3.cli import main as cli_main
+from speco3.engine.base import EngineSettings
+from speco3.engine.choice import Scripted
 from speco3.engine.scripted import ScriptedEngine
+from speco3.spectra import ArchiveIndex
 from speco3.vetting import Decision, VettingStore
 from speco3.vetting.claims import RunClaims
 from speco3.vetting.records import ClaimHolder, ModelVerdict, Work
+from speco3.vetting.runs import BatchState, RunEnded, RunJob, RunService, RunStarted
 from speco3.vetting.schedulers import on_slots, on_threads, one_at_a_time, vet_batch
-from speco3.vetting.screening import Screening, screen, vet
+from speco3.vetting.screening import Screening, VetItem, screen, vet
 from speco3.vetting.store import CLAIMED, DONE_ELSEWHERE, HELD
 
 WORK = Work("cv", "scripted", get_task("cv").prompt_version, 1)
@@ -470,3 +474,53 @@ def test_a_store_on_a_read_only_disk_fails_clearly(tmp_path):
     assert "read-only" in got["decide"] and got["decisions"] == 1
     assert got["new_rc"] == 1 and "read-only" in got["new_err"] and "Traceback" not in got["new_err"]
     assert got["old_rc"] == 1 and "read-only" in got["old_err"] and "Traceback" not in got["old_err"]
+
+
+def test_the_pre_screen_takes_over_at_its_end_what_a_killed_vet_held(tmp_path):
+    """The app's pre-screen (`RunService`, a sharing screening that does not wait) beside a real ``vet`` process:
+    the spectra that ``vet`` holds are left to it at first; the ``vet`` is then killed (SIGKILL) while the batch goes
+    on, and at the batch's end the pre-screen looks at them again, takes over the dead run's claims and screens
+    them: every spectrum gets a verdict, none is reported as left to another run."""
+    n = 6
+    arch = _archive(tmp_path / "arch", n)
+    store_path = tmp_path / "results.sqlite"
+    slow = tmp_path / "slow.json"  # seconds per spectrum: the vet holds its claims while the batch runs
+    slow.write_text(json.dumps({"scripts": [[YES]], "delay_s": 2.0}), encoding="utf-8")
+    victim = _start(_vet_cmd(arch, store_path, "--scripted", str(slow)))
+    try:
+        _wait_for_claim(store_path, victim.pid)
+        held_by_victim = {k for k, pid in _claims(store_path) if pid == victim.pid}
+        with ArchiveIndex.for_root(arch) as index:
+            entries = index.query(usable=True, sort="key")
+        # the vet's spectra first: the pre-screen meets them while the vet lives
+        entries.sort(key=lambda e: e.address not in held_by_victim)
+        address = {e.key: e.address for e in entries}  # jobs are named by index key, claims by store key
+        assert held_by_victim and entries[0].address in held_by_victim
+        events: list = []
+        killed = threading.Event()
+
+        def observe(event) -> None:
+            events.append(event)
+            if isinstance(event, RunStarted) and address[event.key] not in held_by_victim and not killed.is_set():
+                victim.send_signal(signal.SIGKILL)  # the batch has passed the held spectra: the vet dies
+                victim.communicate(timeout=60)
+                killed.set()
+
+        service = RunService(observe)
+        with VettingStore(store_path) as store:
+            screening = Screening(store, get_task("cv"), pillow_render, trace_root=tmp_path / "traces", wait=False)
+            key = Scripted("fast").engine_key(EngineSettings())
+            service.start_batch([RunJob(e.key, VetItem.of_entry(e), screening, key,
+                                        lambda: ScriptedEngine([NO])) for e in entries])
+            service.serve(until_idle=True)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.communicate(timeout=60)
+    assert killed.is_set() and victim.returncode == -signal.SIGKILL
+    ended = {e.key: e for e in events if isinstance(e, RunEnded)}
+    assert len(ended) == n and all(e.verdict is not None for e in ended.values())  # none left to the dead run
+    assert [e.state for e in events if isinstance(e, BatchState)] == ["running", "finished"]
+    rows = _rows(store_path)
+    assert len(rows) == n and len({r[0] for r in rows}) == n and {r[1] for r in rows} == {"NO"}
+    assert held_by_victim <= {r[0] for r in rows} and _claims(store_path) == []

@@ -21,6 +21,7 @@ from speco3.cli import main as cli_main
 from speco3.cli.triage import report_text
 from speco3.vetting import Decision, ModelVerdict, VettingStore
 from speco3.vetting.stopping import assess, draw, k_target, labels_lower_bound, sample_needed
+from speco3.vetting.store import ARCHIVE_ROOT_STATE
 from speco3_testkit.spectra import write_csv_archive
 
 KEYS = {"verdict", "reviewed", "found", "remaining", "sample_needed", "sample_drawn", "sample_positives", "skipped",
@@ -184,11 +185,13 @@ def test_missing_store_and_queue_audit_without_a_task(tmp_path, screened_store, 
 
 
 def test_spectra_not_screened_mean_continue_and_no_draw(screened_store, capsys):
-    """A spectrum the store knows of without a verdict for the task (here a decision on it): the test covers the
+    """A spectrum the store knows of without a verdict for the task (here a decision on it), in a store that names
+    no archive (with one, the archive's spectra count: tests/vetting/test_triage_archive.py): the test covers the
     screened spectra only, so continue (exit 3) with ``unscreened`` in the JSON, and --draw is refused."""
     db, _ = screened_store
     with VettingStore(db) as store:
         store.record_decision(Decision("elsewhere.csv#0", "cv", "YES"))
+        store.set_state(ARCHIVE_ROOT_STATE, None)
     rc, out = run_json(capsys, db)
     assert rc == 3 and out["verdict"] == "continue" and out["unscreened"] == 1 and out["found_unscreened"] == 1
     assert out["found"] == 0 and out["reviewed"] == 0 and out["screened"] == 24

@@ -1,16 +1,22 @@
 """``spec-o3 triage STORE --task T --recall R --confidence C [--json] [--draw N [--seed S]]``: may the observer stop
 vetting? The certified stopping test of `speco3.vetting.stopping`; exit 0 for ``stop``, 3 for ``continue`` (also
-while spectra the store knows of are not screened for the task: the test covers screened spectra only)."""
+while spectra of the archive are not screened for the task: the test covers screened spectra only). The archive is
+``--archive``, else the one the store was made for (``vet`` and the app record it), else the spectra the store
+knows of."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
+from speco3.cli.archive import open_archive
 from speco3.errors import StoreError
+from speco3.vetting.archive_store import archive_keys
 from speco3.vetting.records import login_vetter
 from speco3.vetting.stopping import Certificate, assess, check_target, draw, percent, plural
-from speco3.vetting.store import VettingStore
+from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 
 #: Exit status when the verdict is ``continue`` (0: ``stop``; 1: an error).
 EXIT_CONTINUE = 3
@@ -24,12 +30,19 @@ def register(sub) -> None:
         "candidates (an exact hypergeometric test; see the manual's How-to -> When to stop, docs/howto/stopping.md). Without a sample it says how many random "
         "spectra must be decided; --draw N draws them, the audit sample (recorded in the store with its seed; a "
         "further --draw extends the same sample, never redraws). Decide the audit sample in its order (spec-o3 queue "
-        "--audit). The test covers the screened spectra only: while spectra the store knows of (decided, annotated, "
-        "or screened for another task) have no verdict for the task, the verdict is continue, the line says how many "
-        "are not screened (JSON: unscreened) and --draw is refused: screen them first (spec-o3 vet). "
+        "--audit). The test covers the screened spectra only: while spectra of the archive (--archive, else the one "
+        "the store was made for, else the spectra the store knows of) have no verdict for the task, the verdict is "
+        "continue, the line says how many are not screened (JSON: unscreened) and --draw is refused: screen them "
+        "first (spec-o3 vet). "
         "Exit status: 0 stop, 3 continue (also while spectra are not screened), 1 error.")
     t.add_argument("store", metavar="STORE", help="vetting store (SQLite)")
     t.add_argument("--task", help="the task (default: the store's only task)")
+    t.add_argument("--archive", metavar="DIR|INDEX",
+                   help="the archive folder (or an index database of one) whose every spectrum must be screened "
+                   "before a stop; its spectra without a verdict for the task count as not screened (sky fibres and "
+                   "fully masked spectra left out, as spec-o3 vet leaves them). Default: the archive the store was "
+                   "made for (spec-o3 vet and the app record it), when it is there; else the spectra the store "
+                   "knows of")
     t.add_argument("--recall", type=float, default=0.9, help="recall target R (default 0.9)")
     t.add_argument("--confidence", type=float, default=0.95, help="confidence C (default 0.95)")
     t.add_argument("--draw", type=int, metavar="N", help="draw N more random spectra of the unread into the audit sample")
@@ -72,8 +85,10 @@ def report_text(c: Certificate) -> str:
         lines.append(f"test: p = {c.p_value:.4g} against a level {1 - c.confidence:g} spent over the sample's "
                      f"candidates{need}")
     if c.unscreened:
-        lines.append(f"not screened: {plural(c.unscreened, 'spectrum', 'spectra')} the store knows of have no verdict "
-                     f"for the task; the test covers the {c.screened:,} screened only"
+        where = f"of the archive {c.archive}" if c.archive else "the store knows of"
+        lines.append(f"not screened: {plural(c.unscreened, 'spectrum', 'spectra')} {where} "
+                     f"{'has' if c.unscreened == 1 else 'have'} no verdict for the task; the test covers the "
+                     f"{c.screened:,} screened only"
                      + ("" if not c.covered else " (they alone would pass it)"))
     if c.bound is not None:
         lines.append(f"bound: at most {percent(c.bound)} of all candidates are unread ({percent(c.confidence)} "
@@ -87,6 +102,33 @@ def report_text(c: Certificate) -> str:
             lines.append("next archive: no threshold — " + (c.threshold_note or (
                 f"the audit must find {c.threshold_positives_needed} more candidates")))
     return "\n".join(lines)
+
+
+def _archive(store: VettingStore, archive: str | None) -> tuple[str | None, list[str] | None]:
+    """The archive folder whose spectra must all be screened and their store keys (`archive_keys`): ``--archive``,
+    else the one the store names (said on stderr), else (None, None): the spectra the store knows of."""
+    if not archive:
+        named = store.get_state(ARCHIVE_ROOT_STATE)
+        if not isinstance(named, str) or not named:
+            return None, None
+        if not Path(named).is_dir():
+            print(f"the archive this store was made for, {named}, is not there: counting only the spectra the store "
+                  "knows of (--archive DIR names the archive; a moved one: spec-o3 store relocate)", file=sys.stderr)
+            return None, None
+        print(f"archive: {named} (the one the store was made for; --archive names another)", file=sys.stderr)
+        archive = named
+    index = open_archive(archive)
+    try:
+        return index.root, archive_keys(index)
+    finally:
+        index.close()
+
+
+def _assess(store: VettingStore, args: argparse.Namespace, root: str | None, keys: list[str] | None,
+            miss_rate: float | None = None) -> Certificate:
+    cert = assess(store, _task(store, args.task), args.recall, args.confidence, miss_rate, archive=keys)
+    cert.archive = root
+    return cert
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
@@ -103,18 +145,22 @@ def cmd_triage(args: argparse.Namespace) -> int:
             raise StoreError(f"--draw needs a positive number of spectra, got {args.draw}")
         with VettingStore(args.store) as store:
             task = _task(store, args.task)
-            before = assess(store, task, args.recall, args.confidence)
+            root, keys = _archive(store, args.archive)
+            before = _assess(store, args, root, keys)
             if before.unscreened:
-                raise StoreError(f"{plural(before.unscreened, 'spectrum', 'spectra')} of the store "
+                raise StoreError(f"{plural(before.unscreened, 'spectrum', 'spectra')} of the "
+                                 f"{'archive' if root else 'store'} "
                                  f"{'has' if before.unscreened == 1 else 'have'} no verdict for task {task!r}: "
                                  "screen them (spec-o3 vet) before drawing the audit sample (spectra screened after "
                                  "the draw are outside it)")
             draw(store, task, args.draw, args.seed, recall=args.recall, confidence=args.confidence,
                  vetter=login_vetter(args.vetter))
-            cert = assess(store, task, args.recall, args.confidence, args.miss_rate)
+            cert = _assess(store, args, root, keys, args.miss_rate)
     else:
         with VettingStore(args.store, readonly=True) as store:
-            cert = assess(store, _task(store, args.task), args.recall, args.confidence, args.miss_rate)
+            _task(store, args.task)  # a wrong task is refused before the archive is indexed
+            root, keys = _archive(store, args.archive)
+            cert = _assess(store, args, root, keys, args.miss_rate)
     print(json.dumps(cert.to_json(), indent=1) if args.json else report_text(cert))
     return 0 if cert.verdict == "stop" else EXIT_CONTINUE
 

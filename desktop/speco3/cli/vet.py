@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 from speco3.agent.tasks import get_task
+from speco3.cli.archive import open_archive
 from speco3.cli.options import (
     EXIT_INTERRUPTED,
     fill_model_digests,
@@ -28,7 +29,6 @@ from speco3.cli.progress import ProgressBar
 from speco3.cli.server import open_server_engines
 from speco3.engine.base import Engine
 from speco3.errors import Speco3Error
-from speco3.spectra import ArchiveIndex
 from speco3.spectra.index import IndexEntry
 from speco3.vetting.schedulers import choose, on_threads
 from speco3.vetting.screening import BatchResult, Scheduler, Screening, VetItem, in_shard, parse_shard, vet
@@ -78,26 +78,7 @@ def _archive_entries(args: argparse.Namespace) -> tuple[list[IndexEntry], str | 
         shard = parse_shard(args.shard) if args.shard else None
     except ValueError as exc:
         raise Speco3Error(str(exc)) from None
-    path = Path(args.archive).expanduser()
-    if path.is_dir():
-        index = ArchiveIndex.for_root(path)
-
-        tty = sys.stderr.isatty()
-
-        def progress(rel: str, done: int, total: int) -> None:
-            if tty:
-                print(f"\rindexing {done}/{total} files", end="", file=sys.stderr, flush=True)
-
-        summary = index.scan(path, progress=progress)
-        print(f"{chr(13) if tty else ''}indexed {summary.files_seen} files ({summary.files_read} read, {summary.errors} unreadable)",
-              file=sys.stderr)
-    elif path.is_file():
-        index = ArchiveIndex(path)
-        if index.root is None:
-            index.close()
-            raise Speco3Error(f"{path}: not an archive index (no archive root recorded)")
-    else:
-        raise Speco3Error(f"{path}: no such archive folder or index")
+    index = open_archive(args.archive)
     index_root = index.root
     try:
         entries = index.query(survey=args.survey, cls=args.cls, snr_min=args.snr_min, text=args.match, sort="key",

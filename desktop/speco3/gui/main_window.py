@@ -56,7 +56,7 @@ from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
 from speco3.gui.workers import IndexWorker, InferenceThread, StoppingJob, StoppingWorker, render_png
 from speco3.vetting import stopping
-from speco3.vetting.archive_store import StoreFit, store_fit, stores_beside
+from speco3.vetting.archive_store import StoreFit, plan_relocation, relocate, store_fit, stores_beside
 from speco3.vetting.export_formats import export_format
 from speco3.vetting.records import ModelVerdict
 from speco3.vetting.session import Opened
@@ -511,7 +511,8 @@ class MainWindow(QMainWindow):
                 return self.vetting.store is not None and self.vetting.store.path == path
         if named is None or not Path(named).is_dir():
             self.show_error(f"{path} names no archive folder found here ({named or 'none'}): open its archive first "
-                            "(File → Open archive folder…), then the store")
+                            "(File → Open archive folder…; one that moved: at its new place, and the store is "
+                            "offered to be re-rooted onto it), then the store")
             return False
         self.open_archive(named, store=path)
         return True
@@ -540,11 +541,13 @@ class MainWindow(QMainWindow):
         (the reason shown)."""
         index = self.index
         assert index is not None, "a store is chosen only for an indexed archive"  # the callers check it
+        not_moved = self._relocate_moved(path, root) if chosen else None
         try:  # nothing of the last archive stays shown, whatever follows
             opened = self.vetting.open_store(path, root, self._browse_read_only, self._holds if chosen else None)
         except StoreError as exc:
             if chosen:
-                self.show_error(f"the vetting store {path} is not used: {exc}")
+                self.show_error(f"the vetting store {path} is not used: {exc}"
+                                + (f" — {not_moved}" if not_moved else ""))
                 return False
             self.show_error(f"cannot open the vetting store: {exc}")
             opened = Opened(False)
@@ -587,6 +590,49 @@ class MainWindow(QMainWindow):
         elif n:
             self.show_message("no spectrum matches the filters")
         return True
+
+    def _relocate_moved(self, path: Path, root: str) -> str | None:
+        """A chosen store made before its archive moved here: it names an archive folder that is gone, and files of
+        its spectra lie at the same relative paths under ``root`` with the sizes it noted. Ask to re-root it onto
+        ``root`` (`speco3.vetting.archive_store.relocate`: one transaction, nothing removed), old and new folder
+        named, with the counts; then it fits. Without dialogs it is re-rooted when every file is found. Returns why
+        a moved store was not re-rooted (None: it was, or it is no moved store)."""
+        try:
+            with VettingStore(path, readonly=True) as store:
+                named = store.get_state(ARCHIVE_ROOT_STATE)
+                if not isinstance(named, str) or not named or Path(named).exists():
+                    return None
+                plan = plan_relocation(store, named, root)
+        except (StoreError, OSError):
+            return None  # the opening says what is wrong with the store
+        if not plan.found or plan.old == plan.new:
+            return None
+        if plan.problem(allow_missing=True) is not None:
+            return f"its archive {plan.old} moved? {plan.problem(allow_missing=True)}"
+        if dialogs_off():
+            if not plan.complete:
+                return (f"made for {plan.old}, which is not there: {plan.describe()}; not re-rooted "
+                        f"(spec-o3 store relocate {path} {plan.new} --allow-missing)")
+        else:
+            missing = (f"\n\n{plan.missing:,} of its {plan.files:,} files are not in this folder: their verdicts and "
+                       "decisions move with the rest and stay in the store." if plan.missing else "")
+            box = message(self, "Spec-o3 Desktop", (
+                f"The vetting store\n{path}\nwas made for the archive folder\n{plan.old}\nwhich is not there any "
+                f"more. Its spectra are in this archive folder:\n{plan.new}\n\n{plan.describe()}.{missing}\n\n"
+                "Re-root the store onto this folder? Its spectrum keys and file paths are rewritten in one "
+                "transaction; no verdict, decision or note is removed."))
+            move = box.addButton("Re-root the store", QMessageBox.ButtonRole.AcceptRole)
+            box.addButton(QMessageBox.StandardButton.Cancel)
+            box.exec()
+            box.deleteLater()
+            if box.clickedButton() is not move:
+                return f"made for {plan.old}; not re-rooted onto {plan.new}"
+        try:
+            relocate(path, plan.old, plan.new, allow_missing=True)
+        except StoreError as exc:
+            return str(exc)
+        self.show_message(f"{path.name} re-rooted from {plan.old} onto {plan.new}: {plan.describe()}")
+        return None
 
     def _show_store(self, path: Path | None, chosen: bool) -> None:
         """Name the store vetted in, in the status bar (a chosen one by its file, the app's own as such)."""

@@ -7,17 +7,28 @@ archive (``holds``: the archive's index), and the archive folder it names (`ARCH
 and the app). `stores_beside` finds the stores that fit an archive in its folder and the folder above it, where a
 night's run usually leaves them; `speco3.vetting.session.VettingSession.open_archive` checks the fit of a store the
 vetter chose before it writes to it.
+
+An archive moved after its store was made (``mv night1 /data/night1``) no longer fits it: the keys name the old
+folder. `plan_relocation` says whether the folder moved (every file the store holds rows of is at the same relative
+path under the new folder, with the size, and on request the sha256, the store noted when it screened it) and
+`relocate` re-roots the store's keys in one transaction (`VettingStore.relocate_keys`): ``spec-o3 store relocate``
+and the app's question when a store names an archive folder that is not there.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from speco3.errors import StoreError
+from speco3.fileio import sha256_file
+from speco3.spectra import ArchiveIndex
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
+from speco3.vetting.writer_lock import WriterLock
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +109,13 @@ def store_fit(path: str | Path, root: str | Path, holds: Holds) -> StoreFit:
                     sum(1 for k in sample if holds(k)), verdicts, decisions)
 
 
+def archive_keys(index: ArchiveIndex) -> list[str]:
+    """The store keys of the spectra a screening of the archive takes unless told otherwise (``spec-o3 vet`` without
+    filters, the app's pre-screen of the whole queue): every spectrum of the index, an unreadable one too (it is
+    recorded as ``input_error``), but sky fibres and spectra whose every pixel is masked (nothing to vet)."""
+    return [entry.address for entry in index.query(usable=True, sort="key")]
+
+
 def stores_beside(root: str | Path, holds: Holds, exclude: Path | None = None) -> list[StoreFit]:
     """The vetting stores in the archive folder ``root`` and the folder above it that fit it (`StoreFit.problem`
     None) and hold something of it (a night's ``spec-o3 vet … --out r.sqlite``), newest first; ``exclude``: a store
@@ -127,4 +145,168 @@ def stores_beside(root: str | Path, holds: Holds, exclude: Path | None = None) -
     return [fit for _t, fit in sorted(found, key=lambda t: -t[0])]
 
 
-__all__ = ["BESIDE_LIMIT", "KEYS_CHECKED", "Holds", "StoreFit", "store_fit", "stores_beside"]
+# -- a moved archive ---------------------------------------------------------------------------------------------
+#: At most this many missing or changed files are named in a relocation's report (the counts are whole).
+NAMED = 5
+
+
+@dataclass(frozen=True)
+class Relocation:
+    """What moving a store from the archive folder ``old`` to ``new`` finds (`plan_relocation`).
+
+    ``keys``: the store's spectrum keys under ``old``; ``files``: their files; ``found``: those at the same relative
+    path under ``new`` with the size the store noted (and the sha256, when ``hashed``); ``missing``, ``changed``:
+    the files not there, and those there with another size or sha256 (up to `NAMED` named in ``examples``);
+    ``clashes``: keys the store already holds under ``new``; ``outside``: keys under neither folder (left as they
+    are)."""
+
+    old: str
+    new: str
+    keys: int
+    files: int
+    found: int
+    missing: int
+    changed: int
+    clashes: int
+    outside: int
+    hashed: bool = False
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Every file found unchanged and nothing in the way: the archive moved, as a whole."""
+        return self.keys > 0 and self.found == self.files and not self.clashes
+
+    def problem(self, allow_missing: bool = False) -> str | None:
+        """Why the store is not re-rooted onto ``new`` (None: it may be; ``allow_missing``: files missing there do
+        not stop it, changed ones do)."""
+        if self.old == self.new:
+            return f"the store's spectra are under {self.new} already: nothing to re-root"
+        if not self.keys:
+            return f"the store holds no spectrum under {self.old}"
+        if self.clashes:
+            return (f"the store already holds {self.clashes:,} spectra under {self.new} (the two would mix): "
+                    "nothing re-rooted")
+        if self.changed:
+            return (f"{self.changed:,} of the {self.files:,} files differ in {self.new} (size"
+                    f"{' or sha256' if self.hashed else ''}): not the same archive, nothing re-rooted")
+        if self.missing and not allow_missing:
+            return (f"{self.missing:,} of the {self.files:,} files are not in {self.new}: nothing re-rooted "
+                    "(--allow-missing re-roots every key all the same)")
+        if not self.found:
+            return f"none of the {self.files:,} files is in {self.new}"
+        return None
+
+    def describe(self) -> str:
+        """One paragraph: what was found where."""
+        check = "size and sha256" if self.hashed else "size"
+        text = (f"{self.keys:,} spectra in {self.files:,} files under {self.old}; in {self.new}: {self.found:,} "
+                f"found (same relative path, same {check} where the store noted it)")
+        if self.missing:
+            text += f", {self.missing:,} missing"
+        if self.changed:
+            text += f", {self.changed:,} changed"
+        if self.examples:
+            text += " (" + ", ".join(self.examples) + (", …" if self.missing + self.changed > len(self.examples)
+                                                       else "") + ")"
+        if self.clashes:
+            text += f"; the store already holds {self.clashes:,} spectra under {self.new}"
+        if self.outside:
+            text += f"; {self.outside:,} spectra under neither folder stay as they are"
+        return text
+
+
+def _folder(path: str | Path) -> str:
+    """A folder as keys name it: absolute, resolved where it exists, without a trailing separator."""
+    p = Path(path).expanduser()
+    try:
+        p = p.resolve()
+    except (OSError, RuntimeError):
+        p = p.absolute()
+    return str(p)
+
+
+def plan_relocation(store: VettingStore, old: str | Path, new: str | Path, *, hash_files: bool = False
+                    ) -> Relocation:
+    """Whether the archive folder ``old`` of ``store``'s keys moved to ``new``: each file the store holds rows of
+    is looked for at its relative path under ``new`` and compared with the size (``hash_files``: and the sha256)
+    that the store noted for it (`VettingStore.file_stamps`, written when ``vet`` or the app screened it). Only
+    reads."""
+    old_root, new_root = _folder(old), _folder(new)
+    old_prefix, new_prefix = old_root + os.sep, new_root + os.sep
+    keys = store.spectrum_keys()
+    under = [k for k in keys if k.startswith(old_prefix)]
+    clashes = sum(k.startswith(new_prefix) for k in keys)
+    files = sorted({k.rpartition("#")[0] or k for k in under})
+    stamps = store.file_stamps()
+    found = missing = changed = 0
+    examples: list[str] = []
+    for path in files:
+        rel = path[len(old_prefix):]
+        moved = Path(new_prefix + rel)
+        try:
+            size = moved.stat().st_size if moved.is_file() else None
+        except OSError:
+            size = None
+        stamp = stamps.get(path)
+        if size is None:
+            missing += 1
+            why = "missing"
+        elif stamp is not None and (size != stamp[0] or (hash_files and _sha256(moved) != stamp[2])):
+            changed += 1
+            why = "changed"
+        else:
+            found += 1
+            continue
+        if len(examples) < NAMED:
+            examples.append(f"{rel} {why}")
+    return Relocation(old_root, new_root, len(under), len(files), found, missing, changed, clashes,
+                      len(keys) - len(under) - clashes, hash_files, examples)
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
+
+
+def relocate(store_path: str | Path, old: str | Path, new: str | Path, *, allow_missing: bool = False,
+             hash_files: bool = False, dry_run: bool = False) -> tuple[Relocation, dict[str, int]]:
+    """Re-root the store at ``store_path`` from the archive folder ``old`` onto ``new`` (`plan_relocation`; keys
+    and paths in one transaction, `VettingStore.relocate_keys`), unless the plan has a `Relocation.problem`
+    (`StoreError` with the plan's description: nothing changed) or ``dry_run``. The store must not be in use: an
+    app writing it (its writer lock) or a screening holding live claims on it refuses the move. Returns the plan
+    and the rows changed per column (empty on a dry run)."""
+    path = Path(store_path)
+    if not path.is_file():
+        raise StoreError(f"{path}: no such vetting store")
+    lock = WriterLock(path)
+    try:
+        holder = lock.acquire()
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot take its writer lock ({exc.strerror or exc})") from exc
+    if holder is not None:
+        raise StoreError(f"{path}: being written by {holder.describe()}: close it there first")
+    try:
+        with VettingStore(path, readonly=dry_run) as store:
+            plan = plan_relocation(store, old, new, hash_files=hash_files)
+            problem = plan.problem(allow_missing)
+            if problem is not None:
+                raise StoreError(f"{path}: {problem}\n{plan.describe()}")
+            if dry_run:
+                return plan, {}
+            now = time.time()
+            live = [h for _k, _w, h, expires in store.claims() if expires > now and not h.gone()]
+            if live:
+                raise StoreError(f"{path}: a screening holds claims on it ({live[0]}): let it finish (or stop it) "
+                                 "before relocating")
+            changed = store.relocate_keys(plan.old + os.sep, plan.new + os.sep, plan.new)
+    finally:
+        lock.release()
+    log.info("%s: relocated from %s to %s: %s", path, plan.old, plan.new, changed)
+    return plan, changed
+
+
+__all__ = ["BESIDE_LIMIT", "KEYS_CHECKED", "NAMED", "Holds", "Relocation", "StoreFit", "archive_keys",
+           "plan_relocation", "relocate", "store_fit", "stores_beside"]

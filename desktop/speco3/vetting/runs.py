@@ -13,6 +13,11 @@ refill, and the spectra in flight finish first. A cancel ends the items in fligh
 (nothing recorded, so a later pre-screen does them again). The time estimate follows one item in flight, the
 earliest started (`BatchFollow` names it); the queue estimate counts the others as running N at a time.
 
+A batch item another run on the store holds (a ``spec-o3 vet`` screening it now) is left to it without waiting,
+and looked at once more when the rest of the batch is done: by then that run may have been killed (its lease ran
+out, or its process is gone on this host), and its spectrum is screened here; one still held then is reported as
+left to the other run (`RunEnded` without a verdict).
+
 Engines are cached by their `speco3.engine.choice.EngineKey` (the typed model choice and the settings); a scripted
 job's engine is made per spectrum and never cached. `speco3.gui.workers.InferenceThread` runs `serve` on a worker
 thread and turns the events into Qt signals.
@@ -70,6 +75,7 @@ class RunJob:
     batch: bool = False
     scripted: bool = False
     job_id: int = 0
+    revisit: bool = False  # a batch item held by another run, queued again at the batch's end (see module doc)
 
     @property
     def task(self) -> Task:
@@ -226,6 +232,7 @@ class RunService:
         self._stop = False
         self._interactive: collections.deque[RunJob] = collections.deque()
         self._batch: collections.deque[RunJob] = collections.deque()
+        self._held: list[RunJob] = []  # batch items another run held, looked at again when the batch is done
         self._batch_total = 0
         self._batch_done = 0
         self._paused = False
@@ -254,6 +261,7 @@ class RunService:
                 self._next_id += 1
                 job.batch = True
             self._batch = collections.deque(jobs)
+            self._held = []
             self._batch_total, self._batch_done, self._paused = len(jobs), 0, False
         self.observer(BatchState("running"))
         self.observer(BatchProgress(0, len(jobs)))
@@ -269,6 +277,7 @@ class RunService:
         """Drop the queued batch items and cancel those in flight (each reported as it ends)."""
         with self._lock:
             self._batch.clear()
+            self._held.clear()
             self._paused = False
             running = self._running()
         for job in running:
@@ -291,7 +300,7 @@ class RunService:
 
     def batch_running(self) -> bool:
         with self._lock:
-            return bool(self._batch) or any(job.batch for job in self._running())
+            return bool(self._batch or self._held) or any(job.batch for job in self._running())
 
     def busy(self) -> bool:
         with self._lock:
@@ -303,6 +312,7 @@ class RunService:
         with self._lock:
             self._stop = True
             self._batch.clear()
+            self._held.clear()
             self._interactive.clear()
             running = self._running()
         for job in running:
@@ -337,6 +347,9 @@ class RunService:
         with self._lock:
             if self._stop:
                 return None
+            if not self._batch and self._held and not self._flight and not self._paused:
+                self._batch.extend(self._held)  # the rest is done: the held ones once more (see module doc)
+                self._held.clear()
             if self._interactive:
                 self._current = self._interactive.popleft()
             elif self._batch and not self._paused:
@@ -352,7 +365,8 @@ class RunService:
             if width > 1:
                 self._serve_slots(job, engine, width)  # reports and counts each item itself
                 return
-            self._run_job(job, engine)
+            if self._run_job(job, engine):
+                return
         except Exception as exc:  # the service goes on; the traceback is in the log
             log.exception("agent job on %s failed", job.key)
             self.observer(RunFailed(job.job_id, job.key, f"{type(exc).__name__}: {exc}"))
@@ -361,13 +375,24 @@ class RunService:
                 self._current = None
         self._item_done(job)
 
+    def _held_back(self, job: RunJob, event: Event) -> bool:
+        """A batch item left to another run that holds it, the first time: kept to be looked at again when the
+        rest of the batch is done (not reported nor counted yet; see module doc)."""
+        if not (job.batch and not job.revisit and isinstance(event, Skipped) and event.held):
+            return False
+        job.revisit = True
+        with self._lock:
+            self._held.append(job)
+        return True
+
     def _item_done(self, job: RunJob) -> None:
         """Count a finished batch item and report the batch's progress (nothing for an interactive run)."""
         if not job.batch:
             return
         with self._lock:
             self._batch_done += 1
-            done, total, left = self._batch_done, self._batch_total, len(self._batch) + len(self._flight)
+            done, total = self._batch_done, self._batch_total
+            left = len(self._batch) + len(self._flight) + len(self._held)
         self.observer(BatchProgress(done, total))
         if not left and done >= total:
             self.observer(BatchState("finished"))
@@ -451,8 +476,9 @@ class RunService:
         if follow:
             self._estimate(job, live.eta, parallel)
 
-    def _run_job(self, job: RunJob, engine: Engine) -> None:
-        """One spectrum through the screening core, one at a time (its K rollouts on the parallel sequences)."""
+    def _run_job(self, job: RunJob, engine: Engine) -> bool:
+        """One spectrum through the screening core, one at a time (its K rollouts on the parallel sequences); True
+        when it was held back to be looked at again (`_held_back`: not reported)."""
         live = self.job_started(job, engine)
         bufs: dict[int, list[str]] = {}  # rollout index -> text not sent yet
         last = [time.perf_counter()]
@@ -474,8 +500,11 @@ class RunService:
             flush()
             if isinstance(event, Stepped):
                 self._observe(live, event, engine, 1, follow=True)
+            elif self._held_back(job, event):
+                return True
             elif isinstance(event, Recorded | Cancelled | Skipped):
                 self._job_ended(live, event)
+        return False
 
     # -- batch items in slots ----------------------------------------------------------------------------------------
     def _take_next(self, like: RunJob) -> RunJob | None:
@@ -529,10 +558,13 @@ class RunService:
                     self._observe(lv, event, engine, width, follow=lv.job.job_id == followed.job_id)
                 elif isinstance(event, Recorded | Cancelled | Skipped):
                     del live[event.item.key]
-                    self._job_ended(lv, event)  # reported before the batch can look idle
+                    held = self._held_back(lv.job, event)
+                    if not held:
+                        self._job_ended(lv, event)  # reported before the batch can look idle
                     with self._lock:
                         self._flight.pop(lv.job.job_id, None)
-                    self._item_done(lv.job)
+                    if not held:
+                        self._item_done(lv.job)
                     follow()
         except Exception as exc:  # the app's boundary: the items in flight fail (logged), the service goes on
             log.exception("the batch slots failed")

@@ -21,8 +21,8 @@ Definitions (one task; a *candidate* is a spectrum the vetter decides YES):
   restricted to decisions on drawn spectra in draw order. A YES on a spectrum not screened for the task is outside
   the screened population: it is reported (``found_unscreened``) but not counted until the spectrum is screened
   (counting it without the unscreened unread spectra it came from would overstate the recall);
-- the *unscreened*: the archive's spectra (the app's index; without one, the spectra the store knows of) without a
-  model verdict for the task. The guarantee covers screened spectra only, so while any is unscreened the verdict
+- the *unscreened*: the archive's spectra (the app's index, or those ``spec-o3 triage`` lists of the archive folder;
+  without one, the spectra the store knows of) without a model verdict for the task. The guarantee covers screened spectra only, so while any is unscreened the verdict
   is ``continue`` (the line says to screen them first), whatever the test says about the screened ones;
 - ``k`` = candidates in the sample: YES and UNSURE (an UNSURE counts as a candidate in the sample, which makes the
   test harder to pass, and is never counted as found).
@@ -65,7 +65,7 @@ thousands of populations at once); `assess` turns a store into a `Certificate`.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple
@@ -304,6 +304,7 @@ class Certificate:
     threshold_note: str | None = None  # why there is no threshold when one was asked for
     method: str = METHOD
     unscreened: int = 0  # spectra of the archive (or known to the store) without a model verdict for the task
+    archive: str | None = None  # the archive folder whose spectra were counted (spec-o3 triage; None: the store's)
     found_unscreened: int = 0  # YES decisions on them (not counted as found until screened)
     reviewed_audit: int = 0  # decided screened spectra that are sample labels (= labels_used)
     reviewed_other: int = 0  # decided screened spectra neither in the likely-first prefix nor sample labels
@@ -360,11 +361,13 @@ class Certificate:
 
 
 def assess(store: VettingStore, task: str, recall: float, confidence: float,
-           miss_rate: float | None = None, archive: int | None = None) -> Certificate:
+           miss_rate: float | None = None, archive: int | Collection[str] | None = None) -> Certificate:
     """The stopping test of ``task`` in ``store`` at the target (see module doc); with ``miss_rate``, also the
     threshold for the next archive (`next_archive_threshold`) when the draw is uniform over the whole screened
-    archive (made before any decision). ``archive``: how many spectra the archive holds (the app's index), for the
-    count of those not screened; None: the spectra the store knows of (a verdict for any task, a decision, notes)."""
+    archive (made before any decision). ``archive``, for the count of the spectra not screened: how many spectra the
+    archive holds (the app's index), or their store keys (``spec-o3 triage``: those without a verdict for the task
+    count, whatever else the store holds); None: the spectra the store knows of (a verdict for any task, a
+    decision, notes)."""
     check_target(recall, confidence)
     scores = store.verdict_scores(task)  # one query each: 170,000 screened spectra read in well under a second
     verdicts = {key: p_yes for key, p_yes, _token in scores}
@@ -381,8 +384,10 @@ def assess(store: VettingStore, task: str, recall: float, confidence: float,
     found_unscreened = sum(label == "YES" and key not in verdicts for key, label in decided.items())
     if archive is None:
         unscreened = sum(key not in verdicts for key in store.spectrum_keys())
+    elif isinstance(archive, int):
+        unscreened = max(0, archive - len(verdicts))
     else:
-        unscreened = max(0, int(archive) - len(verdicts))
+        unscreened = sum(key not in verdicts for key in archive)
     found_outside = sum(decided.get(key) == "YES" for key in verdicts if key not in frame_set)
     sample = frame_keys[:drawn]
     used = next((i for i, key in enumerate(sample) if key not in decided), len(sample))
@@ -438,7 +443,7 @@ DEFAULT_RECALL, DEFAULT_CONFIDENCE = 0.9, 0.95
 
 
 def current(store: VettingStore, task: str, recall: float = DEFAULT_RECALL,
-            confidence: float = DEFAULT_CONFIDENCE, archive: int | None = None) -> Certificate | None:
+            confidence: float = DEFAULT_CONFIDENCE, archive: int | Collection[str] | None = None) -> Certificate | None:
     """The certificate of ``task`` at its latest draw's target, or at ``recall`` and ``confidence`` (the app's
     settings) when no draw has recorded one; None when the task has no screened spectrum (nothing to certify).
     ``archive``: as `assess`."""
@@ -450,7 +455,7 @@ def current(store: VettingStore, task: str, recall: float = DEFAULT_RECALL,
 
 
 def audit_rest(store: VettingStore, task: str, vetter: str = "", recall: float = DEFAULT_RECALL,
-               confidence: float = DEFAULT_CONFIDENCE, archive: int | None = None) -> Certificate | None:
+               confidence: float = DEFAULT_CONFIDENCE, archive: int | Collection[str] | None = None) -> Certificate | None:
     """"Audit the rest" (the app's queue): add to the audit sample as many random spectra as the test asks for
     (at the target of `current`), unless the spectra drawn before are not all decided yet, the screened spectra
     pass already, or some of the archive is not screened (the draw fixes the frame: spectra screened after it

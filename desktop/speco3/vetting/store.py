@@ -792,6 +792,45 @@ class VettingStore:
                            "UNION SELECT spectrum_key FROM annotations ORDER BY 1")
         return [r[0] for r in rows]
 
+    #: Columns holding file paths (not spectrum keys) that a relocation re-roots with the keys: what the store knows
+    #: of each file, the batch's file stamps, and trace folders kept inside the archive folder.
+    RELOCATED_PATHS = (("spectra", "path"), ("file_stamps", "path"), ("model_verdicts", "trace_dir"),
+                       ("rollouts", "trace_dir"))
+
+    def relocate_keys(self, old_prefix: str, new_prefix: str, new_root: str) -> dict[str, int]:
+        """Re-root every spectrum key (each table's ``spectrum_key``) and every path of `RELOCATED_PATHS` that starts
+        with ``old_prefix`` (the old archive folder and a separator) onto ``new_prefix``, and name ``new_root`` as
+        the store's archive (`ARCHIVE_ROOT_STATE`), in one write transaction: a process killed in it leaves the
+        store as it was. Refuses (`StoreError`, nothing changed) when a key already starts with ``new_prefix`` (the
+        two would mix). Returns the rows changed per ``table.column``. The archive check is the caller's
+        (`speco3.vetting.archive_store.relocate`)."""
+        if not old_prefix or not new_prefix or old_prefix == new_prefix:
+            raise StoreError(f"{self.path}: nothing to relocate ({old_prefix!r} -> {new_prefix!r})")
+        old, new = storable_text(old_prefix), storable_text(new_prefix)
+        changed: dict[str, int] = {}
+        try:
+            with self._tx() as cur:
+                tables = [r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+                keyed = [t for t in tables if any(c[1] == "spectrum_key" for c in cur.execute(
+                    f'PRAGMA table_info("{t}")'))]
+                for table in keyed:
+                    clash = cur.execute(f'SELECT COUNT(*) FROM "{table}" WHERE substr(spectrum_key, 1, ?) = ?',
+                                        (len(new), new)).fetchone()[0]
+                    if clash:
+                        raise StoreError(f"{self.path}: already holds rows of {clash:,} spectrum keys under "
+                                         f"{new_prefix} ({table}); not relocated (the two would mix)")
+                columns = [(t, "spectrum_key") for t in keyed]
+                columns += [(t, c) for t, c in self.RELOCATED_PATHS if t in tables]
+                for table, column in columns:
+                    cur.execute(f'UPDATE "{table}" SET {column} = ? || substr({column}, ?) '
+                                f"WHERE substr({column}, 1, ?) = ?", (new, len(old) + 1, len(old), old))
+                    changed[f"{table}.{column}"] = cur.rowcount
+                cur.execute("INSERT INTO state VALUES (?,?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value, "
+                            "updated_at=excluded.updated_at", (ARCHIVE_ROOT_STATE, json.dumps(new_root), now_iso()))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: relocation failed, the store is as it was: {_sqlite_reason(exc)}") from exc
+        return changed
+
     def tasks(self) -> list[str]:
         rows = self._query("SELECT task FROM model_verdicts UNION SELECT task FROM decisions ORDER BY 1")
         tasks = {r[0] for r in rows} | {a.task for a in self.annotations()}
