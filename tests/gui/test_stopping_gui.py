@@ -5,6 +5,7 @@ test runs on the stopping worker's thread, never the GUI's, at the settings' tar
 
 from __future__ import annotations
 
+import shutil
 import threading
 
 import pytest
@@ -211,3 +212,23 @@ def test_the_worker_answers_in_order_keeps_every_audit_and_says_why_it_cannot(qt
         worker.stop()
         worker.deleteLater()
         store.close()
+
+
+def test_after_a_full_pre_screen_a_sky_fibre_is_not_counted_as_unscreened(qtbot, make_window, spectra_dir, tmp_path,
+                                                                          open_and_wait, fake_models):
+    """The line counts the spectra a screening takes (`archive_keys`: sky fibres and fully masked spectra left out,
+    unreadable ones in), as `spec-o3 triage` does; counting every readable entry kept a DESI coadd's sky fibre
+    "not screened" after the whole queue was pre-screened."""
+    folder = tmp_path / "night"
+    folder.mkdir()
+    for rel in ("desi/coadd-sv3-dark-26065.fits", "generic/gbt_1d.fits"):
+        shutil.copy(spectra_dir / rel, folder)
+    w = make_window()
+    open_and_wait(w, folder)
+    w.table_model.fetch_all()
+    n = w.table_model.loaded_rows()
+    assert w.index.count(usable=False) >= 1  # the sky fibre is there
+    w.start_batch()
+    qtbot.waitUntil(lambda: w.batch_bar.value() == n, timeout=120000)
+    qtbot.waitUntil(lambda: w.decision.stopping.text().startswith(f"reviewed 0 of {n}"), timeout=30000)
+    assert "not screened" not in _refresh(qtbot, w)

@@ -286,9 +286,7 @@ class AgentController(QObject):
         # unchanged; applied again as each spectrum starts
         check: DoneCheck = screening.done_check(choice.label)
         jobs: list[tuple[RunJob, IndexEntry]] = []
-        for entry in entries:
-            if entry.error:
-                continue
+        for entry in entries:  # an unreadable one too: the core records it as input_error, as `vet` does
             if choice.scripted and not (entry.file_name or "").startswith("spec-60001-SPECO3DEMO"):
                 continue
             if check.state(store_key(entry), entry.path) == "done":

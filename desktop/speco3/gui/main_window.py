@@ -865,7 +865,7 @@ class MainWindow(QMainWindow):
         job = StoppingJob(self._stopping_ids, store, self.vetting.task_id, self.settings.stop_recall,
                           self.settings.stop_confidence, audit=audit,
                           vetter=self.settings.vetter_name() if audit else "",
-                          archive=self.index.count(has_error=False) if self.index is not None else None)
+                          archive=self.index.count(usable=True) if self.index is not None else None)
         self._stopping_jobs[job.job_id] = job
         self.stopping_worker.submit(job)
         return job.job_id
