@@ -261,6 +261,55 @@ def test_navigation_and_menu_entries_are_greyed_while_they_cannot_act(qtbot, mak
     assert w.statusBar().currentMessage() == "end of the queue"
 
 
+#: The Agent menu's entries that act on a run or a batch going.
+RUN_ENTRIES = ("Cancel run (Esc)", "Pause / resume batch", "Cancel batch")
+
+
+def _run_entries(w) -> dict[str, bool]:
+    """Whether each entry of `RUN_ENTRIES` is enabled."""
+    return {act.text(): act.isEnabled() for menu in (a.menu() for a in w.menuBar().actions())
+            for act in menu.actions() if act.text() in RUN_ENTRIES}
+
+
+def test_cancel_and_pause_entries_are_greyed_unless_a_run_or_batch_is_going(qtbot, make_window, demo_archive,
+                                                                            open_and_wait, engine_factory,
+                                                                            fake_models):
+    """Agent → Cancel run, Pause / resume batch and Cancel batch stayed enabled with nothing going: they follow the
+    run events (an interactive run submitted until it ends or is cancelled; a batch from its start until it finishes
+    or is cancelled)."""
+    engine_factory.delay_s = 0.02  # runs long enough to be seen going
+    w = make_window()
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)  # the start screen
+    open_and_wait(w, demo_archive)
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)  # a spectrum shown, nothing going
+    w.run_agent()
+    assert w.agent.interactive_job is not None
+    assert _run_entries(w) == {"Cancel run (Esc)": True, "Pause / resume batch": False, "Cancel batch": False}
+    qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=30000)  # the run ends with its verdict
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)
+    w.run_agent()
+    qtbot.waitUntil(lambda: "continuum" in w.agent_panel.transcript.toPlainText(), timeout=20000)
+    assert _run_entries(w)["Cancel run (Esc)"]
+    w.agent.cancel()  # what the entry does
+    qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=30000)
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)
+    w.start_batch()
+    assert w.batch.running
+    assert _run_entries(w) == {"Cancel run (Esc)": False, "Pause / resume batch": True, "Cancel batch": True}
+    w.toggle_batch_pause()  # paused: still a batch to resume or cancel
+    assert _run_entries(w) == {"Cancel run (Esc)": False, "Pause / resume batch": True, "Cancel batch": True}
+    w.toggle_batch_pause()
+    w.inference.cancel_batch()  # what the entry does
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)
+    qtbot.waitUntil(lambda: not w.inference.busy(), timeout=30000)  # the items in flight report back
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)
+    engine_factory.delay_s = 0.0
+    w.start_batch()  # what the cancelled batch left, to its end
+    assert _run_entries(w)["Cancel batch"]
+    qtbot.waitUntil(lambda: not w.batch.running, timeout=120000)
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)
+
+
 def test_decisions_of_another_writer_reach_the_panel_and_counters(qtbot, make_window, demo_archive, open_and_wait):
     """The table followed `spectrum decide` within 2 s but the decision panel of the spectrum shown still said
     "not decided yet" and the decided counter stayed old until the vetter moved; a comment being typed is kept."""

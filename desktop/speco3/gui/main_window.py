@@ -302,6 +302,8 @@ class MainWindow(QMainWindow):
         self.agent_panel.taskChanged.connect(self._on_task)
         self.agent.message.connect(self.show_message)
         self.agent.verdictRecorded.connect(self._on_verdict)
+        self.agent.runChanged.connect(self._show_enabled)  # Cancel run: only while a run is going
+        self.batch.stateChanged.connect(self._show_enabled)  # Pause / Cancel batch: only while a batch is going
         self.key_actions: dict[str, Callable[[], object]] = {
             "decide_yes": lambda: self.decide("YES"), "decide_no": lambda: self.decide("NO"),
             "decide_unsure": lambda: self.decide("UNSURE"), "accept_model": self.accept_model,
@@ -696,7 +698,8 @@ class MainWindow(QMainWindow):
         (`VettingSession.refusal`: the start screen, an empty table, an unreadable file and a read-only store show
         them disabled, issue #41); Previous and Next only when there is a row to move to
         (`VettingSession.move_refusal`: not on the start screen, an empty queue, at its start or end); the menu
-        entries that need an archive, a store or a writable one (`MenuActions`) only with it."""
+        entries that need an archive, a store or a writable one (`MenuActions`) only with it, Cancel run only while
+        an agent run is going and Pause / Cancel batch only while a batch is (the run events say when)."""
         session = self.vetting.session
         writable = session.refusal() is None
         self.decision.set_writable(writable)
@@ -705,7 +708,8 @@ class MainWindow(QMainWindow):
         self.mark_action.setEnabled(writable)
         need = self.menu_actions
         for actions, enabled in ((need.archive, self.index is not None), (need.store, session.store is not None),
-                                 (need.writable, session.store_refusal() is None), (need.spectrum, writable)):
+                                 (need.writable, session.store_refusal() is None), (need.spectrum, writable),
+                                 (need.run, self.agent.interactive_job is not None), (need.batch, self.batch.running)):
             for act in actions:
                 act.setEnabled(enabled)
 
