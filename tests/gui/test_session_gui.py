@@ -261,6 +261,62 @@ def test_navigation_and_menu_entries_are_greyed_while_they_cannot_act(qtbot, mak
     assert w.statusBar().currentMessage() == "end of the queue"
 
 
+#: Every viewer key (the keymap's View group and Z), as pressed: (key, modifier).
+VIEW_KEYS = {"zoom_in": (Qt.Key.Key_Equal, None), "zoom_out": (Qt.Key.Key_Minus, None),
+             "pan_left": (Qt.Key.Key_BracketLeft, None), "pan_right": (Qt.Key.Key_BracketRight, None),
+             "reset_zoom": (Qt.Key.Key_R, None), "smooth_more": (Qt.Key.Key_D, None),
+             "smooth_less": (Qt.Key.Key_S, None), "toggle_frame": (Qt.Key.Key_F, None),
+             "toggle_lines": (Qt.Key.Key_L, None), "toggle_model": (Qt.Key.Key_M, None),
+             "z_from_line": (Qt.Key.Key_Z, None),
+             "y_zoom_in": (Qt.Key.Key_Equal, Qt.KeyboardModifier.ControlModifier),
+             "y_zoom_out": (Qt.Key.Key_Minus, Qt.KeyboardModifier.ControlModifier),
+             "y_up": (Qt.Key.Key_Up, Qt.KeyboardModifier.ControlModifier),
+             "y_down": (Qt.Key.Key_Down, Qt.KeyboardModifier.ControlModifier),
+             "y_auto": (Qt.Key.Key_R, Qt.KeyboardModifier.ShiftModifier)}
+
+
+def _view_state(w) -> tuple:
+    v = w.viewer
+    return v.frame, v.smooth_index, v.show_lines, v.show_model, v.y_manual, w.decision.fit_z.text()
+
+
+def test_viewer_keys_with_nothing_to_view_say_why_and_do_nothing(qtbot, make_window, demo_archive, open_and_wait,
+                                                                 key, caplog):
+    """Every viewer key on the start screen and on an unreadable file: no exception (pytest-qt fails the test on one
+    raised in a Qt slot or event filter), no error logged, the view unchanged, and one line in the status bar saying
+    why, as the arrow keys and the decision keys do there."""
+    from speco3.gui.keymap import ACTIONS
+
+    assert set(VIEW_KEYS) == {a.name for a in ACTIONS if a.group == "View"} | {"z_from_line"}
+    w = make_window()
+    before = _view_state(w)
+    for action, (k, mod) in VIEW_KEYS.items():  # the start screen
+        w.statusBar().clearMessage()
+        key(w, k, mod)
+        want = "open an archive first: " + ("no line to measure" if action == "z_from_line" else "nothing to view")
+        assert w.statusBar().currentMessage() == want, action
+    assert _view_state(w) == before
+    (demo_archive / "aaa-notes.fits").write_text("observing notes, not a FITS file\n")
+    open_and_wait(w, demo_archive)
+    w.table_model.fetch_all()
+    row = next(r for r in range(w.table_model.loaded_rows()) if w.table_model.entry(r).file_name == "aaa-notes.fits")
+    w.vetting.go_to(row)  # an unreadable file selected
+    assert w.vetting.spectrum is None
+    before = _view_state(w)
+    for action, (k, mod) in VIEW_KEYS.items():
+        w.statusBar().clearMessage()
+        key(w, k, mod)
+        said = w.statusBar().currentMessage()
+        assert said.startswith("aaa-notes.fits: not readable (") and "\n" not in said, (action, said)
+        assert said.endswith(": no line to measure" if action == "z_from_line" else ": nothing to view"), said
+    assert _view_state(w) == before
+    assert [r.getMessage() for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")] == []
+    w.vetting.go_to(row + 1)  # a readable spectrum: the keys act
+    w.statusBar().clearMessage()
+    key(w, Qt.Key.Key_F)
+    assert w.viewer.frame == "rest" and "nothing to view" not in w.statusBar().currentMessage()
+
+
 #: The Agent menu's entries that act on a run or a batch going.
 RUN_ENTRIES = ("Cancel run (Esc)", "Pause / resume batch", "Cancel batch")
 

@@ -43,7 +43,7 @@ from speco3.gui.collector import collect_garbage_on_gui_thread
 from speco3.gui.decision_panel import DecisionPanel
 from speco3.gui.demo_session import SCRIPTED_LABEL, is_demo_spectrum
 from speco3.gui.dialogs import ModelManagerDialog, SettingsDialog, dialogs_off, run_export
-from speco3.gui.keymap import FLAG_ACTIONS, KeyFilter, Keymap
+from speco3.gui.keymap import ACTIONS, FLAG_ACTIONS, KeyFilter, Keymap
 from speco3.gui.labels import WrapLabel
 from speco3.gui.lines import known_lines
 from speco3.gui.menus import build_menus
@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 #: Key actions that write for the spectrum shown (or run the model on it): refused with nothing readable shown.
 WRITING_ACTIONS = frozenset({"decide_yes", "decide_no", "decide_unsure", "accept_model", "comment", "run_agent",
                              "mark_evidence", *FLAG_ACTIONS})
+#: The keys that act on the spectrum in the viewer: with none readable shown they say why and do nothing.
+VIEW_ACTIONS = frozenset({a.name for a in ACTIONS if a.group == "View"} | {"z_from_line"})
 
 
 def archive_summary(summary: dict[str, Any], unusable: int, root: str) -> str:
@@ -340,10 +342,16 @@ class MainWindow(QMainWindow):
 
     def trigger(self, action: str) -> None:
         """Run a keymap action by name (the key filter calls this); a decision, note or agent key while no readable
-        spectrum of this archive is shown (or the store is read-only) says why and does nothing."""
+        spectrum of this archive is shown (or the store is read-only), and a viewer key while no readable spectrum
+        is shown (the start screen, an empty table, an unreadable file), says why and does nothing."""
         fn = self.key_actions.get(action)
         if fn is None:
             return
+        if action in VIEW_ACTIONS:
+            what = "no line to measure" if action == "z_from_line" else "nothing to view"
+            if (reason := self.vetting.session.view_refusal(what)) is not None:
+                self.show_message(reason)
+                return
         if action in WRITING_ACTIONS:
             what = "nothing run" if action == "run_agent" else "nothing decided" if action.startswith(
                 ("decide_", "accept_")) else "nothing noted"

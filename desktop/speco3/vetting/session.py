@@ -512,19 +512,27 @@ class VettingSession:
             return "end of the queue"
         return None
 
+    def view_refusal(self, what: str = "nothing to view") -> str | None:
+        """Why there is no spectrum to look at (None: a readable one is shown, in a read-only store too): the viewer
+        keys (zoom, pan, smoothing, frame, lines, y-range, Z) say it on the start screen, with an empty table and on
+        an unreadable file; ``what`` ends the sentence."""
+        if self.store is None:
+            return f"open an archive first: {what}"
+        if self.shown is None:
+            return f"no spectrum shown (the table is empty): {what}"
+        if self.shown.spectrum is None:
+            return f"{self.shown.entry.name}: not readable ({self.shown.error or 'no data'}): {what}"
+        return None
+
     def refusal(self, what: str = "nothing decided") -> str | None:
         """Why nothing can be written for the spectrum shown (None: a readable spectrum of this archive is shown
         and the store is writable); ``what`` ends the sentence."""
         reason = self.store_refusal()
         if reason is not None:
             return f"{reason}: {what}"
-        if self.shown is None:
-            return f"no spectrum shown (the table is empty): {what}"
-        if self.shown.archive != self.archive_serial:
+        if self.shown is not None and self.shown.archive != self.archive_serial:
             return f"the spectrum shown is of another archive: {what}"
-        if self.shown.spectrum is None:
-            return f"{self.shown.entry.name}: not readable ({self.shown.error or 'no data'}): {what}"
-        return None
+        return self.view_refusal(what)
 
     # -- decisions and notes -------------------------------------------------------------------------------------
     def decide(self, decision: str, flags: list[str], comment: str, evidence: list[Evidence],
