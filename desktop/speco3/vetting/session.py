@@ -406,7 +406,8 @@ class VettingSession:
         return self.shown.spectrum if self.shown is not None else None
 
     def go_to(self, row: int) -> bool:
-        """Show the queue's ``row`` (False when there is none)."""
+        """Show the queue's ``row`` (False when there is none); at the last row read, the next page is read first
+        (`move_refusal` reads none)."""
         entry = self.queue.entry(row)
         if entry is None:
             return False
@@ -419,6 +420,8 @@ class VettingSession:
             error = str(exc)
             self.error.emit(f"{entry.key}: {exc}")
         self.shown = Shown(row, entry, spectrum, error, self.archive_serial)
+        if row == self.queue.loaded_rows() - 1:  # the last row read: read on, so that Next knows whether one
+            self.queue.fetch_next()  # follows (a verdict-state filter's pages left may hold none: Next greyed)
         self.current_changed.emit(self.shown)
         self.record_changed.emit()
         self.last_switch_ms = (time.perf_counter() - t0) * 1000
