@@ -88,6 +88,40 @@ def test_verdict_state_filter_pages_through_the_index():
     assert model.rowCount() == PAGE - 1  # the first page minus the decided f000005
 
 
+def test_next_is_refused_at_the_last_row_when_the_pages_left_hold_none(tmp_path):
+    """Under a verdict-state filter with pages left, Next stayed enabled on the last row read and then said "end of
+    the queue": showing the last row read reads on, so `move_refusal` knows (a page with a match moves on to it)."""
+    from speco3.vetting.session import VettingSession
+
+    class Settings:
+        auto_advance = True
+
+        def vetter_name(self) -> str:
+            return "Ana"
+
+    index = ListIndex(2000)
+    decided = {f"f{i:06d}.fits#0" for i in (5, 7)}  # both on the first page
+    model = ArchiveTableModel(state_fn=lambda e: (None, "YES" if e.key in decided else None))
+    model.set_index(index)
+    model.set_filters(Filters(state="decided"))
+    assert model.rowCount() == 2 and model.has_more()
+    (tmp_path / "archive").mkdir()
+    s = VettingSession(Settings(), lambda _e: _noisy_spectrum())
+    assert s.open_archive(tmp_path / "archive", tmp_path / "store.sqlite").opened
+    s.set_queue(model)
+    assert s.go_to(0) and s.move_refusal(1) is None
+    assert s.go_to(1)  # the last row read: the pages left are read, none matches
+    assert not model.has_more() and model.rowCount() == 2
+    assert s.move_refusal(1) == "end of the queue"
+    decided.add("f001500.fits#0")  # a match on a later page
+    model.set_filters(Filters(state="any"))
+    model.set_filters(Filters(state="decided"))
+    assert model.rowCount() == 2 and model.has_more()
+    assert s.go_to(1) and model.rowCount() == 3 and s.move_refusal(1) is None
+    assert s.step(1) and s.entry.key == "f001500.fits#0" and s.move_refusal(1) == "end of the queue"
+    s.close()
+
+
 def _noisy_spectrum():
     rng = np.random.default_rng(3)
     w = np.linspace(3700, 9100, 3909)

@@ -261,6 +261,111 @@ def test_navigation_and_menu_entries_are_greyed_while_they_cannot_act(qtbot, mak
     assert w.statusBar().currentMessage() == "end of the queue"
 
 
+#: Every viewer key (the keymap's View group and Z), as pressed: (key, modifier).
+VIEW_KEYS = {"zoom_in": (Qt.Key.Key_Equal, None), "zoom_out": (Qt.Key.Key_Minus, None),
+             "pan_left": (Qt.Key.Key_BracketLeft, None), "pan_right": (Qt.Key.Key_BracketRight, None),
+             "reset_zoom": (Qt.Key.Key_R, None), "smooth_more": (Qt.Key.Key_D, None),
+             "smooth_less": (Qt.Key.Key_S, None), "toggle_frame": (Qt.Key.Key_F, None),
+             "toggle_lines": (Qt.Key.Key_L, None), "toggle_model": (Qt.Key.Key_M, None),
+             "z_from_line": (Qt.Key.Key_Z, None),
+             "y_zoom_in": (Qt.Key.Key_Equal, Qt.KeyboardModifier.ControlModifier),
+             "y_zoom_out": (Qt.Key.Key_Minus, Qt.KeyboardModifier.ControlModifier),
+             "y_up": (Qt.Key.Key_Up, Qt.KeyboardModifier.ControlModifier),
+             "y_down": (Qt.Key.Key_Down, Qt.KeyboardModifier.ControlModifier),
+             "y_auto": (Qt.Key.Key_R, Qt.KeyboardModifier.ShiftModifier)}
+
+
+def _view_state(w) -> tuple:
+    v = w.viewer
+    return v.frame, v.smooth_index, v.show_lines, v.show_model, v.y_manual, w.decision.fit_z.text()
+
+
+def test_viewer_keys_with_nothing_to_view_say_why_and_do_nothing(qtbot, make_window, demo_archive, open_and_wait,
+                                                                 key, caplog):
+    """Every viewer key on the start screen and on an unreadable file: no exception (pytest-qt fails the test on one
+    raised in a Qt slot or event filter), no error logged, the view unchanged, and one line in the status bar saying
+    why, as the arrow keys and the decision keys do there."""
+    from speco3.gui.keymap import ACTIONS
+
+    assert set(VIEW_KEYS) == {a.name for a in ACTIONS if a.group == "View"} | {"z_from_line"}
+    w = make_window()
+    before = _view_state(w)
+    for action, (k, mod) in VIEW_KEYS.items():  # the start screen
+        w.statusBar().clearMessage()
+        key(w, k, mod)
+        want = "open an archive first: " + ("no line to measure" if action == "z_from_line" else "nothing to view")
+        assert w.statusBar().currentMessage() == want, action
+    assert _view_state(w) == before
+    (demo_archive / "aaa-notes.fits").write_text("observing notes, not a FITS file\n")
+    open_and_wait(w, demo_archive)
+    w.table_model.fetch_all()
+    row = next(r for r in range(w.table_model.loaded_rows()) if w.table_model.entry(r).file_name == "aaa-notes.fits")
+    w.vetting.go_to(row)  # an unreadable file selected
+    assert w.vetting.spectrum is None
+    before = _view_state(w)
+    for action, (k, mod) in VIEW_KEYS.items():
+        w.statusBar().clearMessage()
+        key(w, k, mod)
+        said = w.statusBar().currentMessage()
+        assert said.startswith("aaa-notes.fits: not readable (") and "\n" not in said, (action, said)
+        assert said.endswith(": no line to measure" if action == "z_from_line" else ": nothing to view"), said
+    assert _view_state(w) == before
+    assert [r.getMessage() for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")] == []
+    w.vetting.go_to(row + 1)  # a readable spectrum: the keys act
+    w.statusBar().clearMessage()
+    key(w, Qt.Key.Key_F)
+    assert w.viewer.frame == "rest" and "nothing to view" not in w.statusBar().currentMessage()
+
+
+#: The Agent menu's entries that act on a run or a batch going.
+RUN_ENTRIES = ("Cancel run (Esc)", "Pause / resume batch", "Cancel batch")
+
+
+def _run_entries(w) -> dict[str, bool]:
+    """Whether each entry of `RUN_ENTRIES` is enabled."""
+    return {act.text(): act.isEnabled() for menu in (a.menu() for a in w.menuBar().actions())
+            for act in menu.actions() if act.text() in RUN_ENTRIES}
+
+
+def test_cancel_and_pause_entries_are_greyed_unless_a_run_or_batch_is_going(qtbot, make_window, demo_archive,
+                                                                            open_and_wait, engine_factory,
+                                                                            fake_models):
+    """Agent → Cancel run, Pause / resume batch and Cancel batch stayed enabled with nothing going: they follow the
+    run events (an interactive run submitted until it ends or is cancelled; a batch from its start until it finishes
+    or is cancelled)."""
+    engine_factory.delay_s = 0.02  # runs long enough to be seen going
+    w = make_window()
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)  # the start screen
+    open_and_wait(w, demo_archive)
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)  # a spectrum shown, nothing going
+    w.run_agent()
+    assert w.agent.interactive_job is not None
+    assert _run_entries(w) == {"Cancel run (Esc)": True, "Pause / resume batch": False, "Cancel batch": False}
+    qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=30000)  # the run ends with its verdict
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)
+    w.run_agent()
+    qtbot.waitUntil(lambda: "continuum" in w.agent_panel.transcript.toPlainText(), timeout=20000)
+    assert _run_entries(w)["Cancel run (Esc)"]
+    w.agent.cancel()  # what the entry does
+    qtbot.waitUntil(lambda: w.agent.interactive_job is None, timeout=30000)
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)
+    w.start_batch()
+    assert w.batch.running
+    assert _run_entries(w) == {"Cancel run (Esc)": False, "Pause / resume batch": True, "Cancel batch": True}
+    w.toggle_batch_pause()  # paused: still a batch to resume or cancel
+    assert _run_entries(w) == {"Cancel run (Esc)": False, "Pause / resume batch": True, "Cancel batch": True}
+    w.toggle_batch_pause()
+    w.inference.cancel_batch()  # what the entry does
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)
+    qtbot.waitUntil(lambda: not w.inference.busy(), timeout=30000)  # the items in flight report back
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)
+    engine_factory.delay_s = 0.0
+    w.start_batch()  # what the cancelled batch left, to its end
+    assert _run_entries(w)["Cancel batch"]
+    qtbot.waitUntil(lambda: not w.batch.running, timeout=120000)
+    assert _run_entries(w) == dict.fromkeys(RUN_ENTRIES, False)
+
+
 def test_decisions_of_another_writer_reach_the_panel_and_counters(qtbot, make_window, demo_archive, open_and_wait):
     """The table followed `spectrum decide` within 2 s but the decision panel of the spectrum shown still said
     "not decided yet" and the decided counter stayed old until the vetter moved; a comment being typed is kept."""

@@ -79,10 +79,12 @@ def _demo_engine_for(spectrum: Spectrum | None, entry: IndexEntry, task: Task) -
 
 
 class AgentController(QObject):
-    """See module doc. Signals: message(text), verdictRecorded(entry key)."""
+    """See module doc. Signals: message(text), verdictRecorded(entry key), runChanged() (an interactive run was
+    submitted, or ended, failed or was cancelled: `interactive_job` changed)."""
 
     message = Signal(str)
     verdictRecorded = Signal(str)
+    runChanged = Signal()
 
     def __init__(self, inference: InferenceThread, vetting: VettingController, panel: AgentPanel,
                  settings: AppSettings, tasks: dict[str, Task],
@@ -243,6 +245,7 @@ class AgentController(QObject):
         job_id = self.inference.submit(job)
         self.interactive_job = job_id
         self._jobs[job_id] = (entry, task)
+        self.runChanged.emit()
         title = f"{spectrum.name} · task {task.id} · {choice.label}"
         self.panel.begin(job_id, title, scripted=job.scripted, rollouts=job.first_round)
         if self.batch_in_flight > 1:
@@ -320,6 +323,7 @@ class AgentController(QObject):
         if job_id == self.interactive_job:
             self.panel.finish(job_id, message)
             self.interactive_job = None
+            self.runChanged.emit()
         self.message.emit(f"agent run on {key} failed: {message}")
 
     def _finished(self, job_id: int, key: str, ended: RunEnded) -> None:
@@ -330,6 +334,7 @@ class AgentController(QObject):
         if interactive:
             self.panel.finish(job_id)
             self.interactive_job = None
+            self.runChanged.emit()
         if entry is None:
             return
         verdict = ended.verdict
@@ -351,7 +356,10 @@ class AgentController(QObject):
 
 
 class BatchControls(QObject):
-    """Status-bar controls of the batch pre-screen: progress, pause/resume, cancel (shown while a batch runs)."""
+    """Status-bar controls of the batch pre-screen: progress, pause/resume, cancel (shown while a batch runs).
+    Signal: stateChanged() (a batch started, paused, resumed, finished or was cancelled: `running` may differ)."""
+
+    stateChanged = Signal()
 
     def __init__(self, inference: InferenceThread, message: Callable[[str], None], parent=None):
         super().__init__(parent)
@@ -395,6 +403,7 @@ class BatchControls(QObject):
             self.bar.setFormat("pre-screen %v / %m" + (" · cancelled" if state == "cancelled" else " · done"))
             self.message(f"batch pre-screen {state}")
             QTimer.singleShot(3000, self, self._hide)  # this object as context: no call after the window closes
+        self.stateChanged.emit()
 
     def _hide(self) -> None:
         if self.running:  # a new batch started within the 3 s

@@ -44,7 +44,7 @@ from speco3.gui.collector import collect_garbage_on_gui_thread
 from speco3.gui.decision_panel import DecisionPanel
 from speco3.gui.demo_session import SCRIPTED_LABEL, is_demo_spectrum
 from speco3.gui.dialogs import ModelManagerDialog, SettingsDialog, dialogs_off, run_export
-from speco3.gui.keymap import FLAG_ACTIONS, KeyFilter, Keymap
+from speco3.gui.keymap import ACTIONS, FLAG_ACTIONS, KeyFilter, Keymap
 from speco3.gui.labels import WrapLabel
 from speco3.gui.lines import known_lines
 from speco3.gui.menus import build_menus
@@ -72,6 +72,8 @@ log = logging.getLogger(__name__)
 #: Key actions that write for the spectrum shown (or run the model on it): refused with nothing readable shown.
 WRITING_ACTIONS = frozenset({"decide_yes", "decide_no", "decide_unsure", "accept_model", "comment", "run_agent",
                              "mark_evidence", *FLAG_ACTIONS})
+#: The keys that act on the spectrum in the viewer: with none readable shown they say why and do nothing.
+VIEW_ACTIONS = frozenset({a.name for a in ACTIONS if a.group == "View"} | {"z_from_line"})
 
 
 def archive_summary(summary: dict[str, Any], unusable: int, root: str) -> str:
@@ -306,6 +308,8 @@ class MainWindow(QMainWindow):
         self.agent_panel.taskChanged.connect(self._on_task)
         self.agent.message.connect(self.show_message)
         self.agent.verdictRecorded.connect(self._on_verdict)
+        self.agent.runChanged.connect(self._show_enabled)  # Cancel run: only while a run is going
+        self.batch.stateChanged.connect(self._show_enabled)  # Pause / Cancel batch: only while a batch is going
         self.key_actions: dict[str, Callable[[], object]] = {
             "decide_yes": lambda: self.decide("YES"), "decide_no": lambda: self.decide("NO"),
             "decide_unsure": lambda: self.decide("UNSURE"), "accept_model": self.accept_model,
@@ -342,10 +346,16 @@ class MainWindow(QMainWindow):
 
     def trigger(self, action: str) -> None:
         """Run a keymap action by name (the key filter calls this); a decision, note or agent key while no readable
-        spectrum of this archive is shown (or the store is read-only) says why and does nothing."""
+        spectrum of this archive is shown (or the store is read-only), and a viewer key while no readable spectrum
+        is shown (the start screen, an empty table, an unreadable file), says why and does nothing."""
         fn = self.key_actions.get(action)
         if fn is None:
             return
+        if action in VIEW_ACTIONS:
+            what = "no line to measure" if action == "z_from_line" else "nothing to view"
+            if (reason := self.vetting.session.view_refusal(what)) is not None:
+                self.show_message(reason)
+                return
         if action in WRITING_ACTIONS:
             what = "nothing run" if action == "run_agent" else "nothing decided" if action.startswith(
                 ("decide_", "accept_")) else "nothing noted"
@@ -748,7 +758,8 @@ class MainWindow(QMainWindow):
         (`VettingSession.refusal`: the start screen, an empty table, an unreadable file and a read-only store show
         them disabled, issue #41); Previous and Next only when there is a row to move to
         (`VettingSession.move_refusal`: not on the start screen, an empty queue, at its start or end); the menu
-        entries that need an archive, a store or a writable one (`MenuActions`) only with it."""
+        entries that need an archive, a store or a writable one (`MenuActions`) only with it, Cancel run only while
+        an agent run is going and Pause / Cancel batch only while a batch is (the run events say when)."""
         session = self.vetting.session
         writable = session.refusal() is None
         self.decision.set_writable(writable)
@@ -757,7 +768,8 @@ class MainWindow(QMainWindow):
         self.mark_action.setEnabled(writable)
         need = self.menu_actions
         for actions, enabled in ((need.archive, self.index is not None), (need.store, session.store is not None),
-                                 (need.writable, session.store_refusal() is None), (need.spectrum, writable)):
+                                 (need.writable, session.store_refusal() is None), (need.spectrum, writable),
+                                 (need.run, self.agent.interactive_job is not None), (need.batch, self.batch.running)):
             for act in actions:
                 act.setEnabled(enabled)
 

@@ -32,11 +32,13 @@ class MenuActions:
     store: list[QAction] = field(default_factory=list)  # an open store, read-only or not (exports)
     writable: list[QAction] = field(default_factory=list)  # a store this window writes (audit, pre-screen)
     spectrum: list[QAction] = field(default_factory=list)  # a readable spectrum shown, writable (run the agent)
+    run: list[QAction] = field(default_factory=list)  # an agent run going (cancel it)
+    batch: list[QAction] = field(default_factory=list)  # a batch pre-screen going, paused or not (pause, cancel)
 
 
 def build_menus(w) -> MenuActions:
     """File, Export, Agent, Tasks, Models, Settings and Help menus of the main window ``w``; returns the entries
-    that need an archive, a store or a spectrum."""
+    that need an archive, a store, a spectrum, a run or a batch."""
     need = MenuActions()
     mb = w.menuBar()
     f = mb.addMenu("&File")
@@ -55,11 +57,11 @@ def build_menus(w) -> MenuActions:
         need.store.append(add_action(w, e, f"{fmt.title}…", lambda _c=False, name=fmt.name: w.choose_export(name)))
     a = mb.addMenu("&Agent")
     need.spectrum.append(add_action(w, a, "Run on this spectrum (A)", w.run_agent))
-    add_action(w, a, "Cancel run (Esc)", w.agent.cancel)
+    need.run.append(add_action(w, a, "Cancel run (Esc)", w.agent.cancel))
     a.addSeparator()
     need.writable.append(add_action(w, a, "Batch pre-screen the queue", w.start_batch))
-    add_action(w, a, "Pause / resume batch", w.toggle_batch_pause)
-    add_action(w, a, "Cancel batch", w.inference.cancel_batch)
+    need.batch.append(add_action(w, a, "Pause / resume batch", w.toggle_batch_pause))
+    need.batch.append(add_action(w, a, "Cancel batch", w.inference.cancel_batch))
     t = mb.addMenu("&Tasks")
     add_action(w, t, "New task…", w.new_task)
     add_action(w, t, "Edit task…", w.edit_task)

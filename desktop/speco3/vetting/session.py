@@ -393,7 +393,8 @@ class VettingSession:
         return self.shown.spectrum if self.shown is not None else None
 
     def go_to(self, row: int) -> bool:
-        """Show the queue's ``row`` (False when there is none)."""
+        """Show the queue's ``row`` (False when there is none); at the last row read, the next page is read first
+        (`move_refusal` reads none)."""
         entry = self.queue.entry(row)
         if entry is None:
             return False
@@ -406,6 +407,8 @@ class VettingSession:
             error = str(exc)
             self.error.emit(f"{entry.key}: {exc}")
         self.shown = Shown(row, entry, spectrum, error, self.archive_serial)
+        if row == self.queue.loaded_rows() - 1:  # the last row read: read on, so that Next knows whether one
+            self.queue.fetch_next()  # follows (a verdict-state filter's pages left may hold none: Next greyed)
         self.current_changed.emit(self.shown)
         self.record_changed.emit()
         self.last_switch_ms = (time.perf_counter() - t0) * 1000
@@ -499,19 +502,27 @@ class VettingSession:
             return "end of the queue"
         return None
 
+    def view_refusal(self, what: str = "nothing to view") -> str | None:
+        """Why there is no spectrum to look at (None: a readable one is shown, in a read-only store too): the viewer
+        keys (zoom, pan, smoothing, frame, lines, y-range, Z) say it on the start screen, with an empty table and on
+        an unreadable file; ``what`` ends the sentence."""
+        if self.store is None:
+            return f"open an archive first: {what}"
+        if self.shown is None:
+            return f"no spectrum shown (the table is empty): {what}"
+        if self.shown.spectrum is None:
+            return f"{self.shown.entry.name}: not readable ({self.shown.error or 'no data'}): {what}"
+        return None
+
     def refusal(self, what: str = "nothing decided") -> str | None:
         """Why nothing can be written for the spectrum shown (None: a readable spectrum of this archive is shown
         and the store is writable); ``what`` ends the sentence."""
         reason = self.store_refusal()
         if reason is not None:
             return f"{reason}: {what}"
-        if self.shown is None:
-            return f"no spectrum shown (the table is empty): {what}"
-        if self.shown.archive != self.archive_serial:
+        if self.shown is not None and self.shown.archive != self.archive_serial:
             return f"the spectrum shown is of another archive: {what}"
-        if self.shown.spectrum is None:
-            return f"{self.shown.entry.name}: not readable ({self.shown.error or 'no data'}): {what}"
-        return None
+        return self.view_refusal(what)
 
     # -- decisions and notes -------------------------------------------------------------------------------------
     def decide(self, decision: str, flags: list[str], comment: str, evidence: list[Evidence],
