@@ -296,8 +296,9 @@ class AgentController(QObject):
                 continue
             jobs.append((self._job(entry, screening, choice, es, batch=True), entry))
         if not jobs:  # a batch of nothing never reported an end: its bar stayed at "0 / 1" with Pause and Cancel
-            self.message.emit(f"nothing to pre-screen: every spectrum in the table (task {task.id}) is done, "
-                              "unreadable or empty — change the filters or the task")
+            self.message.emit(f"nothing to pre-screen: every spectrum in the table (task {task.id}) is "
+                              "already screened" + (" or not of the demo archive (all the scripted demo knows)"
+                                                    if choice.scripted else "") + " — change the filters or the task")
             return 0
         self.inference.start_batch([job for job, _ in jobs])
         for job, entry in jobs:
