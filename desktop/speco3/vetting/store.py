@@ -55,6 +55,7 @@ from speco3.vetting.schema import (
     migrate,
     storable_text,
 )
+from speco3.vetting.trace_roots import TraceOutside, suggest_root, trusted_roots
 
 logger = logging.getLogger(__name__)
 #: A decision row with the vetter's z, confidence and class (table decision_fit; NULL when not given).
@@ -821,9 +822,11 @@ class VettingStore:
 
     def trace_roots(self, extra: Sequence[str | Path] = ()) -> list[Path]:
         """The folders a trace named by this store may be read from, symbolic links followed: the store's own folder
-        tree, the data folder's ``traces`` (where the app writes them) and ``extra`` (the app's chosen data folder)."""
+        tree, the data folder's ``traces`` (where the app writes them), the trusted trace roots of the user's
+        configuration (`speco3.vetting.trace_roots`: never the store's say) and ``extra`` (the app's chosen data
+        folder, a command's ``--trace-root``)."""
         roots = [] if self.is_in_memory else [self.path.absolute().parent]
-        roots += [data_dir() / "traces", *map(Path, extra)]
+        roots += [data_dir() / "traces", *trusted_roots(), *map(Path, extra)]
         return [Path(r).expanduser().resolve() for r in roots]
 
     def trace_folder(self, trace_dir: str, roots: Sequence[str | Path] = ()) -> Path:
@@ -836,8 +839,11 @@ class VettingStore:
 
         Raises
         ------
+        TraceOutside
+            "not shown: trace folder outside the store's folder (PATH)", before anything there is read; it names
+            the resolved folder and the folder the app may offer to trust (`suggest_root`).
         TraceError
-            "not shown: trace folder outside the store's folder (PATH)", before anything there is read.
+            No usable folder name.
         """
         if not isinstance(trace_dir, str) or not trace_dir or "\x00" in trace_dir:
             raise TraceError(f"not shown: no usable trace folder ({trace_dir!r})")
@@ -854,7 +860,8 @@ class VettingStore:
                     break
         resolved = path.resolve()
         if not any(resolved.is_relative_to(root) for root in self.trace_roots(roots)):
-            raise TraceError(f"not shown: trace folder outside the store's folder ({trace_dir})")
+            raise TraceOutside(f"not shown: trace folder outside the store's folder ({trace_dir})", resolved,
+                               suggest_root(resolved))
         return resolved
 
     def load_trace(self, trace_dir: str, roots: Sequence[str | Path] = ()) -> Trace:
