@@ -16,7 +16,6 @@ from vetting_helpers import NO, YES, ZOOM
 from speco3.agent import TraceError
 from speco3.cli import main as cli_main
 from speco3.vetting import VettingStore
-from speco3.vetting.report import write_report
 from speco3.vetting.trace_roots import (
     MAX_ROOTS,
     RootRefused,
@@ -58,7 +57,7 @@ def _report(store_path: Path, out: Path, *extra: str) -> str:
 def _fresh_config(monkeypatch, tmp_path: Path, name: str) -> None:
     """Another account: its own config (and home) folder, without this one's trusted trace folders."""
     monkeypatch.setenv("SPECO3_CONFIG_DIR", str(tmp_path / name / "config"))
-    monkeypatch.setenv("HOME", str((tmp_path / name / "home")))
+    monkeypatch.setenv("HOME", str(tmp_path / name / "home"))
     (tmp_path / name / "home").mkdir(parents=True)
 
 

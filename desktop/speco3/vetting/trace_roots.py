@@ -117,9 +117,11 @@ def trust_root(folder: str | Path, path: Path | None = None) -> Path:
 
 def suggest_root(folder: Path) -> Path | None:
     """The folder to offer to trust for a refused trace ``folder``: the traces folder ``ROOT`` of the
-    ``ROOT/TASK/NAME-HASH`` layout every run writes, else the trace's own folder; None when neither may be trusted.
-    """
+    ``ROOT/TASK/NAME-HASH`` layout every run writes, else the trace's own folder; None when neither may be trusted
+    or the folder holds no trace file."""
     folder = folder.parent if folder.name == TRACE_FILE else folder
+    if not (folder / TRACE_FILE).is_file():  # no trace there (``/etc/x``): nothing to offer (its name only looked at)
+        return None
     for candidate in (folder.parent.parent, folder):
         try:
             return check_root(candidate)
