@@ -835,7 +835,8 @@ class VettingStore:
 
         A relative one is found beside the store (``vet`` keeps its traces there; an older run stored them relative
         to where it ran: ``night/r_traces/cv/x`` for a store in ``night``); an absolute one that is gone is looked
-        for beside the store the same way (a store moved together with its traces).
+        for beside the store the same way (a store moved together with its traces), and so is one that exists but is
+        outside (a night's folder copied whole: its own copy is read, not the original's).
 
         Raises
         ------
@@ -848,21 +849,27 @@ class VettingStore:
         if not isinstance(trace_dir, str) or not trace_dir or "\x00" in trace_dir:
             raise TraceError(f"not shown: no usable trace folder ({trace_dir!r})")
         path = Path(trace_dir).expanduser()
-        if not self.is_in_memory and not (path.is_absolute() and path.exists()):
+        candidates = [path] if path.is_absolute() and path.exists() else []
+        if not self.is_in_memory:  # beside the store: a relative one, or a night's folder moved or copied whole
             folder = self.path.absolute().parent
-            if not path.is_absolute():
-                path = folder / path
             parts = Path(trace_dir).parts[1 if Path(trace_dir).is_absolute() else 0:]
             for i in range(len(parts)):  # "night/r_traces/cv/x" stored by a run in the folder above "night"
                 beside = folder.joinpath(*parts[i:])
                 if ".." not in parts[i:] and beside.exists():
-                    path = beside
+                    candidates.append(beside)
                     break
-        resolved = path.resolve()
-        if not any(resolved.is_relative_to(root) for root in self.trace_roots(roots)):
-            raise TraceOutside(f"not shown: trace folder outside the store's folder ({trace_dir})", resolved,
-                               suggest_root(resolved))
-        return resolved
+            if not path.is_absolute():
+                candidates.append(folder / path)
+        if path.is_absolute() or self.is_in_memory:
+            candidates.append(path)
+        roots = self.trace_roots(roots)
+        for candidate in candidates:
+            resolved = candidate.resolve()
+            if any(resolved.is_relative_to(root) for root in roots):
+                return resolved
+        resolved = candidates[0].resolve()
+        raise TraceOutside(f"not shown: trace folder outside the store's folder ({trace_dir})", resolved,
+                           suggest_root(resolved))
 
     def load_trace(self, trace_dir: str, roots: Sequence[str | Path] = ()) -> Trace:
         """The trace a verdict or rollout row names (`trace_folder`: only inside `trace_roots`). Raises `TraceError`."""
