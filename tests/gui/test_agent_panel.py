@@ -190,3 +190,4 @@ def test_a_stored_trace_outside_the_stores_folder_is_named_not_read(qtbot, make_
     hint = w.agent_panel.hint
     assert hint.text() == "not shown: trace folder outside the store's folder (/etc/<b>x</b>)"
     assert hint.textFormat() == Qt.TextFormat.PlainText and w.agent_panel.transcript.toPlainText() == ""
+    assert w.agent_panel.trust_button.isHidden()  # / is never offered (the folder itself does not exist)

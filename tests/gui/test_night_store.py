@@ -72,6 +72,7 @@ def screened(night, tmp_path) -> tuple[Path, Path]:
     copy = tmp_path / "night" / "r.sqlite"
     copy.parent.mkdir()
     shutil.copy(store, copy)  # closed by `vet`: everything is in the file (no -wal left)
+    shutil.copytree(store.with_name("r_traces"), copy.with_name("r_traces"))  # the night's folder copied whole
     return master, copy
 
 

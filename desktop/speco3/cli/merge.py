@@ -6,6 +6,7 @@ import json
 import sys
 
 from speco3.errors import Speco3Error
+from speco3.vetting.trace_roots import adopt_traces
 
 EXIT_CONFLICTS = 4
 
@@ -38,6 +39,10 @@ def cmd_merge(args) -> int:
         said = "; ".join(f"{d['decision']} by {d['vetter'] or '?'} at {d['decided_at']} in {d['store']}"
                          for d in c["decisions"])
         print(f"conflict: {c['spectrum_key']} (task {c['task']}): {said}", file=sys.stderr)
+    if report.written:  # the inputs' own traces, read through OUT from now on: trusted when outside OUT's folder
+        for folder in report.trace_folders:
+            if note := adopt_traces(folder, args.out):
+                print(note, file=sys.stderr)
     print(json.dumps({**report.to_dict(), "conflicts": len(report.conflicts)}))
     if report.conflicts and not report.written:
         print(f"{len(report.conflicts)} conflicting decisions: nothing written. Settle them in the stores, or "

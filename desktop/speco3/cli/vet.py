@@ -33,6 +33,7 @@ from speco3.spectra.index import IndexEntry
 from speco3.vetting.schedulers import choose, on_threads
 from speco3.vetting.screening import BatchResult, Scheduler, Screening, VetItem, in_shard, parse_shard, vet
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore, read_only_place
+from speco3.vetting.trace_roots import adopt_traces
 
 
 def register(sub) -> None:
@@ -160,6 +161,15 @@ def cmd_vet(args: argparse.Namespace) -> int:
         raise
     if index_root:
         store.set_state(ARCHIVE_ROOT_STATE, index_root)  # reports are titled by it
+    try:
+        traces.mkdir(parents=True, exist_ok=True)  # made here, not by the first trace: its folder is checked now
+    except OSError as exc:
+        store.close()
+        for engine in engines:
+            engine.close()
+        raise Speco3Error(f"{traces}: cannot make the trace folder ({exc.strerror or exc})") from None
+    if note := adopt_traces(traces, store_path):  # outside the store's folder: trusted in the user's config
+        print(note, file=sys.stderr)
     screening = Screening(store, task, render, trace_root=traces, plan=plan, thresholds=settings.thresholds(),
                           resume=not args.no_resume, cancel=cancel)
     bar = ProgressBar(len(items))

@@ -113,6 +113,8 @@ class AgentPanel(QWidget):
     zoomRequested = Signal(float, float, str)
     taskChanged = Signal(str)
     compactChanged = Signal(bool)
+    #: "Trust this folder…" under a stored trace refused because its folder is outside the store's (the folder)
+    trustRequested = Signal(str)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -186,6 +188,11 @@ class AgentPanel(QWidget):
         self.hint.setStyleSheet("color: #666")
         layout.addWidget(self.hint)
         self.hint.setVisible(False)
+        self.trust_button = QPushButton("Trust this folder…", objectName="trustTraceButton", visible=False)
+        self.trust_button.setToolTip("Read traces in this folder from now on, for every store (asks first)")
+        layout.addWidget(self.trust_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self._trust_folder = ""
+        self.trust_button.clicked.connect(lambda: self.trustRequested.emit(self._trust_folder))
         self.compact = False
 
         self.run_button.clicked.connect(self._request_run)
@@ -367,6 +374,7 @@ class AgentPanel(QWidget):
         self.zooms.clear()
         self._zoom_windows = []
         self.verdict.setText("")
+        self.trust_button.setVisible(False)
 
     def _set_rollouts(self, k: int) -> None:
         """One tab per rollout beyond the first (streamed text), none for K = 1; ``--rollouts auto`` starts with
@@ -554,8 +562,9 @@ class AgentPanel(QWidget):
         if not self.running:
             self.status.setText(text or "idle")
 
-    def show_idle(self, text: str = "") -> None:
-        """No run for this spectrum: clear the trace and say so."""
+    def show_idle(self, text: str = "", trust: Path | None = None) -> None:
+        """No run for this spectrum: clear the trace and say so (plain text); with ``trust``, a stored trace was
+        refused for its folder: a button offers to trust that folder (`trustRequested`)."""
         if self.running:
             return
         self.clear()
@@ -563,7 +572,9 @@ class AgentPanel(QWidget):
         self.status.setText("idle")  # the last run's figures belong to another spectrum
         self._live_heading = ""
         self.hint.setText(text)
+        self._trust_folder = str(trust) if trust is not None else ""
         self.set_compact(True)
+        self.trust_button.setVisible(trust is not None)
 
     def finish(self, job_id: int, message: str = "") -> None:
         if job_id != self._job:

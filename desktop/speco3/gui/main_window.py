@@ -61,6 +61,7 @@ from speco3.vetting.export_formats import export_format
 from speco3.vetting.records import ModelVerdict
 from speco3.vetting.session import Opened
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
+from speco3.vetting.trace_roots import RootRefused, TraceOutside, roots_file, trust_root
 from speco3.vetting.writer_lock import Holder
 
 if TYPE_CHECKING:  # annotations only (the archive index is imported when an archive opens)
@@ -306,6 +307,7 @@ class MainWindow(QMainWindow):
         self.agent_panel.cancelRequested.connect(self.agent.cancel)
         self.agent_panel.zoomRequested.connect(lambda lo, hi, label: self.viewer.show_window(lo, hi, "rest", label))
         self.agent_panel.taskChanged.connect(self._on_task)
+        self.agent_panel.trustRequested.connect(self.ask_trust_trace_folder)
         self.agent.message.connect(self.show_message)
         self.agent.verdictRecorded.connect(self._on_verdict)
         self.agent.runChanged.connect(self._show_enabled)  # Cancel run: only while a run is going
@@ -795,6 +797,9 @@ class MainWindow(QMainWindow):
             if self.vetting.store is None:
                 raise TraceError("no store open")
             trace = self.vetting.store.load_trace(mv.trace_dir, self._trace_roots())
+        except TraceOutside as exc:  # plain text, and a button that asks to trust the folder
+            self.agent_panel.show_idle(str(exc), exc.suggested)
+            return
         except TraceError as exc:
             self.agent_panel.show_idle(str(exc) if str(exc).startswith("not shown") else
                                        f"stored trace unreadable: {exc}")
@@ -808,6 +813,39 @@ class MainWindow(QMainWindow):
         # K rollouts (or auto): their fold, not the one rollout the transcript replays
         if conf is not None and (conf.k > 1 or mv.k_max not in (None, 1)):
             self.agent_panel.show_confidence(conf, f"model {mv.model_id}", mv.k_max, mv.stop_reason)
+
+    def ask_trust_trace_folder(self, folder: str) -> None:
+        """"Trust this folder…": a box names the folder (plain text) and asks; only "Trust this folder" records it in
+        the trusted trace folders of the user's configuration (`speco3.vetting.trace_roots`), then the trace is
+        shown. The box opens window-modal without blocking (``open``), with dialogs off too."""
+        text = (f"The stored trace of this spectrum is in a folder outside the store's folder:\n\n{folder}\n\n"
+                "Read traces in this folder from now on, for every store? Only trust a folder your own runs write "
+                f"traces to: a store copied from elsewhere may name any folder. Recorded in {roots_file()}.")
+        box = message(self, "Trust this trace folder?", text, QMessageBox.Icon.Question)
+        box.setObjectName("trustTraceBox")
+        trust = box.addButton("Trust this folder", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+
+        def answered(button: object) -> None:
+            if button is trust:
+                self.trust_trace_folder(folder)
+
+        box.buttonClicked.connect(answered)
+        box.open()
+
+    def trust_trace_folder(self, folder: str) -> bool:
+        """Record ``folder`` as a trusted trace folder (the user confirmed) and show the spectrum's trace again;
+        a refused folder (``/``, the home folder) or an unwritable configuration is said in the status bar."""
+        try:
+            root = trust_root(folder)
+        except (RootRefused, OSError) as exc:
+            self.show_message(f"trace folder not trusted: {exc}")
+            return False
+        self.show_message(f"trusted trace folder: {root}")
+        if self.vetting.entry is not None:
+            self._on_record()  # the trace refused a moment ago is shown now
+        return True
 
     def _trace_roots(self) -> list[Path]:
         """Where the app writes traces (`speco3.gui.agent_control`): a store's traces may be read from there too."""

@@ -23,12 +23,13 @@ from speco3.vetting.store import VettingStore
 class ExportOptions:
     """What every export is given: the task (None: all), whether an existing file is replaced, and for the HTML
     report how images are kept (embedded or copied beside it) and the renderer of its spectrum views (None: none
-    drawn; `write_report`)."""
+    drawn; `write_report`) and the folders beyond the configured ones its traces may be read from."""
 
     task: str | None = None
     overwrite: bool = False
     embed_images: bool = True
     render: RenderFn | None = None
+    trace_roots: tuple[Path, ...] = ()
 
 
 #: (store, out as given: a trailing "/" names a folder, options) -> the path written
@@ -83,7 +84,8 @@ def _table(fmt: str) -> Writer:
 
 def _report(store: VettingStore, out: str | Path, options: ExportOptions) -> Path:
     return write_report(store, out, task=options.task, embed_images=options.embed_images,
-                        overwrite=options.overwrite, render=options.render)
+                        overwrite=options.overwrite, render=options.render,
+                        trace_roots=options.trace_roots)
 
 
 register(ExportFormat("csv", "CSV", "csv", "the table as CSV (UTF-8)", _table("csv")))

@@ -16,7 +16,8 @@ transaction: an interrupted or failed merge leaves ``out`` as it was. What is me
   known file sha256; file stamps: the newest per path; session state: the newest per key;
 * trace folders (of runs and of their rollouts): a relative ``trace_dir`` is resolved against the folder of the store it comes from when the
   trace is there (``spec-o3 vet --out results.sqlite`` writes ``results_traces/`` beside it), so the merged store
-  points at the traces wherever it is read from; traces found nowhere are counted.
+  points at the traces wherever it is read from; traces found nowhere are counted. The traces folders found in an
+  input's own folder tree are listed (``trace_folders``) for the command to trust when OUT lies elsewhere.
 
 Rows are renumbered in time order (model runs by ``created_at``, decisions by ``decided_at``, each store's own
 order kept), because the store takes the highest id as the latest.
@@ -34,6 +35,7 @@ from typing import Any
 
 from speco3.errors import StoreError
 from speco3.vetting.store import SCHEMA_VERSION, VettingStore
+from speco3.vetting.trace_roots import RootRefused, check_root
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,9 @@ class MergeReport:
     notes_replaced: int = 0  # notes on one spectrum that differed between stores: the newest was kept
     traces_resolved: int = 0
     traces_missing: int = 0
+    # the folders of the traces the merged store names that lie in an input's own folder tree (each input's traces
+    # folder): `speco3.cli.merge` records those outside OUT's folder as trusted trace folders (`adopt_traces`)
+    trace_folders: list[str] = field(default_factory=list)
     written: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,8 +81,13 @@ class _Source:
     folder: Path
     tables: dict[str, list[dict[str, Any]]]
     rollouts: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # run id -> its rollouts, in order
+    trustable: bool = False  # its folder could be a trusted trace root (not /, the home folder or above it)
 
     def __post_init__(self):
+        try:
+            self.trustable = bool(check_root(self.folder))
+        except RootRefused:
+            self.trustable = False
         for r in self.tables["rollouts"]:
             self.rollouts.setdefault(r["verdict_id"], []).append(r)
 
@@ -132,6 +142,12 @@ def _trace(row: dict[str, Any], source: _Source, report: MergeReport) -> None:
         report.traces_resolved += 1
     elif not Path(row["trace_dir"]).is_dir():
         report.traces_missing += 1
+        return
+    folder = Path(row["trace_dir"]).resolve()  # in the input's folder tree: the input's own traces
+    if folder.is_relative_to(source.folder) and source.trustable:
+        root = folder.parent.parent if folder.parent.parent.is_relative_to(source.folder) else source.folder
+        if str(root) not in report.trace_folders:
+            report.trace_folders.append(str(root))
 
 
 def _conflicts(sources: list[_Source]) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import base64
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -121,7 +121,8 @@ def _window_text(window: list) -> str:
     return f"{rng}{' · ' + str(label) if label else ''}"
 
 
-def _rollout_columns(store: VettingStore, row: dict[str, Any], images: _Images) -> list[RolloutColumn]:
+def _rollout_columns(store: VettingStore, row: dict[str, Any], images: _Images, roots: Sequence[Path] = ()
+                     ) -> list[RolloutColumn]:
     """The rollouts of a model run with K > 1, each from its own trace folder."""
     if not row.get("model_run_id") or (row.get("rollouts") or 1) < 2:
         return []
@@ -132,7 +133,7 @@ def _rollout_columns(store: VettingStore, row: dict[str, Any], images: _Images) 
                             r.outcome, r.verdict, [_window_text(w) for w in r.windows], answer=_short(r.answer, 300))
         if r.trace_dir:
             try:
-                trace = store.load_trace(r.trace_dir)
+                trace = store.load_trace(r.trace_dir, roots)
             except TraceError as exc:
                 col.trace_error = str(exc)
             else:
@@ -193,17 +194,17 @@ def _draw_for_vetter(entry: ReportEntry, row: dict[str, Any], images: _Images, r
                                           f"{w.lo:g}–{w.hi:g} Å (observed)", img.width, img.height))
 
 
-def _entry(row: dict[str, Any], images: _Images, store: VettingStore, render: RenderFn | None = None
-           ) -> ReportEntry:
+def _entry(row: dict[str, Any], images: _Images, store: VettingStore, render: RenderFn | None = None,
+           roots: Sequence[Path] = ()) -> ReportEntry:
     entry = ReportEntry(row, confidence=confidence_text(row),
                         outcome=describe_outcome(row.get("model_outcome") or "", row.get("abstain_reason") or ""))
-    entry.rollouts = _rollout_columns(store, row, images)
+    entry.rollouts = _rollout_columns(store, row, images, roots)
     if render is not None:
         _draw_for_vetter(entry, row, images, render)
     if not row.get("trace_dir"):
         return entry
     try:
-        trace = store.load_trace(row["trace_dir"])
+        trace = store.load_trace(row["trace_dir"], roots)
     except TraceError as exc:
         entry.trace_error = str(exc)
         return entry
@@ -277,17 +278,19 @@ def write_report(
     title: str | None = None,
     overwrite: bool = False,
     render: RenderFn | None = None,
+    trace_roots: Sequence[Path] = (),
 ) -> Path:
     """Write the HTML audit report of ``store`` (atomically) to :func:`report_path` of ``path``; return where it went.
 
     An existing report is replaced only with ``overwrite``, and never when it is the store itself (`check_target`).
     With ``render`` (the model's renderer, `speco3.render.render_view`: the caller's, this layer draws no Qt) a
     human decision without a model run gets the spectrum's full view, and every decision its evidence windows,
-    drawn from the spectrum's file."""
+    drawn from the spectrum's file. Traces are read only inside `VettingStore.trace_roots` (the store's folder,
+    the configured trusted roots) and ``trace_roots`` (``export --trace-root``)."""
     path = check_target(store, report_path(path), overwrite=overwrite)
     images = _Images(path, embed_images)
     rows = export_rows(store, task)
-    entries = [_entry(r, images, store, render) for r in rows]
+    entries = [_entry(r, images, store, render, trace_roots) for r in rows]
     summary = store.summary()
     html = _template().render(
         title=title or default_title(store, rows),

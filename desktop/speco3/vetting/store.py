@@ -55,6 +55,7 @@ from speco3.vetting.schema import (
     migrate,
     storable_text,
 )
+from speco3.vetting.trace_roots import TraceOutside, suggest_root, trusted_roots
 
 logger = logging.getLogger(__name__)
 #: A decision row with the vetter's z, confidence and class (table decision_fit; NULL when not given).
@@ -860,9 +861,11 @@ class VettingStore:
 
     def trace_roots(self, extra: Sequence[str | Path] = ()) -> list[Path]:
         """The folders a trace named by this store may be read from, symbolic links followed: the store's own folder
-        tree, the data folder's ``traces`` (where the app writes them) and ``extra`` (the app's chosen data folder)."""
+        tree, the data folder's ``traces`` (where the app writes them), the trusted trace roots of the user's
+        configuration (`speco3.vetting.trace_roots`: never the store's say) and ``extra`` (the app's chosen data
+        folder, a command's ``--trace-root``)."""
         roots = [] if self.is_in_memory else [self.path.absolute().parent]
-        roots += [data_dir() / "traces", *map(Path, extra)]
+        roots += [data_dir() / "traces", *trusted_roots(), *map(Path, extra)]
         return [Path(r).expanduser().resolve() for r in roots]
 
     def trace_folder(self, trace_dir: str, roots: Sequence[str | Path] = ()) -> Path:
@@ -871,30 +874,41 @@ class VettingStore:
 
         A relative one is found beside the store (``vet`` keeps its traces there; an older run stored them relative
         to where it ran: ``night/r_traces/cv/x`` for a store in ``night``); an absolute one that is gone is looked
-        for beside the store the same way (a store moved together with its traces).
+        for beside the store the same way (a store moved together with its traces), and so is one that exists but is
+        outside (a night's folder copied whole: its own copy is read, not the original's).
 
         Raises
         ------
+        TraceOutside
+            "not shown: trace folder outside the store's folder (PATH)", before anything there is read; it names
+            the resolved folder and the folder the app may offer to trust (`suggest_root`).
         TraceError
-            "not shown: trace folder outside the store's folder (PATH)", before anything there is read.
+            No usable folder name.
         """
         if not isinstance(trace_dir, str) or not trace_dir or "\x00" in trace_dir:
             raise TraceError(f"not shown: no usable trace folder ({trace_dir!r})")
         path = Path(trace_dir).expanduser()
-        if not self.is_in_memory and not (path.is_absolute() and path.exists()):
+        candidates = [path] if path.is_absolute() and path.exists() else []
+        if not self.is_in_memory:  # beside the store: a relative one, or a night's folder moved or copied whole
             folder = self.path.absolute().parent
-            if not path.is_absolute():
-                path = folder / path
             parts = Path(trace_dir).parts[1 if Path(trace_dir).is_absolute() else 0:]
             for i in range(len(parts)):  # "night/r_traces/cv/x" stored by a run in the folder above "night"
                 beside = folder.joinpath(*parts[i:])
                 if ".." not in parts[i:] and beside.exists():
-                    path = beside
+                    candidates.append(beside)
                     break
-        resolved = path.resolve()
-        if not any(resolved.is_relative_to(root) for root in self.trace_roots(roots)):
-            raise TraceError(f"not shown: trace folder outside the store's folder ({trace_dir})")
-        return resolved
+            if not path.is_absolute():
+                candidates.append(folder / path)
+        if path.is_absolute() or self.is_in_memory:
+            candidates.append(path)
+        roots = self.trace_roots(roots)
+        for candidate in candidates:
+            resolved = candidate.resolve()
+            if any(resolved.is_relative_to(root) for root in roots):
+                return resolved
+        resolved = candidates[0].resolve()
+        raise TraceOutside(f"not shown: trace folder outside the store's folder ({trace_dir})", resolved,
+                           suggest_root(resolved))
 
     def load_trace(self, trace_dir: str, roots: Sequence[str | Path] = ()) -> Trace:
         """The trace a verdict or rollout row names (`trace_folder`: only inside `trace_roots`). Raises `TraceError`."""
