@@ -118,19 +118,30 @@ def test_a_partial_or_changed_match_is_reported_and_changes_nothing(night, capsy
     (new / "s03.csv").unlink()
     assert main(["store", "relocate", str(db), str(new)]) == 1
     err = capsys.readouterr().err
-    assert f"1 of the {N} files are not in {new}: nothing re-rooted" in err and "s03.csv missing" in err
+    assert f"1 of the {N} files is not in {new}: nothing re-rooted" in err and "s03.csv missing" in err
+    assert snapshot(db) == before
+    # --json: the refusal prints what was found too (a script learns found/missing in exactly this case), the
+    # message still on stderr and the exit status 1, dry run or not
+    for dry in ([], ["--dry-run"]):
+        assert main(["store", "relocate", str(db), str(new), "--json", *dry]) == 1
+        captured = capsys.readouterr()
+        out = json.loads(captured.out)
+        assert out["relocated"] is False and out["found"] == N - 1 and out["missing"] == 1 and out["files"] == N
+        assert out["old"] == str(old) and out["new"] == str(new) and out["rows"] == {}
+        assert out["error"].startswith(f"1 of the {N} files is not in {new}")
+        assert "error: " in captured.err and "s03.csv missing" in captured.err
     assert snapshot(db) == before
     with (new / "s05.csv").open("a", encoding="utf-8") as f:
         f.write("\n")
     assert main(["store", "relocate", str(db), str(new), "--allow-missing"]) == 1
-    assert f"1 of the {N} files differ in {new} (size)" in capsys.readouterr().err
+    assert f"1 of the {N} files differs in {new} (size)" in capsys.readouterr().err
     assert snapshot(db) == before
     # the store already holding spectra of the new place: refused (the two would mix)
     shutil.copyfile(db, db.with_name("c.sqlite"))
     clash = db.with_name("c.sqlite")
     assert main(["decide", str(clash), f"{new / 's00.csv'}#0", "--task", "cv", "--verdict", "NO"]) == 0
     assert main(["store", "relocate", str(clash), str(new), "--allow-missing"]) == 1
-    assert "already holds 1 spectra under" in capsys.readouterr().err
+    assert "already holds 1 spectrum under" in capsys.readouterr().err
     # missing ones allowed: every key moves (their rows are kept), the changed file aside
     with (new / "s05.csv").open("r+", encoding="utf-8") as f:
         text = f.read()

@@ -8,7 +8,7 @@ import json
 import os
 
 from speco3.errors import StoreError
-from speco3.vetting.archive_store import relocate
+from speco3.vetting.archive_store import Relocation, RelocationRefused, relocate
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 
 
@@ -49,17 +49,28 @@ def cmd_relocate(args: argparse.Namespace) -> int:
         old = named
     if not os.path.isdir(os.path.expanduser(args.new)):
         raise StoreError(f"{args.new}: no such folder")
-    plan, changed = relocate(args.store, old, args.new, allow_missing=args.allow_missing, hash_files=args.sha256,
-                             dry_run=args.dry_run)
+    try:
+        plan, changed = relocate(args.store, old, args.new, allow_missing=args.allow_missing,
+                                 hash_files=args.sha256, dry_run=args.dry_run)
+    except RelocationRefused as exc:
+        if args.json:  # a script gets what was found (found, missing…) in the case that matters; the reason too
+            print(json.dumps(_as_json(args.store, exc.plan, relocated=False, rows={}) | {"error": exc.reason},
+                             indent=1))
+        raise  # the message on stderr, exit status 1
     if args.json:
-        print(json.dumps({"store": str(args.store), "old": plan.old, "new": plan.new, "relocated": not args.dry_run,
-                          "keys": plan.keys, "files": plan.files, "found": plan.found, "missing": plan.missing,
-                          "changed": plan.changed, "outside": plan.outside, "rows": changed}, indent=1))
+        print(json.dumps(_as_json(args.store, plan, relocated=not args.dry_run, rows=changed), indent=1))
     else:
         print(plan.describe())
         print(f"dry run: {args.store} would be re-rooted onto {plan.new}" if args.dry_run else
               f"{args.store} re-rooted onto {plan.new}: {sum(changed.values()):,} rows in one transaction")
     return 0
+
+
+def _as_json(store: str, plan: Relocation, *, relocated: bool, rows: dict[str, int]) -> dict[str, object]:
+    """The ``--json`` object: the plan's counts, whether the store was re-rooted and the rows changed per column."""
+    return {"store": str(store), "old": plan.old, "new": plan.new, "relocated": relocated, "keys": plan.keys,
+            "files": plan.files, "found": plan.found, "missing": plan.missing, "changed": plan.changed,
+            "outside": plan.outside, "rows": rows}
 
 
 __all__ = ["cmd_relocate", "register"]

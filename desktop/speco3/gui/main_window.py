@@ -626,8 +626,9 @@ class MainWindow(QMainWindow):
                 return (f"made for {plan.old}, which is not there: {plan.describe()}; not re-rooted "
                         f"(spec-o3 store relocate {path} {plan.new} --allow-missing)")
         else:
-            missing = (f"\n\n{plan.missing:,} of its {plan.files:,} files are not in this folder: their verdicts and "
-                       "decisions move with the rest and stay in the store." if plan.missing else "")
+            missing = (f"\n\n{plan.missing:,} of its {stopping.plural(plan.files, 'file')} "
+                       f"{'is' if plan.missing == 1 else 'are'} not in this folder: their verdicts and decisions move "
+                       "with the rest and stay in the store." if plan.missing else "")
             box = message(self, "Spec-o3 Desktop", (
                 f"The vetting store\n{path}\nwas made for the archive folder\n{plan.old}\nwhich is not there any "
                 f"more. Its spectra are in this archive folder:\n{plan.new}\n\n{plan.describe()}.{missing}\n\n"

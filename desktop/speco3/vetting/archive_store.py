@@ -27,6 +27,7 @@ from pathlib import Path
 from speco3.errors import StoreError
 from speco3.fileio import sha256_file
 from speco3.spectra import ArchiveIndex
+from speco3.vetting.stopping import plural
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore
 from speco3.vetting.writer_lock import WriterLock
 
@@ -185,22 +186,25 @@ class Relocation:
         if not self.keys:
             return f"the store holds no spectrum under {self.old}"
         if self.clashes:
-            return (f"the store already holds {self.clashes:,} spectra under {self.new} (the two would mix): "
-                    "nothing re-rooted")
+            return (f"the store already holds {plural(self.clashes, 'spectrum', 'spectra')} under {self.new} (the "
+                    "two would mix): nothing re-rooted")
         if self.changed:
-            return (f"{self.changed:,} of the {self.files:,} files differ in {self.new} (size"
-                    f"{' or sha256' if self.hashed else ''}): not the same archive, nothing re-rooted")
+            return (f"{self.changed:,} of the {plural(self.files, 'file')} {'differs' if self.changed == 1 else 'differ'}"
+                    f" in {self.new} (size{' or sha256' if self.hashed else ''}): not the same archive, nothing "
+                    "re-rooted")
         if self.missing and not allow_missing:
-            return (f"{self.missing:,} of the {self.files:,} files are not in {self.new}: nothing re-rooted "
-                    "(--allow-missing re-roots every key all the same)")
+            return (f"{self.missing:,} of the {plural(self.files, 'file')} {'is' if self.missing == 1 else 'are'} "
+                    f"not in {self.new}: nothing re-rooted (--allow-missing re-roots every key all the same)")
         if not self.found:
-            return f"none of the {self.files:,} files is in {self.new}"
+            return (f"the file is not in {self.new}" if self.files == 1 else
+                    f"none of the {self.files:,} files is in {self.new}")
         return None
 
     def describe(self) -> str:
         """One paragraph: what was found where."""
         check = "size and sha256" if self.hashed else "size"
-        text = (f"{self.keys:,} spectra in {self.files:,} files under {self.old}; in {self.new}: {self.found:,} "
+        text = (f"{plural(self.keys, 'spectrum', 'spectra')} in {plural(self.files, 'file')} under {self.old}; in "
+                f"{self.new}: {self.found:,} "
                 f"found (same relative path, same {check} where the store noted it)")
         if self.missing:
             text += f", {self.missing:,} missing"
@@ -210,10 +214,21 @@ class Relocation:
             text += " (" + ", ".join(self.examples) + (", …" if self.missing + self.changed > len(self.examples)
                                                        else "") + ")"
         if self.clashes:
-            text += f"; the store already holds {self.clashes:,} spectra under {self.new}"
+            text += f"; the store already holds {plural(self.clashes, 'spectrum', 'spectra')} under {self.new}"
         if self.outside:
-            text += f"; {self.outside:,} spectra under neither folder stay as they are"
+            text += (f"; {plural(self.outside, 'spectrum', 'spectra')} under neither folder "
+                     f"{'stays as it is' if self.outside == 1 else 'stay as they are'}")
         return text
+
+
+class RelocationRefused(StoreError):
+    """`relocate` refused after looking: ``plan`` is what it found, ``reason`` why it changed nothing (the message
+    adds the store and the plan's description)."""
+
+    def __init__(self, path: Path, plan: Relocation, reason: str):
+        self.plan = plan
+        self.reason = reason
+        super().__init__(f"{path}: {reason}\n{plan.describe()}")
 
 
 def _folder(path: str | Path) -> str:
@@ -275,7 +290,7 @@ def relocate(store_path: str | Path, old: str | Path, new: str | Path, *, allow_
              hash_files: bool = False, dry_run: bool = False) -> tuple[Relocation, dict[str, int]]:
     """Re-root the store at ``store_path`` from the archive folder ``old`` onto ``new`` (`plan_relocation`; keys
     and paths in one transaction, `VettingStore.relocate_keys`), unless the plan has a `Relocation.problem`
-    (`StoreError` with the plan's description: nothing changed) or ``dry_run``. The store must not be in use: an
+    (`RelocationRefused` with the plan: nothing changed) or ``dry_run``. The store must not be in use: an
     app writing it (its writer lock) or a screening holding live claims on it refuses the move. Returns the plan
     and the rows changed per column (empty on a dry run)."""
     path = Path(store_path)
@@ -293,14 +308,14 @@ def relocate(store_path: str | Path, old: str | Path, new: str | Path, *, allow_
             plan = plan_relocation(store, old, new, hash_files=hash_files)
             problem = plan.problem(allow_missing)
             if problem is not None:
-                raise StoreError(f"{path}: {problem}\n{plan.describe()}")
+                raise RelocationRefused(path, plan, problem)
             if dry_run:
                 return plan, {}
             now = time.time()
             live = [h for _k, _w, h, expires in store.claims() if expires > now and not h.gone()]
             if live:
-                raise StoreError(f"{path}: a screening holds claims on it ({live[0]}): let it finish (or stop it) "
-                                 "before relocating")
+                raise RelocationRefused(path, plan, f"a screening holds claims on it ({live[0]}): let it finish (or "
+                                        "stop it) before relocating")
             changed = store.relocate_keys(plan.old + os.sep, plan.new + os.sep, plan.new)
     finally:
         lock.release()
@@ -308,5 +323,5 @@ def relocate(store_path: str | Path, old: str | Path, new: str | Path, *, allow_
     return plan, changed
 
 
-__all__ = ["BESIDE_LIMIT", "KEYS_CHECKED", "NAMED", "Holds", "Relocation", "StoreFit", "archive_keys",
+__all__ = ["BESIDE_LIMIT", "KEYS_CHECKED", "NAMED", "Holds", "Relocation", "RelocationRefused", "StoreFit", "archive_keys",
            "plan_relocation", "relocate", "store_fit", "stores_beside"]
