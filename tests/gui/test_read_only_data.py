@@ -26,7 +26,7 @@ def test_read_only_data_folder_browses_in_memory_then_saves_to_a_chosen_place(
         open_and_wait(w, demo_archive)  # indexed and a spectrum shown: the archive is browsed
         assert w.table_model.loaded_rows() > 0
         assert w.vetting.store.is_in_memory
-        assert w.unsaved_label.isVisible()
+        assert w.note_label.isVisible() and "data folder is read-only" in w.note_label.text()
         shown = w.statusBar().currentMessage()  # also the warning dialog's text (dialogs are off in tests)
         assert str(ro) in shown and "read-only" in shown and "kept in memory only" in shown
         key(w, Qt.Key.Key_Y)  # vetting goes on, in memory
@@ -37,7 +37,7 @@ def test_read_only_data_folder_browses_in_memory_then_saves_to_a_chosen_place(
         w._store_place_changed()
         target = store_path_for(w.archive_root, tmp_path / "data")
         assert w.vetting.store.path == target and not w.vetting.store.is_in_memory
-        assert not w.unsaved_label.isVisible()
+        assert not w.note_label.isVisible()
         key(w, Qt.Key.Key_N)
     with VettingStore(target, readonly=True) as store:
         assert sorted(d.decision for d in store.decisions()) == ["NO", "YES"]
@@ -46,7 +46,8 @@ def test_read_only_data_folder_browses_in_memory_then_saves_to_a_chosen_place(
 def test_a_cache_folder_that_cannot_be_written_is_named_and_the_archive_still_opens(
         qtbot, make_window, demo_archive, tmp_path, open_and_wait, monkeypatch):
     """The archive index lives in the cache folder: under a regular file (ENOTDIR, whoever runs) the app indexes in
-    a temporary folder and says so once in the status bar, naming the folder."""
+    a temporary folder and says so once in the status bar, naming the folder, and keeps saying it in the red note
+    (the messages that follow the opening, the store's line and "resumed at …", do not hide it)."""
     (tmp_path / "file").write_text("x")
     cache = tmp_path / "file" / "cache"
     monkeypatch.setenv("SPECO3_CACHE_DIR", str(cache))
@@ -57,3 +58,7 @@ def test_a_cache_folder_that_cannot_be_written_is_named_and_the_archive_still_op
     assert w.table_model.loaded_rows() > 0 and w.index is not None
     said = [m for m in shown if "cache folder" in m]
     assert len(said) == 1 and f"cache folder {cache} cannot be written (Not a directory)" in said[0], shown
+    qtbot.wait(3000)  # the opening's later messages come and go
+    assert w.note_label.isVisible() and w.note_label.textFormat() == Qt.TextFormat.PlainText
+    assert f"{cache} cannot be written" in w.note_label.text()
+    assert "Not a directory" in w.note_label.toolTip() and "for this run only" in w.note_label.toolTip()

@@ -33,7 +33,7 @@ from speco3 import __version__
 from speco3.agent.confidence import ABSTAINED
 from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
-from speco3.config import take_cache_notice
+from speco3.config import cache_dir, take_cache_notice
 from speco3.engine.choice import DEMO, ModelChoice
 from speco3.errors import Speco3Error, StoreError, TaskError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
@@ -260,10 +260,14 @@ class MainWindow(QMainWindow):
         self.store_label = QLabel("", self, objectName="storeLabel")
         self.store_label.setStyleSheet("color: #333")
         self.statusBar().addPermanentWidget(self.store_label)
-        self.unsaved_label = QLabel("Decisions are not saved: the data folder is read-only (Settings)", self)
-        self.unsaved_label.setStyleSheet("color: #b00020; font-weight: bold")
-        self.unsaved_label.setVisible(False)
-        self.statusBar().addPermanentWidget(self.unsaved_label)
+        # what stays true for the session and must stay seen (messages come and go): decisions kept in memory
+        # only, a cache not kept; in red, plain text (it names folders), the longer words in its tooltip
+        self.note_label = QLabel("", self, objectName="noteLabel")
+        self.note_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.note_label.setStyleSheet("color: #b00020; font-weight: bold")
+        self.note_label.setVisible(False)
+        self._notes: dict[str, tuple[str, str]] = {}  # kind -> (the note, its tooltip)
+        self.statusBar().addPermanentWidget(self.note_label)
 
     def _connect(self) -> None:
         self.archive.openRequested.connect(self.choose_archive)
@@ -428,6 +432,7 @@ class MainWindow(QMainWindow):
         self.index = ArchiveIndex.for_root(root)
         if notice := take_cache_notice():  # a read-only cache folder: indexed in a temporary one, said once
             self.show_message(notice)
+            self._set_note("cache", f"Cache not kept: {cache_dir()} cannot be written", notice)  # for the run
         self.archive_root = root
         path, chosen = self._chosen_store(root)
         if not self._use_store(root, path, chosen):  # a chosen store refused (the reason shown): the app's own
@@ -1176,10 +1181,22 @@ class MainWindow(QMainWindow):
     def _show_unsaved(self, reason: str | None) -> None:
         """Say, and keep saying in the status bar, that decisions live in memory only (`VettingController.open_store`
         fell back to it because the data folder is read-only); nothing when ``reason`` is None."""
-        self.unsaved_label.setVisible(reason is not None)
+        self._set_note("unsaved", "Decisions are not saved: the data folder is read-only (Settings)" if reason
+                       else None, reason or "")
         if reason is not None:
             self.show_error(f"{reason}.\n\nYou can browse and vet, but decisions are kept in memory only and are lost "
                             "when the app closes, until you choose a data folder you can write to (Settings).")
+
+    def _set_note(self, kind: str, text: str | None, tip: str = "") -> None:
+        """Show (``text``) or withdraw (None) the persistent red note of ``kind`` in the status bar (`note_label`;
+        several are joined)."""
+        if text is None:
+            self._notes.pop(kind, None)
+        else:
+            self._notes[kind] = (text, tip or text)
+        self.note_label.setText(" · ".join(t for t, _tip in self._notes.values()))
+        self.note_label.setToolTip("\n\n".join(tip for _t, tip in self._notes.values()))
+        self.note_label.setVisible(bool(self._notes))
 
     def _store_place_changed(self) -> None:
         """After Settings: a session kept in memory moves to the newly chosen data folder (its decisions with it)."""
