@@ -9,7 +9,9 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import shutil
+import stat
 import tempfile
 import threading
 from pathlib import Path
@@ -17,6 +19,7 @@ from pathlib import Path
 import platformdirs
 
 from speco3_base import APP_NAME
+from speco3_base.process import process_gone
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +59,18 @@ def ensure(path: Path) -> Path:
 _fallback_lock = threading.Lock()
 _fallback: dict[Path, Path] = {}  # cache folder that cannot be written -> this process's temporary one
 _notices: list[str] = []  # the message about it, until `take_cache_notice` hands it to the app's status bar
+#: The temporary cache folders `writable_cache` makes: the owning process's pid, then `tempfile.mkdtemp`'s 8 random
+#: characters (a process killed before its exit handler leaves its folder for the next one to sweep).
+TEMP_CACHE_PREFIX = "spec-o3-cache-"
+_TEMP_CACHE_NAME = re.compile(re.escape(TEMP_CACHE_PREFIX) + r"([1-9][0-9]{0,9})-[a-z0-9_]{8}")
 
 
 def writable_cache(sub: str) -> Path:
     """``cache_dir()/sub``, created, when files can be made there; else (a read-only folder or file system, a path
-    under a regular file, no permission) the same ``sub`` in a private temporary folder of this process, removed at
-    exit: the work goes on without keeping its cache. One warning per process names the cache folder and why.
+    under a regular file, no permission) the same ``sub`` in a private temporary folder of this process
+    (``spec-o3-cache-<pid>-XXXXXXXX``), removed at exit: the work goes on without keeping its cache. One warning per
+    process names the cache folder and why. Making it sweeps such folders of killed processes
+    (`sweep_temp_caches`).
 
     Raises
     ------
@@ -79,7 +88,9 @@ def writable_cache(sub: str) -> Path:
         why = exc.strerror or type(exc).__name__
     with _fallback_lock:
         if root not in _fallback:
-            folder = Path(tempfile.mkdtemp(prefix="spec-o3-cache-"))  # 0700, a fresh name: nobody else's
+            sweep_temp_caches(Path(tempfile.gettempdir()))
+            # 0700, a fresh name: nobody else's
+            folder = Path(tempfile.mkdtemp(prefix=f"{TEMP_CACHE_PREFIX}{os.getpid()}-"))
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
             _fallback[root] = folder
             notice = (f"cache folder {root} cannot be written ({why}); caching in {folder} for this run only "
@@ -87,6 +98,38 @@ def writable_cache(sub: str) -> Path:
             log.warning("%s", notice)
             _notices.append(notice)
         return ensure(_fallback[root] / sub)
+
+
+def sweep_temp_caches(parent: Path) -> list[Path]:
+    """Remove the temporary cache folders in ``parent`` that killed processes left (`writable_cache` names them
+    ``spec-o3-cache-<pid>-XXXXXXXX``; exit removes them, SIGKILL does not): only directories of exactly that name,
+    never a symbolic link, owned by this user, whose process is gone (`process_gone`; never this one). Returns those
+    removed; a folder that cannot be looked at or removed is left as it is. Nothing on Windows (no owner check)."""
+    if not hasattr(os, "getuid"):
+        return []
+    uid, removed = os.getuid(), []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return []
+    for entry in entries:
+        match = _TEMP_CACHE_NAME.fullmatch(entry.name)
+        if match is None or int(match.group(1)) == os.getpid():
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or not process_gone(int(match.group(1))):
+            continue
+        try:  # rmtree refuses a link swapped in meanwhile and never follows links inside
+            shutil.rmtree(entry.path)
+        except OSError as exc:
+            log.debug("temporary cache folder %s left: %s", entry.path, exc)
+            continue
+        log.info("removed the temporary cache folder %s of the killed process %s", entry.path, match.group(1))
+        removed.append(Path(entry.path))
+    return removed
 
 
 def take_cache_notice() -> str:

@@ -16,6 +16,7 @@ import contextlib
 import gzip
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -535,3 +536,59 @@ def test_a_cache_folder_that_cannot_be_written_is_named_once_and_the_work_goes_o
 @contextlib.contextmanager
 def _nothing():
     yield
+
+
+KEEP_CACHE = """
+import sys, time
+from speco3.config import writable_cache
+print(writable_cache("indexes"), flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_killed_process_s_temporary_cache_folder_is_swept_by_the_next(tmp_path):
+    """SIGKILL skips the exit handler that removes a temporary cache folder: it is named with its process's pid, and
+    the next process that needs one removes it; nothing else that looks like it (a live process's, a symbolic link,
+    a file, another name, another user's) is touched."""
+    from speco3_testkit.spectra import write_csv_archive
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    (tmp_path / "file").write_text("x")
+    env = {**os.environ, "SPECO3_CACHE_DIR": str(tmp_path / "file" / "cache"), "TMPDIR": str(temp)}
+    child = subprocess.Popen([sys.executable, "-c", KEEP_CACHE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+    try:
+        left = Path(child.stdout.readline().strip()).parent
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+        child.stdout.close()
+        child.stderr.close()
+    assert child.returncode == -signal.SIGKILL
+    assert left.parent == temp and left.name.startswith(f"spec-o3-cache-{child.pid}-") and (left / "indexes").is_dir()
+    dead = child.pid
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    kept = [temp / f"spec-o3-cache-{os.getpid()}-abcd_123",  # a live process's
+            temp / f"spec-o3-cache-{dead}-linkxxxx",  # a symbolic link to a folder
+            temp / f"spec-o3-cache-{dead}-filexxxx",  # a file
+            temp / f"spec-o3-cache-{dead}-abcdefgh-more",  # not the exact name
+            temp / f"spec-o3-cache-x{dead}-abcdefgh"]
+    kept[0].mkdir()
+    kept[1].symlink_to(victim, target_is_directory=True)
+    kept[2].write_text("x")
+    kept[3].mkdir()
+    kept[4].mkdir()
+    if os.geteuid() == 0:  # another user's folder (only root can make one)
+        kept.append(temp / f"spec-o3-cache-{dead}-otheruse")
+        kept[-1].mkdir()
+        os.chown(kept[-1], 65534, 65534)
+    arch = write_csv_archive(tmp_path / "arch", 2)
+    res = subprocess.run([sys.executable, "-m", "speco3", "index", str(arch)], capture_output=True, text=True,
+                         env=env, timeout=120, check=False)
+    assert res.returncode == 0 and "cannot be written" in res.stderr, res.stderr[-2000:]
+    assert not left.exists()  # swept
+    assert sorted(temp.iterdir()) == sorted(kept)  # the rest as it was; the index run's own removed at its exit
+    assert (victim / "keep").read_text() == "x" and kept[1].is_symlink()

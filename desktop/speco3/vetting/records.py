@@ -22,6 +22,7 @@ from speco3.agent.tasks import Line
 from speco3.config import config_dir
 from speco3.errors import StoreError
 from speco3.spectra.model import pipeline_fit, to_frame
+from speco3_base.process import process_gone
 
 DECISIONS = ("YES", "NO", "UNSURE")
 VERDICTS = ("YES", "NO")
@@ -479,19 +480,7 @@ class ClaimHolder:
     def gone(self) -> bool:
         """True when the holder ran on this host and its process is no more (killed, crashed; a zombie waiting to
         be reaped counts as gone). A holder on another host is never known to be gone: its lease decides."""
-        if self.host != platform.node() or self.pid <= 0:
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:  # another user's live process
-            return False
-        try:  # Linux: a killed process stays in the table as a zombie until its parent reaps it
-            with open(f"/proc/{self.pid}/stat", encoding="ascii", errors="replace") as f:
-                return f.read().rpartition(")")[2].split()[:1] == ["Z"]
-        except OSError:
-            return False
+        return self.host == platform.node() and process_gone(self.pid)
 
     def __str__(self) -> str:
         return f"pid {self.pid} on {self.host}"
