@@ -211,6 +211,13 @@ class AppSettings:
             creds = self.server_auth
         self.server_url, self.server_auth = clean, creds
 
+    def forget_server_credentials(self, credentials: Path | None = None) -> bool:
+        """Forget the user name and password kept for ``server_url``: from this session (`server_auth`) and from the
+        credentials file (``credentials``: default beside the settings file). False when the file still holds them
+        (it cannot be rewritten: the warning is logged)."""
+        self.server_auth = None
+        return _write_credentials(credentials or _credentials_path(self.path()), self.server_url, None)
+
     # -- persistence ---------------------------------------------------------------------------------------------
     @staticmethod
     def path() -> Path:
