@@ -323,8 +323,9 @@ def test_prescreen_status_names_which_spectrum_of_a_file_it_follows(qtbot, make_
 
 
 def test_the_remembered_model_is_a_typed_choice_saved_and_restored(tmp_path):
-    """The settings remember the installed model chosen (`AppSettings.remember_model`) and give it back as an
-    `InstalledModel` after a save and load; the scripted demo and a model server are not remembered."""
+    """The settings remember the model chosen (`AppSettings.remember_model`) and give it back typed after a save and
+    load: an `InstalledModel`; the model server while one is set; the scripted demo where it is offered (else the
+    installed model chosen before)."""
     from speco3.engine.chatapi import ServerConfig
     from speco3.engine.choice import DEMO, InstalledModel, ModelServer
     from speco3.gui.settings import AppSettings
@@ -335,8 +336,16 @@ def test_the_remembered_model_is_a_typed_choice_saved_and_restored(tmp_path):
     settings.save(tmp_path / "settings.json")
     again = AppSettings.load(tmp_path / "settings.json")
     assert again.remembered_model() == InstalledModel("tiny-q8_0")
-    for other in (DEMO, ModelServer.of(ServerConfig("http://gpu:8080")), None):
-        again.remember_model(other)
-        assert again.remembered_model() is None
     again.server_url, again.server_model = "http://gpu:8080/v1", "spec-o3-7b"
-    assert again.server_choice() == ModelServer.of(ServerConfig("http://gpu:8080/v1", "spec-o3-7b"))
+    server = again.server_choice()
+    assert server == ModelServer.of(ServerConfig("http://gpu:8080/v1", "spec-o3-7b"))
+    again.remember_model(ModelServer.of(ServerConfig("http://old:8080")))
+    again.save(tmp_path / "settings.json")
+    again = AppSettings.load(tmp_path / "settings.json")
+    assert again.remembered_model(server) == server  # the server set now
+    assert again.remembered_model(None) == InstalledModel("tiny-q8_0")  # none set: the model chosen before
+    again.remember_model(DEMO)
+    assert again.remembered_model(server, demo=True) == DEMO
+    assert again.remembered_model(server, demo=False) == InstalledModel("tiny-q8_0")  # not the demo archive
+    again.remember_model(None)
+    assert again.remembered_model(server, demo=True) is None

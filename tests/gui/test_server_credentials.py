@@ -10,6 +10,8 @@ import logging
 import stat
 
 import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QLineEdit
 
 from speco3.applog import log_path
 from speco3.gui.dialogs import SettingsDialog
@@ -115,3 +117,31 @@ def test_a_password_put_into_the_url_is_never_saved_and_an_unwritable_credential
     _no_secret_in(tmp_path / "desktop.json")
     assert s.server_config().basic_auth == (USER, PASSWORD) and "kept for this session only" in caplog.text
     assert PASSWORD not in caplog.text
+
+
+def test_settings_say_a_password_is_kept_for_the_server_and_forget_removes_it(qtbot):
+    """Reopening Settings after a ``user:password@`` URL: a line says a user name and password are kept for the
+    server (never the password); Forget removes them from the credentials file and the session, and the line goes."""
+    s = AppSettings()
+    dlg = SettingsDialog(s)
+    qtbot.addWidget(dlg)
+    assert dlg.server_credentials.isHidden()  # none kept: no line
+    dlg.server_url.setText(f"http://{USER}:{PASSWORD}@127.0.0.1:9/v1")
+    dlg.accept()
+    creds = s.save().with_name(CREDENTIALS_FILE)
+    assert PASSWORD.encode() in creds.read_bytes()
+    dlg = SettingsDialog(s)
+    qtbot.addWidget(dlg)
+    dlg.show()
+    dlg.tabs.setCurrentIndex(next(i for i in range(dlg.tabs.count()) if dlg.tabs.tabText(i) == "Model server"))
+    assert dlg.server_credentials.isVisible() and CREDENTIALS_FILE in dlg.server_credentials_text.text()
+    assert all(PASSWORD not in w.text() for w in dlg.findChildren(QLabel) + dlg.findChildren(QLineEdit))
+    qtbot.mouseClick(dlg.forget_credentials, Qt.MouseButton.LeftButton)
+    assert not dlg.server_credentials.isVisible() and dlg.error.text() == ""
+    assert PASSWORD.encode() not in creds.read_bytes() and f"{USER}".encode() not in creds.read_bytes()
+    assert s.server_auth is None and s.server_config().basic_auth is None
+    dlg.accept()  # OK after Forget: the URL typed without them does not bring them back
+    assert s.server_auth is None and AppSettings.load().server_config().basic_auth is None
+    dlg = SettingsDialog(s)
+    qtbot.addWidget(dlg)
+    assert dlg.server_credentials.isHidden()

@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 
 from speco3.gui.main_window import archive_summary
 from speco3.gui.viewer import flux_axis_label
@@ -89,3 +89,72 @@ def test_the_report_is_titled_by_the_archive(qtbot, make_window, demo_archive, o
     key(w, Qt.Key.Key_Y)
     html = write_report(w.vetting.store, tmp_path / "r.html").read_text(encoding="utf-8")
     assert f"<title>Spec-o3 vetting report — {demo_archive.name}</title>" in html
+
+
+def test_a_server_set_in_settings_joins_the_model_box_without_taking_the_demo_s_place(qtbot, make_window,
+                                                                                      demo_archive, open_and_wait):
+    """The trial: with the scripted demo chosen on the demo archive, a server URL set in Settings silently became
+    the model, in that session and the next ones. Now the server is offered, the demo stays chosen, the status bar
+    says so, and a restart chooses the demo again."""
+    from PySide6.QtWidgets import QApplication
+
+    from speco3.engine.choice import DEMO, ModelServer
+    from speco3.gui.dialogs import SettingsDialog
+
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    panel = w.agent_panel
+    panel.model_box.setCurrentIndex(panel.choices().index(DEMO))  # the user chooses the scripted demo
+    url = "http://127.0.0.1:9"
+
+    def fill_and_accept() -> None:
+        dlg = QApplication.activeModalWidget()
+        assert isinstance(dlg, SettingsDialog)
+        dlg.server_url.setText(url)
+        dlg.accept()
+
+    QTimer.singleShot(0, fill_and_accept)
+    w.open_settings()
+    assert w.settings.server_url == url
+    assert panel.choice() == DEMO and panel.model_box.currentText().endswith("scripted demo — not a model")
+    assert any(isinstance(c, ModelServer) and c.url == url for c in panel.choices()), panel.choices()
+    said = w.statusBar().currentMessage()
+    assert f"model server served model @ {url} added to the Model box" in said and "stays chosen" in said, said
+    w.vetting.go_to(1)  # another spectrum fills the box again: the choice stays
+    qtbot.waitUntil(lambda: w.vetting.row == 1)
+    assert panel.choice() == DEMO
+    w.close()
+    w2 = make_window()  # the next session: the settings file as saved
+    open_and_wait(w2, demo_archive)
+    assert w2.settings.server_url == url and w2.agent_panel.choice() == DEMO
+    assert any(isinstance(c, ModelServer) for c in w2.agent_panel.choices())
+    # the server chosen by the user is chosen again at the next start
+    box = w2.agent_panel.model_box
+    box.setCurrentIndex(next(i for i, c in enumerate(w2.agent_panel.choices()) if isinstance(c, ModelServer)))
+    w2.close()
+    w3 = make_window()
+    open_and_wait(w3, demo_archive)
+    assert isinstance(w3.agent_panel.choice(), ModelServer)
+
+
+def test_a_server_set_in_settings_is_chosen_when_nothing_usable_was(qtbot, make_window, tmp_path):
+    """No model installed and no demo spectrum shown: the empty model box takes the server, and says so."""
+    from PySide6.QtWidgets import QApplication
+
+    from speco3.engine.choice import ModelServer
+    from speco3.gui.dialogs import SettingsDialog
+
+    w = make_window()
+    assert w.agent_panel.choice() is None
+    url = "http://127.0.0.1:9"
+
+    def fill_and_accept() -> None:
+        dlg = QApplication.activeModalWidget()
+        assert isinstance(dlg, SettingsDialog)
+        dlg.server_url.setText(url)
+        dlg.accept()
+
+    QTimer.singleShot(0, fill_and_accept)
+    w.open_settings()
+    assert isinstance(w.agent_panel.choice(), ModelServer)
+    assert w.statusBar().currentMessage() == f"model server served model @ {url} added to the Model box and chosen"

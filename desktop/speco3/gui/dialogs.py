@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from speco3.gui.keymap import ACTIONS, Keymap, normalize
-from speco3.gui.settings import AppSettings
+from speco3.gui.settings import CREDENTIALS_FILE, AppSettings
 from speco3.gui.workers import BackgroundTask
 from speco3.imaging import DEFAULT_MAX_TOKENS
 from speco3.vetting.export_formats import ExportOptions, export_format
@@ -376,6 +376,22 @@ class SettingsDialog(QDialog):
         self.server_key_env = QLineEdit(settings.server_api_key_env, objectName="serverKeyEnv",
                                         placeholderText="none, or the OS keyring entry 'spec-o3' / URL")
         sform.addRow("Server URL (llama-server, vLLM, SGLang)", self.server_url)
+        # a user:password@ typed into the URL is taken out of it (`AppSettings.set_server`): say that one is kept
+        # (never what it is) and offer to forget it
+        self.server_credentials = QWidget(objectName="serverCredentials")
+        row = QHBoxLayout(self.server_credentials)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.server_credentials_text = QLabel(
+            f"a user name and password are kept for this server ({CREDENTIALS_FILE}, readable by you only)",
+            objectName="serverCredentialsText", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
+        self.forget_credentials = QPushButton("Forget", objectName="forgetCredentials",
+                                              toolTip="remove them from this session and from "
+                                              f"{settings.path().with_name(CREDENTIALS_FILE)}")
+        self.forget_credentials.clicked.connect(self._forget_credentials)
+        row.addWidget(self.server_credentials_text, 1)
+        row.addWidget(self.forget_credentials)
+        self.server_credentials.setVisible(settings.server_auth is not None)
+        sform.addRow("", self.server_credentials)
         sform.addRow("Served model", self.server_model)
         sform.addRow("API key variable", self.server_key_env)
         tabs.addTab(_scrolling(server), "Model server")
@@ -417,6 +433,13 @@ class SettingsDialog(QDialog):
         height = max(w.sizeHint().height() for w in inner) + self.tabs.tabBar().sizeHint().height() + 24 \
             + chrome.height()
         self.resize(min(width, int(available.width() * 0.95)), min(height, int(available.height() * 0.9)))
+
+    def _forget_credentials(self) -> None:
+        """Forget: the server's user name and password leave the session and the credentials file at once."""
+        self.server_credentials.setVisible(False)
+        if not self.settings.forget_server_credentials():
+            self.error.setText(f"{CREDENTIALS_FILE} cannot be rewritten: the user name and password stay in it "
+                               "(see the log)")
 
     def _rollout_mode_changed(self) -> None:
         auto = bool(self.rollout_mode.currentData())

@@ -34,7 +34,7 @@ from speco3.agent.confidence import ABSTAINED
 from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
 from speco3.config import cache_dir, take_cache_notice
-from speco3.engine.choice import DEMO, ModelChoice
+from speco3.engine.choice import DEMO, ModelChoice, ModelServer
 from speco3.errors import Speco3Error, StoreError, TaskError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
 from speco3.gui.agent_panel import AgentPanel, ModelEntry
@@ -140,6 +140,8 @@ class MainWindow(QMainWindow):
         self.inference = InferenceThread(render or render_png, self)
         self.agent = AgentController(self.inference, self.vetting, self.agent_panel, self.settings, self.tasks,
                                      engine_opener=engine_opener, parent=self)
+        self._filling_models = False  # `refresh_models` fills the model box: its changes are not the user's
+        self.agent_panel.model_box.currentIndexChanged.connect(self._model_picked)
         self.inference.start()
         # the stopping test runs on its own thread (170,000 screened spectra take 1-2 s to read and order)
         self.stopping_worker = StoppingWorker(self)
@@ -891,19 +893,37 @@ class MainWindow(QMainWindow):
             self._on_record()
 
     def refresh_models(self) -> None:
+        """Fill the model box: the model server (Settings → Model server) first, the installed models, the scripted
+        demo on the demo archive. The user's choice (`_model_picked`, remembered: `remembered_model`) is chosen while
+        the box offers it — a server added in Settings does not take its place (`_settings_applied` says it was
+        added), and a chosen server whose URL changed there is followed to the new one; else the box's choice while
+        it is offered, else the first entry."""
         models: list[ModelEntry] = installed_models()
-        current: ModelChoice | None = self.settings.remembered_model()
         try:
             server = self.settings.server_choice()
         except Exception as exc:  # a hand-edited, unusable URL: the local models stay usable
             self.statusBar().showMessage(f"model server ignored: {exc}")
             server = None
-        if server is not None:  # Settings → Model server: offered first, and chosen
-            text = f"{server.model or 'served model'} @ {server.url}"
-            models, current = [ModelEntry(server, text), *models], server
+        if server is not None:  # Settings → Model server: offered first
+            models = [ModelEntry(server, f"{server.model or 'served model'} @ {server.url}"), *models]
+        demo = is_demo_spectrum(self.vetting.spectrum)
+        offered = [e.choice for e in models] + ([DEMO] if demo else [])
+        current: ModelChoice | None = self.settings.remembered_model(server, demo)
+        if current not in offered:  # nothing remembered, or not offered here: the box's choice while it is offered
+            current = self.agent_panel.choice()
         task = self.tasks.get(self.agent_panel.task_id())
-        self.agent_panel.set_models(models, is_demo_spectrum(self.vetting.spectrum), current, self.settings.lora,
-                                    task.lora if task is not None else None)
+        self._filling_models = True  # the box's own fallbacks are not the user's choice (`_model_picked`)
+        try:
+            self.agent_panel.set_models(models, demo, current, self.settings.lora,
+                                        task.lora if task is not None else None)
+        finally:
+            self._filling_models = False
+
+    def _model_picked(self, _index: int) -> None:
+        """The user chose in the model box: remembered at once (`AppSettings.remember_model`), so that a box filled
+        again (another spectrum, a server added in Settings, the next start) chooses it again."""
+        if not self._filling_models:
+            self.settings.remember_model(self.agent_panel.choice())
 
     # -- certified stopping (speco3.vetting.stopping) -------------------------------------------------------------
     def refresh_stopping(self) -> None:
@@ -1141,20 +1161,32 @@ class MainWindow(QMainWindow):
 
     def open_settings(self) -> None:
 
+        before = (self.settings.server_url, self.settings.server_model)
         dlg = SettingsDialog(self.settings, self)
         accepted = dlg.exec()
         dlg.deleteLater()
         if accepted:
-            self.keymap = Keymap.from_settings(self.settings.keymap)
-            self.key_filter.keymap = self.keymap
-            self.decision.keymap = self.keymap
-            self.decision.cheat.setText(self.keymap.cheat_sheet_html())
-            self.mark_action.setText(f"Mark evidence ({self.keymap.keys['mark_evidence']})")
-            self.samp.toggle.setChecked(self.settings.samp_enabled)  # connects or disconnects as chosen
-            self.refresh_models()  # the model server entry comes and goes with its URL
-            self._save_settings()
-            self._store_place_changed()
-            self.refresh_stopping()  # the stopping target may have changed
+            self._settings_applied(before)
+
+    def _settings_applied(self, server_before: tuple[str, str]) -> None:
+        """What Settings → OK changes in the window. A model server set (or changed) there joins the model box
+        without taking the user's choice, and the status bar says so (chosen only when nothing usable was)."""
+        self.keymap = Keymap.from_settings(self.settings.keymap)
+        self.key_filter.keymap = self.keymap
+        self.decision.keymap = self.keymap
+        self.decision.cheat.setText(self.keymap.cheat_sheet_html())
+        self.mark_action.setText(f"Mark evidence ({self.keymap.keys['mark_evidence']})")
+        self.samp.toggle.setChecked(self.settings.samp_enabled)  # connects or disconnects as chosen
+        self.refresh_models()  # the model server entry comes and goes with its URL
+        box = self.agent_panel.model_box
+        at = next((i for i, c in enumerate(self.agent_panel.choices()) if isinstance(c, ModelServer)), None)
+        if at is not None and (self.settings.server_url, self.settings.server_model) != server_before:
+            self.show_message(f"model server {box.itemText(at)} added to the Model box" + (
+                " and chosen" if box.currentIndex() == at else
+                f"; {box.currentText()} stays chosen — choose the server there to run on it"))
+        self._save_settings()
+        self._store_place_changed()
+        self.refresh_stopping()  # the stopping target may have changed
 
     def new_task(self) -> None:
         self.open_task_editor(None)
@@ -1231,7 +1263,8 @@ class MainWindow(QMainWindow):
             message(self, "Spec-o3 Desktop", text).exec()  # plain text: errors quote file names and values
 
     def _save_settings(self) -> None:
-        self.settings.remember_model(self.agent_panel.choice())
+        if not self.settings.model_id and not self.settings.model_source:  # nothing picked yet: what the box shows
+            self.settings.remember_model(self.agent_panel.choice())
         try:
             self.settings.save()
         except OSError as exc:

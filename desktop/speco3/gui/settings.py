@@ -26,7 +26,7 @@ from speco3.agent.settings import RolloutSettings, RunSettings
 from speco3.agent.tasks import Task, run_adapters
 from speco3.config import config_dir, data_dir
 from speco3.engine.base import DEFAULT_N_CTX, EngineSettings, KvType
-from speco3.engine.choice import InstalledModel, ModelChoice, ModelServer
+from speco3.engine.choice import DEMO, InstalledModel, ModelChoice, ModelServer
 from speco3.fileio import write_text_atomic
 from speco3.netaddr import split_credentials
 from speco3.vetting.records import SETTINGS_FILE, vetter_name
@@ -101,6 +101,10 @@ class AppSettings:
     model_id : str
         Installed model to run ("" = the first installed one); read and written as a typed choice by
         `remembered_model` and `remember_model`.
+    model_source : str
+        Where the model chosen last comes from: "" = an installed model (``model_id``), ``"server"`` = the model
+        server (``server_url``), ``"demo"`` = the scripted demo session (on the demo archive). The model box keeps
+        the user's choice when a server is added in Settings, and a restart chooses it again.
     lora : str
         The adapter the user chose in the model box, as ``--lora`` takes it: "" = none chosen (the task's own
         adapter, its file's ``lora``, when it has one, else the model alone — as the command line without
@@ -160,6 +164,7 @@ class AppSettings:
     kv_type: KvType = "f16"
     parallel: int = EngineSettings.n_seq
     model_id: str = ""
+    model_source: str = ""
     lora: str = ""
     task: str = "cv"
     keymap: dict[str, str] = field(default_factory=dict)
@@ -210,6 +215,13 @@ class AppSettings:
         else:
             creds = self.server_auth
         self.server_url, self.server_auth = clean, creds
+
+    def forget_server_credentials(self, credentials: Path | None = None) -> bool:
+        """Forget the user name and password kept for ``server_url``: from this session (`server_auth`) and from the
+        credentials file (``credentials``: default beside the settings file). False when the file still holds them
+        (it cannot be rewritten: the warning is logged)."""
+        self.server_auth = None
+        return _write_credentials(credentials or _credentials_path(self.path()), self.server_url, None)
 
     # -- persistence ---------------------------------------------------------------------------------------------
     @staticmethod
@@ -347,15 +359,28 @@ class AppSettings:
         cfg = self.server_config()
         return None if cfg is None else ModelServer.of(cfg)
 
-    def remembered_model(self) -> InstalledModel | None:
-        """The installed model chosen last (``model_id``; None: none remembered, the first installed one). A server
-        is chosen while one is set (`server_choice`) and the scripted demo only on the demo archive: neither is
-        remembered."""
+    def remembered_model(self, server: ModelServer | None = None, demo: bool = False) -> ModelChoice | None:
+        """The model chosen last (``model_source``, ``model_id``): the scripted demo (`DEMO`) when ``demo`` (the
+        demo archive offers it), the model server ``server`` (`server_choice`) when one is set, else the installed
+        model ``model_id``; None: none remembered (the box's first entry)."""
+        if self.model_source == "demo" and demo:
+            return DEMO
+        if self.model_source == "server" and server is not None:
+            return server
         return InstalledModel(self.model_id) if self.model_id else None
 
     def remember_model(self, choice: ModelChoice | None) -> None:
-        """Remember ``choice`` for the next start (`remembered_model`: an installed model; anything else forgets)."""
-        self.model_id = choice.name or "" if isinstance(choice, InstalledModel) else ""
+        """Remember ``choice`` for the next start (`remembered_model`): an installed model by name, the model server
+        (whichever is set then) or the scripted demo; None forgets. The installed model chosen before a server or
+        the demo stays remembered for when they are not offered."""
+        if isinstance(choice, InstalledModel):
+            self.model_id, self.model_source = choice.name or "", ""
+        elif isinstance(choice, ModelServer):
+            self.model_source = "server"
+        elif choice == DEMO:
+            self.model_source = "demo"
+        else:  # none, or a choice the box never offers (a script file, a file pair)
+            self.model_id, self.model_source = "", ""
 
     def vetter_name(self) -> str:
         """The vetter's name (`speco3.vetting.records.vetter_name`: this setting, else the login name)."""
