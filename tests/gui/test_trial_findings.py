@@ -119,7 +119,7 @@ def test_a_server_set_in_settings_joins_the_model_box_without_taking_the_demo_s_
     assert panel.choice() == DEMO and panel.model_box.currentText().endswith("scripted demo — not a model")
     assert any(isinstance(c, ModelServer) and c.url == url for c in panel.choices()), panel.choices()
     said = w.statusBar().currentMessage()
-    assert f"model server served model @ {url} added to the Model box" in said and "stays chosen" in said, said
+    assert f"served model @ {url} added to the Model box" in said and "stays chosen" in said, said
     w.vetting.go_to(1)  # another spectrum fills the box again: the choice stays
     qtbot.waitUntil(lambda: w.vetting.row == 1)
     assert panel.choice() == DEMO
@@ -157,4 +157,4 @@ def test_a_server_set_in_settings_is_chosen_when_nothing_usable_was(qtbot, make_
     QTimer.singleShot(0, fill_and_accept)
     w.open_settings()
     assert isinstance(w.agent_panel.choice(), ModelServer)
-    assert w.statusBar().currentMessage() == f"model server served model @ {url} added to the Model box and chosen"
+    assert w.statusBar().currentMessage() == f"served model @ {url} added to the Model box and chosen"

@@ -1181,9 +1181,8 @@ class MainWindow(QMainWindow):
         box = self.agent_panel.model_box
         at = next((i for i, c in enumerate(self.agent_panel.choices()) if isinstance(c, ModelServer)), None)
         if at is not None and (self.settings.server_url, self.settings.server_model) != server_before:
-            self.show_message(f"model server {box.itemText(at)} added to the Model box" + (
-                " and chosen" if box.currentIndex() == at else
-                f"; {box.currentText()} stays chosen — choose the server there to run on it"))
+            self.show_message(f"{box.itemText(at)} added to the Model box" + (  # short: it must fit at 1366 px
+                " and chosen" if box.currentIndex() == at else f"; {box.currentText()} stays chosen"))
         self._save_settings()
         self._store_place_changed()
         self.refresh_stopping()  # the stopping target may have changed
