@@ -8,7 +8,9 @@ import shutil
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QApplication
 
+from speco3.gui.dialogs import SettingsDialog
 from speco3.gui.main_window import archive_summary
 from speco3.gui.viewer import flux_axis_label
 from speco3.spectra.model import Spectrum
@@ -91,22 +93,8 @@ def test_the_report_is_titled_by_the_archive(qtbot, make_window, demo_archive, o
     assert f"<title>Spec-o3 vetting report — {demo_archive.name}</title>" in html
 
 
-def test_a_server_set_in_settings_joins_the_model_box_without_taking_the_demo_s_place(qtbot, make_window,
-                                                                                      demo_archive, open_and_wait):
-    """The trial: with the scripted demo chosen on the demo archive, a server URL set in Settings silently became
-    the model, in that session and the next ones. Now the server is offered, the demo stays chosen, the status bar
-    says so, and a restart chooses the demo again."""
-    from PySide6.QtWidgets import QApplication
-
-    from speco3.engine.choice import DEMO, ModelServer
-    from speco3.gui.dialogs import SettingsDialog
-
-    w = make_window()
-    open_and_wait(w, demo_archive)
-    panel = w.agent_panel
-    panel.model_box.setCurrentIndex(panel.choices().index(DEMO))  # the user chooses the scripted demo
-    url = "http://127.0.0.1:9"
-
+def _set_server_url(w, url: str) -> None:
+    """Settings → Model server: type ``url`` and press OK, as the user does (the real dialog)."""
     def fill_and_accept() -> None:
         dlg = QApplication.activeModalWidget()
         assert isinstance(dlg, SettingsDialog)
@@ -115,6 +103,22 @@ def test_a_server_set_in_settings_joins_the_model_box_without_taking_the_demo_s_
 
     QTimer.singleShot(0, fill_and_accept)
     w.open_settings()
+
+
+def test_a_server_set_in_settings_joins_the_model_box_without_taking_the_demo_s_place(qtbot, make_window,
+                                                                                      demo_archive, open_and_wait):
+    """The trial: with the scripted demo chosen on the demo archive, a server URL set in Settings silently became
+    the model, in that session and the next ones. Now the server is offered, the demo stays chosen, the status bar
+    says so, and a restart chooses the demo again."""
+    from speco3.engine.choice import DEMO, ModelServer
+
+    w = make_window()
+    open_and_wait(w, demo_archive)
+    panel = w.agent_panel
+    panel.model_box.setCurrentIndex(panel.choices().index(DEMO))  # the user chooses the scripted demo
+    url = "http://127.0.0.1:9"
+
+    _set_server_url(w, url)
     assert w.settings.server_url == url
     assert panel.choice() == DEMO and panel.model_box.currentText().endswith("scripted demo — not a model")
     assert any(isinstance(c, ModelServer) and c.url == url for c in panel.choices()), panel.choices()
@@ -139,22 +143,12 @@ def test_a_server_set_in_settings_joins_the_model_box_without_taking_the_demo_s_
 
 def test_a_server_set_in_settings_is_chosen_when_nothing_usable_was(qtbot, make_window, tmp_path):
     """No model installed and no demo spectrum shown: the empty model box takes the server, and says so."""
-    from PySide6.QtWidgets import QApplication
-
     from speco3.engine.choice import ModelServer
-    from speco3.gui.dialogs import SettingsDialog
 
     w = make_window()
     assert w.agent_panel.choice() is None
     url = "http://127.0.0.1:9"
 
-    def fill_and_accept() -> None:
-        dlg = QApplication.activeModalWidget()
-        assert isinstance(dlg, SettingsDialog)
-        dlg.server_url.setText(url)
-        dlg.accept()
-
-    QTimer.singleShot(0, fill_and_accept)
-    w.open_settings()
+    _set_server_url(w, url)
     assert isinstance(w.agent_panel.choice(), ModelServer)
     assert w.statusBar().currentMessage() == f"served model @ {url} added to the Model box and chosen"
