@@ -56,7 +56,14 @@ from speco3.gui.vetting import VettingController, store_path_for
 from speco3.gui.viewer import SpectrumViewer
 from speco3.gui.workers import IndexWorker, InferenceThread, StoppingJob, StoppingWorker, render_png
 from speco3.vetting import stopping
-from speco3.vetting.archive_store import StoreFit, plan_relocation, relocate, store_fit, stores_beside
+from speco3.vetting.archive_store import (
+    StoreFit,
+    moved_beside,
+    moved_store,
+    relocate,
+    store_fit,
+    stores_beside,
+)
 from speco3.vetting.export_formats import export_format
 from speco3.vetting.records import ModelVerdict
 from speco3.vetting.session import Opened
@@ -471,6 +478,14 @@ class MainWindow(QMainWindow):
             return found[0].path, True
         if found:
             self._remember_store(root, "")
+            return own, False
+        # a store made before the archive moved here: beside it, or the app's own of its old folder (re-rooted)
+        for path, _plan in moved_beside(root, exclude=own, own_stores=own.parent)[:1]:
+            not_moved = self._relocate_moved(path, root, beside=True)
+            if not_moved is None:
+                return path, True
+            self.show_message(f"{path}: {not_moved} (File → Open store… asks again)")
+            self._remember_store(root, "")  # declined or refused: not offered again
         return own, False
 
     def _offer_store(self, fit: StoreFit) -> bool:
@@ -610,21 +625,15 @@ class MainWindow(QMainWindow):
             self.show_message("no spectrum matches the filters")
         return True
 
-    def _relocate_moved(self, path: Path, root: str) -> str | None:
-        """A chosen store made before its archive moved here: it names an archive folder that is gone, and files of
-        its spectra lie at the same relative paths under ``root`` with the sizes it noted. Ask to re-root it onto
-        ``root`` (`speco3.vetting.archive_store.relocate`: one transaction, nothing removed), old and new folder
-        named, with the counts; then it fits. Without dialogs it is re-rooted when every file is found. Returns why
-        a moved store was not re-rooted (None: it was, or it is no moved store)."""
-        try:
-            with VettingStore(path, readonly=True) as store:
-                named = store.get_state(ARCHIVE_ROOT_STATE)
-                if not isinstance(named, str) or not named or Path(named).exists():
-                    return None
-                plan = plan_relocation(store, named, root)
-        except (StoreError, OSError):
-            return None  # the opening says what is wrong with the store
-        if not plan.found or plan.old == plan.new:
+    def _relocate_moved(self, path: Path, root: str, beside: bool = False) -> str | None:
+        """A store made before its archive moved here (`speco3.vetting.archive_store.moved_store`): it names an
+        archive folder that is gone, and files of its spectra lie at the same relative paths under ``root`` with the
+        sizes it noted; one chosen, or (``beside``) one found beside the archive or among the app's own stores. Ask
+        to re-root it onto ``root`` (`speco3.vetting.archive_store.relocate`: one transaction, nothing removed), old
+        and new folder named, with the counts; then it fits. Without dialogs it is re-rooted when every file is
+        found. Returns why a moved store was not re-rooted (None: it was, or it is no moved store)."""
+        plan = moved_store(path, root)  # a store that cannot be read: the opening says what is wrong with it
+        if plan is None:
             return None
         if plan.problem(allow_missing=True) is not None:
             return f"its archive {plan.old} moved? {plan.problem(allow_missing=True)}"
@@ -640,7 +649,9 @@ class MainWindow(QMainWindow):
                 f"The vetting store\n{path}\nwas made for the archive folder\n{plan.old}\nwhich is not there any "
                 f"more. Its spectra are in this archive folder:\n{plan.new}\n\n{plan.describe()}.{missing}\n\n"
                 "Re-root the store onto this folder? Its spectrum keys and file paths are rewritten in one "
-                "transaction; no verdict, decision or note is removed."))
+                "transaction; no verdict, decision or note is removed."
+                + ("\n\nRe-rooted, it is the store this archive is vetted in (File → Use the app's own store goes "
+                   "back)." if beside else "")))
             move = box.addButton("Re-root the store", QMessageBox.ButtonRole.AcceptRole)
             box.addButton(QMessageBox.StandardButton.Cancel)
             box.exec()

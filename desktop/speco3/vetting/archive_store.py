@@ -12,11 +12,13 @@ An archive moved after its store was made (``mv night1 /data/night1``) no longer
 folder. `plan_relocation` says whether the folder moved (every file the store holds rows of is at the same relative
 path under the new folder, with the size, and on request the sha256, the store noted when it screened it) and
 `relocate` re-roots the store's keys in one transaction (`VettingStore.relocate_keys`): ``spec-o3 store relocate``
-and the app's question when a store names an archive folder that is not there.
+and the app's question when a store names an archive folder that is not there (`moved_store`), one chosen or one
+lying beside the moved archive or among the app's own stores (`moved_beside`).
 """
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import time
@@ -117,32 +119,47 @@ def archive_keys(index: ArchiveIndex) -> list[str]:
     return [entry.address for entry in index.query(usable=True, sort="key")]
 
 
-def stores_beside(root: str | Path, holds: Holds, exclude: Path | None = None) -> list[StoreFit]:
-    """The vetting stores in the archive folder ``root`` and the folder above it that fit it (`StoreFit.problem`
-    None) and hold something of it (a night's ``spec-o3 vet … --out r.sqlite``), newest first; ``exclude``: a store
-    not to offer (the one open). Files that are not vetting stores are passed over."""
-    folder = Path(root)
-    found: list[tuple[float, StoreFit]] = []
-    seen: set[Path] = set()
-    for where in dict.fromkeys((folder, folder.parent)):
+def _stores_in(folders: list[tuple[Path, str]], exclude: Path | None) -> list[Path]:
+    """The files matching each (folder, glob pattern) that may be vetting stores, at most `BESIDE_LIMIT` a folder,
+    each once: not ``exclude`` (the store open) nor a store's companion files."""
+    out: list[Path] = []
+    seen: set[Path] = set() if exclude is None else {Path(exclude).resolve()}
+    for where, pattern in dict.fromkeys(folders):
         try:
-            files = sorted(p for p in where.glob("*.sqlite") if p.is_file())[:BESIDE_LIMIT]
+            files = sorted(p for p in where.glob(pattern) if p.is_file())[:BESIDE_LIMIT]
         except OSError as exc:
             log.debug("cannot list %s: %s", where, exc)
             continue
         for p in files:
             real = p.resolve()
-            if real in seen or (exclude is not None and real == Path(exclude).resolve()) \
-                    or p.name.endswith(_COMPANIONS):
-                continue
-            seen.add(real)
-            try:
-                fit = store_fit(p, root, holds)
-            except (StoreError, OSError) as exc:  # another application's SQLite file, a damaged one
-                log.debug("%s: not offered as a vetting store: %s", p, exc)
-                continue
-            if fit.problem() is None and (fit.in_archive or fit.names_this_archive):
-                found.append((p.stat().st_mtime, fit))
+            if real not in seen and not p.name.endswith(_COMPANIONS):
+                seen.add(real)
+                out.append(p)
+    return out
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def stores_beside(root: str | Path, holds: Holds, exclude: Path | None = None) -> list[StoreFit]:
+    """The vetting stores in the archive folder ``root`` and the folder above it that fit it (`StoreFit.problem`
+    None) and hold something of it (a night's ``spec-o3 vet … --out r.sqlite``), newest first; ``exclude``: a store
+    not to offer (the one open). Files that are not vetting stores are passed over. Stores made before the archive
+    moved here: `moved_beside`."""
+    folder = Path(root)
+    found: list[tuple[float, StoreFit]] = []
+    for p in _stores_in([(folder, "*.sqlite"), (folder.parent, "*.sqlite")], exclude):
+        try:
+            fit = store_fit(p, root, holds)
+        except (StoreError, OSError) as exc:  # another application's SQLite file, a damaged one
+            log.debug("%s: not offered as a vetting store: %s", p, exc)
+            continue
+        if fit.problem() is None and (fit.in_archive or fit.names_this_archive):
+            found.append((_mtime(p), fit))
     return [fit for _t, fit in sorted(found, key=lambda t: -t[0])]
 
 
@@ -286,6 +303,37 @@ def _sha256(path: Path) -> str | None:
         return None
 
 
+def moved_store(path: str | Path, root: str | Path) -> Relocation | None:
+    """The plan (`plan_relocation`) for the store at ``path`` when it was made before its archive moved to ``root``:
+    the archive folder it names is not there, and files of its spectra lie at the same relative paths under
+    ``root`` (some at least: whether all, unchanged, `Relocation.problem` says). None for any other store, and for
+    a file that is no readable vetting store. Only reads."""
+    try:
+        with VettingStore(path, readonly=True) as store:
+            named = store.get_state(ARCHIVE_ROOT_STATE)
+            if not isinstance(named, str) or not named or Path(named).exists():
+                return None
+            plan = plan_relocation(store, named, root)
+    except (StoreError, OSError) as exc:
+        log.debug("%s: not a store of a moved archive: %s", path, exc)
+        return None
+    return plan if plan.found and plan.old != plan.new else None
+
+
+def moved_beside(root: str | Path, exclude: Path | None = None, own_stores: Path | None = None
+                 ) -> list[tuple[Path, Relocation]]:
+    """The stores made before the archive moved to ``root`` (`moved_store`) that lie where `stores_beside` looks
+    (the archive folder and the folder above it), and in ``own_stores`` (the app's folder of its own stores, named
+    ``NAME-HASH.sqlite`` after the archive folder: those named as ``root`` is), newest first; ``exclude``: a store
+    not to offer (the app's own for ``root``)."""
+    folder = Path(root)
+    where = [(folder, "*.sqlite"), (folder.parent, "*.sqlite")]
+    if own_stores is not None:
+        where.append((own_stores, f"{glob.escape(folder.name)}-*.sqlite"))
+    found = [(p, plan) for p in _stores_in(where, exclude) if (plan := moved_store(p, root)) is not None]
+    return sorted(found, key=lambda t: -_mtime(t[0]))
+
+
 def relocate(store_path: str | Path, old: str | Path, new: str | Path, *, allow_missing: bool = False,
              hash_files: bool = False, dry_run: bool = False) -> tuple[Relocation, dict[str, int]]:
     """Re-root the store at ``store_path`` from the archive folder ``old`` onto ``new`` (`plan_relocation`; keys
@@ -324,4 +372,4 @@ def relocate(store_path: str | Path, old: str | Path, new: str | Path, *, allow_
 
 
 __all__ = ["BESIDE_LIMIT", "KEYS_CHECKED", "NAMED", "Holds", "Relocation", "RelocationRefused", "StoreFit", "archive_keys",
-           "plan_relocation", "relocate", "store_fit", "stores_beside"]
+           "moved_beside", "moved_store", "plan_relocation", "relocate", "store_fit", "stores_beside"]
