@@ -458,8 +458,9 @@ class MainWindow(QMainWindow):
     def _chosen_store(self, root: str) -> tuple[Path, bool]:
         """The store to vet the archive ``root`` in, and whether the vetter chose it (checked against the archive):
         the one asked for (``--store``, File → Open store…), else the one remembered for the archive, else a
-        ``vet`` store found beside it when the vetter takes it (offered once; asked no more once declined), else
-        the app's own."""
+        ``vet`` store found beside it when the vetter takes it (offered once; asked no more once declined), else a
+        store made before the archive moved here (beside it, or the app's own of the old folder) when the vetter
+        has it re-rooted (`_relocate_moved`; asked once), else the app's own."""
         own = self._own_store(root)
         request, self._store_request = self._store_request, None
         if request is not None:
