@@ -139,7 +139,7 @@ class ModelServer(ModelChoice):
 @dataclass(frozen=True)
 class Scripted(ModelChoice):
     """A scripted engine: a JSON script file (``--scripted``, the tests' engine), or, without one, the canned demo
-    session, which the app opens per spectrum (`speco3.gui.demo_session.demo_engine`)."""
+    session, which the app opens per spectrum (`speco3.demo.demo_engine`)."""
 
     script: str | None = None
     scripted: ClassVar[bool] = True
