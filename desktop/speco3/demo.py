@@ -18,11 +18,21 @@ stars and galaxies as negatives:
 Everything is deterministic (one seed per spectrum), with photon-like noise, a noisy blue edge, telluric
 absorption in the observed frame and a few masked pixels. The files are synthetic: ``DATA_V`` says so, and
 ``OBJNAME`` starts with ``DEMO``.
+
+The scripted demo session
+-------------------------
+Without a model, the demo archive's own spectra can still be "screened" by a canned agent session
+(`demo_engine`): it drives the real agent loop through a `ScriptedEngine`: the zoom requests are real tool calls
+rendered by the real renderer, but the *text* is canned and the final answer is the demo catalogue's ground truth.
+Every message says so, and its runs are recorded under the model id `SCRIPTED_LABEL` ("scripted demo — not a
+model"). The app offers it (File → Open demo archive) and ``spec-o3 vet --demo`` / ``spec-o3 inspect --demo`` run
+it; it is refused for any other spectrum (`demo_refusal`), never run on the user's data.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +40,13 @@ from pathlib import Path
 import numpy as np
 from astropy.io import fits
 
+from speco3.agent.protocol import tool_call_text
+from speco3.agent.tasks import Task
+from speco3.engine.base import ModelInfo
+from speco3.engine.choice import SCRIPTED_LABEL
+from speco3.engine.scripted import ScriptedEngine
 from speco3.errors import Speco3Error
+from speco3.spectra.model import Spectrum
 from speco3.votable import write_votable
 
 log = logging.getLogger(__name__)
@@ -316,3 +332,78 @@ def write_demo_archive(folder: str | Path, progress: Callable[[int, int], None] 
         raise DemoError(f"cannot write the demo archive in {folder}: {exc}") from exc
     log.info("demo archive written to %s (%d spectra)", folder, len(paths))
     return paths
+
+
+# -- the scripted demo session (see module doc) -------------------------------------------------------------------
+_DEMO_NAME = re.compile(r"spec-60001-SPECO3DEMO_sp01-(\d{3})\.fits")
+
+
+def demo_truth_of(file_name: str | None) -> str | None:
+    """The task class the demo spectrum in file ``file_name`` is a positive for ("" for negatives), None when it
+    is not a demo spectrum's file (`demo_file_name`)."""
+    m = _DEMO_NAME.match(file_name or "")
+    if not m:
+        return None
+    i = int(m.group(1)) - 1
+    return CATALOGUE[i].truth if 0 <= i < len(CATALOGUE) else None
+
+
+def demo_truth(spectrum: Spectrum) -> str | None:
+    """`demo_truth_of` the spectrum's file."""
+    return demo_truth_of(spectrum.meta.file_name)
+
+
+def is_demo_spectrum(spectrum: Spectrum | None) -> bool:
+    return spectrum is not None and demo_truth(spectrum) is not None
+
+
+def demo_refusal(file_name: str | None) -> str | None:
+    """Why the scripted demo session does not run on the spectrum in ``file_name`` (None: it does)."""
+    if demo_truth_of(file_name) is not None:
+        return None
+    return (f"{file_name or 'this spectrum'}: the scripted demo session is not a model; it runs only on the demo "
+            "archive's spectra (`spec-o3 demo` writes them)")
+
+
+def _windows(task: Task) -> list[tuple[str, float, float]]:
+    out: list[tuple[str, float, float]] = []
+    for line in task.lines[:6]:
+        w = line.wavelength
+        lo, hi = (w - 180, w + 60) if line.kind == "band" else (w - 60, w + 60)
+        out.append((f"Zoom on {line.name} region", round(lo), round(hi)))
+    if not out:
+        out = [("Zoom on Hβ region", 4800, 4920), ("Zoom on Hα region", 6500, 6630)]
+    return out[:2]
+
+
+def demo_script(file_name: str | None, task: Task) -> list[str]:
+    """The canned assistant outputs for the demo spectrum in ``file_name`` and ``task`` (see module doc)."""
+    truth = demo_truth_of(file_name)
+    target = task.target_class
+    windows = _windows(task)
+    outputs = []
+    for i, (label, lo, hi) in enumerate(windows):
+        lead = ("[Scripted demo — not a model.] This canned text shows how a session streams in. "
+                f"The question is whether this is a {target}; " if i == 0 else "[Scripted demo.] ")
+        outputs.append(f"<think>{lead}next I request the {label.removeprefix('Zoom on ')} "
+                       f"({lo}–{hi} Å, rest frame) to show the zoom tool.</think>\n{tool_call_text([lo, hi], label)}")
+    verdict = "YES" if truth == task.id else "NO"
+    outputs.append(
+        "<think>[Scripted demo.] A real model would weigh the zoomed features here. This scripted session "
+        "instead reads the demo catalogue's ground truth for this synthetic spectrum.</think>\n"
+        f"<answer>\\boxed{{{verdict}}}</answer> Scripted demo answer from the demo catalogue's ground truth, "
+        "not a model's judgement."
+    )
+    return outputs
+
+
+def demo_file_engine(file_name: str | None, task: Task, delay_s: float = 0.01) -> ScriptedEngine:
+    """A `ScriptedEngine` replaying `demo_script` for the demo spectrum in ``file_name`` (a short delay per piece
+    makes the streaming visible; the command line runs it without one)."""
+    return ScriptedEngine(demo_script(file_name, task), delay_s=delay_s,
+                          info=ModelInfo(model_id=SCRIPTED_LABEL, quant="none"))
+
+
+def demo_engine(spectrum: Spectrum, task: Task, delay_s: float = 0.01) -> ScriptedEngine:
+    """`demo_file_engine` of ``spectrum``'s file."""
+    return demo_file_engine(spectrum.meta.file_name, task, delay_s)

@@ -8,9 +8,8 @@ import pytest
 from PySide6.QtCore import Qt
 
 from speco3.agent.trace import Trace
-from speco3.engine.choice import DEMO, InstalledModel
+from speco3.engine.choice import DEMO, SCRIPTED_LABEL, InstalledModel
 from speco3.gui.archive_model import COL
-from speco3.gui.demo_session import SCRIPTED_LABEL
 
 pytestmark = pytest.mark.gui
 

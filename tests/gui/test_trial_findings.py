@@ -22,7 +22,7 @@ pytestmark = pytest.mark.gui
 def test_demo_verdicts_count_under_the_model_filters_and_an_empty_prescreen_ends(qtbot, make_window, demo_archive,
                                                                                  open_and_wait, key, monkeypatch):
     import speco3.gui.agent_control as control
-    from speco3.gui.demo_session import demo_engine
+    from speco3.demo import demo_engine
 
     # the demo session's real script, without the per-piece delay that shows its streaming
     monkeypatch.setattr(control, "demo_engine", lambda spectrum, task: demo_engine(spectrum, task, 0.0))

@@ -19,7 +19,7 @@ COMMAND_MODULES: list[str] = ["speco3.cli.spectra", "speco3.cli.models", "speco3
                               "speco3.cli.decide", "speco3.cli.export", "speco3.cli.training", "speco3.cli.queue",
                               "speco3.cli.triage", "speco3.cli.evaluate", "speco3.cli.render", "speco3.cli.selftest",
                               "speco3.cli.samp", "speco3.cli.merge", "speco3.cli.store", "speco3.cli.server",
-                              "speco3.cli.tasks"]
+                              "speco3.cli.tasks", "speco3.cli.demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:

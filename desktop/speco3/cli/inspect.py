@@ -12,7 +12,8 @@
   the decision is not settled, up to N (default 8); ``k_used``, ``k_max`` and ``stop_reason`` say how it ended.
 
 Models: ``--model NAME`` (installed in the model store; default: the store's default model) or explicit
-``--text GGUF --mmproj GGUF``. The hidden ``--scripted FILE`` replays a JSON script instead of a model
+``--text GGUF --mmproj GGUF``; without a model, ``--demo`` runs the scripted demo session on a spectrum of the demo
+archive (`speco3.demo`; refused for any other spectrum). The hidden ``--scripted FILE`` replays a JSON script instead of a model
 (`speco3.engine.scripted.load_script`), for tests and the robustness suite.
 """
 
@@ -68,7 +69,7 @@ def register(sub) -> None:
     p.add_argument("--out", metavar="DIR", help="trace folder (default: ./spec-o3-<name>-<task>)")
     p.add_argument("--quiet", action="store_true", help="do not stream the reasoning")
     p.add_argument("--json", action="store_true", help="print the verdict and its confidence as JSON on stdout")
-    model_options(p)
+    model_options(p, demo=True)
     rollout_options(p)
     p.set_defaults(func=cmd_inspect)
 
@@ -87,7 +88,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     plan = settings.plan()
     spectrum = read_spectrum(args.address)
     render = renderer(args)
-    engine = open_cli_engine(args, settings)
+    engine = open_cli_engine(args, settings, spectrum=spectrum, task=task)
     out = Path(args.out) if args.out else Path.cwd() / f"spec-o3-{_safe_name(spectrum.name)}-{task.id}"
     if plan is not None or args.json:
         return cmd_inspect_rollouts(args, settings, task, spectrum, engine, render, out)

@@ -24,9 +24,19 @@ from speco3.agent.settings import DEFAULT_TOP_LOGPROBS, RolloutSettings, RunSett
 from speco3.agent.tasks import Task, run_adapters
 from speco3.agent.tool import RenderFn
 from speco3.cli.server import open_server_engines, server_config, server_options
+from speco3.demo import demo_file_engine, demo_refusal
 from speco3.engine.base import Engine, EngineSettings, LoraAdapter, ModelInfo
-from speco3.engine.choice import FilePair, InstalledModel, ModelChoice, ModelServer, Scripted
+from speco3.engine.choice import (
+    DEMO,
+    SCRIPTED_LABEL,
+    FilePair,
+    InstalledModel,
+    ModelChoice,
+    ModelServer,
+    Scripted,
+)
 from speco3.errors import Speco3Error
+from speco3.spectra.model import Spectrum
 from speco3.vetting.screening import file_sha256
 
 if TYPE_CHECKING:  # Qt: the renderer is imported only by the commands that render
@@ -37,8 +47,14 @@ EXIT_NO_VERDICT = 3
 EXIT_INTERRUPTED = 130
 
 
-def model_options(p: argparse.ArgumentParser) -> None:
+def model_options(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
+    """The model options; ``demo``: also ``--demo`` (the commands that run the agent per spectrum)."""
     g = p.add_argument_group("model")
+    if demo:
+        g.add_argument("--demo", action="store_true",
+                       help=f"run the scripted demo session instead of a model (no model needed): canned text and the "
+                       f"demo catalogue's ground truth, recorded as '{SCRIPTED_LABEL}'; only on the demo archive's "
+                       "spectra (spec-o3 demo writes them), any other spectrum is refused")
     g.add_argument("--model", metavar="NAME", help="installed model (default: the model store's default)")
     g.add_argument("--text", metavar="GGUF", help="text model GGUF (with --mmproj)")
     g.add_argument("--mmproj", metavar="GGUF", help="vision projector GGUF (with --text)")
@@ -150,6 +166,12 @@ def run_settings(args: argparse.Namespace, task: Task | None = None) -> RunSetti
 def model_choice(args: argparse.Namespace) -> ModelChoice:
     """The model the options choose (`speco3.engine.choice`): a server, a script, explicit files, or an installed
     model (the store's default without ``--model``)."""
+    if vars(args).get("demo"):
+        given = [name for name, value in (("--model", args.model), ("--text", args.text), ("--mmproj", args.mmproj),
+                                          ("--server", args.server), ("--scripted", args.scripted)) if value]
+        if given:
+            raise Speco3Error(f"--demo runs the scripted demo session, not a model: it takes no {', '.join(given)}")
+        return DEMO
     if args.server:
         return ModelServer.of(server_config(args))
     if args.scripted:
@@ -159,10 +181,35 @@ def model_choice(args: argparse.Namespace) -> ModelChoice:
     return FilePair(args.text, args.mmproj) if args.text else InstalledModel(args.model)
 
 
-def open_cli_engine(args: argparse.Namespace, settings: RunSettings, *, load: bool = True) -> Engine:
+def check_demo_run(settings: RunSettings) -> None:
+    """``--demo`` runs one greedy session per spectrum: refuse the rollout options (`Speco3Error`)."""
+    if settings.plan() is not None:
+        raise Speco3Error("--demo runs one scripted session per spectrum (its script never varies): the rollout "
+                          "options (--rollouts, --temperature, --top-p, --seed) do not apply")
+
+
+def demo_cli_engine(file_name: str | None, task: Task) -> Engine:
+    """``--demo``: the scripted demo session of the demo spectrum in file ``file_name`` for ``task``
+    (`speco3.demo`), not loaded; any other spectrum is refused (`Speco3Error`, with the reason)."""
+    if (why := demo_refusal(file_name)) is not None:
+        raise Speco3Error(why)
+    return demo_file_engine(file_name, task, delay_s=0.0)
+
+
+def open_cli_engine(args: argparse.Namespace, settings: RunSettings, *, load: bool = True,
+                    spectrum: Spectrum | None = None, task: Task | None = None) -> Engine:
     """The engine the options ask for (`model_choice`); ``load=False`` opens it without loading the model yet (its
-    `ModelInfo` is known: `load_cli_engine` loads it later). A server's engine is loaded and announced at once."""
+    `ModelInfo` is known: `load_cli_engine` loads it later). A server's engine is loaded and announced at once.
+    ``--demo``: the scripted demo session of ``spectrum`` and ``task`` (`demo_cli_engine`)."""
     choice = model_choice(args)
+    if choice is DEMO:
+        if spectrum is None or task is None:
+            raise Speco3Error("--demo runs the scripted demo session of one spectrum and task at a time")
+        check_demo_run(settings)
+        engine = demo_cli_engine(spectrum.meta.file_name, task)
+        if load:
+            engine.load()
+        return engine
     if isinstance(choice, ModelServer):
         return open_server_engines(args, settings.engine, 1)[0]
     engine = choice.open(settings.engine, threaded=not choice.scripted)
@@ -173,7 +220,7 @@ def open_cli_engine(args: argparse.Namespace, settings: RunSettings, *, load: bo
 
 def load_cli_engine(engine: Engine, args: argparse.Namespace) -> None:
     """Load an engine `open_cli_engine` opened with ``load=False``, saying so on stderr; closed if it fails."""
-    if args.scripted:
+    if args.scripted or vars(args).get("demo"):
         engine.load()
         return
     print("loading the model …", file=sys.stderr, flush=True)

@@ -1,6 +1,7 @@
 """``spec-o3 vet``: screen an archive with the model, resumably, one spectrum at a time, N at once in parallel
 sequences (``--slots``), K rollouts each (``--rollouts``), or on a model server (``--server --concurrency``); a share
-of it (``--shard I/N``). The run goes through the screening core (`speco3.vetting.screening`) with the scheduler
+of it (``--shard I/N``); without a model, ``--demo`` screens the demo archive with the scripted demo session
+(`speco3.demo`: recorded as the scripted demo, not a model; any other spectrum is refused). The run goes through the screening core (`speco3.vetting.screening`) with the scheduler
 the options ask for (`speco3.vetting.schedulers`); the progress line is drawn from its events.
 """
 
@@ -16,8 +17,11 @@ from speco3.agent.tasks import get_task
 from speco3.cli.archive import open_archive
 from speco3.cli.options import (
     EXIT_INTERRUPTED,
+    check_demo_run,
+    demo_cli_engine,
     fill_model_digests,
     load_cli_engine,
+    model_choice,
     model_options,
     open_cli_engine,
     renderer,
@@ -27,10 +31,12 @@ from speco3.cli.options import (
 )
 from speco3.cli.progress import ProgressBar
 from speco3.cli.server import open_server_engines
+from speco3.demo import demo_refusal
 from speco3.engine.base import Engine
+from speco3.engine.choice import DEMO, SCRIPTED_LABEL
 from speco3.errors import Speco3Error
 from speco3.spectra.index import IndexEntry
-from speco3.vetting.schedulers import choose, on_threads
+from speco3.vetting.schedulers import choose, engine_per_item, on_threads
 from speco3.vetting.screening import BatchResult, Scheduler, Screening, VetItem, in_shard, parse_shard, vet
 from speco3.vetting.store import ARCHIVE_ROOT_STATE, VettingStore, read_only_place
 from speco3.vetting.trace_roots import adopt_traces
@@ -67,7 +73,7 @@ def register(sub) -> None:
                    "the app's queue)")
     v.add_argument("--concurrency", type=int, default=1, metavar="N",
                    help="with --server: keep N episodes in flight (the server batches them; default 1)")
-    model_options(v)
+    model_options(v, demo=True)
     rollout_options(v)
     v.set_defaults(func=cmd_vet)
 
@@ -104,17 +110,35 @@ def _check_writable(store_path: Path) -> None:
         raise Speco3Error(f"{store_path}: cannot write the vetting store there: {why}")
 
 
+def _demo_items(items: list[VetItem]) -> None:
+    """``--demo``: refuse the run when a spectrum is not one of the demo archive's (the first one, with why)."""
+    for item in items:
+        if (why := demo_refusal(_file_name(item))) is not None:
+            raise Speco3Error(f"--demo: {why}")
+
+
+def _file_name(item: VetItem) -> str | None:
+    return Path(item.path).name if item.path else None
+
+
 def cmd_vet(args: argparse.Namespace) -> int:
     task = get_task(args.task)
     settings = run_settings(args, task)
     plan = settings.plan()
+    demo = model_choice(args) is DEMO
+    if demo:
+        check_demo_run(settings)
     entries, index_root = _archive_entries(args)
     items = [VetItem.of_entry(e) for e in entries]
+    if demo:
+        _demo_items(items)
     store_path = Path(args.out)
     # absolute: the app finds them wherever it is started (the store's verdicts name their trace folders)
     traces = (Path(args.traces) if args.traces else store_path.with_name(store_path.stem + "_traces")).absolute()
     summary = {"store": str(store_path), "traces": str(traces), "task": task.id, "prompt_version": task.prompt_version,
                "shard": args.shard, "rollouts": plan.k if plan else 1}
+    if demo:
+        summary["model"] = SCRIPTED_LABEL
     if not items:  # the same summary as a run (a shard of a SLURM array may be empty): scripts parse every shard
         VettingStore(store_path).close()  # and the store it names exists, so `merge … part*.sqlite` takes them all
         print(f"nothing to screen in shard {args.shard}: none of the matching spectra falls in it" if args.shard
@@ -139,6 +163,16 @@ def cmd_vet(args: argparse.Namespace) -> int:
                   f"{served.get('n_ctx') or 'unreported'} per conversation, {served.get('slots') or 'unreported'} "
                   f"slots, file type {served.get('quant') or 'unreported'}); file digests: unknown, not verified",
                   file=sys.stderr)
+        elif demo:  # an engine per spectrum (its own script), opened by the scheduler
+            if store is not None and not args.no_resume and _all_done(
+                    Screening(store, task, render, plan=plan), items, SCRIPTED_LABEL):
+                store.close()
+                print(f"all {len(items)} spectra were screened before by the scripted demo session: nothing to do "
+                      "(--no-resume screens them again)", file=sys.stderr)
+                print(json.dumps({**summary, **BatchResult(total=len(items), skipped=len(items)).to_dict()}))
+                return 0
+            print(f"{SCRIPTED_LABEL}: the scripted demo session answers from the demo catalogue's ground truth; "
+                  "its verdicts are recorded as such, never as a model's", file=sys.stderr)
         else:
             engines = [open_cli_engine(args, settings, load=False)]
             if store is not None and not args.no_resume and _all_done(
@@ -174,9 +208,12 @@ def cmd_vet(args: argparse.Namespace) -> int:
                           resume=not args.no_resume, cancel=cancel)
     bar = ProgressBar(len(items))
     try:
-        fill_model_digests(engines[0].info)
         scheduler: Scheduler
-        if len(engines) > 1:
+        if not demo:
+            fill_model_digests(engines[0].info)
+        if demo:
+            scheduler = engine_per_item(lambda item: demo_cli_engine(_file_name(item), task))
+        elif len(engines) > 1:
             if vars(args).get("render") is None:  # Qt must exist before worker threads render
                 from speco3.render import init_qt  # Qt: only for a real render on threads
 
@@ -185,7 +222,8 @@ def cmd_vet(args: argparse.Namespace) -> int:
         else:
             scheduler = choose(engines[0], args.slots or engines[0].settings.n_seq, plan)
         with sigint_cancels(cancel):
-            result = vet(screening, items, scheduler, engines[0].info.model_id, on_event=bar.event)
+            result = vet(screening, items, scheduler, SCRIPTED_LABEL if demo else engines[0].info.model_id,
+                         on_event=bar.event)
     finally:
         bar.close()
         for engine in engines:

@@ -3,9 +3,9 @@
 A `ModelChoice` is an installed model (`InstalledModel`: the model store's, by name, or its default), an explicit
 pair of GGUF files (`FilePair`), an OpenAI-compatible model server (`ModelServer`), or a scripted engine
 (`Scripted`: a JSON script file, the command line's test engine; or the canned demo session, whose engine is made
-per spectrum by the app). Each has a `key` (what identifies the model; with the engine settings it is the
-`EngineKey` an engine is cached by), a `label` for people, and `open(settings)`, which opens its engine without
-loading the model. `speco3.cli.options.model_choice` makes one from the command line's options, the app's agent
+per spectrum by the app and by ``--demo``: `speco3.demo`). Each has a `key` (what identifies the model; with the
+engine settings it is the `EngineKey` an engine is cached by), a `label` for people, and `open(settings)`, which
+opens its engine without loading the model. `speco3.cli.options.model_choice` makes one from the command line's options, the app's agent
 controller from its model box.
 
 `SCRIPTED_LABEL` is the model id under which the canned demo session is recorded, so that no table, export or
@@ -139,7 +139,7 @@ class ModelServer(ModelChoice):
 @dataclass(frozen=True)
 class Scripted(ModelChoice):
     """A scripted engine: a JSON script file (``--scripted``, the tests' engine), or, without one, the canned demo
-    session, which the app opens per spectrum (`speco3.gui.demo_session.demo_engine`)."""
+    session, which the app and ``--demo`` open per spectrum (`speco3.demo.demo_engine`)."""
 
     script: str | None = None
     scripted: ClassVar[bool] = True

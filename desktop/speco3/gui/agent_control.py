@@ -20,13 +20,13 @@ from PySide6.QtWidgets import QProgressBar, QPushButton
 from speco3.agent.adaptive import describe_use
 from speco3.agent.eta import format_eta
 from speco3.agent.tasks import NO_LORA, Task
+from speco3.demo import demo_engine, is_demo_spectrum
 from speco3.engine.base import Engine, EngineSettings, LoraAdapter
-from speco3.engine.choice import InstalledModel, ModelChoice
+from speco3.engine.choice import SCRIPTED_LABEL, InstalledModel, ModelChoice
 from speco3.engine.native import check_adapters
 from speco3.engine.scripted import ScriptedEngine
 from speco3.errors import Speco3Error
 from speco3.gui.agent_panel import AgentPanel, ModelEntry
-from speco3.gui.demo_session import SCRIPTED_LABEL, demo_engine, is_demo_spectrum
 from speco3.gui.settings import AppSettings
 from speco3.gui.vetting import VettingController, store_key
 from speco3.gui.workers import InferenceThread

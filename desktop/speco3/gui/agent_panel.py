@@ -44,9 +44,8 @@ from speco3.agent.steps import AssistantStep, Step, ToolStep, VerdictStep
 from speco3.agent.tasks import NO_LORA, Task
 from speco3.agent.trace import Trace
 from speco3.engine.base import LoraAdapter
-from speco3.engine.choice import DEMO, ModelChoice
+from speco3.engine.choice import DEMO, SCRIPTED_LABEL, ModelChoice
 from speco3.errors import TaskError
-from speco3.gui.demo_session import SCRIPTED_LABEL
 from speco3.gui.text import esc, tooltip
 from speco3.vetting.runs import RunInfo
 

@@ -34,7 +34,8 @@ from speco3.agent.confidence import ABSTAINED
 from speco3.agent.tasks import load_tasks as load_task_library
 from speco3.agent.trace import Trace, TraceError
 from speco3.config import cache_dir, take_cache_notice
-from speco3.engine.choice import DEMO, ModelChoice, ModelServer
+from speco3.demo import is_demo_spectrum
+from speco3.engine.choice import DEMO, SCRIPTED_LABEL, ModelChoice, ModelServer
 from speco3.errors import Speco3Error, StoreError, TaskError
 from speco3.gui.agent_control import AgentController, BatchControls, installed_models
 from speco3.gui.agent_panel import AgentPanel, ModelEntry
@@ -42,7 +43,6 @@ from speco3.gui.archive_model import ArchiveTableModel, Filters
 from speco3.gui.archive_panel import ArchivePanel
 from speco3.gui.collector import collect_garbage_on_gui_thread
 from speco3.gui.decision_panel import DecisionPanel
-from speco3.gui.demo_session import SCRIPTED_LABEL, is_demo_spectrum
 from speco3.gui.dialogs import ModelManagerDialog, SettingsDialog, dialogs_off, run_export
 from speco3.gui.keymap import ACTIONS, FLAG_ACTIONS, KeyFilter, Keymap
 from speco3.gui.labels import WrapLabel

@@ -11,6 +11,8 @@ of each: `Screening.start`, a `Stepped` event per step (added to its rollout's t
 - `on_threads(engines)`: one worker thread per engine (a model server batches the concurrent conversations);
   the events are yielded on the calling thread, in completion order; an error in a worker stops the others and
   is raised here.
+- `engine_per_item(open_engine)`: one spectrum after another, each on an engine opened for it and closed after it
+  (the scripted demo session, whose script is the spectrum's own: ``spec-o3 vet --demo``).
 - `choose(engine, slots, plan)`: the scheduler ``spec-o3 vet`` uses for an in-process engine.
 
 A new scheduler is a function of the same shape; the core stays as it is (``docs/architecture.md``).
@@ -76,6 +78,22 @@ def one_at_a_time(engine: Engine, *, on_token: TokenSink | None = None) -> Sched
             yield event
             if isinstance(event, Started):
                 yield from run_item(screening, engine, event.started, on_token=on_token)
+
+    return schedule
+
+
+def engine_per_item(open_engine: Callable[[VetItem], Engine]) -> Scheduler:
+    """Spectra one after another, each on an engine of its own: ``open_engine(item)``, loaded before its run and
+    closed after it (see module doc)."""
+
+    def schedule(screening: Screening, pending: Iterator[Pending]) -> Iterator[Event]:
+        for item, changed in pending:
+            engine = open_engine(item)
+            try:
+                engine.load()
+                yield from one_at_a_time(engine)(screening, iter([(item, changed)]))
+            finally:
+                engine.close()
 
     return schedule
 
@@ -194,4 +212,4 @@ def vet_batch(items: Iterable[VetItem], store: VettingStore, engine: Engine, tas
                on_event=on_event)
 
 
-__all__ = ["choose", "on_slots", "on_threads", "one_at_a_time", "run_item", "vet_batch"]
+__all__ = ["choose", "engine_per_item", "on_slots", "on_threads", "one_at_a_time", "run_item", "vet_batch"]
