@@ -24,18 +24,25 @@ pytestmark = pytest.mark.gui
 YES = "<think>Emission.</think>\n<answer>\\boxed{YES}</answer> Balmer emission."
 
 
-@pytest.fixture
-def moved(tmp_path):
-    """6 CSV spectra screened by ``vet`` (scripted YES), one decided NO with a comment; then the folder moved."""
+def _screened_night(tmp_path, store_name: str):
+    """6 CSV spectra in ``night1`` screened by a real ``vet`` (scripted YES) into ``store_name``, one decided NO with
+    a comment; (the archive folder, the store, the decided key)."""
     old = write_csv_archive(tmp_path / "night1", 6).resolve()
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"scripts": [[YES]]}), encoding="utf-8")
-    db = tmp_path / "r.sqlite"
+    db = tmp_path / store_name
     assert cli_main(["vet", str(old), "--task", "cv", "--out", str(db), "--scripted", str(script)],
                     render=pillow_render) == 0
     with VettingStore(db) as store:
         key = store.model_verdicts("cv")[0].spectrum_key
         store.record_decision(Decision(key, "cv", "NO", comment="seen before the move", vetter="Ana"))
+    return old, db, key
+
+
+@pytest.fixture
+def moved(tmp_path):
+    """6 CSV spectra screened by ``vet`` (scripted YES), one decided NO with a comment; then the folder moved."""
+    old, db, key = _screened_night(tmp_path, "r.sqlite")
     new = tmp_path / "data" / "night1"
     new.parent.mkdir()
     shutil.move(old, new)
@@ -89,15 +96,7 @@ def _keys(db: Path) -> list[tuple[str]]:
 @pytest.fixture
 def moved_with_store(tmp_path):
     """As `moved`, the night's store beside the archive moving with it (``mv night1 night1.sqlite data/``)."""
-    old = write_csv_archive(tmp_path / "night1", 6).resolve()
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"scripts": [[YES]]}), encoding="utf-8")
-    db = tmp_path / "night1.sqlite"
-    assert cli_main(["vet", str(old), "--task", "cv", "--out", str(db), "--scripted", str(script)],
-                    render=pillow_render) == 0
-    with VettingStore(db) as store:
-        key = store.model_verdicts("cv")[0].spectrum_key
-        store.record_decision(Decision(key, "cv", "NO", comment="seen before the move", vetter="Ana"))
+    old, db, key = _screened_night(tmp_path, "night1.sqlite")
     data = tmp_path / "data"
     data.mkdir()
     shutil.move(old, data / "night1")
