@@ -163,3 +163,20 @@ def test_the_apps_own_store_of_the_old_folder_is_re_rooted(qtbot, make_window, o
     assert w2.vetting.store.decision(moved_key, "cv").comment == "kept across the move"
     assert w2.vetting.store.get_state(ARCHIVE_ROOT_STATE) == str(new)
     assert w2.settings.archive_stores[str(new)] == str(own_old)
+
+
+def test_the_store_chosen_for_the_old_folder_is_offered_when_the_moved_folder_opens(qtbot, make_window,
+                                                                                     open_and_wait, moved):
+    """The trial: a night's store opened with --store for the archive, then only the archive moved (the store
+    stays where it was, neither beside the new folder nor the app's own): opening the moved folder offered nothing
+    and landed in an empty own store. The store remembered for the gone folder is offered and re-rooted now, and
+    the gone folder's entry is dropped."""
+    db, old, new, key = moved
+    w = make_window()
+    w.settings.archive_stores[str(old)] = str(db)  # chosen with --store / File → Open store… before the move
+    open_and_wait(w, new)
+    qtbot.waitUntil(lambda: w.vetting.store is not None and w.vetting.store.path == db.resolve(), timeout=30000)
+    moved_key = str(new) + key[len(str(old)):]
+    assert w.vetting.store.decision(moved_key, "cv").comment == "seen before the move"
+    assert w.settings.archive_stores.get(str(new)) == str(db.resolve())
+    assert str(old) not in w.settings.archive_stores

@@ -481,9 +481,14 @@ class MainWindow(QMainWindow):
             self._remember_store(root, "")
             return own, False
         # a store made before the archive moved here: beside it, or the app's own of its old folder (re-rooted)
-        for path, _plan in moved_beside(root, exclude=own, own_stores=own.parent)[:1]:
+        # … and the stores chosen for archive folders that are gone (File → Open store…, --store before the move)
+        gone = [Path(p) for r, p in self.settings.archive_stores.items() if p and not Path(r).exists()]
+        for path, _plan in moved_beside(root, exclude=own, own_stores=own.parent, remembered=gone)[:1]:
             not_moved = self._relocate_moved(path, root, beside=True)
             if not_moved is None:
+                for old_root in [r for r, p in self.settings.archive_stores.items()  # its old folder's entry
+                                 if p and not Path(r).exists() and Path(p).resolve() == path.resolve()]:
+                    del self.settings.archive_stores[old_root]
                 return path, True
             self.show_message(f"{path}: {not_moved} (File → Open store… asks again)")
             self._remember_store(root, "")  # declined or refused: not offered again

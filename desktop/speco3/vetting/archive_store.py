@@ -22,7 +22,7 @@ import glob
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -320,17 +320,22 @@ def moved_store(path: str | Path, root: str | Path) -> Relocation | None:
     return plan if plan.found and plan.old != plan.new else None
 
 
-def moved_beside(root: str | Path, exclude: Path | None = None, own_stores: Path | None = None
-                 ) -> list[tuple[Path, Relocation]]:
+def moved_beside(root: str | Path, exclude: Path | None = None, own_stores: Path | None = None,
+                 remembered: Sequence[Path] = ()) -> list[tuple[Path, Relocation]]:
     """The stores made before the archive moved to ``root`` (`moved_store`) that lie where `stores_beside` looks
-    (the archive folder and the folder above it), and in ``own_stores`` (the app's folder of its own stores, named
-    ``NAME-HASH.sqlite`` after the archive folder: those named as ``root`` is), newest first; ``exclude``: a store
-    not to offer (the app's own for ``root``)."""
+    (the archive folder and the folder above it), in ``own_stores`` (the app's folder of its own stores, named
+    ``NAME-HASH.sqlite`` after the archive folder: those named as ``root`` is), and among ``remembered`` (stores
+    the app was told to vet other archive folders in, wherever they lie), newest first; ``exclude``: a store not
+    to offer (the app's own for ``root``)."""
     folder = Path(root)
     where = [(folder, "*.sqlite"), (folder.parent, "*.sqlite")]
     if own_stores is not None:
         where.append((own_stores, f"{glob.escape(folder.name)}-*.sqlite"))
-    found = [(p, plan) for p in _stores_in(where, exclude) if (plan := moved_store(p, root)) is not None]
+    candidates = {p.resolve(): p for p in _stores_in(where, exclude)}
+    for p in remembered:
+        if p.is_file() and (exclude is None or p.resolve() != Path(exclude).resolve()):
+            candidates.setdefault(p.resolve(), p)
+    found = [(p, plan) for p in candidates.values() if (plan := moved_store(p, root)) is not None]
     return sorted(found, key=lambda t: -_mtime(t[0]))
 
 
